@@ -1,0 +1,151 @@
+"""`Graft`: what to compute with the donor's weights, where.
+
+A Graft names token positions, layers and components. It is resolved against a model (its
+adapter and depth) into a set of grafted (layer, component) keys, and against a row of input
+(its real tokens) into token positions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Union
+
+import torch
+
+from weightgraft.adapters.base import GROUPS, MODEL_LEVEL, PER_LAYER, Adapter
+
+Positions = Union[str, int, Sequence[int], slice, torch.Tensor, Sequence[bool]]
+Layers = Union[str, int, Sequence[int], range]
+Components = Union[str, Sequence[str]]
+
+VOCABULARY = MODEL_LEVEL + PER_LAYER + GROUPS
+
+# Bands of the layer stack: name -> (index, number of bands).
+BANDS: dict[str, tuple[int, int]] = {
+    "first_half": (0, 2), "last_half": (1, 2), "second_half": (1, 2),
+    "first_quarter": (0, 4), "second_quarter": (1, 4), "third_quarter": (2, 4),
+    "last_quarter": (3, 4), "fourth_quarter": (3, 4),
+    "first_eighth": (0, 8), "last_eighth": (7, 8),
+    **{f"half_{i + 1}": (i, 2) for i in range(2)},
+    **{f"quarter_{i + 1}": (i, 4) for i in range(4)},
+    **{f"eighth_{i + 1}": (i, 8) for i in range(8)},
+}  # fmt: skip
+
+# A grafted (layer, component) key; layer is None for model-level components.
+Key = tuple[Union[int, None], str]
+
+
+def band_layers(name: str, num_layers: int) -> list[int]:
+    """Layers of a named band: band k of n covers [k*L//n, (k+1)*L//n)."""
+    if name not in BANDS:
+        raise ValueError(f"unknown layer band {name!r}; use 'all', ints, or one of {sorted(BANDS)}")
+    k, n = BANDS[name]
+    layers = list(range(k * num_layers // n, (k + 1) * num_layers // n))
+    if not layers:
+        raise ValueError(f"band {name!r} is empty for a model with {num_layers} layers")
+    return layers
+
+
+@dataclass(frozen=True, eq=False)
+class Graft:
+    """Compute `components` of `layers` with the donor's weights at `positions`.
+
+    `layers` restricts per-layer components. Model-level components (embed, pos_embed, ln_final,
+    lm_head) are grafted when named explicitly, or through a group only when layers="all".
+    """
+
+    positions: Positions = "all"
+    layers: Layers = "all"
+    components: Components = "all"
+
+    def __post_init__(self) -> None:
+        names = [self.components] if isinstance(self.components, str) else list(self.components)
+        if not names:
+            raise ValueError("Graft needs at least one component")
+        unknown = [n for n in names if n not in VOCABULARY]
+        if unknown:
+            raise ValueError(f"unknown component(s) {unknown}; valid names: {list(VOCABULARY)}")
+        if isinstance(self.positions, str) and self.positions not in ("all", "last"):
+            raise ValueError(f"positions must be 'all', 'last', ints, a slice or a mask, not {self.positions!r}")
+        if isinstance(self.layers, str) and self.layers != "all" and self.layers not in BANDS:
+            raise ValueError(f"unknown layer band {self.layers!r}; use 'all', ints, or one of {sorted(BANDS)}")
+
+    def __repr__(self) -> str:
+        return f"Graft(positions={self.positions!r}, layers={self.layers!r}, components={self.components!r})"
+
+    # --- resolution against a model -------------------------------------------------------
+    def layer_indices(self, num_layers: int) -> list[int]:
+        spec = self.layers
+        if isinstance(spec, str):
+            return list(range(num_layers)) if spec == "all" else band_layers(spec, num_layers)
+        indices = [spec] if isinstance(spec, int) else list(spec)
+        out = []
+        for i in indices:
+            if not -num_layers <= int(i) < num_layers:
+                raise ValueError(f"layer {i} is out of range for a model with {num_layers} layers")
+            out.append(int(i) % num_layers)
+        return sorted(set(out))
+
+    def keys(self, adapter: Adapter, num_layers: int) -> list[Key]:
+        """The (layer, component) keys this graft covers on a model."""
+        names = [self.components] if isinstance(self.components, str) else list(self.components)
+        valid = adapter.components
+        missing = [n for n in names if n not in GROUPS and n not in valid]
+        if missing:
+            raise ValueError(
+                f"this {adapter.model_types[0]} model has no component(s) {missing}; "
+                f"valid: {list(valid) + list(GROUPS)}"
+            )
+        all_layers = isinstance(self.layers, str) and self.layers == "all"
+        chosen: list[str] = []
+        for n in names:
+            if n in GROUPS:
+                chosen += [c for c in adapter.group(n) if c not in MODEL_LEVEL or all_layers]
+            else:
+                chosen.append(n)
+        layers = self.layer_indices(num_layers)
+        keys: list[Key] = []
+        for c in dict.fromkeys(chosen):
+            if c in MODEL_LEVEL:
+                keys.append((None, c))
+            else:
+                keys += [(layer, c) for layer in layers]
+        return keys
+
+    # --- resolution against a row -----------------------------------------------------------
+    def position_indices(self, length: int) -> list[int]:
+        """Indices among a row's `length` real tokens."""
+        spec = self.positions
+        if isinstance(spec, str):
+            return list(range(length)) if spec == "all" else [length - 1]
+        if isinstance(spec, slice):
+            return list(range(length))[spec]
+        if isinstance(spec, int):
+            spec = [spec]
+        values = spec.tolist() if isinstance(spec, torch.Tensor) else list(spec)
+        if values and all(isinstance(v, bool) for v in values):
+            if len(values) != length:
+                raise ValueError(
+                    f"a boolean position mask has length {len(values)}, but the row has {length} real "
+                    "tokens; give one entry per real token (padding excluded)"
+                )
+            return [i for i, v in enumerate(values) if v]
+        out = []
+        for p in values:
+            if not -length <= int(p) < length:
+                raise ValueError(f"position {p} is outside a row of {length} real tokens")
+            out.append(int(p) % length)
+        return sorted(set(out))
+
+
+def as_graft_list(spec: Graft | Sequence[Graft] | None) -> list[Graft]:
+    if spec is None:
+        return []
+    if isinstance(spec, Graft):
+        return [spec]
+    grafts = list(spec)
+    for g in grafts:
+        if not isinstance(g, Graft):
+            raise TypeError(f"expected Graft objects, got {type(g).__name__}: {g!r}")
+    return grafts

@@ -1,0 +1,321 @@
+"""`Grafter`: run a recipient model with a donor's weights at chosen positions, in one pass."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Literal
+
+import torch
+from torch import nn
+
+from weightgraft.adapters import adapter_for
+from weightgraft.adapters.base import Part
+from weightgraft.engine.graft import Graft, Key, as_graft_list
+from weightgraft.engine.hooks import Splice, SpliceHooks
+from weightgraft.engine.models import check_compatible, uncovered_parameters
+
+RowGrafts = Sequence[Graft | Sequence[Graft] | None]
+
+# Share a common prefix through the KV cache only when it saves a fair share of the work.
+_SHARING_GAIN = 0.75
+
+
+class Grafter:
+    """Dynamic weight grafting of `donor` into `recipient`.
+
+    Neither model is modified: grafting works through forward hooks that replace the recipient
+    modules' outputs at grafted rows with the donor modules' outputs on the same inputs.
+    Swapping the two models grafts in the reverse direction.
+    """
+
+    def __init__(self, recipient: nn.Module, donor: nn.Module):
+        check_compatible(recipient, donor)
+        self.recipient = recipient
+        self.donor = donor
+        self.adapter = adapter_for(recipient)
+        uncovered = uncovered_parameters(recipient, self.adapter)
+        if uncovered:
+            raise ValueError(
+                f"the {self.adapter.model_types[0]} adapter does not cover parameters {uncovered[:8]}"
+                f"{' ...' if len(uncovered) > 8 else ''}; extend the adapter so that 'all' means every parameter"
+            )
+        self.num_layers = len(self.adapter.decoder_layers(recipient))
+        self.keys: list[Key] = [(None, c) for c in self.adapter.model_level] + [
+            (layer, c) for layer in range(self.num_layers) for c in self.adapter.per_layer
+        ]
+        self._key_index = {key: i for i, key in enumerate(self.keys)}
+        self._targets = self._module_targets()
+        self._graft_keys: dict[int, tuple[Graft, torch.Tensor]] = {}
+
+    @property
+    def components(self) -> list[str]:
+        """Canonical component names this model has (groups attn, mlp, norms, all also apply)."""
+        return list(self.adapter.components)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.recipient.parameters()).device
+
+    # --- public API -------------------------------------------------------------------------
+    def logits(
+        self,
+        input_ids: torch.Tensor,
+        grafts: Graft | Sequence[Graft] | None = None,
+        row_grafts: RowGrafts | None = None,
+        attention_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Logits `[batch, seq, vocab]` of the recipient with the grafts applied."""
+        ids, mask = self._prepare(input_ids, attention_mask)
+        graft_masks = self._graft_masks(grafts, row_grafts, mask)
+        return self._forward(ids, mask, graft_masks, last_only=False)
+
+    def last_logits(
+        self,
+        input_ids: torch.Tensor,
+        grafts: Graft | Sequence[Graft] | None = None,
+        row_grafts: RowGrafts | None = None,
+        attention_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Logits `[batch, vocab]` at each row's last real token: the next-token prediction."""
+        ids, mask = self._prepare(input_ids, attention_mask)
+        graft_masks = self._graft_masks(grafts, row_grafts, mask)
+        left_aligned = bool(mask[:, -1].all())
+        logits = self._forward(ids, mask, graft_masks, last_only=left_aligned)
+        if left_aligned:
+            return logits[:, -1]
+        last = mask.long().cumsum(-1).argmax(-1)
+        return logits[torch.arange(ids.shape[0], device=ids.device), last]
+
+    @torch.no_grad()
+    def generate(
+        self,
+        input_ids: torch.Tensor,
+        grafts: Graft | Sequence[Graft] | None = None,
+        row_grafts: RowGrafts | None = None,
+        attention_mask: torch.Tensor | None = None,
+        max_new_tokens: int = 20,
+        do_sample: bool = False,
+        temperature: float = 1.0,
+        top_k: int | None = None,
+        top_p: float | None = None,
+        generator: torch.Generator | None = None,
+        eos_token_id: int | Sequence[int] | None = None,
+        pad_token_id: int | None = None,
+        generated: Literal["none", "last"] = "none",
+    ) -> torch.Tensor:
+        """Generate with the KV cache; prompt positions are grafted as given.
+
+        Generated tokens get nothing grafted (`generated="none"`, the recipient computes them), or
+        the same grafts as their row's last prompt token (`generated="last"`).
+        """
+        if generated not in ("none", "last"):
+            raise ValueError(f"generated must be 'none' or 'last', not {generated!r}")
+        ids, mask = self._prepare(input_ids, attention_mask)
+        if not bool(mask[:, -1].all()):
+            raise ValueError("generate needs left-padded prompts: set tokenizer.padding_side = 'left'")
+        graft_masks = self._graft_masks(grafts, row_grafts, mask)
+        step_masks = graft_masks[:, :, -1:] if generated == "last" else torch.zeros_like(graft_masks[:, :, -1:])
+        eos = _as_id_set(eos_token_id if eos_token_id is not None else self._config_eos())
+        pad = pad_token_id if pad_token_id is not None else (min(eos) if eos else 0)
+        batch = ids.shape[0]
+        done = torch.zeros(batch, dtype=torch.bool, device=ids.device)
+        out = ids
+        with self._running(graft_masks) as hooks:
+            logits, cache = self._pass(hooks, ids, mask, graft_masks, None, last_only=True)
+            for _ in range(max_new_tokens):
+                token = _next_token(logits[:, -1].float(), do_sample, temperature, top_k, top_p, generator)
+                token = torch.where(done, torch.full_like(token, pad), token)
+                out = torch.cat([out, token[:, None]], dim=1)
+                done |= torch.isin(token, torch.tensor(sorted(eos), device=token.device)) if eos else done
+                if bool(done.all()):
+                    break
+                mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
+                logits, cache = self._pass(hooks, token[:, None], mask, step_masks, cache, last_only=True)
+        return out
+
+    # --- input handling -----------------------------------------------------------------------
+    def _prepare(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        ids = torch.as_tensor(input_ids, device=self.device)
+        if ids.dim() == 1:
+            ids = ids[None]
+        if ids.dim() != 2:
+            raise ValueError(f"input_ids must be [batch, seq], got shape {tuple(ids.shape)}")
+        mask = torch.ones_like(ids) if attention_mask is None else torch.as_tensor(attention_mask, device=self.device)
+        if mask.dim() == 1:
+            mask = mask[None]
+        if mask.shape != ids.shape:
+            raise ValueError(f"attention_mask {tuple(mask.shape)} does not match input_ids {tuple(ids.shape)}")
+        if bool((mask.sum(-1) == 0).any()):
+            raise ValueError("a row has no real tokens (its attention_mask is all zeros)")
+        return ids.long(), mask.long()
+
+    def _row_graft_lists(self, grafts, row_grafts, batch: int) -> list[list[Graft]]:
+        if grafts is not None and row_grafts is not None:
+            raise ValueError("pass either grafts (for every row) or row_grafts (one entry per row), not both")
+        if row_grafts is None:
+            return [as_graft_list(grafts)] * batch
+        if len(row_grafts) != batch:
+            raise ValueError(f"row_grafts has {len(row_grafts)} entries for a batch of {batch} rows")
+        return [as_graft_list(g) for g in row_grafts]
+
+    def _keys_of(self, graft: Graft) -> torch.Tensor:
+        """Bool [num_keys]: which (layer, component) keys a graft covers (cached per Graft)."""
+        cached = self._graft_keys.get(id(graft))
+        if cached is not None and cached[0] is graft:
+            return cached[1]
+        selected = torch.zeros(len(self.keys), dtype=torch.bool)
+        selected[[self._key_index[k] for k in graft.keys(self.adapter, self.num_layers)]] = True
+        self._graft_keys[id(graft)] = (graft, selected)
+        return selected
+
+    def _graft_masks(self, grafts, row_grafts, mask: torch.Tensor) -> torch.Tensor:
+        """Bool [num_keys, batch, seq]: where each (layer, component) computes with the donor."""
+        batch, seq = mask.shape
+        per_row = self._row_graft_lists(grafts, row_grafts, batch)
+        out = torch.zeros(len(self.keys), batch, seq, dtype=torch.bool)
+        real_positions = [row.nonzero().squeeze(-1) for row in mask.cpu()]
+        for b, row in enumerate(per_row):
+            for graft in row:
+                keys = self._keys_of(graft).nonzero().squeeze(-1)
+                positions = real_positions[b][graft.position_indices(len(real_positions[b]))]
+                if keys.numel() and positions.numel():
+                    out[keys[:, None], b, positions[None, :]] = True
+        return out.to(mask.device)
+
+    # --- running --------------------------------------------------------------------------------
+    def _module_targets(self) -> dict[str, list[tuple[int, torch.Tensor | None]]]:
+        """For each module to hook: the keys it serves, with their output columns for fused parts."""
+        targets: dict[str, list[tuple[int, torch.Tensor | None]]] = {}
+        config = self.recipient.config
+        splits = {path: rule(config) for path, rule in self.adapter.splits.items()}
+        layers_path = self.adapter.layers
+        for index, (layer, comp) in enumerate(self.keys):
+            if layer is None:
+                path, columns = self.adapter.model_level[comp], None
+            else:
+                ref = self.adapter.per_layer[comp]
+                local = ref.module if isinstance(ref, Part) else ref
+                columns = splits[ref.module][ref.part].to(self.device) if isinstance(ref, Part) else None
+                path = f"{layers_path}.{layer}.{local}"
+            targets.setdefault(path, []).append((index, columns))
+        return targets
+
+    @contextmanager
+    def _running(self, graft_masks: torch.Tensor) -> Iterator[SpliceHooks]:
+        """Eval mode, no grad, and hooks on the modules that are grafted anywhere in this call."""
+        active = graft_masks.flatten(1).any(-1).tolist()
+        paths = [p for p, served in self._targets.items() if any(active[i] for i, _ in served)]
+        hooks = SpliceHooks(self.recipient, self.donor, paths)
+        modes = (self.recipient.training, self.donor.training)
+        self.recipient.eval()
+        self.donor.eval()
+        try:
+            with torch.no_grad(), hooks.installed():
+                yield hooks
+        finally:
+            self.recipient.train(modes[0])
+            self.donor.train(modes[1])
+
+    def _splices(self, graft_masks: torch.Tensor, paths: list[str]) -> dict[str, list[Splice]]:
+        """Per hooked module, the row masks (and columns) of this chunk, merging fused parts."""
+        active = graft_masks.flatten(1).any(-1).tolist()
+        plan: dict[str, list[Splice]] = {}
+        for path in paths:
+            served = [(i, cols) for i, cols in self._targets[path] if active[i]]
+            if not served:
+                continue
+            masks = [graft_masks[i] for i, _ in served]
+            whole = len(served) == len(self._targets[path]) and all(torch.equal(masks[0], m) for m in masks[1:])
+            if whole:
+                plan[path] = [Splice(masks[0], None)]
+            else:
+                plan[path] = [Splice(m, cols) for m, (_, cols) in zip(masks, served)]
+        return plan
+
+    def _pass(self, hooks: SpliceHooks, ids, mask, chunk_masks, cache, last_only: bool):
+        """One forward over `ids` (the chunk after the cached prefix), grafted by `chunk_masks`."""
+        past = 0 if cache is None else cache.get_seq_length()
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, past : past + ids.shape[1]]
+        hooks.current = self._splices(chunk_masks, hooks.paths)
+        out = self.recipient(
+            input_ids=ids,
+            attention_mask=mask,
+            position_ids=positions,
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1 if last_only else 0,
+        )
+        return out.logits, out.past_key_values
+
+    def _forward(self, ids: torch.Tensor, mask: torch.Tensor, graft_masks: torch.Tensor, last_only: bool) -> torch.Tensor:
+        shared = _shared_prefix(ids, mask, graft_masks)
+        with self._running(graft_masks) as hooks:
+            if shared is None:
+                logits, _ = self._pass(hooks, ids, mask, graft_masks, None, last_only)
+                return logits
+            representatives, row_to_rep, split = shared
+            prefix_logits, cache = self._pass(
+                hooks, ids[representatives, :split], mask[representatives, :split],
+                graft_masks[:, representatives, :split], None, last_only,
+            )  # fmt: skip
+            cache.reorder_cache(row_to_rep)
+            logits, _ = self._pass(hooks, ids[:, split:], mask, graft_masks[:, :, split:], cache, last_only)
+            if last_only:
+                return logits
+            return torch.cat([prefix_logits[row_to_rep], logits], dim=1)
+
+    def _config_eos(self) -> int | list[int] | None:
+        gen = getattr(self.recipient, "generation_config", None)
+        eos = getattr(gen, "eos_token_id", None)
+        return eos if eos is not None else getattr(self.recipient.config, "eos_token_id", None)
+
+
+def _shared_prefix(ids: torch.Tensor, mask: torch.Tensor, graft_masks: torch.Tensor):
+    """Rows with equal inputs whose grafts agree up to `split` can share that prefix's work.
+
+    Returns (representative rows, each row's representative index, split) or None.
+    """
+    batch, seq = ids.shape
+    if batch < 2 or seq < 2:
+        return None
+    rows = torch.cat([ids, mask], dim=1)
+    _, group = torch.unique(rows, dim=0, return_inverse=True)
+    num_groups = int(group.max()) + 1
+    if num_groups == batch:
+        return None
+    representatives = torch.full((num_groups,), batch, device=ids.device).scatter_reduce(
+        0, group, torch.arange(batch, device=ids.device), reduce="amin"
+    )
+    # First position where a row's grafts differ from its representative's.
+    differs = (graft_masks != graft_masks[:, representatives[group]]).any(0)  # [batch, seq]
+    split = int(torch.where(differs.any(0))[0].min()) if bool(differs.any()) else seq - 1
+    split = min(split, seq - 1)  # always leave the last token to the per-row pass
+    if split < 1 or num_groups * split + batch * (seq - split) > _SHARING_GAIN * batch * seq:
+        return None
+    return representatives, group, split
+
+
+def _as_id_set(eos) -> set[int]:
+    if eos is None:
+        return set()
+    return {int(eos)} if isinstance(eos, int) else {int(e) for e in eos}
+
+
+def _next_token(logits: torch.Tensor, do_sample: bool, temperature: float, top_k, top_p, generator) -> torch.Tensor:
+    if not do_sample:
+        return logits.argmax(-1)
+    if temperature <= 0:
+        raise ValueError("temperature must be > 0 when sampling; use do_sample=False for greedy decoding")
+    logits = logits / temperature
+    if top_k is not None:
+        kth = torch.topk(logits, min(top_k, logits.shape[-1])).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p is not None:
+        sorted_logits, order = torch.sort(logits, descending=True)
+        cumulative = sorted_logits.softmax(-1).cumsum(-1)
+        drop_sorted = cumulative - sorted_logits.softmax(-1) >= top_p  # keep the token that crosses top_p
+        drop = torch.zeros_like(drop_sorted).scatter(1, order, drop_sorted)
+        logits = logits.masked_fill(drop, float("-inf"))
+    probs = logits.softmax(-1)
+    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)

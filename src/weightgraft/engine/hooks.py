@@ -1,0 +1,84 @@
+"""Forward hooks that splice the donor's module outputs into the recipient's forward pass.
+
+Every grafted component acts on one position at a time, so computing it with the donor's
+weights at a position equals replacing the recipient module's output row there with the donor
+module's output on the same input row. The donor runs only on the grafted rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+
+@dataclass
+class Splice:
+    """Rows of one module's output that come from the donor; `columns` None means every column."""
+
+    mask: torch.Tensor  # bool [batch, seq] for the chunk being computed
+    columns: torch.Tensor | None
+
+
+class SpliceHooks:
+    """Holds the splices for the chunk being run; hooks read them by module path."""
+
+    def __init__(self, recipient: nn.Module, donor: nn.Module, paths: list[str]):
+        self.recipient = recipient
+        self.donor = donor
+        self.paths = paths
+        self.current: dict[str, list[Splice]] = {}
+
+    @contextmanager
+    def installed(self) -> Iterator[SpliceHooks]:
+        handles = []
+        try:
+            for path in self.paths:
+                module = self.recipient.get_submodule(path)
+                hook = self._make_hook(path, self.donor.get_submodule(path))
+                handles.append(module.register_forward_hook(hook, with_kwargs=True))
+            yield self
+        finally:
+            for handle in handles:
+                handle.remove()
+            self.current = {}
+
+    def _make_hook(self, path: str, donor_module: nn.Module):
+        def hook(module: nn.Module, args: tuple, kwargs: dict, output: torch.Tensor):
+            splices = self.current.get(path)
+            if not splices:
+                return None
+            x = args[0] if args else next(iter(kwargs.values()))
+            return splice_rows(path, donor_module, x, output, splices)
+
+        return hook
+
+
+def splice_rows(
+    path: str, donor_module: nn.Module, x: torch.Tensor, output: torch.Tensor, splices: list[Splice]
+) -> torch.Tensor:
+    if not isinstance(output, torch.Tensor) or x.shape[:2] != output.shape[:2]:
+        raise RuntimeError(
+            f"cannot graft {path!r}: it is not a position-wise module with [batch, seq, ...] input and "
+            "output tensors; check the architecture's adapter"
+        )
+    batch, seq = output.shape[:2]
+    flat_x = x.reshape(batch * seq, *x.shape[2:])
+    flat_out = output.reshape(batch * seq, *output.shape[2:])
+    for splice in splices:
+        mask = splice.mask
+        if mask.shape[0] != batch or mask.shape[1] < seq:
+            raise RuntimeError(f"graft mask {tuple(mask.shape)} does not fit {path!r} output {tuple(output.shape)}")
+        # The model may compute only the last positions (lm_head under logits_to_keep).
+        rows = mask[:, mask.shape[1] - seq :].reshape(-1).nonzero().squeeze(-1)
+        if rows.numel() == 0:
+            continue
+        donor_rows = donor_module(flat_x[rows]).to(flat_out.dtype)
+        if splice.columns is None:
+            flat_out[rows] = donor_rows
+        else:
+            flat_out[rows[:, None], splice.columns[None, :]] = donor_rows[:, splice.columns]
+    return flat_out.reshape(output.shape)
