@@ -1,0 +1,380 @@
+"""A deliberately slow, independent reference of dynamic weight grafting (arXiv 2506.20746).
+
+For each token t, left to right: take a fresh deep copy of the recipient, untie its input and
+output embeddings, copy in the donor's parameters for exactly what is grafted at t (only the
+rows/columns of a fused matrix that belong to the grafted component), and run that one token
+against the KV cache accumulated so far. This is the paper's method made exact; it shares no code
+with the engine. Its parameter table below was written from the HF modeling files.
+
+A graft is described here by a plain `GraftSpec` (positions, layers, components) that the tests
+turn into a `weightgraft.Graft` and also resolve on their own with `resolve_row`.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+from transformers import DynamicCache
+
+# ----------------------------------------------------------------------------------------------
+# Canonical components -> HF parameters, per model_type.
+#
+# A "piece" is (module_path, rows) where rows is None (the whole module: weight and bias, if any)
+# or a LongTensor of output-feature indices to take from the module's weight and bias. The output
+# feature dimension is 0 for nn.Linear and 1 for GPT-2's Conv1D (weight [in, out]).
+# ----------------------------------------------------------------------------------------------
+
+PER_LAYER = ["q", "k", "v", "o", "gate", "up", "down", "ln1", "ln2", "q_norm", "k_norm",
+             "post_attn_norm", "post_mlp_norm"]
+MODEL_LEVEL = ["embed", "pos_embed", "ln_final", "lm_head"]
+GROUPS = ["attn", "mlp", "norms", "all"]
+ATTN_GROUP = ["q", "k", "v", "o", "q_norm", "k_norm"]
+MLP_GROUP = ["gate", "up", "down"]
+NORM_COMPONENTS = ["ln1", "ln2", "q_norm", "k_norm", "post_attn_norm", "post_mlp_norm"]
+
+
+def _span(start: int, stop: int) -> torch.Tensor:
+    return torch.arange(start, stop)
+
+
+def _gpt2_table(config) -> tuple[dict, dict]:
+    d = config.n_embd
+    layer = {
+        "q": [("attn.c_attn", _span(0, d))],
+        "k": [("attn.c_attn", _span(d, 2 * d))],
+        "v": [("attn.c_attn", _span(2 * d, 3 * d))],
+        "o": [("attn.c_proj", None)],
+        "up": [("mlp.c_fc", None)],
+        "down": [("mlp.c_proj", None)],
+        "ln1": [("ln_1", None)],
+        "ln2": [("ln_2", None)],
+    }
+    model = {
+        "embed": [("transformer.wte", None)],
+        "pos_embed": [("transformer.wpe", None)],
+        "ln_final": [("transformer.ln_f", None)],
+        "lm_head": [("lm_head", None)],
+    }
+    return layer, model
+
+
+def _neox_table(config) -> tuple[dict, dict]:
+    # query_key_value output is viewed as [heads, 3 * head_size] and chunked q|k|v per head.
+    heads = config.num_attention_heads
+    hs = config.hidden_size // heads
+
+    def part(which: int) -> torch.Tensor:
+        return torch.cat([_span(h * 3 * hs + which * hs, h * 3 * hs + (which + 1) * hs)
+                          for h in range(heads)])
+
+    layer = {
+        "q": [("attention.query_key_value", part(0))],
+        "k": [("attention.query_key_value", part(1))],
+        "v": [("attention.query_key_value", part(2))],
+        "o": [("attention.dense", None)],
+        "up": [("mlp.dense_h_to_4h", None)],
+        "down": [("mlp.dense_4h_to_h", None)],
+        "ln1": [("input_layernorm", None)],
+        "ln2": [("post_attention_layernorm", None)],
+    }
+    model = {
+        "embed": [("gpt_neox.embed_in", None)],
+        "ln_final": [("gpt_neox.final_layer_norm", None)],
+        "lm_head": [("lm_head", None)],
+    }
+    return layer, model
+
+
+def _llama_family_table(config) -> tuple[dict, dict]:
+    kind = config.model_type
+    layer = {
+        "q": [("self_attn.q_proj", None)],
+        "k": [("self_attn.k_proj", None)],
+        "v": [("self_attn.v_proj", None)],
+        "o": [("self_attn.o_proj", None)],
+        "gate": [("mlp.gate_proj", None)],
+        "up": [("mlp.up_proj", None)],
+        "down": [("mlp.down_proj", None)],
+    }
+    if kind in ("gemma2", "gemma3_text"):
+        # input_layernorm -> attn -> post_attention_layernorm -> + ; pre_feedforward -> mlp -> post_feedforward -> +
+        layer.update({
+            "ln1": [("input_layernorm", None)],
+            "post_attn_norm": [("post_attention_layernorm", None)],
+            "ln2": [("pre_feedforward_layernorm", None)],
+            "post_mlp_norm": [("post_feedforward_layernorm", None)],
+        })
+    elif kind == "olmo2":
+        # no pre-norms: attn -> post_attention_layernorm -> + ; mlp -> post_feedforward_layernorm -> +
+        layer.update({
+            "post_attn_norm": [("post_attention_layernorm", None)],
+            "post_mlp_norm": [("post_feedforward_layernorm", None)],
+        })
+    else:  # llama, mistral, qwen2, qwen3, gemma: post_attention_layernorm is the pre-MLP norm
+        layer.update({
+            "ln1": [("input_layernorm", None)],
+            "ln2": [("post_attention_layernorm", None)],
+        })
+    if kind in ("qwen3", "olmo2", "gemma3_text"):
+        layer["q_norm"] = [("self_attn.q_norm", None)]
+        layer["k_norm"] = [("self_attn.k_norm", None)]
+    if kind == "phi3":
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        nq = config.num_attention_heads * head_dim
+        nkv = config.num_key_value_heads * head_dim
+        inter = config.intermediate_size
+        layer["q"] = [("self_attn.qkv_proj", _span(0, nq))]
+        layer["k"] = [("self_attn.qkv_proj", _span(nq, nq + nkv))]
+        layer["v"] = [("self_attn.qkv_proj", _span(nq + nkv, nq + 2 * nkv))]
+        layer["gate"] = [("mlp.gate_up_proj", _span(0, inter))]  # chunk(2): gate first
+        layer["up"] = [("mlp.gate_up_proj", _span(inter, 2 * inter))]
+    model = {
+        "embed": [("model.embed_tokens", None)],
+        "ln_final": [("model.norm", None)],
+        "lm_head": [("lm_head", None)],
+    }
+    return layer, model
+
+
+LLAMA_FAMILY = ["llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "olmo2",
+                "phi3"]
+
+
+def component_table(config) -> tuple[dict, dict, str]:
+    """(per-layer table, model-level table, decoder-layer path prefix with {i})."""
+    kind = config.model_type
+    if kind == "gpt2":
+        return (*_gpt2_table(config), "transformer.h.{i}.")
+    if kind == "gpt_neox":
+        return (*_neox_table(config), "gpt_neox.layers.{i}.")
+    if kind in LLAMA_FAMILY:
+        return (*_llama_family_table(config), "model.layers.{i}.")
+    raise KeyError(f"no reference table for model_type {kind!r}")
+
+
+def leaf_components(config) -> list[str]:
+    layer, model, _ = component_table(config)
+    return [c for c in PER_LAYER if c in layer] + [c for c in MODEL_LEVEL if c in model]
+
+
+def _pieces(config, component: str, layer_index: int | None) -> list[tuple[str, Any]]:
+    layer, model, prefix = component_table(config)
+    if layer_index is None:
+        return list(model[component])
+    return [(prefix.format(i=layer_index) + path, rows) for path, rows in layer[component]]
+
+
+def _is_conv1d(module: nn.Module) -> bool:
+    return type(module).__name__ == "Conv1D"
+
+
+def parameter_slices(model, component: str, layer_index: int | None):
+    """[(full parameter name, dim, indices or None)] that make up one component."""
+    out = []
+    for path, rows in _pieces(model.config, component, layer_index):
+        module = model.get_submodule(path)
+        for pname, param in module.named_parameters(recurse=False):
+            if rows is None:
+                out.append((f"{path}.{pname}", 0, None))
+            else:
+                dim = 1 if (_is_conv1d(module) and pname == "weight") else 0
+                out.append((f"{path}.{pname}", dim, rows))
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# Resolving a graft for one row, independently of the engine.
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GraftSpec:
+    positions: Any = "all"
+    layers: Any = "all"
+    components: Any = "all"
+
+    def to_graft(self):
+        from weightgraft import Graft
+        positions = self.positions
+        if isinstance(positions, list) and positions and isinstance(positions[0], bool):
+            positions = list(positions)
+        return Graft(positions, self.layers, self.components)
+
+
+def _bands(num_layers: int) -> dict[str, list[int]]:
+    def band(k, n):
+        return list(range(k * num_layers // n, (k + 1) * num_layers // n))
+
+    out = {"first_half": band(0, 2), "last_half": band(1, 2), "half_1": band(0, 2),
+           "half_2": band(1, 2), "first_quarter": band(0, 4), "second_quarter": band(1, 4),
+           "third_quarter": band(2, 4), "last_quarter": band(3, 4)}
+    for k in range(4):
+        out[f"quarter_{k + 1}"] = band(k, 4)
+    for k in range(8):
+        out[f"eighth_{k + 1}"] = band(k, 8)
+    return out
+
+
+def resolve_positions(positions, n: int) -> list[int]:
+    if isinstance(positions, str):
+        if positions == "all":
+            return list(range(n))
+        if positions == "last":
+            return [n - 1]
+        raise ValueError(positions)
+    if isinstance(positions, slice):
+        return list(range(n))[positions]
+    if isinstance(positions, torch.Tensor):
+        positions = positions.tolist()
+    if isinstance(positions, int):
+        positions = [positions]
+    positions = list(positions)
+    if positions and all(isinstance(p, bool) for p in positions):
+        if len(positions) != n:
+            raise ValueError("mask length")
+        return [i for i, keep in enumerate(positions) if keep]
+    out = []
+    for p in positions:
+        if not -n <= p < n:
+            raise ValueError("position outside row")
+        out.append(p % n)
+    return sorted(set(out))
+
+
+def resolve_layers(layers, num_layers: int) -> list[int]:
+    if isinstance(layers, str):
+        if layers == "all":
+            return list(range(num_layers))
+        return _bands(num_layers)[layers]
+    if isinstance(layers, int):
+        layers = [layers]
+    return sorted({i % num_layers for i in layers})
+
+
+def resolve_components(components, config, layers_is_all: bool) -> tuple[set, set]:
+    """(per-layer components, model-level components) that `components` names on this model."""
+    layer_table, model_table, _ = component_table(config)
+    names = [components] if isinstance(components, str) else list(components)
+    per_layer, model_level = set(), set()
+    for name in names:
+        if name in layer_table:
+            per_layer.add(name)
+        elif name in model_table:
+            model_level.add(name)  # named explicitly: grafted whatever `layers` says
+        elif name == "attn":
+            per_layer |= {c for c in ATTN_GROUP if c in layer_table}
+        elif name == "mlp":
+            per_layer |= {c for c in MLP_GROUP if c in layer_table}
+        elif name == "norms":
+            per_layer |= {c for c in NORM_COMPONENTS if c in layer_table}
+            if layers_is_all:
+                model_level.add("ln_final")
+        elif name == "all":
+            per_layer |= set(layer_table)
+            if layers_is_all:
+                model_level |= set(model_table)
+        else:
+            raise ValueError(f"reference: {name!r} not on {config.model_type}")
+    return per_layer, model_level
+
+
+def resolve_row(specs, n: int, config) -> list[set]:
+    """For each of the row's n real tokens, the set of (component, layer or None) grafted there."""
+    if specs is None:
+        specs = []
+    if isinstance(specs, GraftSpec):
+        specs = [specs]
+    num_layers = config.get_text_config().num_hidden_layers
+    plan = [set() for _ in range(n)]
+    for spec in specs:
+        layers_is_all = isinstance(spec.layers, str) and spec.layers == "all"
+        per_layer, model_level = resolve_components(spec.components, config, layers_is_all)
+        layer_ids = resolve_layers(spec.layers, num_layers)
+        for t in resolve_positions(spec.positions, n):
+            plan[t] |= {(c, i) for c in per_layer for i in layer_ids}
+            plan[t] |= {(c, None) for c in model_level}
+    return plan
+
+
+# ----------------------------------------------------------------------------------------------
+# The per-token reference.
+# ----------------------------------------------------------------------------------------------
+
+
+def untied_copy(model):
+    """Deep copy with the output embedding given its own storage (so grafting one leaves the other)."""
+    fresh = copy.deepcopy(model)
+    out_emb = fresh.get_output_embeddings()
+    if out_emb is not None and out_emb.weight is fresh.get_input_embeddings().weight:
+        out_emb.weight = nn.Parameter(out_emb.weight.detach().clone())
+    return fresh
+
+
+@torch.no_grad()
+def graft_into(model, donor, grafted: set) -> None:
+    """Copy the donor's parameters for every (component, layer) in `grafted` into `model`."""
+    params = dict(model.named_parameters(remove_duplicate=False))
+    donor_params = dict(donor.named_parameters(remove_duplicate=False))
+    for component, layer_index in grafted:
+        for name, dim, rows in parameter_slices(model, component, layer_index):
+            target, source = params[name], donor_params[name]
+            if rows is None:
+                target.copy_(source)
+            else:
+                target.index_copy_(dim, rows, source.index_select(dim, rows))
+
+
+@torch.no_grad()
+def _step(recipient, donor, token: int, t: int, grafted: set, cache):
+    model = untied_copy(recipient)
+    graft_into(model, donor, grafted)
+    out = model(
+        input_ids=torch.tensor([[token]]),
+        position_ids=torch.tensor([[t]]),
+        attention_mask=torch.ones(1, t + 1, dtype=torch.long),
+        past_key_values=cache,
+        use_cache=True,
+    )
+    return out.logits[0, -1], out.past_key_values
+
+
+@torch.no_grad()
+def reference_logits(recipient, donor, ids, specs) -> torch.Tensor:
+    """Logits [n, vocab] for one unpadded row `ids` (1-D) under `specs` (GraftSpec(s) or None)."""
+    ids = [int(x) for x in ids]
+    plan = resolve_row(specs, len(ids), recipient.config)
+    cache = DynamicCache(config=recipient.config)
+    rows = []
+    for t, token in enumerate(ids):
+        logits, cache = _step(recipient, donor, token, t, plan[t], cache)
+        rows.append(logits)
+    return torch.stack(rows)
+
+
+@torch.no_grad()
+def reference_generate(recipient, donor, ids, specs, max_new_tokens: int, generated: str = "none"):
+    """Greedy continuation (list of new token ids) of one unpadded row, token by token.
+
+    generated="none": generated tokens run on the plain recipient; "last": each generated token
+    gets the grafts of the row's last prompt token.
+    """
+    ids = [int(x) for x in ids]
+    n = len(ids)
+    plan = resolve_row(specs, n, recipient.config)
+    cache = DynamicCache(config=recipient.config)
+    logits = None
+    for t, token in enumerate(ids):
+        logits, cache = _step(recipient, donor, token, t, plan[t], cache)
+    new_tokens = []
+    for j in range(max_new_tokens):
+        token = int(torch.argmax(logits))
+        new_tokens.append(token)
+        if j == max_new_tokens - 1:
+            break
+        grafted = set() if generated == "none" else plan[n - 1]
+        logits, cache = _step(recipient, donor, token, n + j, grafted, cache)
+    return new_tokens
