@@ -1,0 +1,248 @@
+"""The run configuration (YAML), validated with pydantic so that a typo fails before any work.
+
+```yaml
+name: my-run
+seed: 0
+device: cpu            # or cuda
+dtype: float32         # or bfloat16 / float16
+models:   {pre: gpt2-xl, sft: ./ckpt/relation, task: ./ckpt/task}
+datasets: {relation: ./data/relation}
+experiments:
+  - preset: position_grafting          # one of the five presets (see presets.py)
+  - name: my_lt_components             # or a custom experiment
+    dataset: relation
+    recipient: pre
+    donor: sft
+    conditions: [PRE, SFT, FE+LT, O+FFN, {name: late-FE, grafts: [{positions: FE, layers: last_half}]}]
+```
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import (BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError,
+                      field_validator, model_validator)
+
+from weightgraft.experiments.conditions import (ConditionSpec, LayerSpec, check_layers,
+                                                validate_condition)
+from weightgraft.experiments.components import parse_components
+from weightgraft.experiments.roles import parse_positions
+
+PresetName = Literal["position_grafting", "component_grafting", "layer_sweeps", "free_text",
+                     "activation_patching"]
+METRICS = ("top1", "top5", "top10", "top50", "top100", "prob", "rank_median", "mrr",
+           "target_logprob", "exact_match")
+
+
+class ConfigError(ValueError):
+    """A configuration problem, worded so that the fix is plain."""
+
+
+class SweepSpec(BaseModel):
+    """Layer band x component set grid at each position in `at` (a heatmap per position).
+
+    With `others_full`, the other positions of `at` get every weight in every condition, so the
+    grid measures what a band adds at one position when the other is already grafted."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    at: list[str] = ["FE", "LT"]
+    bands: Literal["auto"] | list[LayerSpec] = "auto"
+    components: list[str] = ["ATTN+O+FFN", "ATTN", "O", "FFN"]
+    others_full: bool = True
+
+    @field_validator("at")
+    @classmethod
+    def _at(cls, value: list[str]) -> list[str]:
+        for text in value:
+            parse_positions(text)
+        return value
+
+    @field_validator("bands")
+    @classmethod
+    def _bands(cls, value):
+        if value != "auto":
+            for band in value:
+                check_layers(band)
+        return value
+
+    @field_validator("components")
+    @classmethod
+    def _components(cls, value: list[str]) -> list[str]:
+        for text in value:
+            parse_components(text)
+        return value
+
+
+class ExperimentSpec(BaseModel):
+    """A custom experiment: conditions scored on one dataset's evaluation prompts."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    title: str = ""
+    description: str = ""
+    dataset: str
+    recipient: str
+    donor: str
+    conditions: list[str | ConditionSpec] = []
+    sweep: SweepSpec | None = None
+    templates: list[str] | None = None  # evaluation template ids; default all
+    max_examples: int | None = Field(default=None, ge=1)
+    component_at: str = "LT"
+    component_layers: LayerSpec = "last_quarter"
+    component_base: str | None = "FE"
+    headline: list[str] = ["top1", "top5"]
+    plot: Literal["bars", "heatmap", "paired"] = "bars"
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9_.-]+", value):
+            raise ValueError(f"experiment name {value!r} must use letters, digits, '_', '-', '.'")
+        return value
+
+    @field_validator("headline")
+    @classmethod
+    def _headline(cls, value: list[str]) -> list[str]:
+        for metric in value:
+            if metric not in METRICS:
+                raise ValueError(f"unknown metric {metric!r}; known: {', '.join(METRICS)}")
+        return value
+
+    @model_validator(mode="after")
+    def _conditions(self) -> "ExperimentSpec":
+        parse_positions(self.component_at)
+        if self.component_base:
+            parse_positions(self.component_base)
+        check_layers(self.component_layers)
+        if not self.conditions and self.sweep is None:
+            raise ValueError(f"experiment {self.name!r} has no conditions and no sweep")
+        names = []
+        for item in self.conditions:
+            validate_condition(item, f"experiment {self.name!r}")
+            names.append(item if isinstance(item, str) else item.name)
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"experiment {self.name!r} repeats condition(s) {dupes}")
+        return self
+
+
+class PresetRef(BaseModel):
+    """One of the paper's five analyses, by name (see `weightgraft.experiments.presets`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    preset: PresetName
+    max_examples: int | None = Field(default=None, ge=1)
+    templates: list[str] | None = None
+
+
+def _experiment_kind(value: Any) -> str:
+    if isinstance(value, dict):
+        return "preset" if "preset" in value else "custom"
+    return "preset" if isinstance(value, PresetRef) else "custom"
+
+
+ExperimentItem = Annotated[
+    Annotated[ExperimentSpec, Tag("custom")] | Annotated[PresetRef, Tag("preset")],
+    Discriminator(_experiment_kind),
+]
+
+
+class RunConfig(BaseModel):
+    """Everything a run needs; models and datasets are named once and referred to by key."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = "weightgraft-run"
+    seed: int = 0
+    device: str = "cpu"
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    trust_remote_code: bool = False
+    models: dict[str, str]
+    datasets: dict[str, str]
+    experiments: list[ExperimentItem] = Field(min_length=1)
+    bootstrap: int = Field(default=1000, ge=0)
+    max_batch_tokens: int = Field(default=8192, ge=16)
+    conditions_per_chunk: int = Field(default=16, ge=1)
+
+    @model_validator(mode="after")
+    def _references(self) -> "RunConfig":
+        from weightgraft.experiments.presets import expand_presets
+
+        experiments = expand_presets(self)
+        names = [e.name for e in experiments]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"experiment names repeat: {dupes}")
+        for exp in experiments:
+            keys = {exp.recipient, exp.donor} | {
+                k for c in exp.conditions if isinstance(c, ConditionSpec)
+                for k in (c.recipient, c.donor) if k}
+            for key in sorted(keys):
+                if key not in self.models:
+                    raise ValueError(
+                        f"experiment {exp.name!r} uses model {key!r}, which is not under "
+                        f"`models:` (have: {sorted(self.models)}); add `models.{key}: ID_OR_PATH`")
+            if exp.dataset not in self.datasets:
+                raise ValueError(
+                    f"experiment {exp.name!r} uses dataset {exp.dataset!r}, which is not under "
+                    f"`datasets:` (have: {sorted(self.datasets)}); add `datasets.{exp.dataset}: DIR`")
+        return self
+
+    def expanded(self) -> list[ExperimentSpec]:
+        from weightgraft.experiments.presets import expand_presets
+
+        return expand_presets(self)
+
+
+def _format_error(err: ValidationError) -> str:
+    lines = []
+    for item in err.errors():
+        loc = [str(p) for p in item["loc"] if p not in ("custom", "preset")]
+        where = ".".join(loc) or "config"
+        if item["type"] == "extra_forbidden":
+            parent = ".".join(loc[:-1]) or "top level"
+            lines.append(f"unknown field {loc[-1]!r} at {parent}")
+        else:
+            msg = item["msg"].removeprefix("Value error, ")
+            lines.append(f"{where}: {msg}")
+    return "invalid run config:\n  " + "\n  ".join(lines)
+
+
+def parse_config(data: dict) -> RunConfig:
+    """Validate a config dict; raises ConfigError whose text names each bad field or condition."""
+    try:
+        return RunConfig.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(_format_error(err)) from None
+
+
+def load_config(path: str | Path, **overrides: Any) -> RunConfig:
+    """Read a YAML config; `overrides` (e.g. device, dtype, models) replace top-level fields,
+    with `models` merged key by key. Relative paths are taken from the config file's folder."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file {path} does not exist")
+    data = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping at the top level")
+    base = path.resolve().parent
+    for section in ("models", "datasets"):
+        for key, value in (data.get(section) or {}).items():
+            if isinstance(value, str) and value.startswith((".", "/")) or (
+                    isinstance(value, str) and (base / value).exists()):
+                data[section][key] = str((base / value).resolve())
+    for key, value in overrides.items():
+        if value is None:
+            continue
+        if key == "models":
+            data.setdefault("models", {}).update(value)
+        else:
+            data[key] = value
+    return parse_config(data)

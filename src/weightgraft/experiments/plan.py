@@ -1,0 +1,111 @@
+"""From a validated experiment to the concrete work: its conditions (sweeps expanded for the
+model's depth), its examples (a seeded, template-balanced subset when capped) and layer sets."""
+
+from __future__ import annotations
+
+import random
+from collections import defaultdict
+
+from weightgraft.experiments.conditions import Condition, resolve_condition
+from weightgraft.experiments.components import parse_components
+from weightgraft.experiments.config import ExperimentSpec
+from weightgraft.experiments.roles import parse_positions
+
+_BANDS = {"half": 2, "quarter": 4, "eighth": 8}
+_NAMED = {"first_half": ("half", 0), "last_half": ("half", 1), "first_quarter": ("quarter", 0),
+          "second_quarter": ("quarter", 1), "third_quarter": ("quarter", 2),
+          "last_quarter": ("quarter", 3)}
+
+
+def layer_indices(spec, num_layers: int) -> list[int]:
+    """The engine's layer semantics: band k of n is [k*L//n, (k+1)*L//n); negatives from the end."""
+    if spec == "all":
+        return list(range(num_layers))
+    if isinstance(spec, str):
+        kind, k = _NAMED.get(spec, (None, None))
+        if kind is None:
+            kind, _, index = spec.partition("_")
+            k = int(index) - 1
+        n = _BANDS[kind]
+        return list(range(k * num_layers // n, (k + 1) * num_layers // n))
+    items = [spec] if isinstance(spec, int) else list(spec)
+    out = []
+    for i in items:
+        j = i + num_layers if i < 0 else i
+        if not 0 <= j < num_layers:
+            raise ValueError(f"layer {i} is outside a model of {num_layers} layers")
+        out.append(j)
+    return sorted(set(out))
+
+
+def auto_bands(num_layers: int) -> list[str]:
+    """Eighths for deep models, quarters from 4 layers, halves below; never an empty band."""
+    if num_layers >= 16:
+        return [f"eighth_{i}" for i in range(1, 9)]
+    if num_layers >= 4:
+        return [f"quarter_{i}" for i in range(1, 5)]
+    return ["half_1", "half_2"]
+
+
+def experiment_conditions(exp: ExperimentSpec, num_layers: int) -> list[Condition]:
+    """Every condition of an experiment, in the order the report shows them."""
+    conditions = [
+        resolve_condition(item, recipient=exp.recipient, donor=exp.donor,
+                          component_at=exp.component_at, component_layers=exp.component_layers,
+                          component_base=exp.component_base, context=f"experiment {exp.name!r}")
+        for item in exp.conditions
+    ]
+    if exp.sweep is not None:
+        bands = auto_bands(num_layers) if exp.sweep.bands == "auto" else exp.sweep.bands
+        for at in exp.sweep.at:
+            others = [o for o in exp.sweep.at if o != at]
+            for comps in exp.sweep.components:
+                for band in bands:
+                    if not layer_indices(band, num_layers):
+                        raise ValueError(f"layer band {band} is empty for a {num_layers}-layer "
+                                         "model; choose coarser bands in `sweep.bands`")
+                    grafts = [(parse_positions(at), band, parse_components(comps))]
+                    if exp.sweep.others_full and others:
+                        grafts.append((parse_positions("+".join(others)), "all", ["all"]))
+                    extra = f", every weight at {'+'.join(others)}" if exp.sweep.others_full and others else ""
+                    conditions.append(Condition(
+                        name=f"{at} {band} {comps}", recipient=exp.recipient, donor=exp.donor,
+                        method="weights", grafts=grafts,
+                        description=f"{comps} at {at} in layers {band}{extra}",
+                        meta={"sweep_at": at, "band": band, "components": comps}))
+    names = [c.name for c in conditions]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise ValueError(f"experiment {exp.name!r} has repeated condition names {dupes}")
+    return conditions
+
+
+def select_examples(prompts: list, templates: list[str] | None, max_examples: int | None,
+                    seed: int, context: str) -> list:
+    """The prompts an experiment scores: a template filter, then (if capped) a seeded subset
+    taking templates in turn so each stays represented. Order follows the dataset."""
+    if templates is not None:
+        known = sorted({p.template_id for p in prompts})
+        unknown = [t for t in templates if t not in known]
+        if unknown:
+            raise ValueError(f"{context}: unknown template(s) {unknown}; the dataset has {known}")
+        prompts = [p for p in prompts if p.template_id in templates]
+    if not prompts:
+        raise ValueError(f"{context}: no evaluation prompts to score")
+    if max_examples is None or max_examples >= len(prompts):
+        return list(prompts)
+    by_template: dict[str, list[int]] = defaultdict(list)
+    for i, p in enumerate(prompts):
+        by_template[p.template_id].append(i)
+    rng = random.Random(seed)
+    queues = []
+    for template in sorted(by_template):
+        indices = by_template[template][:]
+        rng.shuffle(indices)
+        queues.append(indices)
+    chosen: list[int] = []
+    while len(chosen) < max_examples:
+        for queue in queues:
+            if queue and len(chosen) < max_examples:
+                chosen.append(queue.pop())
+    return [prompts[i] for i in sorted(chosen)]

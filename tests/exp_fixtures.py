@@ -1,0 +1,228 @@
+"""Test helpers for the experiment layer: a tiny word-level world, tiny Llama models saved as HF
+folders, hand-written evaluation prompts with spans, and an independent reference for grafting.
+
+The reference grafter mixes module outputs position by position with forward hooks, one row at a
+time, with no batching, padding or caching: for position-wise modules (linear maps, norms,
+embeddings) "the donor's weights at position t" is exactly "the donor module's output at t".
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from weightgraft.data.schema import CharSpan, EvalPrompt
+
+ACTORS = [("Ada", "Brook"), ("Cyril", "Dane"), ("Edda", "Frost"), ("Gus", "Hale"),
+          ("Ines", "Juno"), ("Kurt", "Lorn"), ("Mira", "Nash"), ("Otto", "Pike")]
+MOVIES = ["Iron Tide", "Blue Hour", "Glass Road", "Red Orbit"]
+TEMPLATES = {
+    "headline": "{a} stars in a movie alongside",
+    "qa": "Q: Who stars in a movie with {a}? A: An actor named",
+    "movie": "In {m}, {a} acts alongside",
+}
+RELATION_WORDS = {"headline": "stars in a movie alongside", "qa": "stars in a movie with",
+                  "movie": "acts alongside"}
+
+
+def make_prompts() -> list[EvalPrompt]:
+    """Three templates x four facts; the `movie` template alone has a movie title."""
+    prompts = []
+    for i in range(4):
+        a, b = " ".join(ACTORS[2 * i]), " ".join(ACTORS[2 * i + 1])
+        movie = MOVIES[i]
+        for tid, template in TEMPLATES.items():
+            text = template.format(a=a, m=movie)
+            spans = {"first_entity": _span(text, a), "relation": _span(text, RELATION_WORDS[tid])}
+            if "{m}" in template:
+                spans["movie_title"] = _span(text, movie)
+            last = text.rsplit(" ", 1)[-1]
+            spans["last_token"] = CharSpan(start=len(text) - len(last), end=len(text))
+            prompts.append(EvalPrompt(id=f"f{i}-{tid}", fact_id=f"f{i}", template_id=tid,
+                                      text=text, target=" " + b, spans=spans))
+    return prompts
+
+
+def _span(text: str, part: str) -> CharSpan:
+    start = text.index(part)
+    return CharSpan(start=start, end=start + len(part))
+
+
+def build_tokenizer():
+    """Word-level tokenizer over the world's words with a BOS token prepended."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    words = set()
+    for p in make_prompts():
+        words |= set(p.text.replace("?", " ? ").replace(":", " : ").replace(",", " , ").split())
+        words |= set(p.target.split())
+    vocab = {"<pad>": 0, "<s>": 1, "<unk>": 2}
+    for w in sorted(words):
+        vocab[w] = len(vocab)
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 1)])
+    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", pad_token="<pad>",
+                                   unk_token="<unk>")
+
+
+def build_models(root: Path, layers: int = 4, seed: int = 0) -> dict[str, str]:
+    """pre, sft, task: one tiny random Llama and two perturbed copies, saved with tokenizer."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tokenizer = build_tokenizer()
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64,
+                         num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
+                         max_position_embeddings=64, tie_word_embeddings=False,
+                         bos_token_id=1, pad_token_id=0, eos_token_id=None)
+    torch.manual_seed(seed)
+    pre = LlamaForCausalLM(config).eval()
+    paths = {}
+    for offset, name in enumerate(["pre", "sft", "task"]):
+        model = LlamaForCausalLM(config).eval()
+        model.load_state_dict(pre.state_dict())
+        if name != "pre":
+            gen = torch.Generator().manual_seed(seed + offset)
+            with torch.no_grad():
+                for param in model.parameters():
+                    param.add_(0.5 * param.std().nan_to_num(0.02) *
+                               torch.randn(param.shape, generator=gen))
+        path = root / name
+        model.save_pretrained(path)
+        tokenizer.save_pretrained(path)
+        paths[name] = str(path)
+    return paths
+
+
+def write_dataset(root: Path) -> str:
+    """A dataset folder: eval prompts as JSONL plus a manifest (the stand-in loader reads it)."""
+    root.mkdir(parents=True, exist_ok=True)
+    with (root / "eval_prompts.jsonl").open("w") as handle:
+        for p in make_prompts():
+            handle.write(p.model_dump_json() + "\n")
+    (root / "manifest.json").write_text(json.dumps({"name": "test-world", "seed": 0}))
+    return str(root)
+
+
+def load_prompts_standin(path) -> list[EvalPrompt]:
+    lines = (Path(path) / "eval_prompts.jsonl").read_text().splitlines()
+    return [EvalPrompt.model_validate_json(line) for line in lines]
+
+
+@dataclass
+class Encoded:
+    input_ids: list[int]
+    positions: dict[str, list[int]]
+    target_ids: list[int]
+
+
+def encode_standin(tokenizer, prompt: EvalPrompt) -> Encoded:
+    """Offset-mapping encoder with the data layer's contract (used until it lands)."""
+    enc = tokenizer(prompt.text, return_offsets_mapping=True, add_special_tokens=True)
+    positions = {}
+    for role, span in prompt.spans.items():
+        positions[role] = [i for i, (s, e) in enumerate(enc["offset_mapping"])
+                           if e > s and s < span.end and e > span.start]
+    target = tokenizer(prompt.target, add_special_tokens=False)["input_ids"]
+    return Encoded(list(enc["input_ids"]), positions, list(target))
+
+
+# ---- reference grafting -------------------------------------------------------------------
+@dataclass
+class RefGraft:
+    positions: object = "all"
+    layers: object = "all"
+    components: object = "all"
+
+
+LLAMA_LAYER = {"q": "self_attn.q_proj", "k": "self_attn.k_proj", "v": "self_attn.v_proj",
+               "o": "self_attn.o_proj", "gate": "mlp.gate_proj", "up": "mlp.up_proj",
+               "down": "mlp.down_proj", "ln1": "input_layernorm", "ln2": "post_attention_layernorm"}
+LLAMA_MODEL = {"embed": "model.embed_tokens", "ln_final": "model.norm", "lm_head": "lm_head"}
+GROUPS = {"attn": ["q", "k", "v", "o"], "mlp": ["gate", "up", "down"], "norms": ["ln1", "ln2"]}
+
+
+def _layer_list(spec, n: int) -> list[int]:
+    from weightgraft.experiments.plan import layer_indices
+
+    return layer_indices(spec, n)
+
+
+class ReferenceGrafter:
+    """Row-by-row Llama grafting through output-mixing hooks (independent of the engine)."""
+
+    def __init__(self, recipient, donor):
+        self.recipient, self.donor = recipient, donor
+        self.num_layers = recipient.config.num_hidden_layers
+        self.components = [*LLAMA_LAYER, *LLAMA_MODEL]
+
+    def _targets(self, graft: RefGraft) -> list[str]:
+        comps = [graft.components] if isinstance(graft.components, str) else list(graft.components)
+        layers = _layer_list(graft.layers, self.num_layers)
+        every_layer = graft.layers == "all"
+        names = []
+        for comp in comps:
+            if comp == "all":
+                per, model_level = list(LLAMA_LAYER), list(LLAMA_MODEL) if every_layer else []
+            elif comp in GROUPS:
+                per = GROUPS[comp]
+                model_level = ["ln_final"] if comp == "norms" and every_layer else []
+            elif comp in LLAMA_MODEL:
+                per, model_level = [], [comp]
+            else:
+                per, model_level = [comp], []
+            names += [f"model.layers.{i}.{LLAMA_LAYER[c]}" for i in layers for c in per]
+            names += [LLAMA_MODEL[c] for c in model_level]
+        return names
+
+    @torch.no_grad()
+    def _row(self, ids: torch.Tensor, grafts) -> torch.Tensor:
+        n = ids.shape[0]
+        chosen: dict[str, torch.Tensor] = {}
+        for graft in grafts or []:
+            pos = graft.positions
+            mask = torch.ones(n, dtype=torch.bool) if pos == "all" else torch.tensor(pos)
+            for name in self._targets(graft):
+                chosen[name] = chosen.get(name, torch.zeros(n, dtype=torch.bool)) | mask
+        donor_modules = dict(self.donor.named_modules())
+        handles = []
+        for name, module in self.recipient.named_modules():
+            if name in chosen:
+                def hook(_m, args, output, name=name):
+                    other = donor_modules[name](*args)
+                    where = chosen[name][None, :, None]
+                    return torch.where(where, other, output)
+                handles.append(module.register_forward_hook(hook))
+        try:
+            return self.recipient(input_ids=ids[None]).logits[0]
+        finally:
+            for h in handles:
+                h.remove()
+
+    def logits(self, input_ids, grafts=None, row_grafts=None, attention_mask=None):
+        rows = []
+        mask = attention_mask if attention_mask is not None else torch.ones_like(input_ids)
+        for r in range(input_ids.shape[0]):
+            real = input_ids[r][mask[r].bool()]  # right padding in the runner
+            g = row_grafts[r] if row_grafts is not None else grafts
+            g = [g] if isinstance(g, RefGraft) else g
+            out = self._row(real, g)
+            full = torch.zeros(input_ids.shape[1], out.shape[-1])
+            full[: out.shape[0]] = out
+            rows.append(full)
+        return torch.stack(rows)
+
+
+def standin_hooks() -> dict:
+    """Runner hooks that need neither the engine nor the data layer."""
+    return {"encode": encode_standin, "load_prompts": load_prompts_standin,
+            "grafter": (ReferenceGrafter, RefGraft)}
+
+
+def base_config(models: dict[str, str], dataset: str, experiments: list) -> dict:
+    return {"name": "test", "seed": 0, "models": models, "datasets": {"relation": dataset},
+            "experiments": experiments, "bootstrap": 200}
