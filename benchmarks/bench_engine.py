@@ -1,0 +1,203 @@
+"""Engine benchmarks, measured in one run on this machine and printed as ratios.
+
+(a) a grafted pass (first entity + last token, all layers, all components) against the
+    recipient's plain forward on the same batch;
+(b) examples x conditions per second against the paper's per-token method (a fresh copy of the
+    recipient per token, donor weights copied in, one token against the KV cache);
+(c) the same for a sweep of 8 last-token component conditions, which share their prompt prefix
+    through the KV cache;
+(d) peak memory of a grafted pass against the two models' weights alone (run in a subprocess).
+
+Usage: python benchmarks/bench_engine.py [--quick] [--out benchmarks/results/engine.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))  # the per-token reference lives with the tests
+
+from engine_reference import GraftSpec, reference_logits  # noqa: E402
+
+from weightgraft import Graft, Grafter  # noqa: E402
+from weightgraft.engine import grafter as grafter_module  # noqa: E402
+
+BATCH, SEQ = 16, 32
+FIRST_ENTITY = [2, 3]  # a two-token first entity, as in "Q: Keanu Reeves ..."
+LT_CONDITIONS = {  # the paper's last-token component conditions, last quarter of layers
+    "ATTN+O+FFN": ["q", "k", "v", "o", "mlp"],
+    "ATTN+O": ["q", "k", "v", "o"],
+    "ATTN+FFN": ["q", "k", "v", "mlp"],
+    "O+FFN": ["o", "mlp"],
+    "O": ["o"],
+    "FFN": ["mlp"],
+    "O+UP": ["o", "up"],
+    "O+DOWN": ["o", "down"],
+}
+
+
+def make_models(shape: str, quick: bool) -> tuple[torch.nn.Module, torch.nn.Module]:
+    layers, hidden, heads = (4, 256, 4) if quick else (12, 768, 12)
+
+    def build(seed: int):
+        torch.manual_seed(seed)
+        if shape == "gpt2":
+            config = GPT2Config(n_layer=layers, n_embd=hidden, n_head=heads, vocab_size=50257, n_positions=1024)
+            return GPT2LMHeadModel(config).eval()
+        config = LlamaConfig(
+            num_hidden_layers=layers, hidden_size=hidden, num_attention_heads=heads,
+            num_key_value_heads=heads // 3 if heads % 3 == 0 else heads, intermediate_size=hidden * 8 // 3,
+            vocab_size=32000, tie_word_embeddings=False,
+        )  # fmt: skip
+        return LlamaForCausalLM(config).eval()
+
+    return build(0), build(1)
+
+
+def median_time(fn, reps: int) -> float:
+    fn()  # warm-up
+    times = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def reference_seconds_per_example(recipient, donor, ids: torch.Tensor, specs: list) -> float:
+    """The per-token method's time for one example under one condition (averaged)."""
+    start = time.perf_counter()
+    for row, spec in zip(ids, specs):
+        reference_logits(recipient, donor, row, spec)
+    return (time.perf_counter() - start) / len(specs)
+
+
+def bench_model(shape: str, quick: bool, reps: int) -> dict:
+    recipient, donor = make_models(shape, quick)
+    grafter = Grafter(recipient, donor)
+    torch.manual_seed(0)
+    ids = torch.randint(100, 30000, (BATCH, SEQ))
+    fe_lt = Graft(FIRST_ENTITY + [-1], "all", "all")
+
+    # (a) one grafted pass against the plain forward, same batch, full logits.
+    with torch.no_grad():
+        plain = median_time(lambda: recipient(input_ids=ids).logits, reps)
+    grafted = median_time(lambda: grafter.logits(ids, grafts=fe_lt), reps)
+
+    # (b) position conditions, one per row, mixed in one batch of 16 distinct examples.
+    complement = [p for p in range(SEQ) if p not in FIRST_ENTITY + [SEQ - 1]]
+    conditions = [Graft(FIRST_ENTITY), Graft(-1), Graft(FIRST_ENTITY + [-1]), Graft(complement)]
+    row_grafts = [conditions[i % len(conditions)] for i in range(BATCH)]
+    mixed = median_time(lambda: grafter.last_logits(ids, row_grafts=row_grafts), reps)
+    ours_rate_b = BATCH / mixed
+    ref_specs = [GraftSpec(FIRST_ENTITY + [-1]), GraftSpec(complement)]
+    ref_seconds = reference_seconds_per_example(recipient, donor, ids[:2], ref_specs)
+    ref_rate = 1 / ref_seconds
+
+    # (c) 8 last-token conditions x 16 prompts = 128 rows; the prompt prefix is shared.
+    sweep_ids = ids.repeat_interleave(len(LT_CONDITIONS), dim=0)
+    sweep_grafts = [Graft("last", "last_quarter", comps) for comps in LT_CONDITIONS.values()] * BATCH
+    sweep = median_time(lambda: grafter.last_logits(sweep_ids, row_grafts=sweep_grafts), max(1, reps // 2))
+    ours_rate_c = len(sweep_grafts) / sweep
+    saved_gain = grafter_module._SHARING_GAIN
+    grafter_module._SHARING_GAIN = 0.0  # the same sweep with prefix sharing switched off
+    try:
+        unshared = median_time(lambda: grafter.last_logits(sweep_ids, row_grafts=sweep_grafts), 1)
+    finally:
+        grafter_module._SHARING_GAIN = saved_gain
+
+    params = sum(p.numel() for p in recipient.parameters())
+    return {
+        "model": f"{shape}-shaped random, {params / 1e6:.0f}M parameters",
+        "plain_forward_s": plain,
+        "grafted_forward_s": grafted,
+        "a_grafted_over_plain": grafted / plain,
+        "b_ours_examples_conditions_per_s": ours_rate_b,
+        "reference_examples_conditions_per_s": ref_rate,
+        "b_speedup_vs_per_token": ours_rate_b / ref_rate,
+        "c_ours_examples_conditions_per_s": ours_rate_c,
+        "c_speedup_vs_per_token": ours_rate_c / ref_rate,
+        "c_prefix_sharing_gain": unshared / sweep,
+    }
+
+
+def memory_child(shape: str, quick: bool) -> None:
+    """Peak resident memory of one grafted pass, relative to the two models' weights."""
+
+    def rss_kib(field: str) -> int:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+        raise RuntimeError(f"{field} not in /proc/self/status")
+
+    baseline = rss_kib("VmRSS")
+    recipient, donor = make_models(shape, quick)
+    gc.collect()
+    weights = sum(p.numel() * p.element_size() for m in (recipient, donor) for p in m.parameters())
+    grafter = Grafter(recipient, donor)
+    torch.manual_seed(0)
+    ids = torch.randint(100, 30000, (BATCH, SEQ))
+    fe_lt = Graft(FIRST_ENTITY + [-1], "all", "all")
+    results = {}
+    for name, run in (("logits", grafter.logits), ("last_logits", grafter.last_logits)):
+        gc.collect()
+        Path("/proc/self/clear_refs").write_text("5")  # reset the peak (VmHWM) to the current RSS
+        run(ids, grafts=fe_lt)
+        results[name] = (rss_kib("VmHWM") - baseline) * 1024 / weights
+    print(json.dumps(results))
+
+
+def bench_memory(shape: str, quick: bool) -> dict:
+    cmd = [sys.executable, __file__, "--memory-child", shape] + (["--quick"] if quick else [])
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1]
+    return {f"d_peak_over_weights_{k}": v for k, v in json.loads(out).items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="small models: a smoke run in seconds")
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "engine.json")
+    parser.add_argument("--memory-child", choices=["gpt2", "llama"], help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.memory_child:
+        memory_child(args.memory_child, args.quick)
+        return
+
+    rows = {}
+    for shape in ("gpt2", "llama"):
+        print(f"benchmarking {shape}-shaped model ...", flush=True)
+        rows[shape] = bench_model(shape, args.quick, args.reps) | bench_memory(shape, args.quick)
+
+    targets = [
+        ("a_grafted_over_plain", "(a) grafted pass / plain forward", "<= 1.3"),
+        ("b_speedup_vs_per_token", "(b) examples x conditions/s vs per-token", ">= 40"),
+        ("c_speedup_vs_per_token", "(c) 8 LT conditions vs per-token", ">= 100"),
+        ("c_prefix_sharing_gain", "    (c) gain from prefix sharing", ""),
+        ("d_peak_over_weights_logits", "(d) peak memory / weights, full logits", "<= 1.15"),
+        ("d_peak_over_weights_last_logits", "    (d) peak memory / weights, last logits", ""),
+    ]
+    print(f"\nbatch {BATCH} x {SEQ} tokens, torch {torch.__version__}, {torch.get_num_threads()} threads, CPU")
+    print(f"{'measure':46s} {'gpt2':>9s} {'llama':>9s}  target")
+    for key, label, target in targets:
+        print(f"{label:46s} {rows['gpt2'][key]:9.2f} {rows['llama'][key]:9.2f}  {target}")
+    for shape, row in rows.items():
+        print(f"{shape}: {row['model']}")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"batch": BATCH, "seq": SEQ, "quick": args.quick, "results": rows}, indent=2))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
