@@ -6,6 +6,7 @@ import functools
 import random
 import zlib
 
+import pytest
 import torch
 
 from engine_reference import GROUPS, MODEL_LEVEL, GraftSpec, component_table, reference_logits
@@ -13,6 +14,15 @@ from engine_tiny_models import make_pair, num_layers
 
 ATOL = 1e-4
 PAD = 0
+
+
+@pytest.fixture(autouse=True, scope="module")
+def single_thread():
+    """Tiny models run faster on one thread (the CI machine has 2 shared cores); restored after."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 @functools.lru_cache(maxsize=None)

@@ -356,6 +356,16 @@ def reference_logits(recipient, donor, ids, specs) -> torch.Tensor:
 
 
 @torch.no_grad()
+def static_graft_logits(recipient, donor, ids, grafted: set) -> torch.Tensor:
+    """Logits [n, vocab] when the same (component, layer) set is grafted at every token: then the
+    per-token reference reduces to one patched copy run over the whole row (a shortcut the
+    reference self-tests confirm)."""
+    model = untied_copy(recipient)
+    graft_into(model, donor, grafted)
+    return model(input_ids=torch.as_tensor(ids).view(1, -1)).logits[0]
+
+
+@torch.no_grad()
 def reference_generate(recipient, donor, ids, specs, max_new_tokens: int, generated: str = "none"):
     """Greedy continuation (list of new token ids) of one unpadded row, token by token.
 

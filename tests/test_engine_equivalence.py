@@ -8,9 +8,10 @@ import pytest
 import torch
 
 from engine_helpers import (ATOL, grafter_for, max_diff, pad_batch, pair, random_prompt,
-                            random_specs, real_slice, reference_rows, stable_seed, to_grafts)
+                            random_specs, real_slice, reference_rows, single_thread, stable_seed,
+                            to_grafts)
 from engine_reference import (GROUPS, MODEL_LEVEL, GraftSpec, leaf_components, parameter_slices,
-                              reference_logits, untied_copy)
+                              reference_logits, resolve_row, static_graft_logits, untied_copy)
 from engine_tiny_models import ARCHS, num_layers
 
 SEEDS = [0, 1]
@@ -118,7 +119,7 @@ def test_components_cover_every_parameter_exactly_once(arch):
     for component in leaves:
         spec = GraftSpec("all", "all", component)
         got = grafter.logits(ids, grafts=to_grafts(spec))[0]
-        want = reference_logits(recipient, donor, ids[0], spec)
+        want = static_graft_logits(recipient, donor, row, resolve_row(spec, len(row), recipient.config)[0])
         assert max_diff(got, want) < ATOL, f"{arch}: component {component}: {max_diff(got, want):.3g}"
         assert max_diff(want, plain) > 1e-3, f"{arch}: grafting {component} changes nothing?"
     union = grafter.logits(ids, grafts=[to_grafts(GraftSpec("all", "all", c)) for c in leaves])[0]
@@ -156,3 +157,18 @@ def test_fused_parts_alone_match_reference(arch):
         got = grafter.logits(ids, grafts=to_grafts(spec))[0]
         want = reference_logits(recipient, donor, ids[0], spec)
         assert max_diff(got, want) < ATOL, f"{arch}: only {part}: {max_diff(got, want):.3g}"
+
+
+@pytest.mark.parametrize("arch", ["qwen3", "olmo2", "gemma3_text"])
+@pytest.mark.parametrize("component", ["q_norm", "k_norm"])
+def test_qk_norm_at_one_position_matches_reference(arch, component):
+    """q/k norms act on [.., heads, head_dim] tensors (Gemma3 after the head transpose): grafting
+    them at one token must change that token only, as the reference does."""
+    recipient, donor = pair(arch)
+    grafter = grafter_for(arch)
+    row = random_prompt(random.Random(4), 7)
+    spec = GraftSpec(5, "all", component)
+    got = grafter.logits(torch.tensor([row]), grafts=to_grafts(spec))[0]
+    want = reference_logits(recipient, donor, torch.tensor(row), spec)
+    per_position = (got - want).abs().amax(-1)
+    assert per_position.max() < ATOL, f"{arch} {component} at position 5: per-position diff {per_position.tolist()}"
