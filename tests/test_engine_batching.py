@@ -1,0 +1,102 @@
+"""Padding, per-row grafts, last_logits and prefix sharing: a batch equals its rows run alone."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from engine_helpers import (ATOL, grafter_for, max_diff, pad_batch, pair, random_prompt,
+                            random_specs, real_slice, single_thread, stable_seed, to_grafts)
+from engine_reference import GraftSpec, reference_logits
+from engine_tiny_models import ARCHS
+
+assert single_thread  # autouse fixture, imported for its effect
+
+
+def _rows_and_specs(arch, seed):
+    recipient, _ = pair(arch)
+    rng = random.Random(stable_seed("batch", arch, seed))
+    lengths = [7, 3, 5, 6]
+    rows = [random_prompt(rng, n) for n in lengths]
+    specs = [random_specs(rng, recipient.config, n) for n in lengths]
+    specs[1] = GraftSpec(-1, "all", "all")  # at least one row grafted everywhere at its end
+    return rows, specs
+
+
+@pytest.mark.parametrize("side", ["left", "right"])
+@pytest.mark.parametrize("arch", ARCHS)
+def test_padded_batch_with_row_grafts_equals_rows_alone(arch, side):
+    grafter = grafter_for(arch)
+    rows, specs = _rows_and_specs(arch, 0)
+    ids, mask = pad_batch(rows, side)
+    batch = grafter.logits(ids, row_grafts=[to_grafts(s) for s in specs], attention_mask=mask)
+    last = grafter.last_logits(ids, row_grafts=[to_grafts(s) for s in specs], attention_mask=mask)
+    assert batch.shape == (len(rows), ids.shape[1], pair(arch)[0].config.vocab_size)
+    assert last.shape == (len(rows), batch.shape[-1])
+    for b, (row, spec) in enumerate(zip(rows, specs)):
+        alone = grafter.logits(torch.tensor([row]), grafts=to_grafts(spec))[0]
+        diff = max_diff(batch[b, real_slice(mask[b])], alone)
+        assert diff < ATOL, f"{arch} {side}-padded row {b} ({spec}): max abs diff {diff:.3g}"
+        diff = max_diff(last[b], alone[-1])
+        assert diff < ATOL, f"{arch} {side}-padded last_logits row {b} ({spec}): {diff:.3g}"
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "gpt_neox", "gemma3_text", "phi3"])
+def test_padded_rows_equal_reference(arch):
+    """The padded batch against the per-token reference directly (not only the engine alone)."""
+    recipient, donor = pair(arch)
+    grafter = grafter_for(arch)
+    rows, specs = _rows_and_specs(arch, 1)
+    for side in ["left", "right"]:
+        ids, mask = pad_batch(rows, side)
+        batch = grafter.logits(ids, row_grafts=[to_grafts(s) for s in specs], attention_mask=mask)
+        for b, (row, spec) in enumerate(zip(rows, specs)):
+            want = reference_logits(recipient, donor, torch.tensor(row), spec)
+            diff = max_diff(batch[b, real_slice(mask[b])], want)
+            assert diff < ATOL, f"{arch} {side} row {b} ({spec}): max abs diff {diff:.3g}"
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "llama", "gemma2", "phi3", "gpt_neox"])
+def test_prefix_sharing_sweep_of_last_token_conditions(arch):
+    """Many rows with one prompt and conditions that differ only at the last token (the paper's
+    sweep) give the same logits as each condition run alone, and as the reference."""
+    recipient, donor = pair(arch)
+    grafter = grafter_for(arch)
+    prompt = random_prompt(random.Random(stable_seed("prefix", arch)), 8)
+    shared = GraftSpec(slice(0, 3), "all", "mlp" if arch != "gpt2" else "up")
+    components = ["all", "attn", "mlp", "o", "k", "ln_final", "lm_head", "embed", "norms"]
+    conditions = [None] + [[shared, GraftSpec("last", "all", c)] for c in components] + [[shared]]
+    ids = torch.tensor([prompt] * len(conditions))
+    rg = [to_grafts(c) for c in conditions]
+    full = grafter.logits(ids, row_grafts=rg)
+    last = grafter.last_logits(ids, row_grafts=rg)
+    for b, condition in enumerate(conditions):
+        alone = grafter.logits(torch.tensor([prompt]), grafts=to_grafts(condition))[0]
+        assert max_diff(full[b], alone) < ATOL, f"{arch} condition {condition}"
+        assert max_diff(last[b], alone[-1]) < ATOL, f"{arch} condition {condition} (last_logits)"
+    for b in [0, 1, 4, 6, len(conditions) - 1]:
+        want = reference_logits(recipient, donor, torch.tensor(prompt), conditions[b])
+        assert max_diff(full[b], want) < ATOL, f"{arch} condition {conditions[b]} vs reference"
+    # the conditions really differ from each other at the last token
+    assert max_diff(last[1], last[2]) > 1e-3
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "llama"])
+def test_prefix_sharing_with_padding_and_mixed_prompts(arch):
+    """Two prompts, each under several last-token conditions, interleaved and left-padded."""
+    grafter = grafter_for(arch)
+    rng = random.Random(stable_seed("mixed", arch))
+    prompts = [random_prompt(rng, 6), random_prompt(rng, 4)]
+    conds = [GraftSpec("last", "all", "o"), GraftSpec("last", "last_half", "mlp"), None]
+    rows, row_specs = [], []
+    for c in conds:
+        for p in prompts:
+            rows.append(p)
+            row_specs.append(c)
+    ids, mask = pad_batch(rows, "left")
+    out = grafter.last_logits(ids, row_grafts=[to_grafts(s) for s in row_specs], attention_mask=mask)
+    for b, (row, spec) in enumerate(zip(rows, row_specs)):
+        alone = grafter.logits(torch.tensor([row]), grafts=to_grafts(spec))[0, -1]
+        assert max_diff(out[b], alone) < ATOL, f"{arch} row {b} {spec}"
