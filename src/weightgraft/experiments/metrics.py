@@ -27,21 +27,29 @@ def score_rows(logits: torch.Tensor, prompt_lens: list[int], targets: list[list[
     first token (ties count in the target's favour); prob: its softmax probability;
     target_logprob: sum of log-probabilities of all target tokens; exact_match: greedy decoding
     yields exactly the target tokens."""
-    out = []
-    for row, (n, target) in enumerate(zip(prompt_lens, targets)):
-        steps = logits[row, n - 1 : n - 1 + len(target)].float()
-        target_t = torch.tensor(target, device=steps.device)
-        logp = torch.log_softmax(steps, dim=-1)
-        first = steps[0]
-        rank = int((first > first[target_t[0]]).sum().item()) + 1
-        out.append({
-            "rank": rank,
-            "prob": float(logp[0, target_t[0]].exp().item()),
-            "target_logprob": float(logp.gather(1, target_t[:, None]).sum().item()),
-            "exact_match": bool((steps.argmax(-1) == target_t).all().item()),
-            "predicted_id": int(first.argmax().item()),
-        })
-    return out
+    # Gather every scored step of every row into one [steps, vocab] block: a few large tensor
+    # operations instead of several small ones per row.
+    device = logits.device
+    row_of = [r for r, t in enumerate(targets) for _ in t]
+    pos_of = [prompt_lens[r] - 1 + j for r, t in enumerate(targets) for j in range(len(t))]
+    tokens = torch.tensor([tok for t in targets for tok in t], device=device)
+    steps = logits[torch.tensor(row_of, device=device), torch.tensor(pos_of, device=device)].float()
+    logp = torch.log_softmax(steps, dim=-1)
+    token_logp = logp.gather(1, tokens[:, None])[:, 0]
+    correct = steps.argmax(-1) == tokens
+    firsts = torch.tensor([0] + [len(t) for t in targets[:-1]], device=device).cumsum(0)
+    first_logits = steps[firsts]
+    first_target = first_logits.gather(1, tokens[firsts][:, None])
+    ranks = (first_logits > first_target).sum(-1) + 1
+    rows = torch.tensor(row_of, device=device)
+    total_logp = torch.zeros(len(targets), device=device).index_add_(0, rows, token_logp)
+    wrong = torch.zeros(len(targets), device=device).index_add_(0, rows, (~correct).float())
+    ranks, probs = ranks.tolist(), token_logp[firsts].exp().tolist()
+    total_logp, wrong = total_logp.tolist(), wrong.tolist()
+    predicted = first_logits.argmax(-1).tolist()
+    return [{"rank": int(ranks[i]), "prob": float(probs[i]), "target_logprob": float(total_logp[i]),
+             "exact_match": wrong[i] == 0, "predicted_id": int(predicted[i])}
+            for i in range(len(targets))]
 
 
 def example_metric(rows: dict[str, np.ndarray], metric: str) -> np.ndarray:

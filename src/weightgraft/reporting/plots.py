@@ -1,0 +1,128 @@
+"""Plots of a run, as PNG and SVG: bar charts in the conditions' order (the paper's), paired bars
+for weight grafting vs activation patching, heatmaps for layer sweeps. Values are over all
+templates (`ALL`), error bars are the bootstrap 95% intervals."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from weightgraft.reporting.atomic import write_atomic  # noqa: E402
+
+ALL = "ALL"
+
+
+def _lookup(summary: list[dict], experiment: str) -> dict[tuple[str, str], dict]:
+    return {(r["condition"], r["metric"]): r for r in summary
+            if r["experiment"] == experiment and r["template"] == ALL}
+
+
+def _save(fig, stem: Path) -> list[Path]:
+    paths = []
+    for ext in ("png", "svg"):
+        path = stem.with_suffix(f".{ext}")
+        write_atomic(path, lambda tmp, ext=ext: fig.savefig(tmp, format=ext, dpi=110,
+                                                             bbox_inches="tight"))
+        paths.append(path)
+    plt.close(fig)
+    return paths
+
+
+def _bar(ax, x, row, width, label, color=None):
+    if row is None or row["value"] is None:
+        ax.text(x, 0.02, "n/a", ha="center", va="bottom", fontsize=7, rotation=90)
+        return
+    err = [[row["value"] - row["ci_low"]], [row["ci_high"] - row["value"]]]
+    ax.bar(x, row["value"], width, yerr=err, capsize=2, label=label, color=color)
+
+
+def bar_chart(summary: list[dict], state: dict, stem: Path) -> list[Path]:
+    """Grouped bars: one group per condition, one bar per headline metric."""
+    table = _lookup(summary, state["name"])
+    names = [c["name"] for c in state["conditions"] if not c["meta"]]
+    metrics = state["headline"]
+    width = 0.8 / len(metrics)
+    fig, ax = plt.subplots(figsize=(max(6, 0.55 * len(names) + 2), 3.8))
+    for m, metric in enumerate(metrics):
+        for i, name in enumerate(names):
+            _bar(ax, i + (m - (len(metrics) - 1) / 2) * width, table.get((name, metric)), width,
+                 metric if i == 0 else None, f"C{m}")
+    ax.set_xticks(range(len(names)), names, rotation=45, ha="right", fontsize=8)
+    ax.set_ylim(0, 1.05)
+    ax.set_ylabel("accuracy")
+    ax.set_title(state["title"], fontsize=10)
+    ax.legend(fontsize=8)
+    ax.grid(axis="y", alpha=0.3)
+    return _save(fig, stem)
+
+
+def paired_chart(summary: list[dict], state: dict, stem: Path) -> list[Path]:
+    """Weight grafting vs activation patching at the same positions and layers."""
+    table = _lookup(summary, state["name"])
+    metric = state["headline"][0]
+    pairs = []
+    for cond in state["conditions"]:
+        if cond["name"].startswith("graft "):
+            pairs.append(cond["name"].removeprefix("graft "))
+    fig, ax = plt.subplots(figsize=(max(6, 0.7 * len(pairs) + 2), 3.8))
+    for i, where in enumerate(pairs):
+        _bar(ax, i - 0.2, table.get((f"graft {where}", metric)), 0.4,
+             "weight grafting" if i == 0 else None, "C0")
+        _bar(ax, i + 0.2, table.get((f"patch {where}", metric)), 0.4,
+             "activation patching" if i == 0 else None, "C1")
+    for name, style in (("PRE", ":"), ("SFT", "--")):
+        row = table.get((name, metric))
+        if row and row["value"] is not None:
+            ax.axhline(row["value"], linestyle=style, color="gray", linewidth=1)
+            ax.text(len(pairs) - 0.5, row["value"], f" {name}", va="center", fontsize=8)
+    ax.set_xticks(range(len(pairs)), pairs, rotation=45, ha="right", fontsize=8)
+    ax.set_ylim(0, 1.05)
+    ax.set_ylabel(metric)
+    ax.set_title(state["title"], fontsize=10)
+    ax.legend(fontsize=8)
+    ax.grid(axis="y", alpha=0.3)
+    return _save(fig, stem)
+
+
+def heatmaps(summary: list[dict], state: dict, stem: Path) -> list[Path]:
+    """One heatmap per swept position: component sets (rows) x layer bands (columns)."""
+    table = _lookup(summary, state["name"])
+    metric = state["headline"][0]
+    sweep = [c for c in state["conditions"] if c["meta"].get("sweep_at")]
+    positions = list(dict.fromkeys(c["meta"]["sweep_at"] for c in sweep))
+    fig, axes = plt.subplots(1, len(positions), figsize=(4.2 * len(positions), 3.4), squeeze=False)
+    for ax, at in zip(axes[0], positions):
+        cells = [c for c in sweep if c["meta"]["sweep_at"] == at]
+        comps = list(dict.fromkeys(c["meta"]["components"] for c in cells))
+        bands = list(dict.fromkeys(c["meta"]["band"] for c in cells))
+        grid = [[float("nan")] * len(bands) for _ in comps]
+        for c in cells:
+            row = table.get((c["name"], metric))
+            if row and row["value"] is not None:
+                grid[comps.index(c["meta"]["components"])][bands.index(c["meta"]["band"])] = row["value"]
+        image = ax.imshow(grid, vmin=0, vmax=1, cmap="viridis", aspect="auto")
+        for i in range(len(comps)):
+            for j in range(len(bands)):
+                value = grid[i][j]
+                ax.text(j, i, "n/a" if value != value else f"{value:.2f}", ha="center",
+                        va="center", fontsize=8, color="white" if value < 0.6 else "black")
+        ax.set_xticks(range(len(bands)), bands, rotation=30, ha="right", fontsize=8)
+        ax.set_yticks(range(len(comps)), comps, fontsize=8)
+        ax.set_title(f"{metric}: band grafted at {at}", fontsize=9)
+    fig.colorbar(image, ax=axes[0].tolist(), shrink=0.8)
+    fig.suptitle(state["title"], fontsize=10)
+    return _save(fig, stem)
+
+
+def plot_experiment(summary: list[dict], state: dict, folder: Path) -> list[Path]:
+    stem = folder / state["name"]
+    if state["plot"] == "paired":
+        return paired_chart(summary, state, stem)
+    paths = bar_chart(summary, state, stem)
+    if any(c["meta"].get("sweep_at") for c in state["conditions"]):
+        paths += heatmaps(summary, state, folder / f"{state['name']}_heatmap")
+    return paths
