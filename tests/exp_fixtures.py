@@ -99,9 +99,9 @@ def build_models(root: Path, layers: int = 4, seed: int = 0) -> dict[str, str]:
 
 
 def write_dataset(root: Path) -> str:
-    """A dataset folder: eval prompts as JSONL plus a manifest (the stand-in loader reads it)."""
+    """A dataset folder in the data layer's layout: eval.jsonl plus a manifest."""
     root.mkdir(parents=True, exist_ok=True)
-    with (root / "eval_prompts.jsonl").open("w") as handle:
+    with (root / "eval.jsonl").open("w") as handle:
         for p in make_prompts():
             handle.write(p.model_dump_json() + "\n")
     (root / "manifest.json").write_text(json.dumps({"name": "test-world", "seed": 0}))
@@ -109,7 +109,7 @@ def write_dataset(root: Path) -> str:
 
 
 def load_prompts_standin(path) -> list[EvalPrompt]:
-    lines = (Path(path) / "eval_prompts.jsonl").read_text().splitlines()
+    lines = (Path(path) / "eval.jsonl").read_text().splitlines()
     return [EvalPrompt.model_validate_json(line) for line in lines]
 
 

@@ -276,7 +276,7 @@ class Runner:
                   for items in groups.values()
                   for i in range(0, len(items), self.config.conditions_per_chunk)]
         total = sum(len(chunk) for chunk in chunks) * len(examples)
-        with tqdm(total=total, desc=exp.name, unit="row", disable=not self.progress,
+        with tqdm(total=total, desc=exp.name, unit="row", disable=not self.progress or total == 0,
                   leave=False) as bar:
             for chunk in chunks:
                 records = self.compute_chunk(exp, [c for c, _ in chunk], examples, tokenizer, bar)

@@ -94,7 +94,7 @@ def heatmaps(summary: list[dict], state: dict, stem: Path) -> list[Path]:
     metric = state["headline"][0]
     sweep = [c for c in state["conditions"] if c["meta"].get("sweep_at")]
     positions = list(dict.fromkeys(c["meta"]["sweep_at"] for c in sweep))
-    fig, axes = plt.subplots(1, len(positions), figsize=(4.2 * len(positions), 3.4), squeeze=False)
+    fig, axes = plt.subplots(1, len(positions), figsize=(1.5 + 3.6 * len(positions), 3.4), squeeze=False)
     for ax, at in zip(axes[0], positions):
         cells = [c for c in sweep if c["meta"]["sweep_at"] == at]
         comps = list(dict.fromkeys(c["meta"]["components"] for c in cells))
@@ -111,7 +111,8 @@ def heatmaps(summary: list[dict], state: dict, stem: Path) -> list[Path]:
                 ax.text(j, i, "n/a" if value != value else f"{value:.2f}", ha="center",
                         va="center", fontsize=8, color="white" if value < 0.6 else "black")
         ax.set_xticks(range(len(bands)), bands, rotation=30, ha="right", fontsize=8)
-        ax.set_yticks(range(len(comps)), comps, fontsize=8)
+        ax.set_yticks(range(len(comps)), comps if ax is axes[0][0] else [""] * len(comps),
+                      fontsize=8)
         ax.set_title(f"{metric}: band grafted at {at}", fontsize=9)
     fig.colorbar(image, ax=axes[0].tolist(), shrink=0.8)
     fig.suptitle(state["title"], fontsize=10)

@@ -1,0 +1,202 @@
+"""The runner against independent computations, resuming, and not-applicable bookkeeping.
+
+Everything goes through the real engine and data layer; the expected numbers come from plain
+Hugging Face forward passes (and `generate`), the row-by-row reference grafter of exp_fixtures,
+and a one-example-at-a-time activation patch written here.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+
+import pyarrow.parquet as pq
+import pytest
+import torch
+from exp_fixtures import RefGraft, ReferenceGrafter, base_config, build_models, write_dataset
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from weightgraft.data.encode import encode_prompt
+from weightgraft.data.io import load_eval_prompts
+from weightgraft.experiments.config import parse_config
+from weightgraft.experiments.runner import run_experiments, slug
+
+PATCH = {"name": "patch LT+FE late", "method": "activations",
+         "grafts": [{"positions": "FE+LT", "layers": "last_half", "components": "BLOCKS"}]}
+CUSTOM = {"name": "direct", "dataset": "relation", "recipient": "pre", "donor": "sft",
+          "conditions": ["PRE", "SFT", "FE+LT", "M", PATCH]}
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    root = tmp_path_factory.mktemp("world")
+    return build_models(root / "models"), write_dataset(root / "data")
+
+
+@pytest.fixture(scope="module")
+def direct_run(world, tmp_path_factory):
+    models, data = world
+    out = tmp_path_factory.mktemp("run")
+    cfg = parse_config(base_config(models, data, [CUSTOM]))
+    result = run_experiments(cfg, out, progress=False, report=False)
+    return out, result
+
+
+def _rows(out, exp, cond):
+    return pq.read_table(out / "examples" / exp / f"{slug(cond)}.parquet").to_pylist()
+
+
+def _scores(logits, n, target):
+    """rank/prob/logprob from logits of prompt+target[:-1], computed the plain way."""
+    logp = torch.log_softmax(logits.float(), -1)
+    first = logits[n - 1]
+    rank = 1 + sum(1 for v in first.tolist() if v > first[target[0]].item())
+    total = sum(logp[n - 1 + j, t].item() for j, t in enumerate(target))
+    return rank, logp[n - 1, target[0]].exp().item(), total
+
+
+def _patched(recipient, donor, ids, positions, layers):
+    """One example: donor block outputs copied into the recipient's run at positions/layers."""
+    saved = {}
+    hooks = [donor.model.layers[i].register_forward_hook(
+        lambda m, a, o, i=i: saved.__setitem__(i, (o if torch.is_tensor(o) else o[0]).clone()))
+        for i in layers]
+    donor(ids[None])
+    for h in hooks:
+        h.remove()
+
+    def patch(i):
+        def hook(m, a, o):
+            h = (o if torch.is_tensor(o) else o[0]).clone()
+            h[:, positions] = saved[i][:, positions]
+            return h if torch.is_tensor(o) else (h, *o[1:])
+        return hook
+
+    hooks = [recipient.model.layers[i].register_forward_hook(patch(i)) for i in layers]
+    try:
+        return recipient(ids[None]).logits[0]
+    finally:
+        for h in hooks:
+            h.remove()
+
+
+@torch.no_grad()
+def test_metrics_equal_direct_computation(world, direct_run):
+    models, data = world
+    out, _ = direct_run
+    tok = AutoTokenizer.from_pretrained(models["pre"])
+    pre = AutoModelForCausalLM.from_pretrained(models["pre"]).eval()
+    sft = AutoModelForCausalLM.from_pretrained(models["sft"]).eval()
+    ref = ReferenceGrafter(pre, sft)
+    prompts = {p.id: p for p in load_eval_prompts(data)}
+    checked = 0
+    for cond in ["PRE", "SFT", "FE+LT", PATCH["name"]]:
+        for row in _rows(out, "direct", cond):
+            enc = encode_prompt(tok, prompts[row["example_id"]])
+            n, target = len(enc.input_ids), enc.target_ids
+            ids = torch.tensor(enc.input_ids + target[:-1])
+            if cond == "PRE":
+                logits = pre(ids[None]).logits[0]
+                greedy = pre.generate(ids[None, :n], max_new_tokens=len(target), do_sample=False,
+                                      pad_token_id=0)[0, n:].tolist()
+                assert row["exact_match"] == (greedy == target)
+            elif cond == "SFT":
+                logits = sft(ids[None]).logits[0]
+                greedy = sft.generate(ids[None, :n], max_new_tokens=len(target), do_sample=False,
+                                      pad_token_id=0)[0, n:].tolist()
+                assert row["exact_match"] == (greedy == target)
+            elif cond == "FE+LT":
+                sel = set(enc.positions["first_entity"]) | {n - 1}
+                mask = [i in sel or i >= n for i in range(len(ids))]
+                logits = ref.logits(ids[None], row_grafts=[[RefGraft(mask, "all", "all")]])[0]
+                assert row["exact_match"] == all(
+                    logits[n - 1 + j].argmax().item() == t for j, t in enumerate(target))
+            else:
+                sel = sorted(set(enc.positions["first_entity"]) | set(range(n - 1, len(ids))))
+                logits = _patched(pre, sft, ids, sel, [2, 3])
+            rank, prob, total = _scores(logits, n, target)
+            assert row["applicable"] and row["rank"] == rank, (cond, row["example_id"])
+            assert row["prob"] == pytest.approx(prob, rel=1e-4, abs=1e-6)
+            assert row["target_logprob"] == pytest.approx(total, rel=1e-4, abs=1e-5)
+            checked += 1
+    assert checked == 4 * len(prompts)
+    # the summary's top-5 is the mean of the per-example indicator, computed independently
+    with open(out / "summary.csv") as handle:
+        summary = list(csv.DictReader(handle))
+    ranks = [r["rank"] for r in _rows(out, "direct", "SFT")]
+    top5 = next(r for r in summary if (r["condition"], r["template"], r["metric"]) ==
+                ("SFT", "ALL", "top5"))
+    assert float(top5["value"]) == pytest.approx(sum(r <= 5 for r in ranks) / len(ranks), abs=1e-6)
+    assert int(top5["n"]) == len(ranks)
+    assert float(top5["ci_low"]) <= float(top5["value"]) <= float(top5["ci_high"])
+
+
+def test_not_applicable_is_reported_never_dropped(direct_run, world):
+    out, _ = direct_run
+    rows = _rows(out, "direct", "M")
+    assert len(rows) == len(load_eval_prompts(world[1]))
+    na = [r for r in rows if not r["applicable"]]
+    assert {r["template"] for r in na} == {"headline", "qa"}
+    assert all(r["rank"] is None and "M" in r["note"] for r in na)
+    with open(out / "summary.csv") as handle:
+        summary = [r for r in csv.DictReader(handle) if r["condition"] == "M" and r["metric"] == "top1"]
+    by_template = {r["template"]: r for r in summary}
+    assert by_template["headline"]["n"] == "0" and by_template["headline"]["value"] == ""
+    assert by_template["movie"]["n"] == "4" and by_template["ALL"]["n"] == "4"
+
+
+class Interrupt(Exception):
+    pass
+
+
+def test_interrupted_run_resumes_to_the_same_summary(world, tmp_path):
+    models, data = world
+    experiments = [{"preset": "position_grafting"},
+                   {"name": "patching", "dataset": "relation", "recipient": "pre",
+                    "donor": "sft", "conditions": ["PRE", PATCH]}]
+    cfg = parse_config({**base_config(models, data, experiments), "conditions_per_chunk": 3})
+    whole = tmp_path / "whole"
+    run_experiments(cfg, whole, progress=False, report=False)
+
+    resumed = tmp_path / "resumed"
+    seen = []
+
+    def stop_after_five(name):
+        seen.append(name)
+        if len(seen) == 5:
+            raise Interrupt
+
+    with pytest.raises(Interrupt):
+        run_experiments(cfg, resumed, progress=False, report=False, after_condition=stop_after_five)
+    assert not (resumed / "summary.csv").exists()
+    second = run_experiments(cfg, resumed, progress=False, report=False)
+    assert len(second.reused) == 5 and set(second.reused) == set(seen)
+    assert len(second.computed) == 12 + 2 - 5
+    assert (resumed / "summary.csv").read_text() == (whole / "summary.csv").read_text()
+    assert not list(resumed.rglob("*.tmp"))
+    third = run_experiments(cfg, resumed, progress=False, report=False)
+    assert third.computed == [] and len(third.reused) == 14
+
+
+def test_changed_condition_is_recomputed(world, tmp_path):
+    models, data = world
+    exp = {"name": "e", "dataset": "relation", "recipient": "pre", "donor": "sft",
+           "conditions": ["PRE", {"name": "x", "grafts": [{"positions": "LT"}]}]}
+    run_experiments(parse_config(base_config(models, data, [exp])), tmp_path, progress=False,
+                    report=False)
+    exp["conditions"][1]["grafts"][0]["positions"] = "FE"
+    again = run_experiments(parse_config(base_config(models, data, [exp])), tmp_path,
+                            progress=False, report=False)
+    assert again.computed == ["e/x"] and again.reused == ["e/PRE"]
+
+
+def test_bootstrap_interval_is_deterministic_and_sane():
+    import numpy as np
+
+    from weightgraft.experiments.metrics import bootstrap_ci
+
+    values = np.array([1.0] * 30 + [0.0] * 70)
+    a = bootstrap_ci(values, "top1", 1000, "k", 0)
+    assert a == bootstrap_ci(values, "top1", 1000, "k", 0)
+    assert a[0] == pytest.approx(0.3) and 0.19 < a[1] < 0.3 < a[2] < 0.41
+    assert all(math.isnan(v) for v in bootstrap_ci(np.array([]), "top1", 10, "k", 0))
