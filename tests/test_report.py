@@ -1,0 +1,99 @@
+"""`weightgraft run` end to end on tiny models: report files, plots, provenance; verdict rules."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+from exp_fixtures import build_models, write_dataset
+from typer.testing import CliRunner
+
+from weightgraft.cli import _register_all, app
+from weightgraft.experiments.models import fingerprint_model
+from weightgraft.experiments.verdict import check_pattern
+
+
+@pytest.fixture(scope="module")
+def cli_run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("cli")
+    models = build_models(root / "models", layers=4)
+    write_dataset(root / "data")
+    config = {
+        "name": "cli-test", "seed": 1, "bootstrap": 100,
+        "models": {k: f"models/{k}" for k in models} | {"freetext": "models/sft"},
+        "datasets": {"relation": "data"},
+        "experiments": [{"preset": p, "max_examples": 6} for p in
+                        ("position_grafting", "component_grafting", "layer_sweeps",
+                         "activation_patching")],
+    }
+    (root / "run.yaml").write_text(yaml.safe_dump(config))
+    _register_all()
+    result = CliRunner().invoke(app, ["run", str(root / "run.yaml"), "--out", str(root / "out"),
+                                      "--no-progress"])
+    assert result.exit_code == 0, result.output
+    return root, result.output
+
+
+def test_run_writes_report_plots_and_provenance(cli_run):
+    root, output = cli_run
+    out = root / "out"
+    assert "report.md" in output and "FE+LT vs SFT" in output
+    md = (out / "report.md").read_text()
+    assert "## Does the paper's pattern appear?" in md
+    assert "| condition | n | top1 | top5 |" in md
+    for title in ("Position grafting", "Component grafting", "Hybrid", "Layer sweeps",
+                  "Activation patching"):
+        assert title in md
+    html = (out / "report.html").read_text()
+    assert html.count("<table>") >= 10 and "<img" in html
+    for stem in ("position_grafting", "components_pre_sft", "components_hybrid",
+                 "layer_sweeps_heatmap", "activation_patching"):
+        for ext in ("png", "svg"):
+            assert (out / "plots" / f"{stem}.{ext}").stat().st_size > 1000
+    run = json.loads((out / "run.json").read_text())
+    sha = fingerprint_model(str(root / "models" / "sft"))
+    assert run["models"]["sft"]["sha256"] == sha and sha[:16] in md
+    assert run["seed"] == 1 and "torch" in run["versions"]
+    assert run["datasets"]["relation"]["manifest"] == {"name": "test-world", "seed": 0}
+    header = (out / "summary.csv").read_text().splitlines()[0]
+    assert header == "experiment,condition,template,metric,value,ci_low,ci_high,n"
+    assert len(list((out / "examples" / "layer_sweeps").glob("*.parquet"))) == 5 + 32
+
+
+def test_run_rejects_bad_config_by_name(tmp_path):
+    (tmp_path / "bad.yaml").write_text(yaml.safe_dump({
+        "models": {"pre": "x", "sft": "y"}, "datasets": {"relation": "d"},
+        "experiments": [{"name": "e", "dataset": "relation", "recipient": "pre", "donor": "sft",
+                         "conditions": ["PRE", "LT+QQ"]}]}))
+    _register_all()
+    result = CliRunner().invoke(app, ["run", str(tmp_path / "bad.yaml")])
+    assert result.exit_code == 2 and "QQ" in result.output
+
+
+def _summary(values: dict) -> list[dict]:
+    rows = []
+    for (exp, cond), value in values.items():
+        rows.append({"experiment": exp, "condition": cond, "template": "ALL", "metric": "top1",
+                     "value": value, "ci_low": value, "ci_high": value, "n": 50})
+    return rows
+
+
+def test_verdict_thresholds():
+    paper_like = _summary({
+        ("position_grafting", "PRE"): 0.05, ("position_grafting", "SFT"): 0.95,
+        ("position_grafting", "FE+LT"): 0.85, ("position_grafting", "(FE+LT)^C"): 0.10,
+        ("components_pre_sft", "FE"): 0.30, ("components_pre_sft", "ATTN+O+FFN"): 0.80,
+        ("components_pre_sft", "O+FFN"): 0.75})
+    assert [c.outcome for c in check_pattern(paper_like)] == ["appears"] * 3
+    unlike = _summary({
+        ("position_grafting", "PRE"): 0.05, ("position_grafting", "SFT"): 0.95,
+        ("position_grafting", "FE+LT"): 0.50, ("position_grafting", "(FE+LT)^C"): 0.60,
+        ("components_pre_sft", "FE"): 0.30, ("components_pre_sft", "ATTN+O+FFN"): 0.80,
+        ("components_pre_sft", "O+FFN"): 0.40})
+    checks = check_pattern(unlike)
+    assert [c.outcome for c in checks] == ["does not appear"] * 3
+    assert "50%" in checks[0].sentence  # (0.50 - 0.05) / (0.95 - 0.05)
+    flat = _summary({("position_grafting", "PRE"): 0.1, ("position_grafting", "SFT"): 0.15,
+                     ("position_grafting", "FE+LT"): 0.1, ("position_grafting", "(FE+LT)^C"): 0.1})
+    assert [c.outcome for c in check_pattern(flat)] == ["inconclusive"] * 2
