@@ -14,7 +14,7 @@ from engine_reference import (GROUPS, MODEL_LEVEL, GraftSpec, leaf_components, p
                               reference_logits, resolve_row, static_graft_logits, untied_copy)
 from engine_tiny_models import ARCHS, num_layers
 
-SEEDS = [0, 1]
+SEEDS = [0, 1, 2]
 
 
 def _describe(rows, specs):
