@@ -84,3 +84,18 @@ def test_sampling_with_top_k_1_is_greedy_and_seeded_sampling_repeats(arch):
     runs = [grafter.generate(ids, grafts=graft, attention_mask=mask, max_new_tokens=NEW, do_sample=True,
                              temperature=1.5, generator=torch.Generator().manual_seed(3)) for _ in range(2)]
     assert torch.equal(runs[0], runs[1])
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "llama", "gemma2"])
+def test_generation_sweep_of_last_token_conditions_on_one_prompt(arch):
+    """Rows that share a prompt (and so could share its prefix) but differ at the last token."""
+    grafter = grafter_for(arch)
+    prompt = random_prompt(random.Random(stable_seed("gen-sweep", arch)), 6)
+    mlp = "up" if arch == "gpt2" else "mlp"
+    specs = [None, GraftSpec("last", "all", "all"), GraftSpec("last", "all", mlp),
+             [GraftSpec(0, "all", "attn"), GraftSpec("last", "last_half", "o")]]
+    ids = torch.tensor([prompt] * len(specs))
+    for generated in ["none", "last"]:
+        out = grafter.generate(ids, row_grafts=[to_grafts(s) for s in specs], max_new_tokens=NEW,
+                               generated=generated)
+        _check(arch, out, ids, [prompt] * len(specs), specs, generated)
