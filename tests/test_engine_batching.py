@@ -100,3 +100,17 @@ def test_prefix_sharing_with_padding_and_mixed_prompts(arch):
     for b, (row, spec) in enumerate(zip(rows, row_specs)):
         alone = grafter.logits(torch.tensor([row]), grafts=to_grafts(spec))[0, -1]
         assert max_diff(out[b], alone) < ATOL, f"{arch} row {b} {spec}"
+
+
+def test_gpt2_learned_positions_follow_real_tokens_under_left_padding():
+    """GPT-2's pos_embed graft at a row's own position k, with the row left-padded, uses the
+    donor's position-k vector (not the padded column's)."""
+    recipient, donor = pair("gpt2")
+    grafter = grafter_for("gpt2")
+    rows = [random_prompt(random.Random(21), 8), random_prompt(random.Random(22), 3)]
+    ids, mask = pad_batch(rows, "left")
+    specs = [GraftSpec(2, "all", "pos_embed"), GraftSpec([0, 2], "all", ["pos_embed", "ln_final"])]
+    got = grafter.logits(ids, row_grafts=[to_grafts(s) for s in specs], attention_mask=mask)
+    for b, (row, spec) in enumerate(zip(rows, specs)):
+        want = reference_logits(recipient, donor, torch.tensor(row), spec)
+        assert max_diff(got[b, real_slice(mask[b])], want) < ATOL, f"row {b} {spec}"

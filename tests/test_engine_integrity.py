@@ -40,7 +40,8 @@ def test_models_bit_identical_after_every_call(arch):
     everything = to_grafts(GraftSpec("all", "all", "all"))
     mixed = [to_grafts([GraftSpec("last", "all", "all"), GraftSpec(0, 0, "embed")]),
              to_grafts(GraftSpec(slice(1, 3), "last_half", ["k", "up", "lm_head"]))]
-    grafter.logits(ids, grafts=everything, attention_mask=mask)
+    out = grafter.logits(ids, grafts=everything, attention_mask=mask)
+    assert not out.requires_grad, "logits should come from torch.no_grad()"
     check("logits")
     grafter.logits(ids, row_grafts=mixed, attention_mask=mask)
     check("logits(row_grafts)")
