@@ -57,6 +57,9 @@ class Adapter:
     attn_module: str
     mlp_module: str
     splits: Mapping[str, SplitRule] = field(default_factory=dict)
+    # Per-layer modules whose sequence axis is not dim 1, e.g. {"self_attn.q_norm": 2} for a
+    # norm applied to [batch, heads, seq, head_dim].
+    seq_dims: Mapping[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         unknown = [c for c in self.model_level if c not in MODEL_LEVEL]

@@ -30,5 +30,7 @@ GEMMA3_TEXT = register_adapter(
         per_layer={**GEMMA2_BLOCK, "q_norm": "self_attn.q_norm", "k_norm": "self_attn.k_norm"},
         attn_module="self_attn",
         mlp_module="mlp",
+        # Gemma 3 normalises q and k after moving heads first: [batch, heads, seq, head_dim].
+        seq_dims={"self_attn.q_norm": 2, "self_attn.k_norm": 2},
     )
 )

@@ -46,6 +46,11 @@ class Grafter:
         ]
         self._key_index = {key: i for i, key in enumerate(self.keys)}
         self._targets = self._module_targets()
+        self._seq_dims = {
+            f"{self.adapter.layers}.{layer}.{local}": dim
+            for local, dim in self.adapter.seq_dims.items()
+            for layer in range(self.num_layers)
+        }
         self._graft_keys: dict[int, tuple[Graft, torch.Tensor]] = {}
 
     @property
@@ -206,7 +211,8 @@ class Grafter:
         """Eval mode, no grad, and hooks on the modules that are grafted anywhere in this call."""
         active = graft_masks.flatten(1).any(-1).tolist()
         paths = [p for p, served in self._targets.items() if any(active[i] for i, _ in served)]
-        hooks = SpliceHooks(self.recipient, self.donor, paths)
+        lm_head = self.adapter.model_level.get("lm_head", "")
+        hooks = SpliceHooks(self.recipient, self.donor, paths, self._seq_dims, tail_ok=lm_head)
         modes = (self.recipient.training, self.donor.training)
         self.recipient.eval()
         self.donor.eval()

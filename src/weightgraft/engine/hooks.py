@@ -26,10 +26,12 @@ class Splice:
 class SpliceHooks:
     """Holds the splices for the chunk being run; hooks read them by module path."""
 
-    def __init__(self, recipient: nn.Module, donor: nn.Module, paths: list[str]):
+    def __init__(self, recipient: nn.Module, donor: nn.Module, paths: list[str], seq_dims: dict[str, int], tail_ok: str):
         self.recipient = recipient
         self.donor = donor
         self.paths = paths
+        self.seq_dims = seq_dims  # modules whose sequence axis is not dim 1 (e.g. [batch, heads, seq, dim])
+        self.tail_ok = tail_ok  # the unembedding may see only the last positions (logits_to_keep)
         self.current: dict[str, list[Splice]] = {}
 
     @contextmanager
@@ -52,13 +54,22 @@ class SpliceHooks:
             if not splices:
                 return None
             x = args[0] if args else next(iter(kwargs.values()))
-            return splice_rows(path, donor_module, x, output, splices)
+            seq_dim = self.seq_dims.get(path, 1)
+            if seq_dim == 1:
+                return splice_rows(path, donor_module, x, output, splices, path == self.tail_ok)
+            spliced = splice_rows(path, donor_module, x.movedim(seq_dim, 1), output.movedim(seq_dim, 1), splices)
+            return spliced.movedim(1, seq_dim)
 
         return hook
 
 
 def splice_rows(
-    path: str, donor_module: nn.Module, x: torch.Tensor, output: torch.Tensor, splices: list[Splice]
+    path: str,
+    donor_module: nn.Module,
+    x: torch.Tensor,
+    output: torch.Tensor,
+    splices: list[Splice],
+    tail_ok: bool = False,
 ) -> torch.Tensor:
     if not isinstance(output, torch.Tensor) or x.shape[:2] != output.shape[:2]:
         raise RuntimeError(
@@ -70,9 +81,13 @@ def splice_rows(
     flat_out = output.reshape(batch * seq, *output.shape[2:])
     for splice in splices:
         mask = splice.mask
-        if mask.shape[0] != batch or mask.shape[1] < seq:
-            raise RuntimeError(f"graft mask {tuple(mask.shape)} does not fit {path!r} output {tuple(output.shape)}")
-        # The model may compute only the last positions (lm_head under logits_to_keep).
+        fits = mask.shape[0] == batch and (mask.shape[1] == seq or (tail_ok and mask.shape[1] > seq))
+        if not fits:
+            raise RuntimeError(
+                f"graft mask {tuple(mask.shape)} does not fit the output {tuple(output.shape)} of {path!r}; "
+                "if this module's sequence axis is not dim 1, declare it in the adapter's seq_dims"
+            )
+        # The unembedding may compute only the last positions (logits_to_keep).
         rows = mask[:, mask.shape[1] - seq :].reshape(-1).nonzero().squeeze(-1)
         if rows.numel() == 0:
             continue
