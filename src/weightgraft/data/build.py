@@ -1,0 +1,107 @@
+"""Building dataset directories from facts: training texts, validation and evaluation prompts.
+
+Validation choice (why it does not leak facts): the checkpoint is chosen on the *trained* facts
+asked in validation wordings (`VALIDATION_TEMPLATES`) that appear in no training text and in no
+evaluation prompt. A split over training sentences would validate on facts the model read
+verbatim (it measures recall of sentences, not retrieval), and validating on the evaluation
+prompts would tune the reported number on itself. Held-out facts cannot be validated on at all:
+nothing could predict them. So validation measures the same skill as evaluation (retrieving a
+trained fact from a wording not trained on) with its own wordings.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+from weightgraft.data.freetext import freetext_article
+from weightgraft.data.io import write_dataset
+from weightgraft.data.schema import EvalPrompt, RelationFact
+from weightgraft.data.templates import (
+    ARTICLE_TEMPLATES,
+    EVAL_TEMPLATES,
+    QA_TEMPLATES,
+    VALIDATION_TEMPLATES,
+    eval_prompts_for,
+    render_training,
+)
+
+
+def template_texts(facts: list[RelationFact], seed: int, texts_per_fact: int) -> list[str]:
+    """Per fact: alternately an article and a QA text, alternately in the two orders; every
+    (template, order) pair is used once before any repeats."""
+    if texts_per_fact < 2:
+        raise ValueError("texts_per_fact must be at least 2 (one text in each order)")
+    rng = random.Random(f"texts-{seed}")
+    texts = []
+    for fact in facts:
+        articles = rng.sample(list(ARTICLE_TEMPLATES.values()), len(ARTICLE_TEMPLATES))
+        questions = rng.sample(list(QA_TEMPLATES.values()), len(QA_TEMPLATES))
+        for i in range(texts_per_fact):
+            source = articles if i % 2 == 0 else questions
+            m = i // 2
+            n = len(source)
+            reverse = ((m % n) + (m // n)) % 2 == 1
+            texts.append(render_training(source[m % n], fact, reverse=reverse))
+    rng.shuffle(texts)
+    return texts
+
+
+def freetext_texts(facts: list[RelationFact], seed: int, articles_per_fact: int) -> list[str]:
+    rng = random.Random(f"freetext-{seed}")
+    texts = [freetext_article(fact, rng) for fact in facts for _ in range(articles_per_fact)]
+    rng.shuffle(texts)
+    return texts
+
+
+def check_no_leak(train_texts: list[str], prompts: list[EvalPrompt], strict: bool = True) -> None:
+    """No prompt may be a prefix of a training text (`strict`: nor appear anywhere inside one)."""
+    for prompt in prompts:
+        for text in train_texts:
+            if text.startswith(prompt.text) or (strict and prompt.text in text):
+                raise ValueError(
+                    f"prompt {prompt.id} {prompt.text!r} appears in the training text {text[:120]!r}; "
+                    "evaluation wording must differ from training wording"
+                )
+
+
+def build_dataset(
+    directory: Path,
+    facts: list[RelationFact],
+    seed: int,
+    style: str = "templates",
+    texts_per_fact: int = 16,
+    articles: list[str] | None = None,
+    extra_options: dict | None = None,
+) -> Path:
+    """Write one dataset directory. `style`: "templates", "freetext" (generated articles), or
+    "articles" (the user's `articles` as training text)."""
+    ids = [f.id for f in facts]
+    if len(set(ids)) != len(ids):
+        raise ValueError("fact ids must be unique within a dataset")
+    if style == "templates":
+        train = template_texts(facts, seed, texts_per_fact)
+    elif style == "freetext":
+        train = freetext_texts(facts, seed, texts_per_fact)
+    elif style == "articles":
+        if not articles:
+            raise ValueError('style "articles" needs the articles (a JSONL of {"text": ...})')
+        train = list(articles)
+    else:
+        raise ValueError(f"unknown style {style!r}; use templates, freetext or articles")
+    validation = [p for f in facts for p in eval_prompts_for(f, VALIDATION_TEMPLATES)]
+    evaluation = [p for f in facts for p in eval_prompts_for(f, EVAL_TEMPLATES)]
+    check_no_leak(train, validation + evaluation, strict=style != "articles")
+    options = {"style": style, "texts_per_fact": texts_per_fact, **(extra_options or {})}
+    return write_dataset(Path(directory), facts, train, validation, evaluation, seed, options)
+
+
+def split_disjoint(facts: list[RelationFact], sizes: dict[str, int]) -> dict[str, list[RelationFact]]:
+    """Consecutive, non-overlapping slices (facts come interleaved by kind, so each slice mixes kinds)."""
+    if sum(sizes.values()) > len(facts):
+        raise ValueError(f"asked for {sum(sizes.values())} facts in all, only {len(facts)} generated")
+    out, start = {}, 0
+    for name, n in sizes.items():
+        out[name] = facts[start : start + n]
+        start += n
+    return out

@@ -1,0 +1,90 @@
+"""Token positions of a prompt's roles, from the tokenizer's offset mapping.
+
+A token belongs to a role when the non-space characters it covers lie inside the role's
+character span (a whitespace-only token, when all of it lies inside). Tokens that straddle a span boundary, or spans whose characters no token
+covers exactly, are errors: we never search token subsequences and never drop a prompt.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from weightgraft.data.schema import EvalPrompt, Role
+
+
+class SpanMappingError(ValueError):
+    """A role span does not line up with token boundaries."""
+
+
+@dataclass
+class EncodedPrompt:
+    input_ids: list[int]
+    positions: dict[Role, list[int]]
+    target_ids: list[int]
+
+
+def _encode(tokenizer, text: str) -> tuple[list[int], list[tuple[int, int]], list[int]]:
+    """Ids, offsets and special-token mask, without special tokens appended at the end."""
+    if not getattr(tokenizer, "is_fast", False):
+        raise TypeError(
+            "encode_prompt needs a fast tokenizer (offset mappings); load it with "
+            "AutoTokenizer.from_pretrained(..., use_fast=True)"
+        )
+    enc = tokenizer(text, return_offsets_mapping=True, return_special_tokens_mask=True)
+    ids, offsets, special = list(enc["input_ids"]), list(enc["offset_mapping"]), list(enc["special_tokens_mask"])
+    while special and special[-1] == 1:  # e.g. an EOS some tokenizers append
+        ids.pop(), offsets.pop(), special.pop()
+    return ids, [tuple(o) for o in offsets], special
+
+
+def _visible_range(text: str, start: int, end: int) -> tuple[int, int] | None:
+    """The token's character range without surrounding whitespace; None for pure whitespace."""
+    piece = text[start:end]
+    stripped = piece.strip()
+    if not stripped:
+        return None
+    lead = len(piece) - len(piece.lstrip())
+    return start + lead, start + lead + len(stripped)
+
+
+def encode_prompt(tokenizer, prompt: EvalPrompt) -> EncodedPrompt:
+    ids, offsets, special = _encode(tokenizer, prompt.text)
+    text = prompt.text
+    visible = [None if s else _visible_range(text, a, b) for (a, b), s in zip(offsets, special)]
+    positions: dict[Role, list[int]] = {}
+    for role, span in prompt.spans.items():
+        inside = []
+        for index, rng in enumerate(visible):
+            if rng is None:  # a whitespace-only token counts when it lies inside the span
+                a, b = offsets[index]
+                if not special[index] and b > a and a >= span.start and b <= span.end:
+                    inside.append(index)
+                continue
+            if rng[1] <= span.start or rng[0] >= span.end:
+                continue
+            if rng[0] < span.start or rng[1] > span.end:
+                raise SpanMappingError(
+                    f"token {index} ({text[rng[0]:rng[1]]!r}) crosses the edge of the {role} span "
+                    f"{text[span.start:span.end]!r} in prompt {prompt.id}: {text!r}"
+                )
+            inside.append(index)
+        covered = "".join(text[visible[i][0]:visible[i][1]] for i in inside if visible[i])
+        if not any(visible[i] for i in inside) or "".join(covered.split()) != "".join(text[span.start:span.end].split()):
+            raise SpanMappingError(
+                f"the {role} span {text[span.start:span.end]!r} does not map onto whole tokens "
+                f"in prompt {prompt.id}: {text!r}"
+            )
+        positions[role] = inside
+    if "last_token" in positions:
+        last = len(ids) - 1
+        if last not in positions["last_token"]:
+            raise SpanMappingError(f"the last token is outside the last_token span in prompt {prompt.id}: {text!r}")
+        positions["last_token"] = [last]
+
+    full_ids, _, _ = _encode(tokenizer, text + prompt.target)
+    if full_ids[: len(ids)] != ids or len(full_ids) == len(ids):
+        raise SpanMappingError(
+            f"the prompt's tokens are not a prefix of prompt+target's tokens in prompt {prompt.id}: "
+            f"{text!r} + {prompt.target!r}; the target would not follow the prompt as tokenized"
+        )
+    return EncodedPrompt(input_ids=ids, positions=positions, target_ids=full_ids[len(ids):])

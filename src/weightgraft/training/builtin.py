@@ -1,0 +1,214 @@
+"""The built-in model family: world, tokenizer, pretrained model, datasets and three finetunes.
+
+`ensure_builtin` builds what is missing under `home` and reuses the rest. Each step writes its
+directory in a temp folder renamed into place, so a finished step is never redone and an
+interrupted one leaves nothing half-written. A file lock lets concurrent callers share the work.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import sys
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from weightgraft.data.build import build_dataset, check_no_leak, split_disjoint
+from weightgraft.data.facts import generate_facts
+from weightgraft.data.io import atomic_directory, load_train_texts, write_dataset
+from weightgraft.data.templates import EVAL_TEMPLATES, VALIDATION_TEMPLATES, eval_prompts_for
+from weightgraft.data.world import World
+from weightgraft.training.finetune import FinetuneConfig
+from weightgraft.training.pretrain import PretrainConfig
+
+BUILTIN_VERSION = "1"
+Size = Literal["default", "tiny"]
+
+
+@dataclass(frozen=True)
+class BuiltinSpec:
+    """Every size-dependent choice of the built-in pipeline."""
+
+    seed: int
+    n_films: int
+    n_first: int
+    n_last: int
+    n_background_films: int
+    vocab_size: int
+    tokenizer_docs: int
+    general_docs: int
+    pretrain: PretrainConfig
+    facts_per_kind: int  # of each generated kind, before the split
+    n_relation: int
+    n_task: int
+    n_freetext: int
+    texts_per_fact: int
+    articles_per_fact: int
+    finetune: FinetuneConfig
+    freetext_epochs: int
+
+
+SPECS: dict[str, BuiltinSpec] = {
+    "default": BuiltinSpec(
+        seed=0, n_films=100, n_first=200, n_last=200, n_background_films=150, vocab_size=4096,
+        tokenizer_docs=6000, general_docs=3000,
+        pretrain=PretrainConfig(hidden_size=128, num_layers=8, num_heads=4, intermediate_size=384,
+                                block_size=128, batch_size=16, steps=700, lr=2e-3, seed=0),
+        facts_per_kind=32, n_relation=36, n_task=36, n_freetext=24, texts_per_fact=12,
+        articles_per_fact=10,
+        finetune=FinetuneConfig(lr=1e-3, epochs=6, batch_size=16, mix_ratio=0.25, seed=0),
+        freetext_epochs=6,
+    ),
+    "tiny": BuiltinSpec(
+        seed=0, n_films=24, n_first=60, n_last=60, n_background_films=30, vocab_size=1024,
+        tokenizer_docs=1500, general_docs=600,
+        pretrain=PretrainConfig(hidden_size=64, num_layers=4, num_heads=4, intermediate_size=192,
+                                block_size=96, batch_size=16, steps=250, lr=3e-3, seed=0),
+        facts_per_kind=8, n_relation=8, n_task=8, n_freetext=8, texts_per_fact=12,
+        articles_per_fact=8,
+        finetune=FinetuneConfig(lr=2e-3, epochs=5, batch_size=16, mix_ratio=0.25, seed=0),
+        freetext_epochs=5,
+    ),
+}
+
+
+@dataclass
+class BuiltinArtifacts:
+    pretrained: Path
+    relation_model: Path
+    task_model: Path
+    freetext_model: Path
+    relation_data: Path
+    task_data: Path
+    freetext_data: Path
+    world_data: Path  # known films: facts, general text (train.jsonl), held-out films' prompts
+    root: Path
+    size: str = "default"
+    seconds: dict[str, float] = field(default_factory=dict)  # time of each step built in this call
+
+
+def default_home() -> Path:
+    return Path(os.environ.get("WEIGHTGRAFT_HOME") or Path.home() / ".cache" / "weightgraft")
+
+
+@contextmanager
+def _locked(path: Path):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def build_world(spec: BuiltinSpec) -> World:
+    return World(spec.seed, n_films=spec.n_films, n_first=spec.n_first, n_last=spec.n_last,
+                 n_background_films=spec.n_background_films)
+
+
+def write_world_dataset(world: World, directory: Path, general_docs: int) -> Path:
+    """Known films as a dataset: general text to mix into finetuning, held-out films' prompts."""
+    general = world.documents(general_docs, "general")
+    evaluation = [p for f in world.heldout_films for p in eval_prompts_for(f, EVAL_TEMPLATES)]
+    validation = [p for f in world.heldout_films for p in eval_prompts_for(f, VALIDATION_TEMPLATES)]
+    check_no_leak(general, evaluation + validation)
+    return write_dataset(directory, world.films, general, validation, evaluation, world.seed,
+                         {"style": "world", "heldout_films": sorted(world.heldout_ids)})
+
+
+def ensure_builtin(
+    size: Size = "default", home: Path | None = None, progress: bool = True, finetunes: bool = True
+) -> BuiltinArtifacts:
+    """Build what is missing and return the paths; `finetunes=False` stops after the pretrained
+    model and the datasets (the finetune paths are then returned but may not exist yet)."""
+    if size not in SPECS:
+        raise ValueError(f"unknown size {size!r}; use one of {sorted(SPECS)}")
+    spec = SPECS[size]
+    root = Path(home or default_home()) / f"builtin-{size}-v{BUILTIN_VERSION}"
+    art = BuiltinArtifacts(
+        pretrained=root / "models" / "pretrained", relation_model=root / "models" / "relation",
+        task_model=root / "models" / "task", freetext_model=root / "models" / "freetext",
+        relation_data=root / "data" / "relation", task_data=root / "data" / "task",
+        freetext_data=root / "data" / "freetext", world_data=root / "data" / "world",
+        root=root, size=size,
+    )
+
+    def say(message: str) -> None:
+        if progress:
+            print(f"[weightgraft {size}] {message}", file=sys.stderr, flush=True)
+
+    def step(name: str, target: Path, build) -> None:
+        if target.exists():
+            return
+        say(f"building {name} ...")
+        start = time.time()
+        build()
+        art.seconds[name] = round(time.time() - start, 1)
+        say(f"{name} ready in {art.seconds[name]:.1f}s -> {target}")
+
+    with _locked(root.parent / f".builtin-{size}.lock"):
+        world_cache: list[World] = []
+
+        def world() -> World:
+            if not world_cache:
+                world_cache.append(build_world(spec))
+            return world_cache[0]
+
+        step("world", art.world_data, lambda: write_world_dataset(world(), art.world_data, spec.general_docs))
+
+        def build_sets() -> None:
+            w = world()
+            kinds = {"fake_fake": spec.facts_per_kind, "fake_real": spec.facts_per_kind,
+                     "real_shuffled": spec.facts_per_kind}
+            facts = generate_facts(kinds, spec.seed, w.pool, w.films, real_actors=w.actors,
+                                   forbidden=w.person_names())
+            parts = split_disjoint(facts, {"relation": spec.n_relation, "task": spec.n_task,
+                                           "freetext": spec.n_freetext})
+            with atomic_directory(root / "data" / "sets") as tmp:
+                build_dataset(tmp / "relation", parts["relation"], spec.seed, "templates", spec.texts_per_fact)
+                build_dataset(tmp / "task", parts["task"], spec.seed + 1, "templates", spec.texts_per_fact)
+                build_dataset(tmp / "freetext", parts["freetext"], spec.seed + 2, "freetext", spec.articles_per_fact)
+            for name in ("relation", "task", "freetext"):
+                os.replace(root / "data" / "sets" / name, root / "data" / name)
+            (root / "data" / "sets").rmdir()
+
+        if not (art.relation_data.exists() and art.task_data.exists() and art.freetext_data.exists()):
+            for d in (art.relation_data, art.task_data, art.freetext_data):
+                if d.exists():  # a partial set from an older run: rebuild all three together
+                    import shutil
+                    shutil.rmtree(d)
+            step("datasets", art.relation_data, build_sets)
+
+        def build_pretrained() -> None:
+            from weightgraft.training.pretrain import pretrain
+            from weightgraft.training.tokenizer import train_bpe_tokenizer
+
+            w = world()
+            tokenizer = train_bpe_tokenizer(w.documents(spec.tokenizer_docs, "tokenizer"), spec.vocab_size)
+            cfg = spec.pretrain
+            docs = w.documents(cfg.steps * cfg.batch_size * cfg.block_size // 25, "pretrain")
+            pretrain(docs, tokenizer, cfg, art.pretrained, progress=progress,
+                     extra_record={"world_seed": spec.seed, "n_films": spec.n_films, "size": size,
+                                   "vocab_size": spec.vocab_size})
+
+        step("pretrained model", art.pretrained, build_pretrained)
+        if not finetunes:
+            return art
+
+        def finetune_on(data: Path, out: Path, epochs: int) -> None:
+            from dataclasses import replace
+
+            from weightgraft.training.finetune import finetune
+
+            cfg = replace(spec.finetune, epochs=epochs)
+            finetune(art.pretrained, data, out, cfg, general_texts=load_train_texts(art.world_data),
+                     progress=progress)
+
+        step("relation model", art.relation_model, lambda: finetune_on(art.relation_data, art.relation_model, spec.finetune.epochs))
+        step("task model", art.task_model, lambda: finetune_on(art.task_data, art.task_model, spec.finetune.epochs))
+        step("free-text model", art.freetext_model, lambda: finetune_on(art.freetext_data, art.freetext_model, spec.freetext_epochs))
+    return art

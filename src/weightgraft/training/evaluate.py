@@ -1,0 +1,49 @@
+"""Top-k accuracy of a causal LM on evaluation prompts.
+
+A prompt counts as correct when the first token of its target is among the k most likely next
+tokens after the prompt (the paper's measure). Datasets give every actor of a set a distinct first
+name, so the first token picks out one answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from weightgraft.data.encode import encode_prompt
+from weightgraft.data.schema import EvalPrompt
+
+
+@torch.no_grad()
+def topk_hits(model, tokenizer, prompts: Sequence[EvalPrompt], k: int = 5, batch_size: int = 64) -> list[bool]:
+    """One bool per prompt: is the target's first token in the model's top k?"""
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    encoded = [encode_prompt(tokenizer, p) for p in prompts]
+    hits: list[bool] = []
+    for start in range(0, len(encoded), batch_size):
+        batch = encoded[start : start + batch_size]
+        width = max(len(e.input_ids) for e in batch)
+        ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
+        mask = torch.zeros((len(batch), width), dtype=torch.long)
+        for row, e in enumerate(batch):  # right padding: positions of real tokens are unchanged
+            ids[row, : len(e.input_ids)] = torch.tensor(e.input_ids)
+            mask[row, : len(e.input_ids)] = 1
+        logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits
+        last = torch.tensor([len(e.input_ids) - 1 for e in batch], device=device)
+        final = logits[torch.arange(len(batch), device=device), last]
+        top = final.topk(k, dim=-1).indices.cpu()
+        for row, e in enumerate(batch):
+            hits.append(bool((top[row] == e.target_ids[0]).any()))
+    model.train(was_training)
+    return hits
+
+
+def topk_accuracy(model, tokenizer, prompts: Sequence[EvalPrompt], k: int = 5, batch_size: int = 64) -> float:
+    if not prompts:
+        raise ValueError("no prompts to evaluate")
+    hits = topk_hits(model, tokenizer, prompts, k, batch_size)
+    return sum(hits) / len(hits)

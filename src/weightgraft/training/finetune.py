@@ -1,0 +1,218 @@
+"""Full finetuning of any causal LM on a dataset directory, with Hugging Face `Trainer`.
+
+`Trainer` is used so that `accelerate launch` spreads the same code over GPUs and nodes. The
+best epoch is chosen on validation top-k accuracy (see `weightgraft.data.build` for why that
+validation does not leak facts); its weights are saved as safetensors with
+`training_config.json` recording the options, the data and the validation history.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, Trainer, TrainingArguments
+
+from weightgraft.data.io import atomic_directory, load_eval_prompts, load_manifest, load_train_texts, write_json
+from weightgraft.training.evaluate import topk_accuracy
+
+Precision = Literal["fp32", "bf16", "fp16"]
+
+
+@dataclass
+class FinetuneConfig:
+    lr: float = 1e-3
+    epochs: int = 6
+    batch_size: int = 16
+    precision: Precision = "fp32"
+    freeze_embeddings: bool = False
+    freeze_unembeddings: bool = False
+    mix_ratio: float = 0.25  # share of general text among the training examples
+    weight_decay: float = 0.0
+    warmup_ratio: float = 0.05
+    max_length: int = 256
+    device: str = "auto"  # "auto", "cpu", "cuda", "cuda:1", ...
+    seed: int = 0
+    eval_k: int = 5
+    max_validation_prompts: int | None = 400
+
+
+@dataclass
+class FinetuneResult:
+    path: Path
+    best_epoch: int
+    best_accuracy: float
+    history: list[float] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+class _TextDataset(torch.utils.data.Dataset):
+    def __init__(self, rows: list[list[int]]):
+        self.rows = rows
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, index: int) -> dict:
+        return {"input_ids": self.rows[index]}
+
+
+class _PadCollator:
+    """Right-pads a batch; padding gets label -100 so it adds nothing to the loss."""
+
+    def __init__(self, pad_id: int):
+        self.pad_id = pad_id
+
+    def __call__(self, examples: list[dict]) -> dict:
+        width = max(len(e["input_ids"]) for e in examples)
+        ids = torch.full((len(examples), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(examples), width), dtype=torch.long)
+        for row, e in enumerate(examples):
+            ids[row, : len(e["input_ids"])] = torch.tensor(e["input_ids"])
+            mask[row, : len(e["input_ids"])] = 1
+        labels = ids.masked_fill(mask == 0, -100)
+        return {"input_ids": ids, "attention_mask": mask, "labels": labels}
+
+
+class _AccuracyTrainer(Trainer):
+    """Evaluation = validation top-k accuracy; the best weights are kept in memory (on CPU)."""
+
+    def __init__(self, *args, validation, eval_tokenizer, k: int, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.validation = validation
+        self.eval_tokenizer = eval_tokenizer
+        self.k = k
+        self.history: list[float] = []
+        self.best_state: dict | None = None
+        self.best_epoch = -1
+
+    def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval") -> dict:
+        accuracy = topk_accuracy(self.model, self.eval_tokenizer, self.validation, self.k)
+        self.history.append(accuracy)
+        if self.best_state is None or accuracy > max(self.history[:-1], default=-1.0):
+            self.best_state = {n: t.detach().to("cpu", copy=True) for n, t in self.model.state_dict().items()}
+            self.best_epoch = len(self.history)
+        metrics = {f"{metric_key_prefix}_top{self.k}_accuracy": accuracy}
+        self.log(metrics)
+        self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, metrics)
+        return metrics
+
+
+def _resolve_device(device: str) -> str:
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"--device {device} asked for, but no CUDA GPU is visible; use --device cpu")
+    return device
+
+
+def _encode_texts(tokenizer, texts: list[str], max_length: int) -> list[list[int]]:
+    rows = []
+    for ids in tokenizer(texts, add_special_tokens=True)["input_ids"]:
+        ids = list(ids)
+        if tokenizer.eos_token_id is not None:
+            ids.append(tokenizer.eos_token_id)
+        rows.append(ids[:max_length])
+    return rows
+
+
+def finetune(
+    model: str | Path,
+    data_dir: str | Path,
+    out_dir: str | Path,
+    config: FinetuneConfig = FinetuneConfig(),
+    general_texts: list[str] | None = None,
+    progress: bool = True,
+    trust_remote_code: bool = False,
+) -> FinetuneResult:
+    """Finetune `model` (hub id or local directory) on `data_dir`'s train.jsonl; save to `out_dir`."""
+    start = time.time()
+    if not 0.0 <= config.mix_ratio < 1.0:
+        raise ValueError("mix_ratio must be in [0, 1): the share of general text among training examples")
+    if config.mix_ratio > 0 and not general_texts:
+        raise ValueError("mix_ratio > 0 needs general text (general_texts / --general-text); or set mix_ratio 0")
+    device = _resolve_device(config.device)
+    if config.precision == "fp16" and not device.startswith("cuda"):
+        raise ValueError("fp16 training needs a CUDA GPU; on CPU use --precision bf16 or fp32")
+    data_dir = Path(data_dir)
+    manifest = load_manifest(data_dir)
+    tokenizer = AutoTokenizer.from_pretrained(model, trust_remote_code=trust_remote_code)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    net = AutoModelForCausalLM.from_pretrained(model, trust_remote_code=trust_remote_code, dtype=torch.float32)
+    if config.freeze_embeddings:
+        net.get_input_embeddings().weight.requires_grad_(False)
+    if config.freeze_unembeddings:
+        out = net.get_output_embeddings()
+        if out is None:
+            raise ValueError("this model has no separate output embedding to freeze")
+        out.weight.requires_grad_(False)
+    if config.freeze_embeddings != config.freeze_unembeddings and (
+        net.get_input_embeddings().weight is net.get_output_embeddings().weight
+    ):
+        raise ValueError("this model ties embeddings and unembeddings: freeze both or neither")
+
+    train_texts = load_train_texts(data_dir)
+    rng = random.Random(f"mix-{config.seed}")
+    n_general = round(config.mix_ratio / (1 - config.mix_ratio) * len(train_texts)) if config.mix_ratio else 0
+    mixed = train_texts + [rng.choice(general_texts) for _ in range(n_general)] if n_general else list(train_texts)
+    validation = load_eval_prompts(data_dir, "validation")
+    if config.max_validation_prompts is not None and len(validation) > config.max_validation_prompts:
+        validation = random.Random(f"val-{config.seed}").sample(validation, config.max_validation_prompts)
+    dataset = _TextDataset(_encode_texts(tokenizer, mixed, config.max_length))
+
+    out_dir = Path(out_dir)
+    with atomic_directory(out_dir) as tmp:
+        steps_per_epoch = -(-len(dataset) // config.batch_size)
+        args = TrainingArguments(
+            output_dir=str(tmp / "trainer"),
+            per_device_train_batch_size=config.batch_size,
+            num_train_epochs=config.epochs,
+            learning_rate=config.lr,
+            weight_decay=config.weight_decay,
+            warmup_steps=int(config.warmup_ratio * steps_per_epoch * config.epochs),
+            lr_scheduler_type="linear",
+            bf16=config.precision == "bf16",
+            fp16=config.precision == "fp16",
+            use_cpu=device == "cpu",
+            eval_strategy="epoch",
+            save_strategy="no",
+            logging_steps=max(1, steps_per_epoch // 2),
+            report_to="none",
+            disable_tqdm=not progress,
+            seed=config.seed,
+            data_seed=config.seed,
+            remove_unused_columns=False,
+            dataloader_num_workers=0,
+        )
+        trainer = _AccuracyTrainer(
+            model=net, args=args, train_dataset=dataset, eval_dataset=dataset,
+            data_collator=_PadCollator(tokenizer.pad_token_id),
+            validation=validation, eval_tokenizer=tokenizer, k=config.eval_k,
+        )
+        if device.startswith("cuda") and device != "cuda":
+            torch.cuda.set_device(torch.device(device))
+        trainer.train()
+        net.load_state_dict(trainer.best_state)
+        if trainer.args.process_index == 0:
+            net.save_pretrained(tmp, safe_serialization=True)
+            tokenizer.save_pretrained(tmp)
+            seconds = time.time() - start
+            write_json(tmp / "training_config.json", {
+                "kind": "finetune", "base_model": str(model), "data_dir": str(data_dir),
+                "data_sha256": manifest.get("sha256"), "data_seed": manifest.get("seed"),
+                **asdict(config), "device_used": device, "n_train_texts": len(train_texts),
+                "n_general_texts": n_general, "n_validation_prompts": len(validation),
+                "validation_top_k_by_epoch": trainer.history, "best_epoch": trainer.best_epoch,
+                "seconds": round(seconds, 1),
+            })
+        import shutil
+        shutil.rmtree(tmp / "trainer", ignore_errors=True)
+    return FinetuneResult(
+        path=out_dir, best_epoch=trainer.best_epoch, best_accuracy=max(trainer.history),
+        history=trainer.history, seconds=time.time() - start,
+    )
