@@ -21,7 +21,8 @@ SUMMARY_METRICS = ("top1", "top5", "top10", "top50", "top100", "prob", "rank_med
 
 
 def score_rows(logits: torch.Tensor, prompt_lens: list[int], targets: list[list[int]]) -> list[dict]:
-    """Scores for each row of `logits` [rows, seq, vocab] (right-padded rows).
+    """Scores for each row of `logits` [rows, seq, vocab] (right-padded rows), or of a list of
+    per-row [seq, vocab] tensors.
 
     rank: 1 + the number of vocabulary entries with a strictly larger logit than the target's
     first token (ties count in the target's favour); prob: its softmax probability;
@@ -29,11 +30,18 @@ def score_rows(logits: torch.Tensor, prompt_lens: list[int], targets: list[list[
     yields exactly the target tokens."""
     # Gather every scored step of every row into one [steps, vocab] block: a few large tensor
     # operations instead of several small ones per row.
-    device = logits.device
+    if not torch.is_tensor(logits):  # one [seq, vocab] tensor per row (rows of varied width)
+        steps = torch.cat([row[n - 1: n - 1 + len(t)] for row, n, t in
+                           zip(logits, prompt_lens, targets)]).float()
+        device = steps.device
+    else:
+        device = logits.device
+        row_of = [r for r, t in enumerate(targets) for _ in t]
+        pos_of = [prompt_lens[r] - 1 + j for r, t in enumerate(targets) for j in range(len(t))]
+        steps = logits[torch.tensor(row_of, device=device),
+                       torch.tensor(pos_of, device=device)].float()
     row_of = [r for r, t in enumerate(targets) for _ in t]
-    pos_of = [prompt_lens[r] - 1 + j for r, t in enumerate(targets) for j in range(len(t))]
     tokens = torch.tensor([tok for t in targets for tok in t], device=device)
-    steps = logits[torch.tensor(row_of, device=device), torch.tensor(pos_of, device=device)].float()
     logp = torch.log_softmax(steps, dim=-1)
     token_logp = logp.gather(1, tokens[:, None])[:, 0]
     correct = steps.argmax(-1) == tokens
@@ -72,22 +80,34 @@ def _stat(values: np.ndarray, metric: str, axis=None):
 
 def bootstrap_ci(values: np.ndarray, metric: str, resamples: int, seed_key: str, seed: int
                  ) -> tuple[float, float, float]:
-    """Point estimate and percentile 95% interval over examples, deterministic for a seed.
+    """Point estimate and percentile 95% interval of one metric (see `bootstrap_many`)."""
+    return bootstrap_many({metric: values}, resamples, seed_key, seed)[metric]
 
-    The generator is seeded from the run seed and `seed_key` (experiment/condition/template/
-    metric), so an interrupted and resumed run reproduces every interval exactly."""
-    if len(values) == 0:
-        return float("nan"), float("nan"), float("nan")
-    point = float(_stat(values, metric))
-    if resamples == 0 or len(values) == 1:
-        return point, point, point
+
+def bootstrap_many(values: dict[str, np.ndarray], resamples: int, seed_key: str, seed: int
+                   ) -> dict[str, tuple[float, float, float]]:
+    """Point estimates and percentile 95% intervals over examples for several metrics of the
+    same examples, all from the same resamples.
+
+    The generator is seeded from the run seed and `seed_key` (experiment/condition/template),
+    so an interrupted and resumed run reproduces every interval exactly."""
+    n = len(next(iter(values.values())))
+    if n == 0:
+        return {m: (float("nan"),) * 3 for m in values}
+    points = {m: float(_stat(v, m)) for m, v in values.items()}
+    if resamples == 0 or n == 1:
+        return {m: (p, p, p) for m, p in points.items()}
     rng = np.random.default_rng([seed, zlib.crc32(seed_key.encode())])
-    chunks, done = [], 0
+    stats: dict[str, list] = {m: [] for m in values}
+    done = 0
     while done < resamples:  # bounded memory for large example sets
-        take = min(resamples - done, max(1, 2_000_000 // len(values)))
-        idx = rng.integers(0, len(values), size=(take, len(values)))
-        chunks.append(_stat(values[idx], metric, axis=1))
+        take = min(resamples - done, max(1, 2_000_000 // n))
+        idx = rng.integers(0, n, size=(take, n))
+        for m, v in values.items():
+            stats[m].append(_stat(v[idx], m, axis=1))
         done += take
-    stats = np.concatenate(chunks)
-    low, high = np.percentile(stats, [2.5, 97.5])
-    return point, float(low), float(high)
+    out = {}
+    for m, chunks in stats.items():
+        low, high = np.percentile(np.concatenate(chunks), [2.5, 97.5])
+        out[m] = (points[m], float(low), float(high))
+    return out

@@ -307,8 +307,10 @@ class Runner:
             rec_model, don_model = self.model(recipient), self.model(donor)
             layers_of = adapter_for(rec_model).decoder_layers
             num_layers = len(layers_of(rec_model))
-        for start in range(0, len(examples), per_batch):
-            batch = examples[start:start + per_batch]
+        # Similar prompts side by side: lengths line up within a batch, so padding is short.
+        ordered = sorted(examples, key=lambda e: (e.prompt.template_id, len(e.input_ids)))
+        for start in range(0, len(ordered), per_batch):
+            batch = ordered[start:start + per_batch]
             rows, masks = [], []  # rows: (example index in batch, condition)
             for ei, ex in enumerate(batch):
                 total_len = len(ex.input_ids) + len(ex.target_ids) - 1
@@ -323,11 +325,11 @@ class Runner:
             if rows:
                 seqs = [batch[ei].input_ids + batch[ei].target_ids[:-1] for ei, _ in rows]
                 if method == "weights":
-                    ids, attn = _pad(seqs, pad, device)
                     row_grafts = [
                         [graft_cls(positions=m, layers=lay, components=resolve_for_model(c, available))
                          for m, lay, c in row_masks] or None
                         for row_masks in masks]
+                    ids, attn = _pad(seqs, pad, device)
                     logits = grafter.logits(ids, row_grafts=row_grafts, attention_mask=attn)
                 else:
                     ex_seqs = [ex.input_ids + ex.target_ids[:-1] for ex in batch]

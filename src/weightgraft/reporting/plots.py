@@ -25,8 +25,7 @@ def _save(fig, stem: Path) -> list[Path]:
     paths = []
     for ext in ("png", "svg"):
         path = stem.with_suffix(f".{ext}")
-        write_atomic(path, lambda tmp, ext=ext: fig.savefig(tmp, format=ext, dpi=110,
-                                                             bbox_inches="tight"))
+        write_atomic(path, lambda tmp, ext=ext: fig.savefig(tmp, format=ext, dpi=100))
         paths.append(path)
     plt.close(fig)
     return paths
@@ -46,7 +45,7 @@ def bar_chart(summary: list[dict], state: dict, stem: Path) -> list[Path]:
     names = [c["name"] for c in state["conditions"] if not c["meta"]]
     metrics = state["headline"]
     width = 0.8 / len(metrics)
-    fig, ax = plt.subplots(figsize=(max(6, 0.55 * len(names) + 2), 3.8))
+    fig, ax = plt.subplots(figsize=(max(6, 0.55 * len(names) + 2), 4.2), layout="constrained")
     for m, metric in enumerate(metrics):
         for i, name in enumerate(names):
             _bar(ax, i + (m - (len(metrics) - 1) / 2) * width, table.get((name, metric)), width,
@@ -68,7 +67,7 @@ def paired_chart(summary: list[dict], state: dict, stem: Path) -> list[Path]:
     for cond in state["conditions"]:
         if cond["name"].startswith("graft "):
             pairs.append(cond["name"].removeprefix("graft "))
-    fig, ax = plt.subplots(figsize=(max(6, 0.7 * len(pairs) + 2), 3.8))
+    fig, ax = plt.subplots(figsize=(max(6, 0.7 * len(pairs) + 2), 4.2), layout="constrained")
     for i, where in enumerate(pairs):
         _bar(ax, i - 0.2, table.get((f"graft {where}", metric)), 0.4,
              "weight grafting" if i == 0 else None, "C0")
@@ -94,7 +93,8 @@ def heatmaps(summary: list[dict], state: dict, stem: Path) -> list[Path]:
     metric = state["headline"][0]
     sweep = [c for c in state["conditions"] if c["meta"].get("sweep_at")]
     positions = list(dict.fromkeys(c["meta"]["sweep_at"] for c in sweep))
-    fig, axes = plt.subplots(1, len(positions), figsize=(1.5 + 3.6 * len(positions), 3.4), squeeze=False)
+    fig, axes = plt.subplots(1, len(positions), figsize=(1.5 + 3.6 * len(positions), 3.6), squeeze=False,
+                             layout="constrained")
     for ax, at in zip(axes[0], positions):
         cells = [c for c in sweep if c["meta"]["sweep_at"] == at]
         comps = list(dict.fromkeys(c["meta"]["components"] for c in cells))

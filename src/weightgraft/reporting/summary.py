@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 
-from weightgraft.experiments.metrics import SUMMARY_METRICS, bootstrap_ci, example_metric
+from weightgraft.experiments.metrics import SUMMARY_METRICS, bootstrap_many, example_metric
 from weightgraft.reporting.atomic import write_text_atomic
 
 COLUMNS = ["experiment", "condition", "template", "metric", "value", "ci_low", "ci_high", "n"]
@@ -39,13 +39,15 @@ def summary_rows(out: Path, experiment_names: list[str], resamples: int, seed: i
                 chosen = applicable & ((template_of == template) if template != ALL else True)
                 cols = {k: np.array([v for v, keep in zip(table[k], chosen) if keep])
                         for k in ("rank", "prob", "target_logprob", "exact_match")}
+                values = {m: example_metric(cols, m) if chosen.any() else np.array([])
+                          for m in SUMMARY_METRICS}
+                key = f"{name}/{cond['name']}/{template}"
+                intervals = bootstrap_many(values, resamples, key, seed)
                 for metric in SUMMARY_METRICS:
-                    values = example_metric(cols, metric) if chosen.any() else np.array([])
-                    key = f"{name}/{cond['name']}/{template}/{metric}"
-                    point, low, high = bootstrap_ci(values, metric, resamples, key, seed)
+                    point, low, high = intervals[metric]
                     rows.append({"experiment": name, "condition": cond["name"],
                                  "template": template, "metric": metric, "value": point,
-                                 "ci_low": low, "ci_high": high, "n": int(len(values))})
+                                 "ci_low": low, "ci_high": high, "n": int(chosen.sum())})
     return rows
 
 
