@@ -123,8 +123,8 @@ class Grafter:
         step_masks = graft_masks[:, :, -1:] if generated == "last" else torch.zeros_like(graft_masks[:, :, -1:])
         eos = _as_id_set(eos_token_id if eos_token_id is not None else self._config_eos())
         pad = pad_token_id if pad_token_id is not None else (min(eos) if eos else 0)
-        batch = ids.shape[0]
-        done = torch.zeros(batch, dtype=torch.bool, device=ids.device)
+        eos_ids = torch.tensor(sorted(eos), dtype=torch.long, device=ids.device)
+        done = torch.zeros(ids.shape[0], dtype=torch.bool, device=ids.device)
         out = ids
         with self._running(graft_masks) as hooks:
             logits, cache = self._pass(hooks, ids, mask, graft_masks, None, last_only=True)
@@ -132,7 +132,7 @@ class Grafter:
                 token = _next_token(logits[:, -1].float(), do_sample, temperature, top_k, top_p, generator)
                 token = torch.where(done, torch.full_like(token, pad), token)
                 out = torch.cat([out, token[:, None]], dim=1)
-                done |= torch.isin(token, torch.tensor(sorted(eos), device=token.device)) if eos else done
+                done |= torch.isin(token, eos_ids)
                 if bool(done.all()):
                     break
                 mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
