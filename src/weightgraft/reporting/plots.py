@@ -31,12 +31,31 @@ def _save(fig, stem: Path) -> list[Path]:
     return paths
 
 
-def _bar(ax, x, row, width, label, color=None):
-    if row is None or row["value"] is None:
-        ax.text(x, 0.02, "n/a", ha="center", va="bottom", fontsize=7, rotation=90)
+def _bars(ax, xs, rows, width, label, color):
+    """One bar series in a single call (one artist per series keeps drawing fast); n/a rows get
+    a marker text instead of a bar."""
+    keep = [(x, r) for x, r in zip(xs, rows) if r is not None and r["value"] is not None]
+    for x, r in zip(xs, rows):
+        if r is None or r["value"] is None:
+            ax.text(x, 0.02, "n/a", ha="center", va="bottom", fontsize=7, rotation=90)
+    if not keep:
         return
-    err = [[row["value"] - row["ci_low"]], [row["ci_high"] - row["value"]]]
-    ax.bar(x, row["value"], width, yerr=err, capsize=2, label=label, color=color)
+    x = [k[0] for k in keep]
+    values = [k[1]["value"] for k in keep]
+    err = [[v - k[1]["ci_low"] for v, k in zip(values, keep)],
+           [k[1]["ci_high"] - v for v, k in zip(values, keep)]]
+    ax.bar(x, values, width, yerr=err, capsize=2, label=label, color=color,
+           error_kw={"elinewidth": 0.8})
+
+
+def _finish(fig, ax, labels, title, ylabel):
+    ax.set_xticks(range(len(labels)), labels, rotation=45, ha="right", fontsize=8)
+    ax.set_ylim(0, 1.05)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=8)
+    ax.grid(axis="y", alpha=0.3)
+    fig.subplots_adjust(bottom=0.32, top=0.9, left=0.08, right=0.97)
 
 
 def bar_chart(summary: list[dict], state: dict, stem: Path) -> list[Path]:
@@ -45,17 +64,11 @@ def bar_chart(summary: list[dict], state: dict, stem: Path) -> list[Path]:
     names = [c["name"] for c in state["conditions"] if not c["meta"]]
     metrics = state["headline"]
     width = 0.8 / len(metrics)
-    fig, ax = plt.subplots(figsize=(max(6, 0.55 * len(names) + 2), 4.2), layout="constrained")
+    fig, ax = plt.subplots(figsize=(max(6, 0.55 * len(names) + 2), 4.2))
     for m, metric in enumerate(metrics):
-        for i, name in enumerate(names):
-            _bar(ax, i + (m - (len(metrics) - 1) / 2) * width, table.get((name, metric)), width,
-                 metric if i == 0 else None, f"C{m}")
-    ax.set_xticks(range(len(names)), names, rotation=45, ha="right", fontsize=8)
-    ax.set_ylim(0, 1.05)
-    ax.set_ylabel("accuracy")
-    ax.set_title(state["title"], fontsize=10)
-    ax.legend(fontsize=8)
-    ax.grid(axis="y", alpha=0.3)
+        xs = [i + (m - (len(metrics) - 1) / 2) * width for i in range(len(names))]
+        _bars(ax, xs, [table.get((n, metric)) for n in names], width, metric, f"C{m}")
+    _finish(fig, ax, names, state["title"], "accuracy")
     return _save(fig, stem)
 
 
@@ -63,27 +76,20 @@ def paired_chart(summary: list[dict], state: dict, stem: Path) -> list[Path]:
     """Weight grafting vs activation patching at the same positions and layers."""
     table = _lookup(summary, state["name"])
     metric = state["headline"][0]
-    pairs = []
-    for cond in state["conditions"]:
-        if cond["name"].startswith("graft "):
-            pairs.append(cond["name"].removeprefix("graft "))
-    fig, ax = plt.subplots(figsize=(max(6, 0.7 * len(pairs) + 2), 4.2), layout="constrained")
-    for i, where in enumerate(pairs):
-        _bar(ax, i - 0.2, table.get((f"graft {where}", metric)), 0.4,
-             "weight grafting" if i == 0 else None, "C0")
-        _bar(ax, i + 0.2, table.get((f"patch {where}", metric)), 0.4,
-             "activation patching" if i == 0 else None, "C1")
+    pairs = [c["name"].removeprefix("graft ") for c in state["conditions"]
+             if c["name"].startswith("graft ")]
+    fig, ax = plt.subplots(figsize=(max(6, 0.7 * len(pairs) + 2), 4.2))
+    idx = range(len(pairs))
+    _bars(ax, [i - 0.2 for i in idx], [table.get((f"graft {w}", metric)) for w in pairs], 0.4,
+          "weight grafting", "C0")
+    _bars(ax, [i + 0.2 for i in idx], [table.get((f"patch {w}", metric)) for w in pairs], 0.4,
+          "activation patching", "C1")
     for name, style in (("PRE", ":"), ("SFT", "--")):
         row = table.get((name, metric))
         if row and row["value"] is not None:
             ax.axhline(row["value"], linestyle=style, color="gray", linewidth=1)
             ax.text(len(pairs) - 0.5, row["value"], f" {name}", va="center", fontsize=8)
-    ax.set_xticks(range(len(pairs)), pairs, rotation=45, ha="right", fontsize=8)
-    ax.set_ylim(0, 1.05)
-    ax.set_ylabel(metric)
-    ax.set_title(state["title"], fontsize=10)
-    ax.legend(fontsize=8)
-    ax.grid(axis="y", alpha=0.3)
+    _finish(fig, ax, pairs, state["title"], metric)
     return _save(fig, stem)
 
 
@@ -93,8 +99,8 @@ def heatmaps(summary: list[dict], state: dict, stem: Path) -> list[Path]:
     metric = state["headline"][0]
     sweep = [c for c in state["conditions"] if c["meta"].get("sweep_at")]
     positions = list(dict.fromkeys(c["meta"]["sweep_at"] for c in sweep))
-    fig, axes = plt.subplots(1, len(positions), figsize=(1.5 + 3.6 * len(positions), 3.6), squeeze=False,
-                             layout="constrained")
+    fig, axes = plt.subplots(1, len(positions), figsize=(1.5 + 3.6 * len(positions), 3.6),
+                             squeeze=False)
     for ax, at in zip(axes[0], positions):
         cells = [c for c in sweep if c["meta"]["sweep_at"] == at]
         comps = list(dict.fromkeys(c["meta"]["components"] for c in cells))
@@ -114,6 +120,7 @@ def heatmaps(summary: list[dict], state: dict, stem: Path) -> list[Path]:
         ax.set_yticks(range(len(comps)), comps if ax is axes[0][0] else [""] * len(comps),
                       fontsize=8)
         ax.set_title(f"{metric}: band grafted at {at}", fontsize=9)
+    fig.subplots_adjust(left=0.16, right=0.88, bottom=0.2, top=0.84, wspace=0.08)
     fig.colorbar(image, ax=axes[0].tolist(), shrink=0.8)
     fig.suptitle(state["title"], fontsize=10)
     return _save(fig, stem)

@@ -1,0 +1,73 @@
+"""`weightgraft demo --size tiny`: the reduced demo CI runs, on the tiny built-in models."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import pyarrow.parquet as pq
+import pytest
+from training_fixtures import tiny_artifacts, tiny_home
+from typer.testing import CliRunner
+
+from weightgraft.cli import _register_all, app
+from weightgraft.experiments.runner import slug
+
+EXPERIMENTS = ["position_grafting", "components_pre_sft", "components_task_sft",
+               "components_hybrid", "layer_sweeps", "free_text", "activation_patching"]
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    tiny_artifacts()  # built once per test process, shared with the training tests
+    out = tmp_path_factory.mktemp("demo")
+    _register_all()
+    result = CliRunner().invoke(app, ["demo", "--size", "tiny", "--home", str(tiny_home()),
+                                      "--out", str(out), "--no-progress"])
+    assert result.exit_code == 0, result.output
+    return out, result.output
+
+
+def test_demo_runs_every_preset_and_reports(demo):
+    out, output = demo
+    with open(out / "summary.csv") as handle:
+        rows = list(csv.DictReader(handle))
+    assert list(dict.fromkeys(r["experiment"] for r in rows)) == EXPERIMENTS
+    md = (out / "report.md").read_text()
+    for check in ("FE+LT vs SFT", "(FE+LT)^C vs PRE", "O+FFN vs ATTN+O+FFN"):
+        line = next(l for l in output.splitlines() if l.startswith(check))
+        assert any(word in line for word in ("appears", "does not appear", "inconclusive"))
+        assert check in md
+    run = json.loads((out / "run.json").read_text())
+    assert set(run["models"]) == {"pre", "sft", "task", "freetext"}
+    assert all(len(m["sha256"]) == 64 for m in run["models"].values())
+    assert run["datasets"]["relation"]["manifest"]["seed"] == 0
+
+
+def test_demo_numbers_match_an_independent_evaluation(demo):
+    """SFT's and PRE's top-5 hits per example equal the training layer's own evaluator."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from weightgraft.data.io import load_eval_prompts
+    from weightgraft.training.evaluate import topk_hits
+
+    out, _ = demo
+    art = tiny_artifacts()
+    prompts = {p.id: p for p in load_eval_prompts(art.relation_data)}
+    for condition, model_dir in (("SFT", art.relation_model), ("PRE", art.pretrained)):
+        rows = pq.read_table(out / "examples" / "position_grafting" /
+                             f"{slug(condition)}.parquet").to_pylist()
+        model = AutoModelForCausalLM.from_pretrained(model_dir)
+        tokenizer = AutoTokenizer.from_pretrained(model_dir)
+        hits = topk_hits(model, tokenizer, [prompts[r["example_id"]] for r in rows], k=5)
+        assert [r["rank"] <= 5 for r in rows] == hits
+
+
+def test_warm_demo_reuses_finished_conditions(demo):
+    out, _ = demo
+    _register_all()
+    again = CliRunner().invoke(app, ["demo", "--size", "tiny", "--home", str(tiny_home()),
+                                     "--out", str(out), "--no-progress"])
+    assert again.exit_code == 0, again.output
+    run = json.loads((out / "run.json").read_text())
+    assert run["sessions"][-1]["computed"] == 0 and run["sessions"][-1]["reused"] > 100
