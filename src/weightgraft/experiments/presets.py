@@ -61,9 +61,13 @@ def component_grafting(max_examples=None, templates=None) -> list[dict]:
              recipient="task", component_base="FE",
              conditions=[_task_baseline(), "SFT", "FE", "FE+LT", *COMPONENT_SETS], **common),
         dict(name="components_hybrid", title="Hybrid: task model at FE, relation components at LT",
-             description="Task model everywhere (FE included); only the named relation-model "
-                         "components at the last token, last quarter of layers. O+FFN is the "
-                         "paper's hybrid.",
+             description="Task model everywhere, FE included (the entity is read without "
+                         "the new fact); only the named relation-model components at the last "
+                         "token, last quarter of layers. Its O+FFN row is the paper's hybrid: "
+                         "attention at LT stays the task model's (task-specific), the relation "
+                         "model supplies the attention output projection and the MLP "
+                         "(relation-specific extraction). One donor suffices: no position takes "
+                         "weights from a third model.",
              recipient="task", component_base=None,
              conditions=[_task_baseline(), "SFT", "LT", *COMPONENT_SETS], **common),
     ]

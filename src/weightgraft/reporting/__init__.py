@@ -1,0 +1,1 @@
+"""Run outputs: summary.csv with bootstrap intervals, plots, report.md/report.html."""
