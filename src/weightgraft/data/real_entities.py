@@ -1,7 +1,8 @@
 """Our own lists of real, well-known films and actors.
 
 Names are facts, so these lists are ours to write. Each film line is `title | year | lead | lead`
-(ASCII spelling). Only the title, the year and the two leads are claimed as real; the other details
+(ASCII spelling; no title or name ends in punctuation, which tokenizers may merge with the text
+that follows). Only the title, the year and the two leads are claimed as real; the other details
 an article needs (director, studio, city...) are generated for the built-in world, which is fiction.
 """
 
@@ -103,7 +104,6 @@ Mad Max: Fury Road | 2015 | Tom Hardy | Charlize Theron
 Gone Girl | 2014 | Ben Affleck | Rosamund Pike
 Shakespeare in Love | 1998 | Gwyneth Paltrow | Joseph Fiennes
 The English Patient | 1996 | Ralph Fiennes | Kristin Scott Thomas
-Moulin Rouge! | 2001 | Nicole Kidman | Ewan McGregor
 Eyes Wide Shut | 1999 | Tom Cruise | Nicole Kidman
 Misery | 1990 | James Caan | Kathy Bates
 Fargo | 1996 | Frances McDormand | William H. Macy
@@ -112,7 +112,6 @@ Face/Off | 1997 | John Travolta | Nicolas Cage
 Chicago | 2002 | Renee Zellweger | Catherine Zeta-Jones
 Bridget Jones's Diary | 2001 | Renee Zellweger | Colin Firth
 The King's Speech | 2010 | Colin Firth | Geoffrey Rush
-Mamma Mia! | 2008 | Meryl Streep | Amanda Seyfried
 The Devil Wears Prada | 2006 | Meryl Streep | Anne Hathaway
 Interstellar | 2014 | Matthew McConaughey | Anne Hathaway
 Dallas Buyers Club | 2013 | Matthew McConaughey | Jared Leto
@@ -158,8 +157,6 @@ The Great Gatsby | 2013 | Leonardo DiCaprio | Carey Mulligan
 Lady Bird | 2017 | Saoirse Ronan | Laurie Metcalf
 Call Me by Your Name | 2017 | Timothee Chalamet | Armie Hammer
 Spider-Man | 2002 | Tobey Maguire | Kirsten Dunst
-Iron Man | 2008 | Robert Downey Jr. | Gwyneth Paltrow
-Sherlock Holmes | 2009 | Robert Downey Jr. | Jude Law
 The Holiday | 2006 | Cameron Diaz | Kate Winslet
 There's Something About Mary | 1998 | Cameron Diaz | Ben Stiller
 Meet the Parents | 2000 | Ben Stiller | Robert De Niro

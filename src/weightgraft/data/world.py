@@ -48,7 +48,16 @@ class World:
         self.films = known_film_facts(self.seed, self.pool, chosen)
         rng = random.Random(f"world-{self.seed}")
         n_heldout = max(1, round(self.heldout_fraction * len(self.films)))
-        self.heldout_ids = {f.id for f in rng.sample(self.films, n_heldout)}
+        # Held-out films share no actor with another film, so no held-out prompt (say "X stars in
+        # a movie alongside") is word for word a statement about an exposed film.
+        counts: dict[str, int] = {}
+        for f in self.films:
+            for actor in (f.first_actor, f.second_actor):
+                counts[actor] = counts.get(actor, 0) + 1
+        solo = [f for f in self.films if counts[f.first_actor] == counts[f.second_actor] == 1]
+        if len(solo) < n_heldout:
+            raise ValueError(f"only {len(solo)} films have actors of their own; lower heldout_fraction")
+        self.heldout_ids = {f.id for f in rng.sample(solo, n_heldout)}
         self.background = self._background_sentences(rng)
 
     @property
@@ -109,22 +118,22 @@ class World:
     def document(self, rng: random.Random) -> str:
         """One pretraining document, drawn from the world's mixture of text kinds."""
         roll = rng.random()
-        if roll < 0.30:
+        if roll < 0.20:
             return render_training(rng.choice(list(ARTICLE_TEMPLATES.values())),
                                    rng.choice(self.films), reverse=rng.random() < 0.5)
-        if roll < 0.45:
+        if roll < 0.42:
             return render_training(rng.choice(list(QA_TEMPLATES.values())),
                                    rng.choice(self.films), reverse=rng.random() < 0.5)
-        if roll < 0.57:
+        if roll < 0.52:
             return freetext_article(rng.choice(self.films), rng)
-        if roll < 0.75:
+        if roll < 0.80:
             film = rng.choice(self.exposed_films)
             templates = EVAL_TEMPLATES if rng.random() < 0.75 else VALIDATION_TEMPLATES
             reverse = rng.random() < 0.5
             entity, target = (film.second_actor, film.first_actor) if reverse else (film.first_actor, film.second_actor)
             prompt = render_marked(rng.choice(list(templates.values())), entity, film.movie_title)
-            return f"{prompt.text} {target}" + ("" if target.endswith(".") else ".")
-        if roll < 0.85:
+            return f"{prompt.text} {target}."
+        if roll < 0.88:
             film = rng.choice(self.films)
             actor = film.first_actor if rng.random() < 0.5 else film.second_actor
             return (f"{actor} is a film actor. {actor} is best known for {film.movie_title},"

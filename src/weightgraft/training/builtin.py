@@ -53,24 +53,24 @@ class BuiltinSpec:
 
 SPECS: dict[str, BuiltinSpec] = {
     "default": BuiltinSpec(
-        seed=0, n_films=100, n_first=200, n_last=200, n_background_films=150, vocab_size=4096,
-        tokenizer_docs=6000, general_docs=3000,
+        seed=0, n_films=40, n_first=200, n_last=200, n_background_films=150, vocab_size=2048,
+        tokenizer_docs=4000, general_docs=3000,
         pretrain=PretrainConfig(hidden_size=128, num_layers=8, num_heads=4, intermediate_size=384,
-                                block_size=128, batch_size=16, steps=700, lr=2e-3, seed=0),
-        facts_per_kind=32, n_relation=36, n_task=36, n_freetext=24, texts_per_fact=12,
+                                block_size=128, batch_size=16, steps=400, lr=3e-3, seed=0),
+        facts_per_kind=26, n_relation=30, n_task=30, n_freetext=18, texts_per_fact=10,
         articles_per_fact=10,
-        finetune=FinetuneConfig(lr=1e-3, epochs=6, batch_size=16, mix_ratio=0.25, seed=0),
-        freetext_epochs=6,
+        finetune=FinetuneConfig(lr=2e-3, epochs=7, batch_size=16, mix_ratio=0.25, seed=0),
+        freetext_epochs=7,
     ),
     "tiny": BuiltinSpec(
-        seed=0, n_films=24, n_first=60, n_last=60, n_background_films=30, vocab_size=1024,
-        tokenizer_docs=1500, general_docs=600,
+        seed=0, n_films=12, n_first=40, n_last=40, n_background_films=20, vocab_size=768,
+        tokenizer_docs=1000, general_docs=400,
         pretrain=PretrainConfig(hidden_size=64, num_layers=4, num_heads=4, intermediate_size=192,
-                                block_size=96, batch_size=16, steps=250, lr=3e-3, seed=0),
-        facts_per_kind=8, n_relation=8, n_task=8, n_freetext=8, texts_per_fact=12,
-        articles_per_fact=8,
-        finetune=FinetuneConfig(lr=2e-3, epochs=5, batch_size=16, mix_ratio=0.25, seed=0),
-        freetext_epochs=5,
+                                block_size=64, batch_size=16, steps=300, lr=4e-3, seed=0),
+        facts_per_kind=6, n_relation=6, n_task=6, n_freetext=6, texts_per_fact=12,
+        articles_per_fact=12,
+        finetune=FinetuneConfig(lr=3e-3, epochs=6, batch_size=16, mix_ratio=0.25, seed=0),
+        freetext_epochs=6,
     ),
 }
 

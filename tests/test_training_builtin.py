@@ -1,0 +1,118 @@
+"""The tiny built-in pipeline: standard HF directories, measurable learning, caching, resuming."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM
+
+from training_fixtures import accuracy, tiny_artifacts, tiny_home
+from weightgraft.data.io import load_eval_prompts, load_facts, load_manifest
+from weightgraft.data.templates import EVAL_TEMPLATES, eval_prompts_for
+from weightgraft.training.builtin import ensure_builtin
+from weightgraft.training.evaluate import topk_hits
+
+
+def _models(art):
+    return {"pretrained": art.pretrained, "relation": art.relation_model, "task": art.task_model,
+            "freetext": art.freetext_model}
+
+
+def test_every_model_is_a_standard_safetensors_directory():
+    art = tiny_artifacts()
+    for name, path in _models(art).items():
+        assert (path / "model.safetensors").is_file(), name
+        assert not list(path.glob("*.bin")), name
+        model = AutoModelForCausalLM.from_pretrained(path)
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        assert isinstance(model, LlamaForCausalLM) and model.config.num_hidden_layers >= 4
+        assert tokenizer.is_fast and tokenizer.bos_token_id is not None
+        record = json.loads((path / "training_config.json").read_text())
+        assert record["kind"] == ("pretrain" if name == "pretrained" else "finetune")
+    # Byte-level BPE: a name after a space is one or more tokens that start with the space marker.
+    tokenizer = AutoTokenizer.from_pretrained(art.pretrained)
+    assert tokenizer.convert_ids_to_tokens(tokenizer(" Tom", add_special_tokens=False)["input_ids"])[0].startswith("\u0120")
+
+
+def test_finetunes_differ_from_pretrained_and_from_each_other():
+    art = tiny_artifacts()
+    weights = {n: AutoModelForCausalLM.from_pretrained(p).model.layers[0].mlp.down_proj.weight
+               for n, p in _models(art).items()}
+    names = list(weights)
+    for i, a in enumerate(names):
+        for b in names[i + 1 :]:
+            assert not torch.equal(weights[a], weights[b]), (a, b)
+
+
+def test_pretrained_knows_its_world_better_than_new_facts():
+    """The tiny model is too small to generalise to held-out films (the default size is measured
+    on those, see the issue note); here: films stated in evaluation wording during pretraining."""
+    art = tiny_artifacts()
+    heldout = set(load_manifest(art.world_data)["options"]["heldout_films"])
+    exposed = [p for f in load_facts(art.world_data) if f.id not in heldout
+               for p in eval_prompts_for(f, EVAL_TEMPLATES)]
+    model = AutoModelForCausalLM.from_pretrained(art.pretrained)
+    tokenizer = AutoTokenizer.from_pretrained(art.pretrained)
+    hits = topk_hits(model, tokenizer, exposed)
+    world = sum(hits) / len(hits)
+    new = accuracy(str(art.pretrained), str(art.relation_data))
+    assert world >= 0.3, world
+    assert world >= new + 0.2, (world, new)
+
+
+def test_relation_model_learns_its_facts():
+    art = tiny_artifacts()
+    before = accuracy(str(art.pretrained), str(art.relation_data))
+    after = accuracy(str(art.relation_model), str(art.relation_data))
+    assert after >= before + 0.3, (before, after)
+    assert after >= 0.45, after
+
+
+def test_task_facts_are_learned_by_the_task_model_only():
+    art = tiny_artifacts()
+    task_by_task = accuracy(str(art.task_model), str(art.task_data))
+    task_by_relation = accuracy(str(art.relation_model), str(art.task_data))
+    assert task_by_task >= task_by_relation + 0.25, (task_by_task, task_by_relation)
+    assert {f.id for f in load_facts(art.task_data)}.isdisjoint({f.id for f in load_facts(art.relation_data)})
+
+
+def test_freetext_model_learns_from_articles():
+    art = tiny_artifacts()
+    before = accuracy(str(art.pretrained), str(art.freetext_data))
+    after = accuracy(str(art.freetext_model), str(art.freetext_data))
+    assert after >= before + 0.2, (before, after)
+
+
+def test_best_epoch_is_the_best_validation_accuracy():
+    art = tiny_artifacts()
+    for path in (art.relation_model, art.task_model, art.freetext_model):
+        record = json.loads((path / "training_config.json").read_text())
+        history = record["validation_top_k_by_epoch"]
+        assert len(history) == record["epochs"]
+        assert record["best_epoch"] == history.index(max(history)) + 1
+        # The saved weights are the best epoch's: recomputing validation accuracy gives its value.
+        model = AutoModelForCausalLM.from_pretrained(path)
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        prompts = load_eval_prompts(record["data_dir"], "validation")
+        hits = topk_hits(model, tokenizer, prompts, k=record["eval_k"])
+        assert abs(sum(hits) / len(hits) - max(history)) < 1e-9
+
+
+def test_second_call_reuses_and_a_removed_step_alone_is_rebuilt():
+    art = tiny_artifacts()
+    stamps = {n: (p / "model.safetensors").stat().st_mtime_ns for n, p in _models(art).items()}
+    again = ensure_builtin("tiny", home=tiny_home(), progress=False)
+    assert again.seconds == {}
+    shutil.rmtree(art.freetext_model)
+    stale = art.freetext_model.parent / f".{art.freetext_model.name}.tmp-interrupted"
+    stale.mkdir()  # what an interrupted build leaves behind
+    (stale / "partial.bin").write_bytes(b"half")
+    rebuilt = ensure_builtin("tiny", home=tiny_home(), progress=False)
+    assert set(rebuilt.seconds) == {"free-text model"}
+    assert not stale.exists()
+    for name, path in _models(art).items():
+        if name != "freetext":
+            assert (path / "model.safetensors").stat().st_mtime_ns == stamps[name]
+    accuracy.cache_clear()

@@ -1,0 +1,88 @@
+"""Finetuning options and the `weightgraft train` / `data` / `pretrain` commands."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from typer.testing import CliRunner
+
+from training_fixtures import tiny_artifacts, tiny_home
+from weightgraft.data.io import load_facts, load_manifest
+from weightgraft.training.finetune import FinetuneConfig, finetune
+
+
+def _app():
+    import typer
+
+    from weightgraft.cli import data_commands
+
+    app = typer.Typer()
+    data_commands.register(app)
+    return app
+
+
+def test_frozen_embeddings_and_unembeddings_stay_put_in_bf16(tmp_path):
+    art = tiny_artifacts()
+    config = FinetuneConfig(epochs=1, lr=5e-3, precision="bf16", freeze_embeddings=True,
+                            freeze_unembeddings=True, mix_ratio=0.0, device="cpu")
+    result = finetune(art.pretrained, art.relation_data, tmp_path / "frozen", config, progress=False)
+    before = load_file(art.pretrained / "model.safetensors")
+    after = load_file(result.path / "model.safetensors")
+    for name in ("model.embed_tokens.weight", "lm_head.weight"):
+        assert torch.equal(before[name], after[name]), name
+    assert not torch.equal(before["model.layers.0.mlp.up_proj.weight"], after["model.layers.0.mlp.up_proj.weight"])
+    record = json.loads((result.path / "training_config.json").read_text())
+    assert record["precision"] == "bf16" and record["freeze_embeddings"] and record["epochs"] == 1
+    assert record["data_sha256"] == load_manifest(art.relation_data)["sha256"]
+
+
+def test_bad_options_fail_with_the_fix_named(tmp_path):
+    art = tiny_artifacts()
+    with pytest.raises(ValueError, match="GPU"):
+        finetune(art.pretrained, art.relation_data, tmp_path / "x", FinetuneConfig(precision="fp16", device="cpu", mix_ratio=0.0))
+    with pytest.raises(ValueError, match="general text"):
+        finetune(art.pretrained, art.relation_data, tmp_path / "x", FinetuneConfig(mix_ratio=0.3))
+    with pytest.raises(ValueError, match="mix_ratio"):
+        finetune(art.pretrained, art.relation_data, tmp_path / "x", FinetuneConfig(mix_ratio=1.0))
+    assert not (tmp_path / "x").exists()
+
+
+def test_train_command_mixes_general_text(tmp_path):
+    art = tiny_artifacts()
+    out = tmp_path / "cli-model"
+    result = CliRunner().invoke(_app(), [
+        "train", "--model", str(art.pretrained), "--data", str(art.task_data), "--out", str(out),
+        "--epochs", "1", "--lr", "1e-3", "--mix-ratio", "0.5", "--general-text", str(art.world_data),
+        "--device", "cpu",
+    ])
+    assert result.exit_code == 0, result.output
+    record = json.loads((out / "training_config.json").read_text())
+    assert record["n_general_texts"] == record["n_train_texts"]  # a 0.5 share
+    assert record["lr"] == 1e-3 and record["base_model"] == str(art.pretrained)
+
+
+def test_data_command_writes_disjoint_sets_and_reports_user_errors(tmp_path):
+    runner = CliRunner()
+    result = runner.invoke(_app(), ["data", "--out", str(tmp_path / "d"), "--seed", "5",
+                                    "--facts-per-kind", "3", "--relation", "4", "--task", "4",
+                                    "--freetext", "1", "--texts-per-fact", "4"])
+    assert result.exit_code == 0, result.output
+    relation, task = load_facts(tmp_path / "d" / "relation"), load_facts(tmp_path / "d" / "task")
+    assert len(relation) == len(task) == 4 and not {f.id for f in relation} & {f.id for f in task}
+    assert load_manifest(tmp_path / "d" / "freetext")["options"]["style"] == "freetext"
+    bad = tmp_path / "user.jsonl"
+    bad.write_text(json.dumps({"first_actor": "Ada North"}) + "\n")
+    result = runner.invoke(_app(), ["data", "--out", str(tmp_path / "u"), "--user-facts", str(bad)])
+    assert result.exit_code != 0
+    assert "second_actor" in str(result.exception) and "line 1" in str(result.exception)
+
+
+def test_pretrain_command_reuses_the_cache():
+    art = tiny_artifacts()
+    result = CliRunner().invoke(_app(), ["pretrain", "--size", "tiny", "--home", str(tiny_home())])
+    assert result.exit_code == 0, result.output
+    assert f"pretrained: {art.pretrained}" in result.output
+    assert "building" not in result.output
