@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 
 import pyarrow.parquet as pq
 import pytest
@@ -35,9 +36,9 @@ def test_demo_runs_every_preset_and_reports(demo):
     assert list(dict.fromkeys(r["experiment"] for r in rows)) == EXPERIMENTS
     md = (out / "report.md").read_text()
     for check in ("FE+LT vs SFT", "(FE+LT)^C vs PRE", "O+FFN vs ATTN+O+FFN"):
-        line = next(l for l in output.splitlines() if l.startswith(check))
-        assert any(word in line for word in ("appears", "does not appear", "inconclusive"))
-        assert check in md
+        said = re.search(re.escape(check) + r": (appears|does not appear|inconclusive)\.", output)
+        assert said, output
+        assert f"**{check}: {said.group(1)}.**" in md
     run = json.loads((out / "run.json").read_text())
     assert set(run["models"]) == {"pre", "sft", "task", "freetext"}
     assert all(len(m["sha256"]) == 64 for m in run["models"].values())

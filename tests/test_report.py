@@ -72,7 +72,7 @@ def test_run_rejects_bad_config_by_name(tmp_path):
 def _summary(values: dict) -> list[dict]:
     rows = []
     for (exp, cond), value in values.items():
-        rows.append({"experiment": exp, "condition": cond, "template": "ALL", "metric": "top1",
+        rows.append({"experiment": exp, "condition": cond, "template": "ALL", "metric": "top5",
                      "value": value, "ci_low": value, "ci_high": value, "n": 50})
     return rows
 

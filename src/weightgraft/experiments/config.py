@@ -168,7 +168,7 @@ class RunConfig(BaseModel):
     datasets: dict[str, str]
     experiments: list[ExperimentItem] = Field(min_length=1)
     bootstrap: int = Field(default=1000, ge=0)
-    max_batch_tokens: int = Field(default=8192, ge=16)
+    max_batch_tokens: int = Field(default=32768, ge=16)
     conditions_per_chunk: int = Field(default=16, ge=1)
 
     @model_validator(mode="after")

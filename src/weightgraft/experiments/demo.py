@@ -16,7 +16,7 @@ from weightgraft.experiments.verdict import Check, check_pattern
 
 # Prompts scored per experiment: enough for intervals of a few points, few enough that all five
 # presets stay well under a minute on two CPU cores. `None` scores every evaluation prompt.
-DEMO_EXAMPLES = {"default": 240, "tiny": 24}
+DEMO_EXAMPLES = {"default": 80, "tiny": 24}
 
 
 @dataclass

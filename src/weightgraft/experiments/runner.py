@@ -121,11 +121,16 @@ class Runner:
         self._load_prompts = load_prompts
         self._grafter = grafter
         self.after_condition = after_condition  # called after each condition's file is written
+        if not progress:
+            from transformers.utils import logging as hf_logging
+
+            hf_logging.disable_progress_bar()
         self._models: dict[str, torch.nn.Module] = {}
         self._fingerprints: dict[str, str] = {}
         self._grafters: dict[tuple[str, str], object] = {}
         self._tokenizer = None
         self._prompts: dict[str, list] = {}
+        self.available: dict[str, int] = {}  # evaluation prompts an experiment could score
 
     # ---- resources -------------------------------------------------------------------------
     def model(self, key: str):
@@ -227,6 +232,10 @@ class Runner:
         return []
 
     def encode_examples(self, exp: ExperimentSpec, tokenizer) -> list[Example]:
+        available = self.prompts(exp.dataset)
+        if exp.templates is not None:
+            available = [p for p in available if p.template_id in exp.templates]
+        self.available[exp.name] = len(available)
         prompts = select_examples(self.prompts(exp.dataset), exp.templates, exp.max_examples,
                                   self.config.seed, f"experiment {exp.name!r}")
         encode = self._encode or _default_encode()
@@ -258,6 +267,7 @@ class Runner:
             "headline": exp.headline, "plot": exp.plot, "num_layers": num_layers,
             "conditions": [dict(c.to_json(), file=f"{slug(c.name)}.parquet") for c in conditions],
             "examples": [e.prompt.id for e in examples],
+            "available_examples": self.available[exp.name],
             "templates": sorted({e.prompt.template_id for e in examples}),
         }
         write_text_atomic(self.out / "state" / f"{exp.name}.json", json.dumps(state, indent=2))
@@ -294,7 +304,10 @@ class Runner:
         recipient, donor, method = chunk[0].recipient, chunk[0].donor, chunk[0].method
         records: dict[str, list[dict]] = {c.name: [] for c in chunk}
         longest = max(len(e.input_ids) + len(e.target_ids) - 1 for e in examples)
-        per_batch = max(1, self.config.max_batch_tokens // (longest * len(chunk)))
+        # Tokens per forward: the config's cap, and at most ~1 GiB of float32 logits.
+        vocab = self.model(recipient).config.get_text_config().vocab_size
+        budget = min(self.config.max_batch_tokens, 2**28 // vocab)
+        per_batch = max(1, budget // (longest * len(chunk)))
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         device = self.config.device
         if method == "weights":

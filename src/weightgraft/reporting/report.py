@@ -98,7 +98,7 @@ def verdict_section(summary: list[dict]) -> list[str]:
     lines = ["## Does the paper's pattern appear?", ""]
     for check in checks:
         lines.append(f"- **{check.name}: {check.outcome}.** {check.sentence}")
-    lines += ["", f"Thresholds: FE+LT must recover >= {RECOVERS:.0%} of SFT's top-1 gain over "
+    lines += ["", f"Thresholds: FE+LT must recover >= {RECOVERS:.0%} of SFT's top-5 gain over "
               f"PRE; (FE+LT)^C at most {STAYS_NEAR:.0%}; O+FFN at LT must give >= {RECOVERS:.0%} "
               f"of what ATTN+O+FFN adds over FE alone; a gain under {MIN_GAP:.2f} is "
               "inconclusive. Point estimates only: read the intervals in the tables below.", ""]
@@ -142,7 +142,10 @@ def build_markdown(out: Path, plots: dict[str, list[Path]]) -> str:
         lines += [f"## {state['title']}", "", state["description"], "",
                   f"Experiment `{name}`: recipient `{state['recipient']}`, donor "
                   f"`{state['donor']}`, dataset `{state['dataset']}`, "
-                  f"{len(state['examples'])} prompts over {len(state['templates'])} templates.", ""]
+                  f"{len(state['examples'])} prompts over {len(state['templates'])} templates"
+                  + (f" (a seeded subset of {state['available_examples']}, balanced over "
+                     "templates)" if state.get("available_examples", 0) > len(state["examples"])
+                     else "") + ".", ""]
         for path in plots.get(name, []):
             if path.suffix == ".png":
                 lines += [f"![{path.stem}](plots/{path.name})", ""]
