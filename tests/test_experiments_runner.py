@@ -23,8 +23,9 @@ from weightgraft.experiments.runner import run_experiments, slug
 
 PATCH = {"name": "patch LT+FE late", "method": "activations",
          "grafts": [{"positions": "FE+LT", "layers": "last_half", "components": "BLOCKS"}]}
+TASK_ALONE = {"name": "task alone", "recipient": "task", "grafts": []}
 CUSTOM = {"name": "direct", "dataset": "relation", "recipient": "pre", "donor": "sft",
-          "conditions": ["PRE", "SFT", "FE+LT", "M", PATCH]}
+          "conditions": ["PRE", "SFT", "FE+LT", "M", PATCH, TASK_ALONE]}
 
 
 @pytest.fixture(scope="module")
@@ -87,10 +88,11 @@ def test_metrics_equal_direct_computation(world, direct_run):
     tok = AutoTokenizer.from_pretrained(models["pre"])
     pre = AutoModelForCausalLM.from_pretrained(models["pre"]).eval()
     sft = AutoModelForCausalLM.from_pretrained(models["sft"]).eval()
+    task = AutoModelForCausalLM.from_pretrained(models["task"]).eval()
     ref = ReferenceGrafter(pre, sft)
     prompts = {p.id: p for p in load_eval_prompts(data)}
     checked = 0
-    for cond in ["PRE", "SFT", "FE+LT", PATCH["name"]]:
+    for cond in ["PRE", "SFT", "FE+LT", PATCH["name"], TASK_ALONE["name"]]:
         for row in _rows(out, "direct", cond):
             enc = encode_prompt(tok, prompts[row["example_id"]])
             n, target = len(enc.input_ids), enc.target_ids
@@ -111,6 +113,8 @@ def test_metrics_equal_direct_computation(world, direct_run):
                 logits = ref.logits(ids[None], row_grafts=[[RefGraft(mask, "all", "all")]])[0]
                 assert row["exact_match"] == all(
                     logits[n - 1 + j].argmax().item() == t for j, t in enumerate(target))
+            elif cond == TASK_ALONE["name"]:  # a condition with its own recipient
+                logits = task(ids[None]).logits[0]
             else:
                 sel = sorted(set(enc.positions["first_entity"]) | set(range(n - 1, len(ids))))
                 logits = _patched(pre, sft, ids, sel, [2, 3])
@@ -119,7 +123,7 @@ def test_metrics_equal_direct_computation(world, direct_run):
             assert row["prob"] == pytest.approx(prob, rel=1e-4, abs=1e-6)
             assert row["target_logprob"] == pytest.approx(total, rel=1e-4, abs=1e-5)
             checked += 1
-    assert checked == 4 * len(prompts)
+    assert checked == 5 * len(prompts)
     # the summary's top-5 is the mean of the per-example indicator, computed independently
     with open(out / "summary.csv") as handle:
         summary = list(csv.DictReader(handle))
@@ -200,3 +204,21 @@ def test_bootstrap_interval_is_deterministic_and_sane():
     assert a == bootstrap_ci(values, "top1", 1000, "k", 0)
     assert a[0] == pytest.approx(0.3) and 0.19 < a[1] < 0.3 < a[2] < 0.41
     assert all(math.isnan(v) for v in bootstrap_ci(np.array([]), "top1", 10, "k", 0))
+
+
+def test_model_overrides_replace_config_entries(world, tmp_path):
+    """`--recipient/--donor/--task-model` land on the pre/sft/task keys; paths resolve from the
+    config's folder, hub ids stay as given."""
+    import yaml
+
+    from weightgraft.experiments.config import load_config
+
+    models, data = world
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(base_config(
+        {"pre": "gpt2", "sft": "./relation"}, data, [{"preset": "position_grafting"}])))
+    cfg = load_config(tmp_path / "c.yaml")
+    assert cfg.models == {"pre": "gpt2", "sft": str((tmp_path / "relation").resolve())}
+    cfg = load_config(tmp_path / "c.yaml", models={"sft": models["task"]}, device="cuda",
+                      dtype="bfloat16")
+    assert cfg.models["sft"] == models["task"] and cfg.device == "cuda"
+    assert cfg.dtype == "bfloat16"
