@@ -68,11 +68,12 @@ def test_data_command_writes_disjoint_sets_and_reports_user_errors(tmp_path):
     runner = CliRunner()
     result = runner.invoke(_app(), ["data", "--out", str(tmp_path / "d"), "--seed", "5",
                                     "--facts-per-kind", "3", "--relation", "4", "--task", "4",
-                                    "--freetext", "1", "--texts-per-fact", "4"])
+                                    "--freetext", "1", "--texts-per-fact", "4", "--known", "3"])
     assert result.exit_code == 0, result.output
     relation, task = load_facts(tmp_path / "d" / "relation"), load_facts(tmp_path / "d" / "task")
     assert len(relation) == len(task) == 4 and not {f.id for f in relation} & {f.id for f in task}
     assert load_manifest(tmp_path / "d" / "freetext")["options"]["style"] == "freetext"
+    assert {f.kind for f in load_facts(tmp_path / "d" / "known")} == {"real_real"}
     bad = tmp_path / "user.jsonl"
     bad.write_text(json.dumps({"first_actor": "Ada North"}) + "\n")
     result = runner.invoke(_app(), ["data", "--out", str(tmp_path / "u"), "--user-facts", str(bad)])

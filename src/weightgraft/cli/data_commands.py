@@ -20,6 +20,7 @@ def data(
     freetext: int = typer.Option(0, help="Facts in a free-text set (generated articles); 0 for none."),
     texts_per_fact: int = typer.Option(16, help="Training texts per fact (articles and QA, both orders)."),
     articles_per_fact: int = typer.Option(8, help="Free-text articles per fact."),
+    known: int = typer.Option(0, help="Also write a 'known' set: this many of our real films with their real leads (real_real)."),
     user_facts: Optional[Path] = typer.Option(None, help="JSONL of your own facts: builds one set named 'user'."),
     articles: Optional[Path] = typer.Option(None, help='JSONL of your own articles ({"text": ...}) to train on, with --user-facts for evaluation.'),
 ) -> None:
@@ -45,12 +46,16 @@ def data(
     if bad:
         raise typer.BadParameter(f"unknown kind(s) {bad}; {KINDS_HELP}")
     pool = NamePool(seed)
-    known = known_film_facts(seed, pool)
-    facts = generate_facts({k: facts_per_kind for k in chosen}, seed, pool, known)
+    known_facts = known_film_facts(seed, pool)
+    facts = generate_facts({k: facts_per_kind for k in chosen}, seed, pool, known_facts)
     sizes = {"relation": relation, "task": task}
     if freetext:
         sizes["freetext"] = freetext
     parts = split_disjoint(facts, sizes)
+    if known:
+        if known > len(known_facts):
+            raise typer.BadParameter(f"--known: only {len(known_facts)} real films in our list")
+        parts["known"] = known_facts[:known]
     for offset, (name, part) in enumerate(parts.items()):
         style = "freetext" if name == "freetext" else "templates"
         per_fact = articles_per_fact if style == "freetext" else texts_per_fact

@@ -8,8 +8,12 @@ validation does not leak facts); its weights are saved as safetensors with
 
 from __future__ import annotations
 
+import os
 import random
+import shutil
+import tempfile
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -102,6 +106,12 @@ class _AccuracyTrainer(Trainer):
         return metrics
 
 
+@contextmanager
+def _scratch_directory():
+    with tempfile.TemporaryDirectory(prefix="weightgraft-rank-") as tmp:
+        yield Path(tmp)
+
+
 def _resolve_device(device: str) -> str:
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
@@ -166,7 +176,9 @@ def finetune(
     dataset = _TextDataset(_encode_texts(tokenizer, mixed, config.max_length))
 
     out_dir = Path(out_dir)
-    with atomic_directory(out_dir) as tmp:
+    # Under `accelerate launch` / torchrun every process trains; only rank 0 writes `out_dir`.
+    is_main = int(os.environ.get("RANK", "0")) == 0
+    with (atomic_directory(out_dir) if is_main else _scratch_directory()) as tmp:
         steps_per_epoch = -(-len(dataset) // config.batch_size)
         args = TrainingArguments(
             output_dir=str(tmp / "trainer"),
@@ -198,7 +210,7 @@ def finetune(
             torch.cuda.set_device(torch.device(device))
         trainer.train()
         net.load_state_dict(trainer.best_state)
-        if trainer.args.process_index == 0:
+        if is_main:
             net.save_pretrained(tmp, safe_serialization=True)
             tokenizer.save_pretrained(tmp)
             seconds = time.time() - start
@@ -210,7 +222,6 @@ def finetune(
                 "validation_top_k_by_epoch": trainer.history, "best_epoch": trainer.best_epoch,
                 "seconds": round(seconds, 1),
             })
-        import shutil
         shutil.rmtree(tmp / "trainer", ignore_errors=True)
     return FinetuneResult(
         path=out_dir, best_epoch=trainer.best_epoch, best_accuracy=max(trainer.history),
