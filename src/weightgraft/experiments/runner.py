@@ -257,7 +257,7 @@ class Runner:
         })
 
     def run_experiment(self, exp: ExperimentSpec, tokenizer, result: RunResult) -> None:
-        num_layers = self.model(exp.recipient).config.num_hidden_layers
+        num_layers = self.model(exp.recipient).config.get_text_config().num_hidden_layers
         conditions = experiment_conditions(exp, num_layers)
         examples = self.encode_examples(exp, tokenizer)
         folder = self.out / "examples" / exp.name

@@ -121,7 +121,7 @@ def _provenance(run: dict) -> list[str]:
               "session(s): " + "; ".join(f"{s['started']} {s['seconds']} s ({s['computed']} "
                                          f"conditions computed, {s['reused']} reused)"
                                          for s in run.get("sessions", [])),
-              "", "<details><summary>Dataset manifests and full config</summary>", "",
+              "", "<details markdown=\"1\"><summary>Dataset manifests and full config</summary>", "",
               "```json", json.dumps({"datasets": run["datasets"], "config": run["config"]},
                                     indent=1, default=str)[:20000], "```", "", "</details>", ""]
     return lines
@@ -151,8 +151,8 @@ def build_markdown(out: Path, plots: dict[str, list[Path]]) -> str:
                 lines += [f"![{path.stem}](plots/{path.name})", ""]
         lines += [experiment_table(summary, state), "", template_table(summary, state), ""]
         lines += [f"- {note}" for note in na_notes(summary, state)]
-        lines += ["", "<details><summary>Conditions</summary>", "", _conditions_legend(state),
-                  "", "</details>", ""]
+        lines += ["", '<details markdown="1"><summary>Conditions</summary>', "",
+                  _conditions_legend(state), "", "</details>", ""]
     lines += _provenance(run)
     return "\n".join(lines)
 
