@@ -68,8 +68,7 @@ def demo_command(
     dtype: str = typer.Option("float32", help=DTYPE_HELP),
     progress: bool = typer.Option(True, help="Show progress bars."),
 ) -> None:
-    """Build (or reuse) the built-in models, run the paper's five analyses, write the report,
-    and say whether the paper's pattern appears."""
+    """Run the paper's five analyses on the built-in models (built or reused) and report."""
     from weightgraft.experiments.demo import run_demo
 
     result = run_demo(out, size=size, home=home, progress=progress, recipient=recipient,
