@@ -1,8 +1,34 @@
 """weightgraft: dynamic weight grafting for transformer language models."""
 
-from weightgraft.adapters import Adapter, Part, adapter_for, register_adapter, supported_model_types
-from weightgraft.engine import Graft, Grafter
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-__all__ = ["Adapter", "Graft", "Grafter", "Part", "adapter_for", "register_adapter", "supported_model_types"]
+# Names resolve on first use, so that the data-only command-line paths start without torch.
+_EXPORTS = {
+    "Graft": "weightgraft.engine.graft",
+    "Grafter": "weightgraft.engine.grafter",
+    "Adapter": "weightgraft.adapters",
+    "Part": "weightgraft.adapters",
+    "adapter_for": "weightgraft.adapters",
+    "register_adapter": "weightgraft.adapters",
+    "supported_model_types": "weightgraft.adapters",
+}
+
+__all__ = sorted(_EXPORTS)
+
+if TYPE_CHECKING:
+    from weightgraft.adapters import Adapter, Part, adapter_for, register_adapter, supported_model_types
+    from weightgraft.engine.graft import Graft
+    from weightgraft.engine.grafter import Grafter
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'weightgraft' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    globals()[name] = value
+    return value
