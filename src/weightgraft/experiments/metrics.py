@@ -14,7 +14,6 @@ import zlib
 import numpy as np
 import torch
 
-TOP_K = (1, 5, 10, 50, 100)
 # Summary metrics and how each is made from per-example columns.
 SUMMARY_METRICS = ("top1", "top5", "top10", "top50", "top100", "prob", "rank_median", "mrr",
                    "target_logprob", "exact_match")
