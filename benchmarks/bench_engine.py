@@ -32,7 +32,6 @@ sys.path.insert(0, str(ROOT / "tests"))  # the per-token reference lives with th
 from engine_reference import GraftSpec, reference_logits  # noqa: E402
 
 from weightgraft import Graft, Grafter  # noqa: E402
-from weightgraft.engine import grafter as grafter_module  # noqa: E402
 
 BATCH, SEQ = 16, 32
 FIRST_ENTITY = [2, 3]  # a two-token first entity, as in "Q: Keanu Reeves ..."
@@ -111,12 +110,9 @@ def bench_model(shape: str, quick: bool, reps: int) -> dict:
     sweep_grafts = [Graft("last", "last_quarter", comps) for comps in LT_CONDITIONS.values()] * BATCH
     sweep = median_time(lambda: grafter.last_logits(sweep_ids, row_grafts=sweep_grafts), max(1, reps // 2))
     ours_rate_c = len(sweep_grafts) / sweep
-    saved_gain = grafter_module._SHARING_GAIN
-    grafter_module._SHARING_GAIN = 0.0  # the same sweep with prefix sharing switched off
-    try:
-        unshared = median_time(lambda: grafter.last_logits(sweep_ids, row_grafts=sweep_grafts), 1)
-    finally:
-        grafter_module._SHARING_GAIN = saved_gain
+    grafter.share_prefixes = False  # the same sweep with every row run in full
+    unshared = median_time(lambda: grafter.last_logits(sweep_ids, row_grafts=sweep_grafts), 1)
+    grafter.share_prefixes = True
 
     params = sum(p.numel() for p in recipient.parameters())
     return {

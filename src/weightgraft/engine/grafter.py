@@ -13,12 +13,10 @@ from weightgraft.adapters import adapter_for
 from weightgraft.adapters.base import Part
 from weightgraft.engine.graft import Graft, Key, as_graft_list
 from weightgraft.engine.hooks import Splice, SpliceHooks
+from weightgraft.engine.sharing import plan_segments
 from weightgraft.engine.models import check_compatible, uncovered_parameters
 
 RowGrafts = Sequence[Graft | Sequence[Graft] | None]
-
-# Share a common prefix through the KV cache only when it saves a fair share of the work.
-_SHARING_GAIN = 0.75
 
 
 class Grafter:
@@ -27,7 +25,12 @@ class Grafter:
     Neither model is modified: grafting works through forward hooks that replace the recipient
     modules' outputs at grafted rows with the donor modules' outputs on the same inputs.
     Swapping the two models grafts in the reverse direction.
+
+    Rows that agree on their inputs and grafts up to some position share that stretch's
+    computation through the KV cache; set `share_prefixes = False` to run every row in full.
     """
+
+    share_prefixes: bool = True
 
     def __init__(self, recipient: nn.Module, donor: nn.Module):
         check_compatible(recipient, donor)
@@ -255,51 +258,28 @@ class Grafter:
         return out.logits, out.past_key_values
 
     def _forward(self, ids: torch.Tensor, mask: torch.Tensor, graft_masks: torch.Tensor, last_only: bool) -> torch.Tensor:
-        shared = _shared_prefix(ids, mask, graft_masks)
+        segments = plan_segments(ids, mask, graft_masks) if self.share_prefixes else None
         with self._running(graft_masks) as hooks:
-            if shared is None:
+            if segments is None:
                 logits, _ = self._pass(hooks, ids, mask, graft_masks, None, last_only)
                 return logits
-            representatives, row_to_rep, split = shared
-            prefix_logits, cache = self._pass(
-                hooks, ids[representatives, :split], mask[representatives, :split],
-                graft_masks[:, representatives, :split], None, last_only,
-            )  # fmt: skip
-            cache.reorder_cache(row_to_rep)
-            logits, _ = self._pass(hooks, ids[:, split:], mask, graft_masks[:, :, split:], cache, last_only)
-            if last_only:
-                return logits
-            return torch.cat([prefix_logits[row_to_rep], logits], dim=1)
+            pieces, cache = [], None
+            for seg in segments:
+                if cache is not None:
+                    cache.reorder_cache(seg.parent)
+                final = seg.end == ids.shape[1]
+                logits, cache = self._pass(
+                    hooks, ids[seg.rows, seg.start : seg.end], mask[seg.rows, : seg.end],
+                    graft_masks[:, seg.rows, seg.start : seg.end], cache, last_only and final,
+                )  # fmt: skip
+                if final or not last_only:
+                    pieces.append(logits[seg.row_to_history])
+            return torch.cat(pieces, dim=1)
 
     def _config_eos(self) -> int | list[int] | None:
         gen = getattr(self.recipient, "generation_config", None)
         eos = getattr(gen, "eos_token_id", None)
         return eos if eos is not None else getattr(self.recipient.config, "eos_token_id", None)
-
-
-def _shared_prefix(ids: torch.Tensor, mask: torch.Tensor, graft_masks: torch.Tensor):
-    """Rows with equal inputs whose grafts agree up to `split` can share that prefix's work.
-
-    Returns (representative rows, each row's representative index, split) or None.
-    """
-    batch, seq = ids.shape
-    if batch < 2 or seq < 2:
-        return None
-    rows = torch.cat([ids, mask], dim=1)
-    _, group = torch.unique(rows, dim=0, return_inverse=True)
-    num_groups = int(group.max()) + 1
-    if num_groups == batch:
-        return None
-    representatives = torch.full((num_groups,), batch, device=ids.device).scatter_reduce(
-        0, group, torch.arange(batch, device=ids.device), reduce="amin"
-    )
-    # First position where a row's grafts differ from its representative's.
-    differs = (graft_masks != graft_masks[:, representatives[group]]).any(0)  # [batch, seq]
-    split = int(torch.where(differs.any(0))[0].min()) if bool(differs.any()) else seq - 1
-    split = min(split, seq - 1)  # always leave the last token to the per-row pass
-    if split < 1 or num_groups * split + batch * (seq - split) > _SHARING_GAIN * batch * seq:
-        return None
-    return representatives, group, split
 
 
 def _as_id_set(eos) -> set[int]:

@@ -23,16 +23,12 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 
+from weightgraft.engine.graft import BANDS
 from weightgraft.experiments.components import is_component_expr, parse_components
 from weightgraft.experiments.roles import ATOMS, PositionExpr, parse_positions
 
 LayerSpec = str | int | list[int]
-LAYER_BANDS = (
-    ["all", "first_half", "last_half", "first_quarter", "second_quarter", "third_quarter",
-     "last_quarter", "half_1", "half_2"]
-    + [f"quarter_{i}" for i in range(1, 5)]
-    + [f"eighth_{i}" for i in range(1, 9)]
-)
+LAYER_BANDS = ("all", *BANDS)  # the engine's bands, so that a config accepts exactly what Graft does
 BASELINE_NAMES = {"PRE": "recipient alone", "SFT": "donor everywhere"}
 
 
