@@ -58,12 +58,14 @@ def load_model(name_or_path: str, device: str, dtype: str, trust_remote_code: bo
     from transformers import AutoModelForCausalLM
 
     try:
+        # safetensors only: a pickled checkpoint can run code when loaded.
         model = AutoModelForCausalLM.from_pretrained(
-            name_or_path, dtype=DTYPES[dtype], trust_remote_code=trust_remote_code)
+            name_or_path, dtype=DTYPES[dtype], trust_remote_code=trust_remote_code, use_safetensors=True)
     except OSError as err:
         raise FileNotFoundError(
             f"cannot load model {name_or_path!r}: {err}. Give a local folder saved with "
-            "save_pretrained, or a hub id already in the local cache (no downloads here).") from err
+            "save_pretrained (safetensors), or a hub id already in the local cache (no downloads "
+            "here); convert a .bin checkpoint with save_pretrained(..., safe_serialization=True).") from err
     return model.to(device).eval()
 
 

@@ -153,7 +153,9 @@ def finetune(
     tokenizer = AutoTokenizer.from_pretrained(model, trust_remote_code=trust_remote_code)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    net = AutoModelForCausalLM.from_pretrained(model, trust_remote_code=trust_remote_code, dtype=torch.float32)
+    net = AutoModelForCausalLM.from_pretrained(
+        model, trust_remote_code=trust_remote_code, dtype=torch.float32, use_safetensors=True
+    )
     if config.freeze_embeddings:
         net.get_input_embeddings().weight.requires_grad_(False)
     if config.freeze_unembeddings:
