@@ -24,7 +24,7 @@ from weightgraft.data.world import World
 from weightgraft.training.finetune import FinetuneConfig
 from weightgraft.training.pretrain import PretrainConfig
 
-BUILTIN_VERSION = "3"
+BUILTIN_VERSION = "4"
 Size = Literal["default", "tiny"]
 
 
@@ -59,7 +59,7 @@ SPECS: dict[str, BuiltinSpec] = {
                                 block_size=128, batch_size=16, steps=400, lr=3e-3, seed=0),
         facts_per_kind=26, n_relation=30, n_task=30, n_freetext=18, texts_per_fact=16,
         articles_per_fact=16,
-        finetune=FinetuneConfig(lr=1.5e-3, epochs=6, batch_size=16, mix_ratio=0.5, seed=0),
+        finetune=FinetuneConfig(lr=2e-3, epochs=6, batch_size=16, mix_ratio=0.5, seed=0),
         freetext_epochs=6,
     ),
     "tiny": BuiltinSpec(
