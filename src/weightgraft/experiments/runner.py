@@ -166,7 +166,12 @@ class Runner:
         key = (recipient, donor)
         if key not in self._grafters:
             grafter_cls, _ = self._grafter or _default_grafter()
-            self._grafters[key] = grafter_cls(self.model(recipient), self.model(donor))
+            grafter = grafter_cls(self.model(recipient), self.model(donor))
+            # Each row in one pass, whatever else is in its batch: prefix sharing would cut a
+            # row's computation where other rows' grafts differ, and a resumed run (with fewer
+            # conditions per batch) would then differ from an uninterrupted one in the last bits.
+            grafter.share_prefixes = False
+            self._grafters[key] = grafter
         return self._grafters[key]
 
     def prompts(self, dataset: str) -> list:
