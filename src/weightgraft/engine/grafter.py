@@ -174,6 +174,8 @@ class Grafter:
             return cached[1]
         selected = torch.zeros(len(self.keys), dtype=torch.bool)
         selected[[self._key_index[k] for k in graft.keys(self.adapter, self.num_layers)]] = True
+        if len(self._graft_keys) >= 4096:  # a long sweep of fresh Graft objects: start over
+            self._graft_keys.clear()
         self._graft_keys[id(graft)] = (graft, selected)
         return selected
 
