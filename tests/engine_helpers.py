@@ -9,8 +9,8 @@ import zlib
 import pytest
 import torch
 
-from engine_reference import GROUPS, MODEL_LEVEL, GraftSpec, component_table, reference_logits
-from engine_tiny_models import make_pair, num_layers
+from engine_reference import GROUPS, GraftSpec, component_table, reference_logits
+from engine_tiny_models import make_pair
 
 ATOL = 1e-4
 PAD = 0

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from engine_helpers import (ATOL, grafter_for, max_diff, pad_batch, pair, random_prompt,
-                            random_specs, real_slice, reference_rows, single_thread, stable_seed,
+                            random_specs, real_slice, reference_rows, stable_seed,
                             to_grafts)
 from engine_reference import (GROUPS, MODEL_LEVEL, GraftSpec, leaf_components, parameter_slices,
                               reference_logits, resolve_row, static_graft_logits, untied_copy)

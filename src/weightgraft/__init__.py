@@ -18,7 +18,7 @@ _EXPORTS = {
     "supported_model_types": "weightgraft.adapters",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = ["Adapter", "Graft", "Grafter", "Part", "adapter_for", "register_adapter", "supported_model_types"]
 
 if TYPE_CHECKING:
     from weightgraft.adapters import Adapter, Part, adapter_for, register_adapter, supported_model_types
