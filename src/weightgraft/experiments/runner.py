@@ -30,6 +30,7 @@ import pyarrow.parquet as pq
 import torch
 from tqdm.auto import tqdm
 
+from weightgraft.data.batching import right_pad
 from weightgraft.experiments.conditions import Condition
 from weightgraft.experiments.components import resolve_for_model
 from weightgraft.experiments.config import ExperimentSpec, RunConfig
@@ -373,13 +374,7 @@ class Runner:
 
 
 def _pad(seqs: list[list[int]], pad: int, device: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """Right padding: a real token's index in the row is its tensor index."""
-    width = max(len(s) for s in seqs)
-    ids = torch.full((len(seqs), width), pad, dtype=torch.long)
-    mask = torch.zeros((len(seqs), width), dtype=torch.long)
-    for i, s in enumerate(seqs):
-        ids[i, :len(s)] = torch.tensor(s)
-        mask[i, :len(s)] = 1
+    ids, mask = right_pad(seqs, pad)
     return ids.to(device), mask.to(device)
 
 

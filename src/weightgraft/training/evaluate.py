@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 import torch
 
+from weightgraft.data.batching import right_pad
 from weightgraft.data.encode import encode_prompt
 from weightgraft.data.schema import EvalPrompt
 
@@ -26,12 +27,7 @@ def topk_hits(model, tokenizer, prompts: Sequence[EvalPrompt], k: int = 5, batch
     hits: list[bool] = []
     for start in range(0, len(encoded), batch_size):
         batch = encoded[start : start + batch_size]
-        width = max(len(e.input_ids) for e in batch)
-        ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
-        mask = torch.zeros((len(batch), width), dtype=torch.long)
-        for row, e in enumerate(batch):  # right padding: positions of real tokens are unchanged
-            ids[row, : len(e.input_ids)] = torch.tensor(e.input_ids)
-            mask[row, : len(e.input_ids)] = 1
+        ids, mask = right_pad([e.input_ids for e in batch], pad_id)
         logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits
         last = torch.tensor([len(e.input_ids) - 1 for e in batch], device=device)
         final = logits[torch.arange(len(batch), device=device), last]

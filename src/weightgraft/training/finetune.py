@@ -21,6 +21,7 @@ from typing import Literal
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, Trainer, TrainingArguments
 
+from weightgraft.data.batching import right_pad
 from weightgraft.data.io import atomic_directory, load_eval_prompts, load_manifest, load_train_texts, write_json
 from weightgraft.training.evaluate import topk_accuracy
 
@@ -72,12 +73,7 @@ class _PadCollator:
         self.pad_id = pad_id
 
     def __call__(self, examples: list[dict]) -> dict:
-        width = max(len(e["input_ids"]) for e in examples)
-        ids = torch.full((len(examples), width), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(examples), width), dtype=torch.long)
-        for row, e in enumerate(examples):
-            ids[row, : len(e["input_ids"])] = torch.tensor(e["input_ids"])
-            mask[row, : len(e["input_ids"])] = 1
+        ids, mask = right_pad([e["input_ids"] for e in examples], self.pad_id)
         labels = ids.masked_fill(mask == 0, -100)
         return {"input_ids": ids, "attention_mask": mask, "labels": labels}
 
