@@ -83,7 +83,7 @@ class Graft:
         out = []
         for i in indices:
             if not -num_layers <= int(i) < num_layers:
-                raise ValueError(f"layer {i} is out of range for a model with {num_layers} layers")
+                raise ValueError(f"layer {i} is outside a model of {num_layers} layers (use {-num_layers}..{num_layers - 1})")
             out.append(int(i) % num_layers)
         return sorted(set(out))
 

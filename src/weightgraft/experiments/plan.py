@@ -6,36 +6,15 @@ from __future__ import annotations
 import random
 from collections import defaultdict
 
+from weightgraft.engine.graft import Graft
 from weightgraft.experiments.conditions import Condition, resolve_condition
 from weightgraft.experiments.components import parse_components
 from weightgraft.experiments.config import ExperimentSpec
 from weightgraft.experiments.roles import parse_positions
 
-_BANDS = {"half": 2, "quarter": 4, "eighth": 8}
-_NAMED = {"first_half": ("half", 0), "last_half": ("half", 1), "first_quarter": ("quarter", 0),
-          "second_quarter": ("quarter", 1), "third_quarter": ("quarter", 2),
-          "last_quarter": ("quarter", 3)}
-
-
 def layer_indices(spec, num_layers: int) -> list[int]:
-    """The engine's layer semantics: band k of n is [k*L//n, (k+1)*L//n); negatives from the end."""
-    if spec == "all":
-        return list(range(num_layers))
-    if isinstance(spec, str):
-        kind, k = _NAMED.get(spec, (None, None))
-        if kind is None:
-            kind, _, index = spec.partition("_")
-            k = int(index) - 1
-        n = _BANDS[kind]
-        return list(range(k * num_layers // n, (k + 1) * num_layers // n))
-    items = [spec] if isinstance(spec, int) else list(spec)
-    out = []
-    for i in items:
-        j = i + num_layers if i < 0 else i
-        if not 0 <= j < num_layers:
-            raise ValueError(f"layer {i} is outside a model of {num_layers} layers")
-        out.append(j)
-    return sorted(set(out))
+    """The engine's own layer semantics (bands, negatives from the end), for patching masks."""
+    return Graft(layers=spec).layer_indices(num_layers)
 
 
 def auto_bands(num_layers: int) -> list[str]:
@@ -61,9 +40,11 @@ def experiment_conditions(exp: ExperimentSpec, num_layers: int) -> list[Conditio
             others = [o for o in exp.sweep.at if o != at]
             for comps in exp.sweep.components:
                 for band in bands:
-                    if not layer_indices(band, num_layers):
-                        raise ValueError(f"layer band {band} is empty for a {num_layers}-layer "
-                                         "model; choose coarser bands in `sweep.bands`")
+                    try:
+                        layer_indices(band, num_layers)
+                    except ValueError as err:
+                        raise ValueError(f"layer band {band} does not fit a {num_layers}-layer model "
+                                         f"({err}); choose coarser bands in `sweep.bands`") from err
                     grafts = [(parse_positions(at), band, parse_components(comps))]
                     if exp.sweep.others_full and others:
                         grafts.append((parse_positions("+".join(others)), "all", ["all"]))
