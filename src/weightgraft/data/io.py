@@ -22,6 +22,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from weightgraft.atomic import write_text_atomic
 from weightgraft.data.schema import EvalPrompt, RelationFact
 
 GENERATOR_VERSION = "weightgraft-data-1"
@@ -29,24 +30,13 @@ DATA_FILES = ("facts.jsonl", "train.jsonl", "validation.jsonl", "eval.jsonl")
 
 
 def write_jsonl(path: Path, records: Iterable[dict]) -> None:
-    """Write one JSON object per line, sorted keys, to a temp file renamed into place."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        for record in records:
-            f.write(json.dumps(record, sort_keys=True, ensure_ascii=False) + "\n")
-    os.replace(tmp, path)
+    """One JSON object per line, sorted keys, written atomically."""
+    lines = "".join(json.dumps(r, sort_keys=True, ensure_ascii=False) + "\n" for r in records)
+    write_text_atomic(path, lines)
 
 
 def write_json(path: Path, obj: dict) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        json.dump(obj, f, indent=2, sort_keys=True)
-        f.write("\n")
-    os.replace(tmp, path)
+    write_text_atomic(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
 
 
 def read_jsonl(path: Path) -> list[dict]:

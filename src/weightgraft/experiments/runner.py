@@ -40,7 +40,7 @@ from weightgraft.experiments.models import (fingerprint_model, load_model, load_
 from weightgraft.experiments.patching import patched_logits
 from weightgraft.experiments.plan import experiment_conditions, layer_indices, select_examples
 from weightgraft.experiments.roles import NotApplicable
-from weightgraft.reporting.atomic import write_atomic, write_text_atomic
+from weightgraft.atomic import write_atomic, write_text_atomic
 
 SCHEMA = pa.schema([
     ("experiment", pa.string()), ("condition", pa.string()), ("template", pa.string()),

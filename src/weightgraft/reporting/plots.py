@@ -11,7 +11,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from weightgraft.reporting.atomic import write_atomic  # noqa: E402
+from weightgraft.atomic import write_atomic  # noqa: E402
 
 ALL = "ALL"
 

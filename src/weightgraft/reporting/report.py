@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 from weightgraft.experiments.verdict import MIN_GAP, RECOVERS, STAYS_NEAR, check_pattern
-from weightgraft.reporting.atomic import write_text_atomic
+from weightgraft.atomic import write_text_atomic
 from weightgraft.reporting.plots import plot_experiment
 from weightgraft.reporting.summary import ALL, read_summary
 

@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from weightgraft.experiments.metrics import SUMMARY_METRICS, bootstrap_many, example_metric
-from weightgraft.reporting.atomic import write_text_atomic
+from weightgraft.atomic import write_text_atomic
 
 COLUMNS = ["experiment", "condition", "template", "metric", "value", "ci_low", "ci_high", "n"]
 ALL = "ALL"
