@@ -108,29 +108,6 @@ def write_dataset(root: Path) -> str:
     return str(root)
 
 
-def load_prompts_standin(path) -> list[EvalPrompt]:
-    lines = (Path(path) / "eval.jsonl").read_text().splitlines()
-    return [EvalPrompt.model_validate_json(line) for line in lines]
-
-
-@dataclass
-class Encoded:
-    input_ids: list[int]
-    positions: dict[str, list[int]]
-    target_ids: list[int]
-
-
-def encode_standin(tokenizer, prompt: EvalPrompt) -> Encoded:
-    """Offset-mapping encoder with the data layer's contract (used until it lands)."""
-    enc = tokenizer(prompt.text, return_offsets_mapping=True, add_special_tokens=True)
-    positions = {}
-    for role, span in prompt.spans.items():
-        positions[role] = [i for i, (s, e) in enumerate(enc["offset_mapping"])
-                           if e > s and s < span.end and e > span.start]
-    target = tokenizer(prompt.target, add_special_tokens=False)["input_ids"]
-    return Encoded(list(enc["input_ids"]), positions, list(target))
-
-
 # ---- reference grafting -------------------------------------------------------------------
 @dataclass
 class RefGraft:
@@ -215,12 +192,6 @@ class ReferenceGrafter:
             full[: out.shape[0]] = out
             rows.append(full)
         return torch.stack(rows)
-
-
-def standin_hooks() -> dict:
-    """Runner hooks that need neither the engine nor the data layer."""
-    return {"encode": encode_standin, "load_prompts": load_prompts_standin,
-            "grafter": (ReferenceGrafter, RefGraft)}
 
 
 def base_config(models: dict[str, str], dataset: str, experiments: list) -> dict:
