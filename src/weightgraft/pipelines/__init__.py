@@ -1,0 +1,1 @@
+"""Whole jobs built from the other packages: data -> models -> runner -> reporting."""
