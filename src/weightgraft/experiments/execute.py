@@ -1,7 +1,7 @@
 """Execution: models loaded once per run, prompts encoded, and rows scored in batches.
 
 Rows of one forward pass are (example, condition) pairs of conditions that share recipient,
-donor and method; weight grafting goes through the engine's `row_grafts`, activation patching
+donors and method; weight grafting goes through the engine's `row_grafts`, activation patching
 through `patching.patched_logits`, and both end in the same per-example scores.
 """
 
@@ -11,13 +11,13 @@ import torch
 
 from weightgraft.data.batching import right_pad
 from weightgraft.experiments.components import resolve_for_model
-from weightgraft.experiments.conditions import Condition
+from weightgraft.experiments.conditions import Condition, ResolvedGraft
 from weightgraft.experiments.config import ExperimentSpec, RunConfig
 from weightgraft.experiments.metrics import score_rows
 from weightgraft.experiments.models import (fingerprint_model, load_model, load_tokenizer,
                                             model_dir, vocab_fingerprint)
 from weightgraft.experiments.patching import patched_logits
-from weightgraft.experiments.plan import layer_indices, select_examples
+from weightgraft.experiments.plan import engine_layers, layer_indices, select_examples
 from weightgraft.experiments.records import Example, na_record, scored_record
 from weightgraft.experiments.roles import NotApplicable
 
@@ -66,12 +66,17 @@ class Resources:
             self._tokenizer = first
         return self._tokenizer
 
-    def grafter(self, recipient: str, donor: str):
+    def grafter(self, recipient: str, donors: tuple[str, ...]):
+        """A Grafter of `recipient` with the named donors (one donor: the single-donor form)."""
         from weightgraft import Grafter
 
-        key = (recipient, donor)
+        key = (recipient, donors)
         if key not in self._grafters:
-            grafter = Grafter(self.model(recipient), self.model(donor))
+            if len(donors) == 1:
+                grafter = Grafter(self.model(recipient), self.model(donors[0]))
+            else:
+                grafter = Grafter(self.model(recipient),
+                                  donors={k: self.model(k) for k in donors})
             # Each row in one pass, whatever else is in its batch: prefix sharing would cut a
             # row's computation where other rows' grafts differ, and a resumed run (with fewer
             # conditions per batch) would then differ from an uninterrupted one in the last bits.
@@ -107,11 +112,10 @@ def encode_examples(resources: Resources, exp: ExperimentSpec, tokenizer) -> tup
 
 def compute_chunk(resources: Resources, exp: ExperimentSpec, chunk: list[Condition],
                   examples: list[Example], tokenizer, bar) -> dict[str, list[dict]]:
-    """Per-example records for every condition of the chunk (same recipient/donor/method)."""
-    from weightgraft import Graft
-
+    """Per-example records for every condition of the chunk (same recipient/donors/method)."""
     config = resources.config
     recipient, donor, method = chunk[0].recipient, chunk[0].donor, chunk[0].method
+    donors = chunk[0].donors
     records: dict[str, list[dict]] = {c.name: [] for c in chunk}
     longest = max(len(e.input_ids) + len(e.target_ids) - 1 for e in examples)
     # Tokens per forward: the config's cap, and at most ~1 GiB of float32 logits.
@@ -121,8 +125,9 @@ def compute_chunk(resources: Resources, exp: ExperimentSpec, chunk: list[Conditi
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     device = config.device
     if method == "weights":
-        grafter = resources.grafter(recipient, donor)
+        grafter = resources.grafter(recipient, donors)
         available = list(grafter.components)
+        num_layers = grafter.num_layers
     else:
         from weightgraft.adapters import adapter_for
 
@@ -147,10 +152,8 @@ def compute_chunk(resources: Resources, exp: ExperimentSpec, chunk: list[Conditi
         if rows:
             seqs = [batch[ei].input_ids + batch[ei].target_ids[:-1] for ei, _ in rows]
             if method == "weights":
-                row_grafts = [
-                    [Graft(positions=m, layers=lay, components=resolve_for_model(c, available))
-                     for m, lay, c in row_masks] or None
-                    for row_masks in masks]
+                row_grafts = [[engine_graft(m, g, available, num_layers, len(donors) > 1)
+                               for m, g in row_masks] or None for row_masks in masks]
                 ids, attn = _pad(seqs, pad, device)
                 logits = grafter.logits(ids, row_grafts=row_grafts, attention_mask=attn)
             else:
@@ -159,8 +162,8 @@ def compute_chunk(resources: Resources, exp: ExperimentSpec, chunk: list[Conditi
                 patch = torch.zeros(len(rows), num_layers, ex_ids.shape[1], dtype=torch.bool,
                                     device=device)
                 for r, row_masks in enumerate(masks):
-                    for m, lay, _ in row_masks:
-                        patch[r, layer_indices(lay, num_layers), :len(m)] |= torch.tensor(
+                    for m, graft in row_masks:
+                        patch[r, layer_indices(graft.layers, num_layers), :len(m)] |= torch.tensor(
                             m, device=device)
                 row_example = torch.tensor([ei for ei, _ in rows], device=device)
                 logits = patched_logits(rec_model, don_model, layers_of, ex_ids, ex_attn,
@@ -176,6 +179,17 @@ def compute_chunk(resources: Resources, exp: ExperimentSpec, chunk: list[Conditi
     for cond in chunk:  # keep dataset order whatever the batching did
         records[cond.name].sort(key=lambda r: order[r["example_id"]])
     return records
+
+
+def engine_graft(mask: list[bool], graft: ResolvedGraft, available: list[str], num_layers: int,
+                 name_donor: bool):
+    """The engine's Graft for one row: concrete positions, layers and components; the donor is
+    named only when the Grafter holds several (a one-donor Grafter takes Grafts without one)."""
+    from weightgraft import Graft
+
+    kwargs = {"donor": graft.donor} if name_donor else {}
+    return Graft(positions=mask, layers=engine_layers(graft.layers, num_layers),
+                 components=resolve_for_model(graft.components, available), **kwargs)
 
 
 def _pad(seqs: list[list[int]], pad: int, device: str) -> tuple[torch.Tensor, torch.Tensor]:

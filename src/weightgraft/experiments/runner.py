@@ -20,7 +20,7 @@ from tqdm.auto import tqdm
 from weightgraft.experiments import records
 from weightgraft.experiments.config import ExperimentSpec, RunConfig
 from weightgraft.experiments.execute import Resources, compute_chunk, encode_examples
-from weightgraft.experiments.plan import experiment_conditions
+from weightgraft.experiments.plan import experiment_conditions, layer_indices
 from weightgraft.experiments.records import slug  # noqa: F401  (re-exported for callers)
 
 
@@ -54,7 +54,8 @@ class Runner:
         for exp in experiments:
             for item in exp.conditions:
                 if not isinstance(item, str):
-                    keys |= {k for k in (item.recipient, item.donor) if k}
+                    keys |= {k for k in (item.recipient, item.donor, *(g.donor for g in item.grafts))
+                             if k}
         datasets = {e.dataset for e in experiments}
         tokenizer = self.resources.tokenizer(sorted(keys))
         body = records.provenance(self.config, {k: self.resources.model_info(k) for k in keys},
@@ -82,7 +83,7 @@ class Runner:
             "name": exp.name, "title": exp.title or exp.name, "description": exp.description,
             "dataset": exp.dataset, "recipient": exp.recipient, "donor": exp.donor,
             "headline": exp.headline, "plot": exp.plot, "num_layers": num_layers,
-            "conditions": [dict(c.to_json(), file=f"{slug(c.name)}.parquet") for c in conditions],
+            "conditions": [condition_state(c, num_layers) for c in conditions],
             "examples": [e.prompt.id for e in examples],
             "available_examples": available,
             "templates": sorted({e.prompt.template_id for e in examples}),
@@ -91,7 +92,7 @@ class Runner:
         for cond in conditions:
             fp = records.condition_fingerprint(
                 cond.to_json(), self.config.dtype,
-                {k: res.fingerprint(k) for k in (cond.recipient, cond.donor)}, examples)
+                {k: res.fingerprint(k) for k in (cond.recipient, *cond.donors)}, examples)
             path = records.condition_file(self.out, exp.name, cond.name)
             if path.is_file() and records.stored_fingerprint(path) == fp:
                 result.reused.append(f"{exp.name}/{cond.name}")
@@ -99,7 +100,7 @@ class Runner:
                 pending.append((cond, fp))
         groups: dict[tuple, list] = {}
         for cond, fp in pending:
-            groups.setdefault((cond.recipient, cond.donor, cond.method), []).append((cond, fp))
+            groups.setdefault((cond.recipient, cond.donors, cond.method), []).append((cond, fp))
         per_chunk = self.config.conditions_per_chunk
         chunks = [items[i:i + per_chunk] for items in groups.values()
                   for i in range(0, len(items), per_chunk)]
@@ -112,6 +113,14 @@ class Runner:
                     records.write_condition(records.condition_file(self.out, exp.name, cond.name),
                                             rows[cond.name], fp)
                     result.computed.append(f"{exp.name}/{cond.name}")
+
+
+def condition_state(cond, num_layers: int) -> dict:
+    """A condition as the report reads it: its grafts with the concrete layers they cover."""
+    body = cond.to_json()
+    for graft, resolved in zip(body["grafts"], cond.grafts):
+        graft["layer_indices"] = layer_indices(resolved.layers, num_layers)
+    return dict(body, file=f"{slug(cond.name)}.parquet")
 
 
 def run_experiments(config: RunConfig, out: str | Path, *, progress: bool = True,
