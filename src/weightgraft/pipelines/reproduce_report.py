@@ -21,10 +21,9 @@ ANALYSIS_OF = {"position_grafting": "position", "position_relation": "position",
 
 
 def published_rows() -> list[dict]:
-    """published_numbers.csv as shipped in the package (see `weightgraft.reporting`)."""
-    from weightgraft.reporting.published import published_numbers
-
-    return published_numbers()
+    """The paper's published figures (a copy of the authors' numbers shipped beside this file)."""
+    with open(Path(__file__).with_name("published_numbers.csv"), newline="") as handle:
+        return list(csv.DictReader(handle))
 
 
 def _ours(summary: list[dict], experiment: str) -> dict[tuple[str, str], float | None]:

@@ -25,7 +25,6 @@ from typing import Literal
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, Trainer, TrainingArguments
-from transformers.trainer_utils import get_last_checkpoint
 
 from weightgraft.data.batching import right_pad
 from weightgraft.data.io import atomic_directory, load_eval_prompts, load_manifest, load_train_texts, write_json
@@ -108,6 +107,16 @@ class _AccuracyTrainer(Trainer):
         self.log(metrics)
         self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, metrics)
         return metrics
+
+
+def last_complete_checkpoint(folder: Path) -> str | None:
+    """The newest `checkpoint-N` whose trainer_state.json (Trainer writes it last) exists: a
+    process killed while saving leaves an incomplete folder that must not be resumed from."""
+    complete = [p for p in Path(folder).glob("checkpoint-*")
+                if p.name.split("-")[-1].isdigit() and (p / "trainer_state.json").is_file()]
+    if not complete:
+        return None
+    return str(max(complete, key=lambda p: int(p.name.split("-")[-1])))
 
 
 @contextmanager
@@ -193,7 +202,7 @@ def finetune(
         if checkpoint_dir is not None:
             checkpoint_dir = Path(checkpoint_dir)
             if checkpoint_dir.is_dir():
-                resume_from = get_last_checkpoint(str(checkpoint_dir))
+                resume_from = last_complete_checkpoint(checkpoint_dir)
             saving = dict(save_strategy="epoch", save_total_limit=1, load_best_model_at_end=True,
                           metric_for_best_model=f"top{config.eval_k}_accuracy",
                           greater_is_better=True)
