@@ -412,6 +412,9 @@ class Pipeline:
                     shutil.rmtree(ft.checkpoints)
                 ft.checkpoints.mkdir(parents=True, exist_ok=True)
                 stamp.write_text(sha256_of(inputs))
+            else:  # resume from the same checkpoint as rank 0: wait until it has cleaned up
+                while not (stamp.is_file() and stamp.read_text() == sha256_of(inputs)):
+                    time.sleep(1.0)
             result = finetune(self.model_paths["pre"], self.job.sets[ft.dataset].directory, ft.out,
                               config, general_texts=general if config.mix_ratio else None,
                               progress=self.progress, checkpoint_dir=ft.checkpoints)

@@ -40,9 +40,13 @@ def comparison_table(summary: list[dict], state: dict, published: list[dict], an
     """Markdown: one row per condition; per sentence the published top-5 beside this run's."""
     ours = _ours(summary, state["name"])
     paper: dict[tuple[str, str, str], float] = {}
+    older = False
     for row in published:
         if row["analysis"] == analysis and row["dataset"] == dataset and row["metric"] == "top5":
-            paper[(row["model"], row["eval_sentence"], row["condition"])] = float(row["value"])
+            sentence = row["eval_sentence"]
+            if sentence == "1-old":  # the authors' earlier wording of sentence 1
+                sentence, older = "1", True
+            paper[(row["model"], sentence, row["condition"])] = float(row["value"])
     sentences = [s for s, t in SENTENCES.items() if t in state["templates"]]
     models = [paper_model] if paper_model else list(PAPER_MODELS)
     head, rule = ["condition"], ["---"]
@@ -59,6 +63,9 @@ def comparison_table(summary: list[dict], state: dict, published: list[dict], an
             cells += [_fmt(paper.get((m, s, cond["name"]))) for m in models]
             cells.append(_fmt(ours.get((cond["name"], SENTENCES[s]))))
         lines.append("| " + " | ".join(cells) + " |")
+    if older:
+        lines.append("\nThe published s1 numbers of this analysis used the authors' older wording "
+                     "of sentence 1.")
     return "\n".join(lines)
 
 
