@@ -417,7 +417,8 @@ class Pipeline:
                     time.sleep(1.0)
             result = finetune(self.model_paths["pre"], self.job.sets[ft.dataset].directory, ft.out,
                               config, general_texts=general if config.mix_ratio else None,
-                              progress=self.progress, checkpoint_dir=ft.checkpoints)
+                              progress=self.progress, overwrite=True,
+                              checkpoint_dir=ft.checkpoints)
             if not self.is_main:
                 return {}, []
             import json
@@ -446,7 +447,7 @@ class Pipeline:
 
     def run_group(self, group: RunGroup, data: dict) -> None:
         from weightgraft.experiments.config import parse_config
-        from weightgraft.experiments.runner import run_experiments
+        from weightgraft.pipelines.run import run_all
 
         config = run_config(self.job, group, self.model_paths, self.device)
         inputs = {"config": config,
@@ -454,7 +455,7 @@ class Pipeline:
                   "datasets": {k: data[s]["manifest_sha256"] for k, s in group.datasets.items()}}
 
         def build() -> tuple[dict, list[Path]]:
-            result = run_experiments(parse_config(config), group.out, progress=self.progress)
+            result = run_all(parse_config(config), group.out, progress=self.progress)
             outputs = {"path": str(group.out), "presets": group.presets,
                        "computed": len(result.computed), "reused": len(result.reused),
                        "summary_sha256": sha256_of_file(group.out / "summary.csv")}

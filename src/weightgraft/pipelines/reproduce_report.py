@@ -1,105 +1,86 @@
-"""The reproduce job's report: what was built (steps, hashes, times) and, per analysis, a
+"""The reproduce job's report: what was built (steps, input hashes, times) and, per analysis, a
 "paper vs this run" table of top-5 accuracy per evaluation sentence.
 
-The per-run reports (`runs/<group>/report.md`, written by the runner) keep the full tables with
-intervals and plots; this one sets the run's numbers beside the published ones.
+The published figures and the map from presets to the paper's analyses are
+`weightgraft.reporting.published`'s. Unlike a single run's report, a job knows which paper
+dataset each run group reproduces (FMRA, FMFA, RMRA-shuffled, FMRA_B for the hybrid) and, when
+MODEL is one of the paper's four, which published model to set beside it. The per-run reports
+(`runs/<group>/report.md`) keep the full tables with intervals, per-kind tables and plots.
 """
 
 from __future__ import annotations
 
-import csv
 from pathlib import Path
 
 from weightgraft.atomic import write_text_atomic
-from weightgraft.pipelines.estimate import PAPER_MODELS, paper_model_name
-
-SENTENCES = {"1": "paper_1", "2": "paper_2", "3": "paper_3"}
-# Our experiment -> the published analysis it reproduces.
-ANALYSIS_OF = {"position_grafting": "position", "position_relation": "position",
-               "position_title": "position", "components_reversal": "components_reversal",
-               "components_pre": "components_pre", "hybrid": "hybrid"}
-
-
-def published_rows() -> list[dict]:
-    """The paper's published figures (a copy of the authors' numbers shipped beside this file)."""
-    with open(Path(__file__).with_name("published_numbers.csv"), newline="") as handle:
-        return list(csv.DictReader(handle))
-
-
-def _ours(summary: list[dict], experiment: str) -> dict[tuple[str, str], float | None]:
-    return {(r["condition"], r["template"]): r["value"] for r in summary
-            if r["experiment"] == experiment and r["metric"] == "top5"}
+from weightgraft.pipelines.estimate import paper_model_name
 
 
 def _fmt(value) -> str:
     return "–" if value is None else f"{float(value):.2f}"
 
 
-def comparison_table(summary: list[dict], state: dict, published: list[dict], analysis: str,
-                     dataset: str, paper_model: str | None) -> str:
-    """Markdown: one row per condition; per sentence the published top-5 beside this run's."""
-    ours = _ours(summary, state["name"])
-    paper: dict[tuple[str, str, str], float] = {}
-    older = False
-    for row in published:
-        if row["analysis"] == analysis and row["dataset"] == dataset and row["metric"] == "top5":
-            sentence = row["eval_sentence"]
-            if sentence == "1-old":  # the authors' earlier wording of sentence 1
-                sentence, older = "1", True
-            paper[(row["model"], sentence, row["condition"])] = float(row["value"])
-    sentences = [s for s, t in SENTENCES.items() if t in state["templates"]]
-    models = [paper_model] if paper_model else list(PAPER_MODELS)
+def comparison_table(summary: list[dict], state: dict, dataset: str,
+                     paper_model: str | None) -> str:
+    """Markdown: one row per condition; per sentence the published top-5 beside this run's
+    (every fact kind pooled). `paper_model` None: the four published models."""
+    from weightgraft.reporting.published import ANALYSIS_OF_EXPERIMENT, MODELS, published
+    from weightgraft.reporting.summary import pooled
+
+    analysis = ANALYSIS_OF_EXPERIMENT[state["name"]]
+    ours = {(r["condition"], r["template"]): r["value"] for r in pooled(summary)
+            if r["experiment"] == state["name"] and r["metric"] == "top5"}
+    models = [paper_model] if paper_model else list(MODELS)
+    sentences = [(t, s) for t, s in analysis.sentences.items() if t in state["templates"]]
     head, rule = ["condition"], ["---"]
-    for s in sentences:
-        for model in models:
-            head.append(f"paper s{s} ({model})")
-            rule.append("---:")
-        head.append(f"this run s{s}")
-        rule.append("---:")
+    for template, sentence in sentences:
+        head += [f"paper s{sentence} {m}" for m in models] + [f"this run `{template}`"]
+        rule += ["---:"] * (len(models) + 1)
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join(rule) + "|"]
     for cond in state["conditions"]:
         cells = [cond["name"]]
-        for s in sentences:
-            cells += [_fmt(paper.get((m, s, cond["name"]))) for m in models]
-            cells.append(_fmt(ours.get((cond["name"], SENTENCES[s]))))
+        for template, sentence in sentences:
+            cells += [_fmt(published(analysis.name, dataset, sentence, cond["name"], m))
+                      for m in models]
+            cells.append(_fmt(ours.get((cond["name"], template))))
         lines.append("| " + " | ".join(cells) + " |")
-    if older:
-        lines.append("\nThe published s1 numbers of this analysis used the authors' older wording "
-                     "of sentence 1.")
+    if analysis.note:
+        lines += ["", f"Published: {analysis.note}."]
     return "\n".join(lines)
 
 
 def write_reproduce_report(job, ledger_body: dict) -> Path:
     from weightgraft.experiments.config import parse_config
     from weightgraft.experiments.records import read_state
+    from weightgraft.reporting.published import ANALYSIS_OF_EXPERIMENT
     from weightgraft.reporting.summary import read_summary
 
     out = Path(job.options.out)
     paper_model = paper_model_name(job.options.model)
-    published = published_rows()
-    lines = [f"# weightgraft reproduce: {job.options.model}", ""]
-    lines.append(f"Published numbers: {paper_model or 'none for this model; all four paper models shown'}. "
-                 "Top-5 accuracy of the target's first token; s1, s2, s3 are the paper's "
-                 "evaluation sentences (`paper_1..3`); – means no published number or not run.")
-    lines += ["", "## Steps", "", "| step | seconds | inputs sha256 |", "|---|---:|---|"]
+    lines = [f"# weightgraft reproduce: {job.options.model}", "",
+             f"Published numbers beside this run: "
+             f"{paper_model or 'all four paper models (this model is none of them)'}. Top-5 "
+             "accuracy of the target's first token, every fact kind pooled; s1, s2, s3 are the "
+             "paper's evaluation sentences (`paper_1..3`); – where there is no published number.",
+             "", "## Steps", "", "| step | seconds | inputs sha256 |", "|---|---:|---|"]
     for name, record in ledger_body["steps"].items():
         lines.append(f"| {name} | {record['seconds']} | `{record['inputs_sha256'][:16]}` |")
-    for note in job.notes:
-        lines.append(f"\nNote: {note}")
+    lines += ["", "Every step's inputs and outputs are in `provenance.json`."]
+    lines += [f"\nNote: {note}" for note in job.notes]
     for group in job.runs.values():
         summary = read_summary(group.out)
-        code = job.options.datasets[0] if group.name.endswith("_hybrid") else group.name
+        hybrid_group = group.name.endswith("_hybrid")
+        code = job.options.datasets[0] if hybrid_group else group.name
         config = parse_config(ledger_body["steps"][f"run:{group.name}"]["inputs"]["config"])
         for experiment in config.expanded():
             state = read_state(group.out, experiment.name)
-            analysis = ANALYSIS_OF.get(state["name"])
+            full = f"[full table](runs/{group.name}/report.md)"
             lines += ["", f"## {state['title']} ({group.name})", ""]
-            if analysis is None:
-                lines.append(f"No published numbers for this analysis; full table in "
-                             f"[runs/{group.name}/report.md](runs/{group.name}/report.md).")
+            if state["name"] not in ANALYSIS_OF_EXPERIMENT:
+                lines.append(f"No published numbers for this analysis; {full}.")
                 continue
-            dataset = f"{code}_B" if analysis == "hybrid" else code
-            lines.append(f"Paper vs this run, {analysis} on {dataset} "
-                         f"([full table](runs/{group.name}/report.md)):")
-            lines += ["", comparison_table(summary, state, published, analysis, dataset, paper_model)]
+            dataset = f"{code}_B" if hybrid_group else code
+            lines += [f"Paper vs this run, {ANALYSIS_OF_EXPERIMENT[state['name']].name} on "
+                      f"{dataset} ({full}):", "",
+                      comparison_table(summary, state, dataset, paper_model)]
     return write_text_atomic(out / "report.md", "\n".join(lines) + "\n")
