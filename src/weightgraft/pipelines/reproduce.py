@@ -160,12 +160,17 @@ def plan_job(options: ReproduceOptions) -> Job:
     if bad:
         raise ValueError(f"unknown dataset code(s) {bad}; choose from {', '.join(DATASET_KINDS)} "
                          f"({DATASET_HELP})")
+    if options.setting not in SETTINGS:
+        raise ValueError(f"unknown --setting {options.setting!r}; use aggressive or gentle")
     if options.facts < 4:
         raise ValueError("--facts must be at least 4 (the hybrid splits the facts in two halves)")
     if options.setting == "gentle" and options.general_text is None:
         raise ValueError("--setting gentle mixes general text into finetuning: give "
                          "--general-text (a JSONL of {\"text\": ...}, e.g. OpenWebText or IMDB "
                          "samples, or a dataset directory)")
+    if options.precision == "fp16" and not resolve_device(options.device).startswith("cuda"):
+        raise ValueError("--precision fp16 needs a CUDA GPU; on CPU use --precision fp32 or bf16 "
+                         "(or leave it at auto)")
     out = Path(options.out)
     notes: list[str] = []
     sets: dict[str, DataSet] = {}
