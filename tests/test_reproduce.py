@@ -116,7 +116,7 @@ def test_every_preset_has_results_and_the_report_compares_with_the_paper(job):
 
 
 def test_a_second_invocation_reuses_everything(job):
-    out, provenance, _, again_output = job
+    _, provenance, _, again_output = job
     last = provenance["sessions"][-1]
     assert last["computed"] == []
     assert set(last["reused"]) == set(provenance["steps"])

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -25,16 +24,16 @@ def reproduce_command(
     precision: str = typer.Option("auto", help="Finetuning precision: auto (fp16 on a GPU as in the "
                                   "paper, fp32 on CPU), fp32, bf16 or fp16."),
     facts: int = typer.Option(1000, help="Facts per dataset (the paper: 1000)."),
-    epochs: Optional[int] = typer.Option(None, help="Finetuning epochs (default: the paper's 10)."),
-    lr: Optional[float] = typer.Option(None, help="Learning rate (default: the setting's: 2e-5 "
+    epochs: int | None = typer.Option(None, help="Finetuning epochs (default: the paper's 10)."),
+    lr: float | None = typer.Option(None, help="Learning rate (default: the setting's: 2e-5 "
                                        "aggressive, 2e-6 gentle)."),
     setting: str = typer.Option("aggressive", help="aggressive (the paper's main: lr 2e-5, weight "
                                 "decay 0.01) or gentle (lr 2e-6, no weight decay, general text "
                                 "mixed in: needs --general-text)."),
     datasets: str = typer.Option("FMRA", help=DATASETS_HELP),
-    general_text: Optional[Path] = typer.Option(None, help='General text for --setting gentle: a '
+    general_text: Path | None = typer.Option(None, help='General text for --setting gentle: a '
                                                 'JSONL of {"text": ...} or a dataset directory.'),
-    max_examples: Optional[int] = typer.Option(None, help="Cap on the prompts scored per experiment "
+    max_examples: int | None = typer.Option(None, help="Cap on the prompts scored per experiment "
                                                "(default: every prompt)."),
     bootstrap: int = typer.Option(1000, help="Bootstrap resamples for the intervals."),
     seed: int = typer.Option(0),

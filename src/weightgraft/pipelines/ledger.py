@@ -43,6 +43,11 @@ class Ledger:
         self.session = {"started": _now(), "computed": [], "reused": []}
         self.body["sessions"].append(self.session)
 
+    def reload_steps(self) -> None:
+        """Read the steps again from disk (other ranks follow what rank 0 records)."""
+        if self.path.is_file():
+            self.body["steps"] = json.loads(self.path.read_text()).get("steps", {})
+
     def record_of(self, name: str) -> dict | None:
         return self.body["steps"].get(name)
 

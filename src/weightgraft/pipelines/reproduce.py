@@ -297,8 +297,6 @@ class Pipeline:
         """Reuse `name` if its record matches `inputs`, else build it: `build()` returns
         (outputs, paths) and the record is written."""
         self.index += 1
-        if not self.is_main:
-            self.ledger.body = Ledger(self.ledger.path, {}, write=False).body
         if self.ledger.is_done(name, inputs):
             self.say(f"[{self.index}/{self.total}] {name}: done before, reused")
             return self.ledger.reuse(name)["outputs"]
@@ -313,8 +311,7 @@ class Pipeline:
         """Other ranks: wait until rank 0 has recorded `name` (data building is rank 0's)."""
         self.index += 1
         while True:
-            body = Ledger(self.ledger.path, {}, write=False).body
-            self.ledger.body["steps"] = body["steps"]
+            self.ledger.reload_steps()
             if self.ledger.is_done(name, inputs):
                 return self.ledger.record_of(name)["outputs"]
             time.sleep(poll)
@@ -439,14 +436,12 @@ class Pipeline:
 
         if self.is_main:
             outputs = self.step(f"finetune:{ft.name}", inputs, build)
-        else:
+        else:  # other ranks train with rank 0 unless it has recorded the finetune as done
             self.index += 1
-            self.ledger.body = Ledger(self.ledger.path, {}, write=False).body
-            if self.ledger.is_done(f"finetune:{ft.name}", inputs):
-                outputs = self.ledger.record_of(f"finetune:{ft.name}")["outputs"]
-            else:
+            self.ledger.reload_steps()
+            if not self.ledger.is_done(f"finetune:{ft.name}", inputs):
                 build()
-                return
+            return
         self.model_paths[ft.name] = outputs["path"]
         self.fingerprints[ft.name] = outputs["sha256"]
 

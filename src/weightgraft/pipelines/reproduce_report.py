@@ -24,7 +24,11 @@ def comparison_table(summary: list[dict], state: dict, dataset: str,
                      paper_model: str | None) -> str:
     """Markdown: one row per condition; per sentence the published top-5 beside this run's
     (every fact kind pooled). `paper_model` None: the four published models."""
-    from weightgraft.reporting.published import ANALYSIS_OF_EXPERIMENT, MODELS, published
+    from weightgraft.reporting.published import (
+        ANALYSIS_OF_EXPERIMENT,
+        MODELS,
+        published,
+    )
     from weightgraft.reporting.summary import pooled
 
     analysis = ANALYSIS_OF_EXPERIMENT[state["name"]]
@@ -57,11 +61,11 @@ def write_reproduce_report(job, ledger_body: dict) -> Path:
 
     out = Path(job.options.out)
     paper_model = paper_model_name(job.options.model)
-    lines = [f"# weightgraft reproduce: {job.options.model}", "",
-             f"Published numbers beside this run: "
-             f"{paper_model or 'all four paper models (this model is none of them)'}. Top-5 "
-             "accuracy of the target's first token, every fact kind pooled; s1, s2, s3 are the "
-             "paper's evaluation sentences (`paper_1..3`); – where there is no published number.",
+    beside = paper_model or "all four paper models (this model is none of them)"
+    intro = (f"Published numbers beside this run: {beside}. Top-5 accuracy of the target's first "
+             "token, every fact kind pooled; s1, s2, s3 are the paper's evaluation sentences "
+             "(`paper_1..3`); – where there is no published number.")
+    lines = [f"# weightgraft reproduce: {job.options.model}", "", intro,
              "", "## Steps", "", "| step | seconds | inputs sha256 |", "|---|---:|---|"]
     for name, record in ledger_body["steps"].items():
         lines.append(f"| {name} | {record['seconds']} | `{record['inputs_sha256'][:16]}` |")
@@ -80,7 +84,7 @@ def write_reproduce_report(job, ledger_body: dict) -> Path:
                 lines.append(f"No published numbers for this analysis; {full}.")
                 continue
             dataset = f"{code}_B" if hybrid_group else code
-            lines += [f"Paper vs this run, {ANALYSIS_OF_EXPERIMENT[state['name']].name} on "
-                      f"{dataset} ({full}):", "",
+            analysis = ANALYSIS_OF_EXPERIMENT[state["name"]].name
+            lines += [f"Paper vs this run, {analysis} on {dataset} ({full}):", "",
                       comparison_table(summary, state, dataset, paper_model)]
     return write_text_atomic(out / "report.md", "\n".join(lines) + "\n")

@@ -229,11 +229,11 @@ def finetune(
             checkpoint_dir = Path(checkpoint_dir)
             if checkpoint_dir.is_dir():
                 resume_from = last_complete_checkpoint(checkpoint_dir)
-            saving = dict(save_strategy="epoch", save_total_limit=1, load_best_model_at_end=True,
-                          metric_for_best_model=f"top{config.eval_k}_accuracy",
-                          greater_is_better=True)
+            saving = {"save_strategy": "epoch", "save_total_limit": 1,
+                      "load_best_model_at_end": True, "greater_is_better": True,
+                      "metric_for_best_model": f"top{config.eval_k}_accuracy"}
         else:
-            saving = dict(save_strategy="no")
+            saving = {"save_strategy": "no"}
         args = TrainingArguments(
             output_dir=str(checkpoint_dir if checkpoint_dir is not None else tmp / "trainer"),
             per_device_train_batch_size=config.batch_size,
