@@ -143,8 +143,7 @@ class Grafter:
         Generated tokens get nothing grafted (`generated="none"`, the recipient computes them), or
         the same grafts as their row's last prompt token (`generated="last"`).
         """
-        if generated not in ("none", "last"):
-            raise ValueError(f"generated must be 'none' or 'last', not {generated!r}")
+        _check_generation_settings(max_new_tokens, do_sample, temperature, top_k, top_p, generated)
         ids, mask = self._prepare(input_ids, attention_mask)
         if not bool(mask[:, -1].all()):
             raise ValueError("generate needs left-padded prompts: set tokenizer.padding_side = 'left'")
@@ -171,6 +170,11 @@ class Grafter:
     # --- input handling -----------------------------------------------------------------------
     def _prepare(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
         ids = torch.as_tensor(input_ids, device=self.device)
+        if ids.dtype == torch.bool or ids.is_floating_point() or ids.is_complex():
+            raise TypeError(
+                f"input_ids must be integer token ids, got dtype {ids.dtype}; pass the tokenizer's "
+                "input_ids (torch.long), not embeddings or probabilities"
+            )
         if ids.dim() == 1:
             ids = ids[None]
         if ids.dim() != 2:
@@ -180,6 +184,12 @@ class Grafter:
             mask = mask[None]
         if mask.shape != ids.shape:
             raise ValueError(f"attention_mask {tuple(mask.shape)} does not match input_ids {tuple(ids.shape)}")
+        if bool(((mask != 0) & (mask != 1)).any()):
+            odd = sorted({float(v) for v in mask[(mask != 0) & (mask != 1)].flatten()[:5].tolist()})
+            raise ValueError(
+                f"attention_mask must hold only 0 (padding) and 1 (real token), found {odd}; "
+                "pass the tokenizer's attention_mask"
+            )
         if bool((mask.sum(-1) == 0).any()):
             raise ValueError("a row has no real tokens (its attention_mask is all zeros)")
         return ids.long(), mask.long()
@@ -377,11 +387,23 @@ def _as_id_set(eos) -> set[int]:
     return {int(eos)} if isinstance(eos, int) else {int(e) for e in eos}
 
 
+def _check_generation_settings(max_new_tokens, do_sample, temperature, top_k, top_p, generated) -> None:
+    """Refuse settings that would fail later or mean nothing, before any work is done."""
+    if generated not in ("none", "last"):
+        raise ValueError(f"generated must be 'none' or 'last', not {generated!r}")
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens must be an int >= 0, not {max_new_tokens!r}")
+    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k <= 0):
+        raise ValueError(f"top_k must be a positive int (or None for no top-k filter), not {top_k!r}")
+    if top_p is not None and not 0 < top_p <= 1:
+        raise ValueError(f"top_p must be in (0, 1] (or None for no nucleus filter), not {top_p!r}")
+    if do_sample and not temperature > 0:
+        raise ValueError(f"temperature must be > 0 when sampling, not {temperature!r}; use do_sample=False for greedy decoding")
+
+
 def _next_token(logits: torch.Tensor, do_sample: bool, temperature: float, top_k, top_p, generator) -> torch.Tensor:
     if not do_sample:
         return logits.argmax(-1)
-    if temperature <= 0:
-        raise ValueError("temperature must be > 0 when sampling; use do_sample=False for greedy decoding")
     logits = logits / temperature
     if top_k is not None:
         kth = torch.topk(logits, min(top_k, logits.shape[-1])).values[:, -1:]
