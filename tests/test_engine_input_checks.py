@@ -10,8 +10,14 @@ import numpy as np
 import pytest
 import torch
 import transformers as hf
-
-from engine_helpers import ATOL, grafter_for, max_diff, pair, random_prompt, single_thread
+from engine_helpers import (
+    ATOL,
+    grafter_for,
+    max_diff,
+    pair,
+    random_prompt,
+    single_thread,
+)
 from engine_reference import GraftSpec, reference_logits
 from engine_tiny_models import make_config
 
