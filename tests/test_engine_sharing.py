@@ -100,3 +100,28 @@ def test_the_graft_cache_forgets_grafts_that_are_gone():
         grafter.logits(ids, grafts=[kept, Graft(0, layer, "o")])
     gc.collect()
     assert list(grafter._graft_keys.keys()) == [kept]
+
+
+def test_row_indices_are_found_once_per_call_not_once_per_hooked_module(monkeypatch):
+    """The hooks only index: how often masks are searched (nonzero) does not grow with depth."""
+
+    def searches(n_layer: int) -> int:
+        config = GPT2Config(vocab_size=71, n_embd=32, n_layer=n_layer, n_head=4, n_positions=64)
+        torch.manual_seed(0)
+        grafter = Grafter(GPT2LMHeadModel(config).eval(), GPT2LMHeadModel(config).eval())
+        ids = torch.randint(0, 71, (3, 8))
+        grafts = [Graft("last", "all", "all"), Graft([1, 2], "all", ["q", "mlp"])]
+        count = 0
+        original = torch.Tensor.nonzero
+
+        def counting(self, *args, **kwargs):
+            nonlocal count
+            count += 1
+            return original(self, *args, **kwargs)
+
+        with monkeypatch.context() as patch:
+            patch.setattr(torch.Tensor, "nonzero", counting)
+            grafter.logits(ids, grafts=grafts)
+        return count
+
+    assert searches(2) == searches(8)
