@@ -63,6 +63,19 @@ def test_other_positions_are_errors_at_construction(positions, kind, message):
         Graft(positions)
 
 
+@pytest.mark.parametrize("layers", [[True, False], 1.0, [0, 1.5], np.array([0.0, 1.0]), torch.tensor([True]), None])
+def test_layers_that_are_not_ints_are_errors(layers):
+    from weightgraft import Graft
+    with pytest.raises(TypeError, match="layers must be 'all', a band name, an int or a sequence of ints"):
+        Graft("last", layers)
+
+
+def test_layers_as_arrays_and_tensors_of_ints_work():
+    from weightgraft import Graft
+    for layers in [np.array([0, 2]), torch.tensor([0, 2]), (0, np.int32(2)), range(0, 3, 2)]:
+        assert Graft("last", layers).layer_indices(4) == [0, 2]
+
+
 # ----------------------------------------------------------------------------------------------
 # Configs: every field that changes the computation must agree, unless explicitly allowed
 # ----------------------------------------------------------------------------------------------
