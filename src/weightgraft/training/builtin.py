@@ -62,9 +62,9 @@ SPECS: dict[str, BuiltinSpec] = {
                                 block_size=128, batch_size=16, steps=500, lr=3e-3, seed=0),
         set_kinds={"relation": {"fake_fake": 56, "fake_real": 22, "real_shuffled": 22},
                    "task": {"fake_fake": 30}, "freetext": {"fake_fake": 18}},
-        texts_per_fact=10,
+        texts_per_fact=12,
         articles_per_fact=16,
-        finetune=FinetuneConfig(lr=2e-3, epochs=6, batch_size=16, mix_ratio=0.4, seed=0),
+        finetune=FinetuneConfig(lr=2e-3, epochs=6, batch_size=16, mix_ratio=0.5, seed=0),
         freetext_epochs=6,
     ),
     "tiny": BuiltinSpec(
