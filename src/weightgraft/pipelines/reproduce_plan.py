@@ -124,7 +124,9 @@ def describe_plan(job: Job) -> str:
     kind = estimate.device_kind(facts["device"])
     lines = ["weightgraft reproduce: plan", ""]
     if size:
-        lines.append(f"model      {options.model}: {size.params / 1e9:.2f} B parameters, "
+        params = (f"{size.params / 1e9:.2f} B" if size.params >= 1e8
+                  else f"{size.params / 1e6:.2f} M")
+        lines.append(f"model      {options.model}: {params} parameters, "
                      f"{size.layers} layers ({size.source})")
     else:
         lines.append(f"model      {options.model}: size unknown (no config on disk and not one of "
@@ -149,7 +151,7 @@ def describe_plan(job: Job) -> str:
     lines.append("")
     if facts["total_seconds"] is not None:
         lines.append(f"estimated total: {estimate.human_seconds(facts['total_seconds'])} "
-                     f"(finetune memory ~{estimate.train_memory_gib(size):.0f} GiB for weights, "
+                     f"(finetune memory ~{estimate.train_memory_gib(size):.2g} GiB for weights, "
                      "gradients and AdamW moments, plus activations)")
     for note in job.notes:
         lines.append(f"note: {note}")
