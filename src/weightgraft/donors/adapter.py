@@ -78,7 +78,7 @@ class NoChange(nn.Module):
     adds_to_output = True
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.zeros((), device=x.device).expand(x.shape[0], 1)
+        return torch.zeros((), device=x.device)  # broadcasts to any output shape, keeps its dtype
 
 
 class AdapterDonor:

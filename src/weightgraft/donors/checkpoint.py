@@ -52,7 +52,6 @@ class SafetensorsCheckpoint:
         self.folder = folder
         self.weight_map = self._weight_map()
         self._headers: dict[str, dict[str, tuple[torch.Size, str]]] = {}
-        self._handles: dict[str, object] = {}
 
     def _weight_map(self) -> dict[str, str]:
         """Tensor name -> file name. Refuses pickle-only folders and missing shards by name."""
@@ -97,20 +96,23 @@ class SafetensorsCheckpoint:
             self._headers[file] = _header(self.folder / file)
         return self._headers[file]
 
-    def read(self, name: str, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
-        """One tensor, copied out of the memory-mapped file onto `device` in `dtype`."""
-        file = self.weight_map.get(name)
-        if file is None:
-            raise KeyError(f"tensor {name!r} is not in the checkpoint {self.folder}")
-        handle = self._handles.get(file)
-        if handle is None:
-            handle = self._handles[file] = safe_open(str(self.folder / file), framework="pt", device="cpu")
-        tensor = handle.get_tensor(name)
-        return tensor.to(device=device, dtype=dtype)
+    def read(self, wanted: dict[str, tuple[torch.device, torch.dtype]]) -> dict[str, torch.Tensor]:
+        """The named tensors, each copied out of its memory-mapped file onto a device in a dtype.
 
-    def close(self) -> None:
-        """Drop the open file handles (and their memory maps)."""
-        self._handles.clear()
+        Copies, not views into the map: a fresh allocation is aligned as the recipient's own
+        weights are (so kernels, and results, are the same as for a donor in memory), and the
+        file is unmapped once read, so that its pages leave the resident set.
+        """
+        unknown = [name for name in wanted if name not in self.weight_map]
+        if unknown:
+            raise KeyError(f"tensors {unknown[:4]} are not in the checkpoint {self.folder}")
+        out: dict[str, torch.Tensor] = {}
+        for file in sorted({self.weight_map[name] for name in wanted}):
+            with safe_open(str(self.folder / file), framework="pt", device="cpu") as handle:
+                for name, (device, dtype) in wanted.items():
+                    if self.weight_map[name] == file:
+                        out[name] = handle.get_tensor(name).to(device=device, dtype=dtype, copy=True)
+        return out
 
 
 def _header(path: Path) -> dict[str, tuple[torch.Size, str]]:

@@ -68,17 +68,21 @@ class LazyDonor:
         if self._recipient is None:
             raise RuntimeError("LazyDonor.module() before check_against(recipient): use it through a Grafter")
         device = execution_device(self._recipient, path)
+        slots = []  # (owner module, parameter name, full name) still on meta
         for local, owner in module.named_modules(prefix=path):
-            for name, param in list(owner._parameters.items()):
-                if param is None or param.device.type != "meta":
-                    continue
-                full = f"{local}.{name}"
-                dtype = self._recipient.get_parameter(full).dtype
-                owner._parameters[name] = nn.Parameter(self._read(self._tensor_names[full], device, dtype), False)
-                self._materialized.append((owner, name, param))
+            slots += [(owner, n, f"{local}.{n}") for n, p in owner._parameters.items() if p is not None and p.is_meta]
             for name, buffer in list(owner._buffers.items()):
                 if buffer is not None and buffer.device != device:
                     owner._buffers[name] = buffer.to(device)
+        wanted = {
+            (self._tensor_names[full], device, self._recipient.get_parameter(full).dtype)
+            for _, _, full in slots
+        }
+        self._read([key for key in wanted if key not in self._cache])
+        for owner, name, full in slots:
+            key = (self._tensor_names[full], device, self._recipient.get_parameter(full).dtype)
+            self._materialized.append((owner, name, owner._parameters[name]))
+            owner._parameters[name] = nn.Parameter(self._cache[key], requires_grad=False)
         self._ready.add(path)
         return module
 
@@ -98,17 +102,21 @@ class LazyDonor:
         self._materialized.clear()
         self._cache.clear()
         self._ready.clear()
-        self.checkpoint.close()
 
     def loaded_paths(self) -> list[str]:
         return sorted(self._ready)
 
-    def _read(self, tensor_name: str, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
-        key = (tensor_name, device, dtype)
-        if key not in self._cache:  # tied weights (e.g. embeddings and lm_head) are read once
-            self._cache[key] = self.checkpoint.read(tensor_name, device, dtype)
-            self.loaded[tensor_name] += 1
-        return self._cache[key]
+    def _read(self, keys: list[tuple[str, torch.device, torch.dtype]]) -> None:
+        """Read tensors into the cache, keyed by (checkpoint name, device, dtype): tied weights
+        (embeddings and lm_head) are read once."""
+        by_target: dict[tuple[torch.device, torch.dtype], list[str]] = defaultdict(list)
+        for name, device, dtype in keys:
+            by_target[(device, dtype)].append(name)
+        for (device, dtype), names in by_target.items():
+            tensors = self.checkpoint.read(dict.fromkeys(names, (device, dtype)))
+            for name, tensor in tensors.items():
+                self._cache[(name, device, dtype)] = tensor
+                self.loaded[name] += 1
 
     def _match_checkpoint_names(self) -> dict[str, str]:
         """Parameter name (every alias of tied parameters) -> the checkpoint tensor holding it."""
