@@ -3,6 +3,8 @@ the components it changes, and refuses adapters it cannot graft exactly."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -20,7 +22,8 @@ def adapted(tmp_path_factory):
     """arch -> (recipient, PeftModel on a separate copy, merged model, adapter folder)."""
     out = {}
     for arch in ARCHS:
-        peft_model = lora_model(arch, 1, use_rslora=arch == "qwen3", rank_pattern={"o_proj": 2})
+        patterns = {} if arch == "gpt2" else {"rank_pattern": {"o_proj": 2}}  # GPT-2 has no o_proj
+        peft_model = lora_model(arch, 1, use_rslora=arch == "qwen3", **patterns)
         folder = tmp_path_factory.mktemp(f"lora_{arch}")
         peft_model.save_pretrained(folder)
         out[arch] = (make_model(arch, 1), peft_model, merged_copy(peft_model), folder)
@@ -75,9 +78,10 @@ def test_adapter_for_another_base_model_is_refused(adapted, tmp_path):
 
 
 def test_adapter_recorded_for_another_base_name_is_refused(tmp_path):
-    peft_model = lora_model("llama", 1)
-    peft_model.peft_config["default"].base_model_name_or_path = "org/some-other-model"
-    peft_model.save_pretrained(tmp_path)
+    lora_model("llama", 1).save_pretrained(tmp_path)
+    config = json.loads((tmp_path / "adapter_config.json").read_text())
+    config["base_model_name_or_path"] = "org/some-other-model"
+    (tmp_path / "adapter_config.json").write_text(json.dumps(config))
     recipient = make_model("llama", 1)
     recipient.config._name_or_path = "org/tiny-llama"
     with pytest.raises(ValueError, match="trained on 'org/some-other-model'.*check_base_model=False"):
