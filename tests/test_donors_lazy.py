@@ -115,3 +115,15 @@ def test_missing_folder_is_a_clear_error(saved, tmp_path):
     recipient, _, _ = saved["llama"]
     with pytest.raises(FileNotFoundError, match="does not exist"):
         Grafter(recipient, str(tmp_path / "no" / "such" / "folder"))
+
+
+def test_lazy_donor_takes_the_recipients_dtype(saved):
+    """An fp32 checkpoint grafted into a bf16 recipient equals the donor cast to bf16 in memory."""
+    import copy
+
+    recipient, donor, folder = saved["qwen3"]
+    recipient_bf16, donor_bf16 = copy.deepcopy(recipient).bfloat16(), copy.deepcopy(donor).bfloat16()
+    ids, mask, row_grafts = padded_batch()
+    want = Grafter(recipient_bf16, donor_bf16).last_logits(ids, row_grafts=row_grafts, attention_mask=mask)
+    got = Grafter(recipient_bf16, str(folder)).last_logits(ids, row_grafts=row_grafts, attention_mask=mask)
+    assert got.dtype == torch.bfloat16 and torch.equal(got, want)
