@@ -112,3 +112,14 @@ def test_pickled_adapter_and_adapted_recipient_are_refused(adapted, tmp_path):
     peft_on_recipient = lora_model("llama", 1)
     with pytest.raises(ValueError, match="PEFT layers injected"):
         Grafter(peft_on_recipient.get_base_model(), peft_on_recipient)
+
+
+def test_generation_with_an_adapter_donor(adapted):
+    recipient, _, merged, folder = adapted["qwen3"]
+    ids = torch.randint(1, 151, (2, 5), generator=torch.Generator().manual_seed(6))
+    graft = Graft("last", "all", ["k", "o", "mlp"])
+    want = Grafter(recipient, merged).generate(ids, grafts=graft, max_new_tokens=4, generated="last")
+    got = Grafter(recipient, str(folder)).generate(ids, grafts=graft, max_new_tokens=4, generated="last")
+    assert torch.equal(got, want)
+    plain = Grafter(recipient, merged).generate(ids, max_new_tokens=4)
+    assert not torch.equal(got, plain)

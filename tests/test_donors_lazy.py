@@ -127,3 +127,24 @@ def test_lazy_donor_takes_the_recipients_dtype(saved):
     want = Grafter(recipient_bf16, donor_bf16).last_logits(ids, row_grafts=row_grafts, attention_mask=mask)
     got = Grafter(recipient_bf16, str(folder)).last_logits(ids, row_grafts=row_grafts, attention_mask=mask)
     assert got.dtype == torch.bfloat16 and torch.equal(got, want)
+
+
+def test_hub_id_resolves_through_the_local_cache(saved, tmp_path, monkeypatch):
+    """A donor named by hub id is found in the Hugging Face cache (offline: nothing is fetched)."""
+    import shutil
+
+    from huggingface_hub import constants
+
+    recipient, donor, folder = saved["gpt2"]
+    repo = tmp_path / "models--someone--tiny-gpt2"
+    shutil.copytree(folder, repo / "snapshots" / "0123abcd")
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("0123abcd")
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    ids = torch.randint(1, 151, (2, 5), generator=torch.Generator().manual_seed(5))
+    graft = Graft("last", "last_half", "all")
+    got = Grafter(recipient, "someone/tiny-gpt2").last_logits(ids, grafts=graft)
+    assert torch.equal(got, Grafter(recipient, donor).last_logits(ids, grafts=graft))
+    with pytest.raises(FileNotFoundError, match="'someone/other' is neither a local folder nor"):
+        Grafter(recipient, "someone/other")
