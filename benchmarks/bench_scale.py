@@ -54,8 +54,10 @@ def llama_1b_config(quick: bool):
         **sizes,
         max_position_embeddings=131072,
         rms_norm_eps=1e-5,
-        rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 32.0, "low_freq_factor": 1.0,
-                         "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},  # fmt: skip
+        rope_parameters={
+            "rope_type": "llama3", "rope_theta": 500000.0, "factor": 32.0, "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0, "original_max_position_embeddings": 8192,
+        },
         tie_word_embeddings=True,
         bos_token_id=None if quick else 128000,
         eos_token_id=None if quick else 128001,

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from engine_tiny_models import make_config, make_model
 
 PAD = 0

@@ -7,10 +7,10 @@ import json
 
 import pytest
 import torch
-from safetensors.torch import save_file
-
 from donor_fixtures import padded_batch, save_model, single_thread  # noqa: F401
 from engine_tiny_models import make_model
+from safetensors.torch import save_file
+
 from weightgraft import Graft, Grafter
 from weightgraft.donors import LazyDonor
 
@@ -44,7 +44,7 @@ def test_lazy_donor_equals_full_donor(saved, arch):
 
 
 def test_lazy_donor_reads_only_the_grafted_modules(saved):
-    recipient, donor, folder = saved["llama"]
+    recipient, _, folder = saved["llama"]
     source = LazyDonor(folder)
     grafter = Grafter(recipient, source)
     assert dict(source.loaded) == {}, "the compatibility checks must not read tensors"
@@ -95,7 +95,7 @@ def test_pickle_only_checkpoint_is_refused(saved, tmp_path):
 
 
 def test_mismatched_shapes_are_named_before_any_tensor_is_read(saved, tmp_path):
-    recipient, donor, folder = saved["llama"]
+    recipient, donor, _ = saved["llama"]
     state = {n: p.detach().clone() for n, p in donor.named_parameters()}
     state["model.layers.2.mlp.up_proj.weight"] = torch.zeros(40, 32)  # config says [48, 32]
     save_file(state, str(tmp_path / "model.safetensors"), metadata={"format": "pt"})

@@ -4,11 +4,10 @@ inference) grafts exactly what the same recipient in memory grafts, with full, l
 from __future__ import annotations
 
 import pytest
-import torch
-from transformers import AutoModelForCausalLM
-
 from donor_fixtures import lora_model, padded_batch, save_model, single_thread  # noqa: F401
 from engine_tiny_models import make_model
+from transformers import AutoModelForCausalLM
+
 from weightgraft import Grafter
 
 # Embeddings, layer 0 and the final norm stay in memory; layers 1 and 3 and the lm_head go to disk.
@@ -35,7 +34,7 @@ def models(tmp_path_factory):
     peft_model.save_pretrained(root / "lora")
     sharded = offloaded(root / "recipient", root / "offload_recipient")
     assert any(p.device.type == "meta" for p in sharded.parameters()), "some layers must be on disk"
-    return dict(root=root, recipient=recipient, donor=donor, sharded=sharded)
+    return {"root": root, "recipient": recipient, "donor": donor, "sharded": sharded}
 
 
 @pytest.mark.parametrize("kind", ["full", "lazy", "lora"])

@@ -243,11 +243,11 @@ def _factors_from_folder(folder: Path, recipient: nn.Module):
         raise FileNotFoundError(f"{folder} has no {ADAPTER_CONFIG}; save the adapter with PeftModel.save_pretrained")
     if not (folder / ADAPTER_WEIGHTS).is_file():
         pickles = pickled_files(folder)
-        raise FileNotFoundError(
-            f"{folder} has no {ADAPTER_WEIGHTS}"
-            + (f", only pickled weights {pickles}, which weightgraft never loads (unpickling can run code); "
-               "save the adapter again with safe_serialization=True" if pickles else "")  # fmt: skip
+        why = (
+            f", only pickled weights {pickles}, which weightgraft never loads (unpickling can run code); "
+            "save the adapter again with safe_serialization=True"
         )
+        raise FileNotFoundError(f"{folder} has no {ADAPTER_WEIGHTS}{why if pickles else ''}")
     peft_config = PeftConfig.from_pretrained(str(folder))
     _check_config(peft_config, str(folder))
     # peft decides which modules the adapter targets, and with which scaling, on an empty copy of
@@ -332,9 +332,7 @@ def _check_shapes(factors: dict[str, LoraFactors], recipient: nn.Module, where: 
         if weight is None:
             problems.append(f"{path} has no weight")
             continue
-        if f.embedding:
-            need_in, need_out = weight.shape[0], weight.shape[1]
-        elif type(module).__name__ == "Conv1D":  # GPT-2 stores [in, out]
+        if f.embedding or type(module).__name__ == "Conv1D":  # [vocab, dim]; GPT-2's Conv1D stores [in, out]
             need_in, need_out = weight.shape[0], weight.shape[1]
         else:
             need_in, need_out = weight.shape[1], weight.shape[0]

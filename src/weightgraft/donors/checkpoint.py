@@ -121,7 +121,7 @@ def _header(path: Path) -> dict[str, tuple[torch.Size, str]]:
         raise FileNotFoundError(f"checkpoint file {path} is missing")
     with safe_open(str(path), framework="pt", device="cpu") as handle:
         out = {}
-        for name in handle.keys():
+        for name in handle.keys():  # noqa: SIM118 (a safetensors handle, not a dict)
             piece = handle.get_slice(name)
             out[name] = (torch.Size(piece.get_shape()), piece.get_dtype())
         return out
