@@ -57,7 +57,10 @@ class LazyDonor:
         return {name: shapes[self._tensor_names[name]] for name, _ in self.skeleton.named_parameters()}
 
     def check_against(self, recipient: nn.Module) -> None:
-        """Remember the recipient: each donor module goes where the recipient's module runs."""
+        """Remember the recipient: each donor module goes where, and in the dtype that, the
+        recipient's module runs. A new recipient starts from nothing loaded."""
+        if self._recipient is not None and recipient is not self._recipient:
+            self.release()
         self._recipient = recipient
 
     def module(self, path: str) -> nn.Module:
