@@ -33,7 +33,12 @@ def data(
     if articles is not None and user_facts is None:
         raise typer.BadParameter("--articles needs --user-facts (the facts the articles state, for evaluation)")
     if user_facts is not None:
-        facts = read_user_facts(user_facts)
+        from weightgraft.errors import UserError
+
+        try:
+            facts = read_user_facts(user_facts)
+        except (ValueError, UnicodeDecodeError) as err:  # the message names the file and line
+            raise UserError(f"--user-facts: {err}; fix that line of the file") from err
         if articles is not None:
             path = build_dataset(out / "user", facts, seed, "articles", articles=read_user_articles(articles),
                                  extra_options={"articles": str(articles)})

@@ -15,14 +15,13 @@ import hashlib
 import json
 import os
 import shutil
-import tempfile
 from collections.abc import Iterable
 from contextlib import contextmanager
 from pathlib import Path
 
 from pydantic import ValidationError
 
-from weightgraft.atomic import write_text_atomic
+from weightgraft.atomic import follow_umask, make_temp_folder, write_text_atomic
 from weightgraft.data.schema import EvalPrompt, RelationFact
 
 GENERATOR_VERSION = "weightgraft-data-2"
@@ -70,9 +69,10 @@ def atomic_directory(final: Path):
     final.parent.mkdir(parents=True, exist_ok=True)
     for stale in final.parent.glob(f".{final.name}.tmp-*"):
         shutil.rmtree(stale, ignore_errors=True)
-    tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}.tmp-"))
+    tmp = make_temp_folder(final.parent, prefix=f".{final.name}.tmp-")
     try:
         yield tmp
+        follow_umask(tmp)  # tempfile and save_pretrained make private files
         if final.exists():
             shutil.rmtree(final)
         os.replace(tmp, final)
