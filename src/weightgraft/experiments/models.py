@@ -89,6 +89,7 @@ def fingerprint_files(paths: list[Path]) -> dict[Path, str]:
         cache[name] = dict(key, sha256=out[path])
         changed = True
     if changed:
+        cache = {name: entry for name, entry in cache.items() if Path(name).exists()}
         try:
             write_text_atomic(hash_cache_file(), json.dumps(cache, indent=1, sort_keys=True))
         except OSError:

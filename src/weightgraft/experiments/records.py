@@ -122,7 +122,8 @@ def reuse_problem(path: Path, fingerprint: str, example_ids: list[str],
     try:
         table = pq.read_table(path, page_checksum_verification=True)
     except Exception as err:  # any decoding failure means the bytes are not what was written
-        return ("damaged", f"unreadable: {str(err).splitlines()[0] if str(err) else type(err).__name__}")
+        reason = (str(err).splitlines() or [type(err).__name__])[0].replace(f" '{path}'", "")
+        return ("damaged", f"unreadable: {reason}")
     stored = (table.schema.metadata or {}).get(FINGERPRINT_KEY)
     if stored is None:
         return ("damaged", "no weightgraft fingerprint in its metadata")
