@@ -61,10 +61,10 @@ PAPER_CLAIMS = (
 
 
 def summary_value(summary: list[dict], experiment: str, condition: str, template: str = ALL,
-                  metric: str = METRIC) -> float | None:
+                  metric: str = METRIC, fact_kind: str = ALL) -> float | None:
     for row in summary:
-        if (row["experiment"], row["condition"], row["template"], row["metric"]) == (
-                experiment, condition, template, metric):
+        if (row["experiment"], row["condition"], row["template"], row["metric"],
+                row.get("fact_kind", ALL)) == (experiment, condition, template, metric, fact_kind):
             return row["value"]
     return None
 
