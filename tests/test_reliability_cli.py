@@ -81,7 +81,7 @@ def cases(root: Path) -> dict[str, tuple[list[str], list[str]]]:
                                  "num_hidden_layers 2 vs 3"]),
         "bad user facts": (["data", "--user-facts", str(root / "facts.jsonl"),
                             "--out", str(root / "user_data")],
-                           ["--user-facts", "facts.jsonl line 1", "missing field"]),
+                           ["facts.jsonl line 1", "missing field(s)", "every line needs"]),
         "corrupt safetensors": (good("cut", models=with_models(sft=str(models / "cut"))),
                                 ["models.sft", "cut/model.safetensors is damaged",
                                  "download the model again"]),

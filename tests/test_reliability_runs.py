@@ -18,7 +18,7 @@ from exp_fixtures import base_config, build_models, write_dataset
 from weightgraft.errors import UserError
 from weightgraft.experiments import execute, records
 from weightgraft.experiments.config import ConfigError, parse_config
-from weightgraft.experiments.runner import run_experiments
+from weightgraft.pipelines import run_all
 
 EXPERIMENT = {"name": "e", "dataset": "relation", "recipient": "pre", "donor": "sft",
               "conditions": ["PRE", "SFT", "FE+LT", "LT"]}
@@ -43,7 +43,7 @@ def clean_run(world, tmp_path_factory):
     out = tmp_path_factory.mktemp("clean") / "run"  # made by the run, under its umask
     old = os.umask(0o002)
     try:
-        run_experiments(config(world), out, progress=False, report=False)
+        run_all(config(world), out, progress=False, report=False)
     finally:
         os.umask(old)
     return out
@@ -74,7 +74,7 @@ def test_damaged_results_are_named_and_recomputed(world, clean_run, tmp_path, ca
     state.unlink()
     capsys.readouterr()
 
-    again = run_experiments(config(world), out, progress=False, report=False)
+    again = run_all(config(world), out, progress=False, report=False).run
     err = capsys.readouterr().err
     assert (out / "summary.csv").read_text() == (clean_run / "summary.csv").read_text()
     assert sorted(again.computed) == ["e/FE+LT", "e/SFT"]
@@ -98,7 +98,7 @@ def test_a_rewritten_value_with_valid_checksums_is_caught_by_the_recorded_sha256
     table = table.set_column(table.schema.get_field_index("rank"), "rank", pa.array(ranks, pa.int64()))
     pq.write_table(table, path, write_page_checksum=True)
     capsys.readouterr()
-    again = run_experiments(config(world), out, progress=False, report=False)
+    again = run_all(config(world), out, progress=False, report=False).run
     assert again.computed == ["e/PRE"] and again.damaged == [path]
     assert f"warning: {path} is damaged (its sha256 differs" in capsys.readouterr().err
     assert (out / "summary.csv").read_text() == (clean_run / "summary.csv").read_text()
@@ -122,7 +122,7 @@ def test_run_json_is_written_at_the_start_and_completed_at_the_end(world, tmp_pa
 
     monkeypatch.setattr(records, "write_condition", stop_after_one)
     with pytest.raises(KeyboardInterrupt):
-        run_experiments(config(world), out, progress=False, report=False)
+        run_all(config(world), out, progress=False, report=False)
     monkeypatch.undo()
     during = seen[0]
     models, _ = world
@@ -133,7 +133,7 @@ def test_run_json_is_written_at_the_start_and_completed_at_the_end(world, tmp_pa
     after_kill = json.loads((out / "run.json").read_text())
     assert after_kill["status"] == "interrupted"
 
-    run_experiments(config(world), out, progress=False, report=False)
+    run_all(config(world), out, progress=False, report=False)
     final = json.loads((out / "run.json").read_text())
     assert final["status"] == "complete"
     assert [s["status"] for s in final["sessions"]] == ["interrupted", "complete"]
@@ -156,5 +156,5 @@ def test_layers_are_checked_before_any_model_loads(world, tmp_path, monkeypatch)
     deep = dict(EXPERIMENT, conditions=[{"name": "x", "grafts": [{"positions": "FE", "layers": 100}]}])
     cfg = parse_config(base_config(models, data, [deep]))
     with pytest.raises(UserError, match="layer 100 .* models.pre has 2 layers"):
-        run_experiments(cfg, tmp_path / "run", progress=False, report=False)
+        run_all(cfg, tmp_path / "run", progress=False, report=False)
     assert not (tmp_path / "run").exists()
