@@ -50,8 +50,11 @@ def check_device(device: str) -> None:
 
 
 def model_configs(config: RunConfig, keys: set[str]) -> dict[str, object]:
-    """Each local model's text config (config.json only); hub ids not cached are left out."""
+    """Each local model's text config (config.json only), once its architecture is known to have
+an adapter; hub ids not cached are left out."""
     from transformers import AutoConfig
+
+    from weightgraft.adapters import adapter_for
 
     out = {}
     for key in sorted(keys):
@@ -65,6 +68,10 @@ def model_configs(config: RunConfig, keys: set[str]) -> dict[str, object]:
             raise UserError(f"{field}: {folder / 'config.json'} cannot be read "
                             f"({str(err).splitlines()[0]}); save the model again with "
                             "save_pretrained") from err
+        try:
+            adapter_for(loaded)
+        except ValueError as err:
+            raise UserError(f"{field}: {str(err).splitlines()[0]}") from err
         out[key] = loaded.get_text_config()
     return out
 
