@@ -69,6 +69,12 @@ def main() -> None:
     _register_all()
     try:
         app()
+    except KeyboardInterrupt:
+        if debug:
+            raise
+        typer.echo("interrupted; run the command again (`weightgraft run` resumes where it stopped)",
+                   err=True)
+        raise SystemExit(130) from None
     except Exception as err:  # noqa: BLE001 - sorted into user errors and bugs below
         message = None if debug else user_message(err)
         if message is None:
