@@ -7,14 +7,43 @@ line, shows the traceback instead. docs/errors.md lists the messages.
 
 from __future__ import annotations
 
+import os
 import sys
 
 import typer
+from typer.core import TyperGroup
 
 EXIT_USER_ERROR = 2
+EXIT_INTERRUPTED = 130
+_DEBUG = {"on": False}  # set by `--debug` anywhere on the command line (or WEIGHTGRAFT_DEBUG=1)
+
+
+class _Commands(TyperGroup):
+    """Every command runs inside this: a user's error becomes one line and exit code 2."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            if debugging():
+                raise
+            typer.echo("interrupted; run the command again (`weightgraft run` resumes where it "
+                       "stopped)", err=True)
+            raise typer.Exit(EXIT_INTERRUPTED) from None
+        except Exception as err:  # noqa: BLE001 - sorted into user errors and bugs below
+            message = None if debugging() else user_message(err)
+            if message is None:
+                raise  # click's own exits and usage errors, weightgraft's bugs, or --debug
+            first, *rest = message.splitlines() or [type(err).__name__]
+            typer.echo(f"error: {first}", err=True)
+            for line in rest:
+                typer.echo(f"  {line.strip()}", err=True)
+            raise typer.Exit(EXIT_USER_ERROR) from None
+
 
 app = typer.Typer(
     name="weightgraft",
+    cls=_Commands,
     help="Dynamic weight grafting for transformer language models. "
          "Add --debug to see the traceback of an error.",
     no_args_is_help=True,
@@ -62,25 +91,13 @@ def user_message(err: BaseException) -> str | None:
     return None
 
 
+def debugging() -> bool:
+    return _DEBUG["on"] or os.environ.get("WEIGHTGRAFT_DEBUG", "") not in ("", "0")
+
+
 def main() -> None:
-    debug = "--debug" in sys.argv[1:]
-    if debug:
+    if "--debug" in sys.argv[1:]:
+        _DEBUG["on"] = True
         sys.argv = [sys.argv[0], *(a for a in sys.argv[1:] if a != "--debug")]
     _register_all()
-    try:
-        app()
-    except KeyboardInterrupt:
-        if debug:
-            raise
-        typer.echo("interrupted; run the command again (`weightgraft run` resumes where it stopped)",
-                   err=True)
-        raise SystemExit(130) from None
-    except Exception as err:  # noqa: BLE001 - sorted into user errors and bugs below
-        message = None if debug else user_message(err)
-        if message is None:
-            raise
-        first, *rest = message.splitlines() or [type(err).__name__]
-        typer.echo(f"error: {first}", err=True)
-        for line in rest:
-            typer.echo(f"  {line.strip()}", err=True)
-        raise SystemExit(EXIT_USER_ERROR) from None
+    app()
