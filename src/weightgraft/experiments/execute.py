@@ -10,11 +10,11 @@ from __future__ import annotations
 import torch
 
 from weightgraft.data.batching import right_pad
+from weightgraft.errors import UserError
 from weightgraft.experiments.components import resolve_for_model
 from weightgraft.experiments.conditions import Condition, ResolvedGraft
 from weightgraft.experiments.config import ExperimentSpec, RunConfig
 from weightgraft.experiments.metrics import score_rows
-from weightgraft.errors import UserError
 from weightgraft.experiments.models import (fingerprint_model, load_model, load_tokenizer,
                                             model_dir, model_file_hashes, vocab_fingerprint)
 from weightgraft.experiments.patching import patched_logits
