@@ -65,3 +65,23 @@ def test_encoding_errors_are_clear(tmp_path):
 def test_unicode_names_are_accepted(tmp_path):
     path = _write(tmp_path, {**GOOD, "first_actor": "Penélope Cruz", "second_actor": "李小龍"})
     assert read_user_facts(path)[0].second_actor == "李小龍"
+
+
+def test_prompt_longer_than_the_models_context_is_refused_before_training(tmp_path, capsys):
+    from types import SimpleNamespace
+
+    from data_tokenizers import byte_level_bpe
+    from weightgraft.data.schema import CharSpan, EvalPrompt
+    from weightgraft.training.lengths import check_lengths
+
+    tokenizer = byte_level_bpe(["Ada North stars with Ben South."] * 20, 300)
+    config = SimpleNamespace(max_position_embeddings=64)
+    name = "Ada " + "North " * 80 + "Jr"
+    prompt = EvalPrompt(id="p1", fact_id="f", template_id="t", text=f"{name} stars with", target=" Ben",
+                        spans={"first_entity": CharSpan(start=0, end=len(name))})
+    short = prompt.model_copy(update={"id": "p0", "text": "Ada North stars with"})
+    with pytest.raises(DataError, match=r"1 validation prompt\(s\) are longer than the model's context of 64 "
+                                        r"tokens \(prompt p1: \d+ tokens\); shorten the names"):
+        check_lengths(tokenizer, config, ["short text"], [short, prompt], 256, tmp_path)
+    check_lengths(tokenizer, config, ["short text", f"{name} is an actor."], [short], 32, tmp_path)
+    assert "1 of 2 training texts are longer than max_length 32 tokens" in capsys.readouterr().err

@@ -91,7 +91,7 @@ def is_nonempty_folder(path: str | Path) -> bool:
 
 def refuse_nonempty(final: str | Path, overwrite: bool, flag: str = "--overwrite") -> None:
     """Stop before any work when `final` holds files and `overwrite` was not asked for."""
-    final = Path(final)
+    final = Path(os.path.abspath(final))
     if final.exists() and not final.is_dir():
         raise OutputExistsError(f"{final} is a file, not a folder; choose another --out")
     if is_nonempty_folder(final) and not overwrite:

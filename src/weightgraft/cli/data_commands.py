@@ -165,7 +165,10 @@ def train(
 
 def _train(model, data_dir, out, lr, epochs, batch_size, precision, freeze_embeddings,
            freeze_unembeddings, mix_ratio, general_text, device, seed, trust_remote_code, overwrite) -> None:
+    from weightgraft.atomic import refuse_nonempty
     from weightgraft.data.errors import DataError
+
+    refuse_nonempty(out, overwrite)  # before the slow imports and any work
     from weightgraft.data.io import load_train_texts, read_user_articles
     from weightgraft.training.finetune import FinetuneConfig, finetune
 

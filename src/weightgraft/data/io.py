@@ -5,7 +5,10 @@ Layout of one dataset directory:
   train.jsonl       {"text": ...} training texts
   validation.jsonl  EvalPrompt records for the checkpoint choice
   eval.jsonl        EvalPrompt records for evaluation
-  manifest.json     seed, counts, sha256 of each file, generator version, options
+  manifest.json     seed, counts, sha256 of each file, generator version, options (style, order)
+  .weightgraft-files  the names weightgraft wrote (an overwrite replaces only those)
+`weightgraft data` writes the relation set three times: `relation` (both orders), `relation_a2b`
+and `relation_b2a` (one order each; the same facts, evaluation prompts and EvalPrompt.fact_kind).
 Every file loads with `datasets.load_dataset("json", data_files=...)`.
 """
 

@@ -23,9 +23,10 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, Trainer, TrainingA
 
 from weightgraft.atomic import refuse_nonempty
 from weightgraft.data.batching import right_pad
-from weightgraft.data.errors import DataError, warn
+from weightgraft.data.errors import DataError
 from weightgraft.data.io import atomic_directory, load_eval_prompts, load_manifest, load_train_texts, write_json
 from weightgraft.training.evaluate import topk_accuracy
+from weightgraft.training.lengths import check_lengths
 
 Precision = Literal["fp32", "bf16", "fp16"]
 
@@ -128,24 +129,6 @@ def _encode_texts(tokenizer, texts: list[str], max_length: int) -> list[list[int
     return rows
 
 
-def _check_lengths(tokenizer, net, train_texts: list[str], validation, max_length: int, data_dir: Path) -> None:
-    """A validation prompt longer than the model's context is an error (it cannot be scored); a
-    training text longer than `max_length` is cut, which a warning says."""
-    context = getattr(net.config, "max_position_embeddings", None)
-    if context:
-        lengths = [len(ids) for ids in tokenizer([p.text + p.target for p in validation])["input_ids"]]
-        too_long = [(n, p) for n, p in zip(lengths, validation) if n > context]
-        if too_long:
-            n, prompt = max(too_long, key=lambda item: item[0])
-            raise DataError(f"{data_dir}: {len(too_long)} validation prompt(s) are longer than the model's "
-                            f"context of {context} tokens (prompt {prompt.id}: {n} tokens); shorten the names")
-    lengths = [len(ids) + 1 for ids in tokenizer(train_texts)["input_ids"]]
-    cut = sum(n > max_length for n in lengths)
-    if cut:
-        warn(f"{data_dir}: {cut} of {len(train_texts)} training texts are longer than max_length "
-             f"{max_length} tokens (longest {max(lengths)}) and are cut; check for very long names")
-
-
 def finetune(
     model: str | Path,
     data_dir: str | Path,
@@ -196,7 +179,7 @@ def finetune(
     validation = load_eval_prompts(data_dir, "validation")
     if config.max_validation_prompts is not None and len(validation) > config.max_validation_prompts:
         validation = random.Random(f"val-{config.seed}").sample(validation, config.max_validation_prompts)
-    _check_lengths(tokenizer, net, train_texts, validation, config.max_length, data_dir)
+    check_lengths(tokenizer, net.config, train_texts, validation, config.max_length, data_dir)
     dataset = _TextDataset(_encode_texts(tokenizer, mixed, config.max_length))
 
     out_dir = Path(out_dir)
