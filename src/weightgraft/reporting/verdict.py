@@ -19,7 +19,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-METRIC = "top5"
+from weightgraft.experiments.vocabulary import HEADLINE_METRIC
+
+METRIC = HEADLINE_METRIC  # top-5, the paper's headline
 MIN_GAP = 0.10
 ALL = "ALL"
 
