@@ -158,3 +158,23 @@ def test_layers_are_checked_before_any_model_loads(world, tmp_path, monkeypatch)
     with pytest.raises(UserError, match="layer 100 .* models.pre has 2 layers"):
         run_all(cfg, tmp_path / "run", progress=False, report=False)
     assert not (tmp_path / "run").exists()
+
+
+def test_dataset_and_model_folders_follow_the_umask(tmp_path):
+    """atomic_directory (datasets, pretrained and finetuned models) gives the umask's modes, also
+    to files written private, as save_pretrained writes model.safetensors."""
+    from weightgraft.data.io import atomic_directory
+
+    old = os.umask(0o022)
+    try:
+        with atomic_directory(tmp_path / "set") as tmp:
+            (tmp / "sub").mkdir()
+            (tmp / "sub" / "eval.jsonl").write_text("{}\n")
+            private = tmp / "model.safetensors"
+            private.write_bytes(b"x")
+            os.chmod(private, 0o600)
+    finally:
+        os.umask(old)
+    for path in [tmp_path / "set", *(tmp_path / "set").rglob("*")]:
+        mode = stat.S_IMODE(path.stat().st_mode)
+        assert mode == (0o755 if path.is_dir() else 0o644), (path, oct(mode))
