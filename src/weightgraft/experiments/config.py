@@ -5,15 +5,19 @@ name: my-run
 seed: 0
 device: cpu            # or cuda
 dtype: float32         # or bfloat16 / float16
-models:   {pre: gpt2-xl, sft: ./ckpt/relation, task: ./ckpt/task}
+models:   {pre: gpt2-xl, sft: ./ckpt/relation, b2a: ./ckpt/b2a, task: ./ckpt/task}
 datasets: {relation: ./data/relation}
 experiments:
-  - preset: position_grafting          # one of the five presets (see presets.py)
+  - preset: position_grafting          # a paper preset (see presets.py)
+    unembedding: recipient             # or donor
+  - preset: components_reversal
   - name: my_lt_components             # or a custom experiment
     dataset: relation
     recipient: pre
     donor: sft
-    conditions: [PRE, SFT, FE+LT, O+FFN, {name: late-FE, grafts: [{positions: FE, layers: last_half}]}]
+    conditions: [PRE, SFT, FE+LT, O+FFN, {name: late-FE, grafts: [{positions: FE, layers: last_half}]},
+                 {name: two-donors, grafts: [{positions: LT, components: [q, k, v], donor: task},
+                                             {positions: LT, components: O+FFN}]}]
 ```
 """
 
@@ -27,18 +31,18 @@ import yaml
 from pydantic import (BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError,
                       field_validator, model_validator)
 
-from weightgraft.experiments.conditions import (ConditionSpec, LayerSpec, check_layers,
-                                                validate_condition)
+from weightgraft.errors import UserError
 from weightgraft.experiments.components import parse_components
+from weightgraft.experiments.conditions import (ConditionSpec, LayerSpec, Unembedding,
+                                                check_layers, validate_condition)
+from weightgraft.experiments.presets import ALL_PRESETS, PRESETS, TAKES_UNEMBEDDING
 from weightgraft.experiments.roles import parse_positions
+from weightgraft.experiments.vocabulary import SUMMARY_METRICS as METRICS
 
-PresetName = Literal["position_grafting", "component_grafting", "layer_sweeps", "free_text",
-                     "activation_patching"]
-METRICS = ("top1", "top5", "top10", "top50", "top100", "prob", "rank_median", "mrr",
-           "target_logprob", "exact_match")
+PresetName = Literal[tuple(ALL_PRESETS)]
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
     """A configuration problem, worded so that the fix is plain."""
 
 
@@ -93,9 +97,13 @@ class ExperimentSpec(BaseModel):
     sweep: SweepSpec | None = None
     templates: list[str] | None = None  # evaluation template ids; default all
     max_examples: int | None = Field(default=None, ge=1)
+    # Component-set shorthand (`O+FFN`): those components at `component_at` in
+    # `component_layers`, plus every weight at `component_base` (none by default, as the paper).
     component_at: str = "LT"
-    component_layers: LayerSpec = "last_quarter"
-    component_base: str | None = "FE"
+    component_layers: LayerSpec = "authors_fourth_quarter"
+    component_base: str | None = None
+    # Position shorthand (`FE+LT`): whose final norm and unembedding score the row.
+    unembedding: Unembedding = "recipient"
     headline: list[str] = ["top1", "top5"]
     plot: Literal["bars", "heatmap", "paired"] = "bars"
 
@@ -133,13 +141,25 @@ class ExperimentSpec(BaseModel):
 
 
 class PresetRef(BaseModel):
-    """One of the paper's five analyses, by name (see `weightgraft.experiments.presets`)."""
+    """One of the paper's analyses, by name (see `weightgraft.experiments.presets`)."""
 
     model_config = ConfigDict(extra="forbid")
 
     preset: PresetName
     max_examples: int | None = Field(default=None, ge=1)
     templates: list[str] | None = None
+    unembedding: Unembedding | None = None
+
+    @model_validator(mode="after")
+    def _options(self) -> "PresetRef":
+        if self.unembedding is not None and self.preset not in TAKES_UNEMBEDDING:
+            raise ValueError(f"preset {self.preset!r} has no `unembedding` option (only "
+                             f"{', '.join(sorted(TAKES_UNEMBEDDING))} do)")
+        return self
+
+    def experiments(self) -> list[dict]:
+        options = {} if self.unembedding is None else {"unembedding": self.unembedding}
+        return PRESETS[self.preset](self.max_examples, self.templates, **options)
 
 
 def _experiment_kind(value: Any) -> str:
@@ -171,11 +191,30 @@ class RunConfig(BaseModel):
     max_batch_tokens: int = Field(default=32768, ge=16)
     conditions_per_chunk: int = Field(default=16, ge=1)
 
+    @field_validator("name")
+    @classmethod
+    def _plain_name(cls, value: str) -> str:
+        # The default run folder is runs/NAME: a name must not reach outside it.
+        if (not value.strip() or value in (".", "..") or any(c in value for c in "/\\\0")
+                or value.startswith("~")):
+            raise ValueError(f"{value!r} is not a plain name; use letters, digits, '-', '_' or "
+                             "'.' without path separators (choose the folder with --out)")
+        return value
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, value: str) -> str:
+        import torch
+
+        try:
+            torch.device(value)
+        except (RuntimeError, ValueError):
+            raise ValueError(f"{value!r} is not a device; use cpu, cuda, cuda:N or mps") from None
+        return value
+
     @model_validator(mode="after")
     def _references(self) -> "RunConfig":
-        from weightgraft.experiments.presets import expand_presets
-
-        experiments = expand_presets(self)
+        experiments = self.expanded()
         names = [e.name for e in experiments]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
@@ -183,7 +222,7 @@ class RunConfig(BaseModel):
         for exp in experiments:
             keys = {exp.recipient, exp.donor} | {
                 k for c in exp.conditions if isinstance(c, ConditionSpec)
-                for k in (c.recipient, c.donor) if k}
+                for k in (c.recipient, c.donor, *(g.donor for g in c.grafts)) if k}
             for key in sorted(keys):
                 if key not in self.models:
                     raise ValueError(
@@ -196,31 +235,49 @@ class RunConfig(BaseModel):
         return self
 
     def expanded(self) -> list[ExperimentSpec]:
-        from weightgraft.experiments.presets import expand_presets
+        """The experiments with every preset replaced by its experiment(s)."""
+        out = []
+        for item in self.experiments:
+            if isinstance(item, PresetRef):
+                out += [ExperimentSpec.model_validate(spec) for spec in item.experiments()]
+            else:
+                out.append(item)
+        return out
 
-        return expand_presets(self)
+
+_MAPPING_EXAMPLES = {"models": "{pre: gpt2, sft: ./ckpt/relation}",
+                     "datasets": "{relation: ./data/relation}"}
 
 
-def _format_error(err: ValidationError) -> str:
+def _format_error(err: ValidationError, source: str) -> str:
+    """One line per problem, the first naming the source (file) too, each with its field."""
     lines = []
     for item in err.errors():
         loc = [str(p) for p in item["loc"] if p not in ("custom", "preset")]
         where = ".".join(loc) or "config"
         if item["type"] == "extra_forbidden":
             parent = ".".join(loc[:-1]) or "top level"
-            lines.append(f"unknown field {loc[-1]!r} at {parent}")
+            lines.append(f"unknown field {loc[-1]!r} at {parent}; remove it or fix its spelling")
+        elif item["type"] == "dict_type":
+            example = _MAPPING_EXAMPLES.get(where, "{name: value}")
+            lines.append(f"{where}: expected a mapping of `name: value` entries, got "
+                         f"{item.get('input')!r}; write e.g. `{where}: {example}`")
+        elif item["type"] == "missing":
+            lines.append(f"{where}: required field is missing; add it")
         else:
             msg = item["msg"].removeprefix("Value error, ")
             lines.append(f"{where}: {msg}")
-    return "invalid run config:\n  " + "\n  ".join(lines)
+    head = f"invalid run config {source}: " if source else "invalid run config: "
+    return head + "\n  ".join(lines)
 
 
-def parse_config(data: dict) -> RunConfig:
-    """Validate a config dict; raises ConfigError whose text names each bad field or condition."""
+def parse_config(data: dict, source: str = "") -> RunConfig:
+    """Validate a config dict; raises ConfigError whose text names each bad field or condition
+    (and `source`, the config file, when given)."""
     try:
         return RunConfig.model_validate(data)
     except ValidationError as err:
-        raise ConfigError(_format_error(err)) from None
+        raise ConfigError(_format_error(err, source)) from None
 
 
 def load_config(path: str | Path, **overrides: Any) -> RunConfig:
@@ -228,21 +285,34 @@ def load_config(path: str | Path, **overrides: Any) -> RunConfig:
     with `models` merged key by key. Relative paths are taken from the config file's folder."""
     path = Path(path)
     if not path.is_file():
-        raise ConfigError(f"config file {path} does not exist")
-    data = yaml.safe_load(path.read_text()) or {}
+        raise ConfigError(f"config file {path} does not exist; check the path")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start}); save the "
+                          "config as UTF-8") from None
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" line {mark.line + 1} column {mark.column + 1}" if mark else ""
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise ConfigError(f"{path}{where}: bad YAML ({problem}); fix the syntax there (close "
+                          "brackets and quotes; quote values that hold ':' or '#')") from None
     if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected a mapping at the top level")
+        raise ConfigError(f"{path}: expected `field: value` lines at the top level, got a "
+                          f"{type(data).__name__}")
     base = path.resolve().parent
     for section in ("models", "datasets"):
-        for key, value in (data.get(section) or {}).items():
+        if not isinstance(data.get(section), dict):
+            continue  # validation names the field
+        for key, value in data[section].items():
             if isinstance(value, str) and value.startswith((".", "/")) or (
                     isinstance(value, str) and (base / value).exists()):
                 data[section][key] = str((base / value).resolve())
     for key, value in overrides.items():
         if value is None:
             continue
-        if key == "models":
+        if key == "models" and isinstance(data.get("models", {}), dict):
             data.setdefault("models", {}).update(value)
-        else:
+        elif key != "models":
             data[key] = value
-    return parse_config(data)
+    return parse_config(data, str(path))
