@@ -243,7 +243,9 @@ def test_constructor_errors():
         Grafter(recipient, donors)
     with pytest.raises(ValueError, match="non-empty dict"):
         Grafter(recipient, donors={})
-    with pytest.raises(TypeError, match="a donor must be a torch model .* not str"):
+    with pytest.raises(TypeError, match="a donor must be a torch model .* not int"):
+        Grafter(recipient, donors={"sft": donors["sft"], "task": 42})
+    with pytest.raises(FileNotFoundError, match="'path/to/task' does not exist"):  # a string is a checkpoint folder
         Grafter(recipient, donors={"sft": donors["sft"], "task": "path/to/task"})
     llama, _ = pair("llama")
     with pytest.raises(ValueError, match="recipient is 'gpt2', donor 'task' is 'llama'"):

@@ -15,6 +15,7 @@ from torch import nn
 from weightgraft.adapters import adapter_for
 from weightgraft.adapters.base import Part
 from weightgraft.donors import DonorSource, as_donor_source
+from weightgraft.donors.placement import execution_device
 from weightgraft.engine.compat import check_compatible, uncovered_parameters
 from weightgraft.engine.graft import Graft, Key, as_graft_list
 from weightgraft.engine.hooks import Splice, SpliceHooks
@@ -88,7 +89,7 @@ class Grafter:
     ):
         if isinstance(allow_config_differences, str):
             allow_config_differences = (allow_config_differences,)
-        self.donors: dict[str, DonorSource] = _named_donors(donor, donors)
+        self.donors: dict[str, DonorSource] = _named_donors(donor, donors, recipient)
         self.donor_names = list(self.donors)
         for name, source in self.donors.items():
             check_compatible(recipient, source, name, allow_config_differences)
@@ -123,7 +124,34 @@ class Grafter:
 
     @property
     def device(self) -> torch.device:
-        return next(self.recipient.parameters()).device
+        """Where inputs go: the recipient's device, or for a model that accelerate spread or
+        offloaded (`device_map=...`), where its forward starts."""
+        return execution_device(self.recipient, "")
+
+    @property
+    def changed_components(self) -> list[str]:
+        """Components that some donor changes; grafting any other component has no effect.
+        Every component for a full or lazy donor; an adapter's target modules for an adapter."""
+        changed = set()
+        for source in self.donors.values():
+            paths = source.changed_paths() if hasattr(source, "changed_paths") else set(self._targets)
+            changed |= {self.keys[k][1] for path in paths for k, _ in self._targets.get(path, [])}
+        return [c for c in self.components if c in changed]
+
+    def prefetch(self, grafts: Graft | Sequence[Graft]) -> None:
+        """Load the donor modules these grafts need now (lazy donors read their tensors)."""
+        for graft in as_graft_list(grafts):
+            source = self.donors[self.donor_names[self._donor_index(graft)]]
+            keys = set(self._keys_of(graft).nonzero().flatten().tolist())
+            for path, served in self._targets.items():
+                if any(k in keys for k, _ in served):
+                    source.module(path)
+
+    def release(self) -> None:
+        """Free what lazy and adapter donors loaded; later calls load it again."""
+        for source in self.donors.values():
+            if hasattr(source, "release"):
+                source.release()
 
     # --- public API -------------------------------------------------------------------------
     def logits(
@@ -414,7 +442,9 @@ class Grafter:
         return eos if eos is not None else getattr(self.recipient.config, "eos_token_id", None)
 
 
-def _named_donors(donor: object | None, donors: Mapping[str, object] | None) -> dict[str, DonorSource]:
+def _named_donors(
+    donor: object | None, donors: Mapping[str, object] | None, recipient: nn.Module
+) -> dict[str, DonorSource]:
     """One name per donor: `donor` alone is called DEFAULT_DONOR_NAME."""
     if donor is not None and donors is not None:
         raise ValueError("pass either donor (one donor) or donors={name: model, ...} (several), not both")
@@ -423,13 +453,13 @@ def _named_donors(donor: object | None, donors: Mapping[str, object] | None) -> 
     if donors is None:
         if isinstance(donor, Mapping):
             raise TypeError("several donors go by keyword: Grafter(recipient, donors={name: model, ...})")
-        return {DEFAULT_DONOR_NAME: as_donor_source(donor)}
+        return {DEFAULT_DONOR_NAME: as_donor_source(donor, recipient)}
     if not isinstance(donors, Mapping) or not donors:
         raise ValueError("donors must be a non-empty dict {name: model}")
     bad = [name for name in donors if not isinstance(name, str) or not name]
     if bad:
         raise ValueError(f"donor names must be non-empty strings, got {bad}")
-    return {name: as_donor_source(model) for name, model in donors.items()}
+    return {name: as_donor_source(model, recipient) for name, model in donors.items()}
 
 
 def _as_id_set(eos) -> set[int]:

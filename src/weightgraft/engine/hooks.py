@@ -93,11 +93,18 @@ def splice_rows(
                 f"graft rows for {sorted(splice.rows)} (batch, seq) do not fit the output {tuple(output.shape)} "
                 f"of {path!r}; if this module's sequence axis is not dim 1, declare it in the adapter's seq_dims"
             )
+        if rows.device != flat_out.device:  # a model spread over devices (device_map)
+            rows = rows.to(flat_out.device)
         if rows.numel() == 0:
             continue
-        donor_rows = modules[splice.donor](flat_x[rows]).to(flat_out.dtype)
+        donor_module = modules[splice.donor]
+        donor_rows = donor_module(flat_x[rows])
+        if getattr(donor_module, "adds_to_output", False):  # an adapter's delta on the recipient's output
+            donor_rows = flat_out[rows] + donor_rows
+        donor_rows = donor_rows.to(flat_out.device, flat_out.dtype)  # no-op unless it differs
         if splice.columns is None:
             flat_out[rows] = donor_rows
         else:
-            flat_out[rows[:, None], splice.columns[None, :]] = donor_rows[:, splice.columns]
+            columns = splice.columns if splice.columns.device == flat_out.device else splice.columns.to(flat_out.device)
+            flat_out[rows[:, None], columns[None, :]] = donor_rows[:, columns]
     return flat_out.reshape(output.shape)
