@@ -1,0 +1,394 @@
+"""Fact-clustered paired bootstrap, recovery ratios with intervals, and sign-flip tests.
+
+Why facts and not prompts: each fact is asked about a dozen ways (templates x directions), and
+its prompts succeed or fail together. Treating prompts as independent makes intervals too narrow
+(they collapse to [1, 1] when every prompt is right). We resample facts with replacement and
+keep every prompt of a drawn fact.
+
+Why one resample set per experiment: a single [resamples, facts] count matrix is drawn and shared
+by every condition, template and metric. Each resample is then one replication of the whole
+experiment on another draw of facts, so the interval of a difference between two conditions, or
+of a recovery ratio (C - PRE) / (SFT - PRE), comes from the same resamples as the conditions'
+own intervals (a paired bootstrap).
+
+A mean over prompts under resample r is a ratio of sums, sum_f w_rf S_f / sum_f w_rf n_f, with S_f
+the sum of the fact's prompt values and n_f its prompt count: facts are weighted by their prompt
+count exactly as in the plain mean, and unequal counts (a condition not applicable to a template)
+need no special case. All resamples of all columns are one matrix product.
+"""
+
+from __future__ import annotations
+
+import warnings
+import zlib
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+
+from weightgraft.experiments.metrics import SUMMARY_METRICS, example_metric
+
+ALL = "ALL"
+MEDIAN_METRICS = ("rank_median",)
+
+
+def seed_for(seed: int, key: str) -> list[int]:
+    """A reproducible generator seed from the run seed and a name (e.g. the experiment)."""
+    return [int(seed), zlib.crc32(key.encode())]
+
+
+def draw_fact_counts(n_facts: int, resamples: int, seed) -> np.ndarray:
+    """[resamples, n_facts]: how often each fact is drawn in each bootstrap resample."""
+    if n_facts <= 0 or resamples <= 0:
+        return np.zeros((max(resamples, 0), max(n_facts, 0)))
+    rng = np.random.default_rng(seed)
+    return rng.multinomial(n_facts, np.full(n_facts, 1.0 / n_facts), size=resamples).astype(float)
+
+
+def fact_index(fact_ids) -> tuple[np.ndarray, np.ndarray]:
+    """(the distinct fact ids in first-seen order, each prompt's position among them)."""
+    ids = np.asarray(fact_ids, dtype=object)
+    facts, first, index = np.unique(ids, return_index=True, return_inverse=True)
+    order = np.argsort(first)
+    rank = np.empty_like(order)
+    rank[order] = np.arange(len(order))
+    return facts[order], rank[index.ravel()]
+
+
+def fact_sums(index: np.ndarray, values: np.ndarray, n_facts: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per-fact sums [F, K] and prompt counts [F, K] of `values` [N, K] (or [N]); NaN marks a
+    prompt that a column does not cover (not applicable), which counts as absent."""
+    values = np.asarray(values, dtype=float)
+    flat = values.ndim == 1
+    values = values[:, None] if flat else values
+    present = ~np.isnan(values)
+    onehot = np.zeros((n_facts, len(index)))
+    onehot[index, np.arange(len(index))] = 1.0
+    sums, sizes = onehot @ np.where(present, values, 0.0), onehot @ present.astype(float)
+    return (sums[:, 0], sizes[:, 0]) if flat else (sums, sizes)
+
+
+def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
+
+
+def clustered_means(counts: np.ndarray, sums: np.ndarray, sizes: np.ndarray
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """(point means [K], resampled means [R, K]) from per-fact sums and prompt counts [F, K].
+    A resample that draws no prompt of a column gives NaN for it."""
+    point = _ratio(sums.sum(0), sizes.sum(0))
+    return point, _ratio(counts @ sums, counts @ sizes)
+
+
+def clustered_median(counts: np.ndarray, index: np.ndarray, values: np.ndarray
+                     ) -> tuple[float, np.ndarray]:
+    """(median, resampled medians [R]) of per-prompt `values` (NaN = absent) when every prompt
+    of a fact is repeated as often as its fact is drawn; the same rule as `np.median` on the
+    expanded sample (mean of the two middle values when the count is even)."""
+    keep = ~np.isnan(values)
+    values, index = values[keep], index[keep]
+    if len(values) == 0:
+        return float("nan"), np.full(len(counts), np.nan)
+    # Cumulative prompt count at each distinct value, per resample: [R, F] @ [F, U]. Ranks
+    # repeat a lot, so U (distinct values) is much smaller than the prompt count.
+    distinct, which = np.unique(values, return_inverse=True)
+    n_facts, n_distinct = counts.shape[1], len(distinct)
+    at_value = np.bincount(index * n_distinct + which.ravel(),
+                           minlength=n_facts * n_distinct).reshape(n_facts, n_distinct)
+    cum = counts @ np.cumsum(at_value, axis=1)  # [R, U]
+    total = cum[:, -1]
+    low = (cum > ((total - 1) // 2)[:, None]).argmax(1)
+    high = (cum > (total // 2)[:, None]).argmax(1)
+    medians = np.where(total > 0, (distinct[low] + distinct[high]) / 2, np.nan)
+    return float(np.median(values)), medians
+
+
+def percentile_interval(samples: np.ndarray, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
+    """Percentile interval per column of [R, ...] resampled statistics; resamples where a
+    statistic is undefined (NaN) are left out; a column with none defined gives NaN."""
+    tails = [50 * (1 - level), 50 * (1 + level)]
+    samples = np.asarray(samples, dtype=float)
+    if samples.shape[0] == 0:
+        nan = np.full(samples.shape[1:], np.nan)
+        return nan, nan.copy()
+    missing = np.isnan(samples)
+    if not missing.any():
+        low, high = np.percentile(samples, tails, axis=0)
+        return low, high
+    low, high = np.percentile(np.where(missing, 0.0, samples), tails, axis=0)
+    cols = missing.any(0)
+    with warnings.catch_warnings():  # all-NaN columns: NaN bounds, no warning
+        warnings.simplefilter("ignore", RuntimeWarning)
+        nl, nh = np.nanpercentile(samples[:, cols], tails, axis=0)
+    low, high = np.array(low, dtype=float), np.array(high, dtype=float)
+    low[cols], high[cols] = nl, nh
+    return low, high
+
+
+def interval_of(samples: np.ndarray, level: float = 0.95) -> tuple[float, float]:
+    """`percentile_interval` of one statistic's resamples [R], as two floats."""
+    low, high = percentile_interval(np.asarray(samples, dtype=float)[:, None], level)
+    return float(low[0]), float(high[0])
+
+
+# --- recovery ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Recovery:
+    """The share of the gap from `base` to `full` that a condition covers, with its interval.
+    `defined` is False when the gap's own interval contains zero (the finetuned model is not
+    distinguishable from the base, so there is no gain to share out); value and bounds are
+    then NaN and `reason` says why."""
+    value: float
+    low: float
+    high: float
+    gap: float
+    gap_low: float
+    gap_high: float
+    defined: bool
+    reason: str = ""
+
+
+def recovery(cond: float, base: float, full: float, cond_samples: np.ndarray,
+             base_samples: np.ndarray, full_samples: np.ndarray, level: float = 0.95) -> Recovery:
+    """(C - base) / (full - base) with a percentile interval over the shared resamples."""
+    gap = full - base
+    gap_samples = np.asarray(full_samples) - np.asarray(base_samples)
+    gap_low, gap_high = interval_of(gap_samples, level)
+    nan = float("nan")
+    if not np.isfinite(gap) or not np.isfinite(cond):
+        return Recovery(nan, nan, nan, gap, gap_low, gap_high, False, "a value is missing")
+    if gap == 0 or np.isnan(gap_low) or (gap_low <= 0 <= gap_high):
+        return Recovery(nan, nan, nan, gap, gap_low, gap_high, False,
+                        f"undefined: full - base = {gap:.3g} [{gap_low:.3g}, {gap_high:.3g}] "
+                        "includes 0")
+    ratio_samples = _ratio_signed(np.asarray(cond_samples) - np.asarray(base_samples), gap_samples)
+    low, high = interval_of(ratio_samples, level)
+    return Recovery(float((cond - base) / gap), low, high, float(gap), gap_low, gap_high, True)
+
+
+def _ratio_signed(num: np.ndarray, den: np.ndarray) -> np.ndarray:
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(den != 0, num / np.where(den != 0, den, 1.0), np.nan)
+
+
+# --- paired tests -----------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class PairedTest:
+    """A - B over the prompts both cover: mean difference with its bootstrap interval, the
+    two-sided sign-flip permutation p-value over facts, and the standardized effect d_z (mean of
+    the per-fact mean differences over their standard deviation)."""
+    difference: float
+    low: float
+    high: float
+    p_value: float
+    effect_size: float
+    n_facts: int
+    n_prompts: int
+    permutations: int
+    exact: bool
+
+
+def sign_flip_p_value(diff_sums: np.ndarray, permutations: int, seed) -> tuple[float, int, bool]:
+    """Two-sided p-value that per-fact summed differences are centred on zero: under the null,
+    A and B are exchangeable within a fact, so each fact's difference keeps or flips its sign.
+    Exact (every sign pattern) when 2**F <= permutations, else Monte Carlo with the observed
+    pattern counted in, (1 + hits) / (1 + permutations). Returns (p, patterns used, exact)."""
+    d = np.asarray(diff_sums, dtype=float)
+    d = d[d != 0]  # a zero difference is the same under either sign
+    if len(d) == 0:
+        return 1.0, 0, True
+    observed = abs(d.sum())
+    tolerance = 1e-9 * max(1.0, np.abs(d).sum())
+    if 2 ** len(d) <= max(permutations, 1):
+        bits = (np.arange(2 ** len(d))[:, None] >> np.arange(len(d))) & 1
+        totals = np.abs((1 - 2 * bits) @ d)
+        return float((totals >= observed - tolerance).mean()), len(totals), True
+    signs = np.random.default_rng(seed).integers(0, 2, size=(permutations, len(d))) * 2 - 1
+    hits = int((np.abs(signs @ d) >= observed - tolerance).sum())
+    return (1 + hits) / (1 + permutations), permutations, False
+
+
+def standardized_effect(per_fact: np.ndarray) -> float:
+    """d_z: mean over standard deviation of per-fact mean differences (NaN under two facts;
+    +-inf when every fact differs by the same nonzero amount)."""
+    if len(per_fact) < 2:
+        return float("nan")
+    mean, spread = float(per_fact.mean()), float(per_fact.std(ddof=1))
+    if spread > 0:
+        return mean / spread
+    return float(np.sign(mean) * np.inf) if mean != 0 else 0.0
+
+
+def paired_test(counts: np.ndarray, index: np.ndarray, a: np.ndarray, b: np.ndarray,
+                n_facts: int, permutations: int = 10000, seed=0, level: float = 0.95) -> PairedTest:
+    """Compare per-prompt values `a` and `b` (aligned, NaN = not covered) of two conditions of one
+    experiment, over the prompts both cover, resampling facts with `counts` [R, n_facts]."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    diff = np.where(np.isnan(a) | np.isnan(b), np.nan, a - b)
+    sums, sizes = fact_sums(index, diff, n_facts)
+    point, samples = clustered_means(counts, sums[:, None], sizes[:, None])
+    low, high = interval_of(samples[:, 0], level)
+    used = sizes > 0
+    p, patterns, exact = sign_flip_p_value(sums[used], permutations, seed)
+    per_fact = sums[used] / sizes[used]
+    effect = standardized_effect(per_fact)
+    return PairedTest(float(point[0]), low, high, p, effect,
+                      int(used.sum()), int(sizes.sum()), patterns, exact)
+
+
+# --- one experiment from its per-example frame ------------------------------------------------
+
+@dataclass
+class ExperimentStats:
+    """Points [C, T, M] and shared resamples [R, C, T, M] of every condition x template x metric
+    of one experiment (templates end with `ALL`), with prompt and fact counts [C, T]."""
+    experiment: str
+    conditions: list[str]
+    templates: list[str]
+    metrics: list[str]
+    points: np.ndarray
+    samples: np.ndarray
+    n_prompts: np.ndarray
+    n_facts: np.ndarray
+    counts: np.ndarray  # [R, F]
+    facts: np.ndarray
+    fact_of: dict  # example_id -> fact position
+    values: dict  # condition -> (example ids, per-prompt metric values [N, M], templates [N])
+    level: float = 0.95
+
+    def where(self, condition: str, template: str = ALL, metric: str = "top5") -> tuple:
+        return (self.conditions.index(condition), self.templates.index(template),
+                self.metrics.index(metric))
+
+    def estimate(self, condition: str, template: str = ALL, metric: str = "top5"
+                 ) -> tuple[float, float, float]:
+        c, t, m = self.where(condition, template, metric)
+        return (float(self.points[c, t, m]), *interval_of(self.samples[:, c, t, m], self.level))
+
+    def recovery(self, condition: str, base: str, full: str, template: str = ALL,
+                 metric: str = "top5") -> Recovery:
+        c, t, m = self.where(condition, template, metric)
+        b, f = self.conditions.index(base), self.conditions.index(full)
+        return recovery(self.points[c, t, m], self.points[b, t, m], self.points[f, t, m],
+                        self.samples[:, c, t, m], self.samples[:, b, t, m],
+                        self.samples[:, f, t, m], self.level)
+
+    def paired(self, a: str, b: str, metric: str = "top5", template: str = ALL,
+               permutations: int = 10000, seed=0) -> PairedTest:
+        ids_a, vals_a, tmpl_a = self.values[a]
+        ids_b, vals_b, _ = self.values[b]
+        m = self.metrics.index(metric)
+        position = {e: i for i, e in enumerate(ids_b)}
+        other = np.array([vals_b[position[e], m] if e in position else np.nan for e in ids_a])
+        mine = vals_a[:, m].copy()
+        if template != ALL:
+            mine[tmpl_a != template] = np.nan
+        index = np.array([self.fact_of[e] for e in ids_a], dtype=int)
+        return paired_test(self.counts, index, mine, other, len(self.facts), permutations, seed,
+                           self.level)
+
+
+def metric_columns(frame: pl.DataFrame, metrics) -> np.ndarray:
+    """[N, M] per-prompt values of each summary metric (NaN where not applicable)."""
+    cols = {k: frame[k].to_numpy() for k in ("rank", "prob", "target_logprob", "exact_match")}
+    ok = frame["applicable"].to_numpy().astype(bool)
+    cols = {k: np.where(ok, np.nan_to_num(np.asarray(v, dtype=float), nan=1.0), 1.0)
+            for k, v in cols.items()}
+    out = np.column_stack([example_metric(cols, m) for m in metrics]).astype(float)
+    out[~ok] = np.nan
+    return out
+
+
+def experiment_stats(frame: pl.DataFrame, resamples: int, seed, *, name: str = "",
+                     templates: list[str] | None = None, metrics=SUMMARY_METRICS,
+                     level: float = 0.95) -> ExperimentStats:
+    """Every condition x template x metric of one experiment with fact-clustered intervals from
+    one shared resample set. `frame` has one row per (condition, example) with columns
+    condition, example_id, fact_id, template, applicable, rank, prob, target_logprob,
+    exact_match; not-applicable rows count for nothing."""
+    metrics = list(metrics)
+    conditions = list(dict.fromkeys(frame["condition"].to_list()))
+    if templates is None:
+        templates = sorted(set(frame["template"].to_list()))
+    templates = [*templates, ALL]
+    facts, index = fact_index(frame["fact_id"].to_list())
+    fact_of = dict(zip(frame["example_id"].to_list(), index.tolist()))
+    counts = draw_fact_counts(len(facts), resamples, seed)
+    mean_metrics = [m for m in metrics if m not in MEDIAN_METRICS]
+    shape = (len(conditions), len(templates), len(metrics))
+    points = np.full(shape, np.nan)
+    samples = np.full((resamples, *shape), np.nan)
+    n_prompts = np.zeros(shape[:2], dtype=int)
+    n_facts = np.zeros(shape[:2], dtype=int)
+    mean_cols = [metrics.index(m) for m in mean_metrics]
+    values = {}
+    # Per-fact sums of every (condition, template, mean metric) column, then one product.
+    blocks_sums, blocks_sizes = [], []
+    parts = frame.partition_by("condition", as_dict=True, maintain_order=True)
+    for c, cond in enumerate(conditions):
+        part = parts[(cond,)]
+        vals = metric_columns(part, metrics)
+        tmpl = np.asarray(part["template"].to_list(), dtype=object)
+        idx = np.array([fact_of[e] for e in part["example_id"].to_list()], dtype=int)
+        values[cond] = (part["example_id"].to_list(), vals, tmpl)
+        for t, template in enumerate(templates):
+            chosen = vals if template == ALL else np.where((tmpl == template)[:, None], vals, np.nan)
+            sums, sizes = fact_sums(idx, chosen[:, mean_cols], len(facts))
+            blocks_sums.append(sums)
+            blocks_sizes.append(sizes)
+            present = ~np.isnan(chosen[:, 0])
+            n_prompts[c, t] = int(present.sum())
+            n_facts[c, t] = len(set(idx[present].tolist()))
+            for m in MEDIAN_METRICS:
+                if m in metrics:
+                    k = metrics.index(m)
+                    points[c, t, k], samples[:, c, t, k] = clustered_median(counts, idx,
+                                                                            chosen[:, k])
+    if blocks_sums and mean_cols:
+        point, drawn = clustered_means(counts, np.hstack(blocks_sums), np.hstack(blocks_sizes))
+        grid = (len(conditions), len(templates), len(mean_cols))
+        points[:, :, mean_cols] = point.reshape(grid)
+        samples[:, :, :, mean_cols] = drawn.reshape(resamples, *grid)
+    return ExperimentStats(name, conditions, templates, metrics, points, samples, n_prompts,
+                           n_facts, counts, facts, fact_of, values, level)
+
+
+def interval_rows(stats: ExperimentStats) -> list[dict]:
+    """One row per condition x template x metric: value, interval, n prompts, n facts."""
+    low, high = percentile_interval(stats.samples, stats.level)
+    rows = []
+    for c, cond in enumerate(stats.conditions):
+        for t, template in enumerate(stats.templates):
+            for m, metric in enumerate(stats.metrics):
+                rows.append({"experiment": stats.experiment, "condition": cond,
+                             "template": template, "metric": metric,
+                             "value": float(stats.points[c, t, m]),
+                             "ci_low": float(low[c, t, m]), "ci_high": float(high[c, t, m]),
+                             "n": int(stats.n_prompts[c, t]), "n_facts": int(stats.n_facts[c, t])})
+    return rows
+
+
+RECOVERY_METRICS = ("top1", "top5", "prob", "target_logprob")
+
+
+def recovery_rows(stats: ExperimentStats, base: str, full: str, metrics=RECOVERY_METRICS,
+                  templates: list[str] | None = None) -> list[dict]:
+    """Recovery (C - base) / (full - base) of every condition, per template and metric."""
+    rows = []
+    for template in templates or stats.templates:
+        for metric in metrics:
+            if metric not in stats.metrics:
+                continue
+            for cond in stats.conditions:
+                r = stats.recovery(cond, base, full, template, metric)
+                c, t, _ = stats.where(cond, template, metric)
+                rows.append({"experiment": stats.experiment, "condition": cond,
+                             "template": template, "metric": metric, "base": base, "full": full,
+                             "recovery": r.value, "ci_low": r.low, "ci_high": r.high,
+                             "gap": r.gap, "gap_low": r.gap_low, "gap_high": r.gap_high,
+                             "defined": r.defined, "n": int(stats.n_prompts[c, t]),
+                             "n_facts": int(stats.n_facts[c, t])})
+    return rows
