@@ -53,7 +53,8 @@ def facts_to_settle(value: float, low: float, high: float, threshold: float,
     if distance == 0 or n_facts <= 0 or not all(map(math.isfinite, (value, low, high))):
         return None
     half = (value - low) if value > threshold else (high - value)
-    return max(n_facts + 1, math.ceil(n_facts * (half / distance) ** 2))
+    needed = n_facts * (half / distance) ** 2
+    return max(n_facts + 1, math.ceil(needed - 1e-9))  # 1e-9: 224.99999... is 225
 
 
 def decide(value: float, low: float, high: float, threshold: float, direction: str,
