@@ -153,7 +153,7 @@ class Interrupt(Exception):
     pass
 
 
-def test_interrupted_run_resumes_to_the_same_summary(world, tmp_path):
+def test_interrupted_run_resumes_to_the_same_summary(world, tmp_path, monkeypatch):
     models, data = world
     experiments = [{"preset": "position_grafting"},
                    {"name": "patching", "dataset": "relation", "recipient": "pre",
@@ -170,8 +170,18 @@ def test_interrupted_run_resumes_to_the_same_summary(world, tmp_path):
         if len(seen) == 5:
             raise Interrupt
 
+    from weightgraft.experiments import records
+
+    real_write = records.write_condition
+
+    def write_then_maybe_stop(path, rows, fingerprint):
+        real_write(path, rows, fingerprint)
+        stop_after_five(f"{rows[0]['experiment']}/{rows[0]['condition']}")
+
+    monkeypatch.setattr(records, "write_condition", write_then_maybe_stop)
     with pytest.raises(Interrupt):
-        run_experiments(cfg, resumed, progress=False, report=False, after_condition=stop_after_five)
+        run_experiments(cfg, resumed, progress=False, report=False)
+    monkeypatch.undo()
     assert not (resumed / "summary.csv").exists()
     second = run_experiments(cfg, resumed, progress=False, report=False)
     assert len(second.reused) == 5 and set(second.reused) == set(seen)

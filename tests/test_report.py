@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from weightgraft.cli import _register_all, app
 from weightgraft.experiments.models import fingerprint_model
-from weightgraft.experiments.verdict import check_pattern
+from weightgraft.reporting.verdict import check_pattern
 
 
 @pytest.fixture(scope="module")
@@ -81,16 +81,20 @@ def test_verdict_thresholds():
     paper_like = _summary({
         ("position_grafting", "PRE"): 0.05, ("position_grafting", "SFT"): 0.95,
         ("position_grafting", "FE+LT"): 0.85, ("position_grafting", "(FE+LT)^C"): 0.10,
-        ("components_pre_sft", "FE"): 0.30, ("components_pre_sft", "ATTN+O+FFN"): 0.80,
-        ("components_pre_sft", "O+FFN"): 0.75})
-    assert [c.outcome for c in check_pattern(paper_like)] == ["appears"] * 3
+        ("components_reversal", "B2A"): 0.10, ("components_reversal", "ATTN+O+FFN"): 0.80,
+        ("components_reversal", "O+FFN"): 0.75, ("components_reversal", "FFN"): 0.40})
+    checks = check_pattern(paper_like)
+    assert [c.name for c in checks] == ["FE+LT vs SFT", "(FE+LT)^C vs PRE", "O+FFN vs ATTN+O+FFN",
+                                        "FFN vs O+FFN (removing O)"]
+    assert [c.outcome for c in checks] == ["appears"] * 4
+    assert checks[3].recovery == pytest.approx((0.40 - 0.10) / (0.75 - 0.10))
     unlike = _summary({
         ("position_grafting", "PRE"): 0.05, ("position_grafting", "SFT"): 0.95,
         ("position_grafting", "FE+LT"): 0.50, ("position_grafting", "(FE+LT)^C"): 0.60,
-        ("components_pre_sft", "FE"): 0.30, ("components_pre_sft", "ATTN+O+FFN"): 0.80,
-        ("components_pre_sft", "O+FFN"): 0.40})
+        ("components_reversal", "B2A"): 0.10, ("components_reversal", "ATTN+O+FFN"): 0.80,
+        ("components_reversal", "O+FFN"): 0.40, ("components_reversal", "FFN"): 0.39})
     checks = check_pattern(unlike)
-    assert [c.outcome for c in checks] == ["does not appear"] * 3
+    assert [c.outcome for c in checks] == ["does not appear"] * 4
     assert "50%" in checks[0].sentence  # (0.50 - 0.05) / (0.95 - 0.05)
     flat = _summary({("position_grafting", "PRE"): 0.1, ("position_grafting", "SFT"): 0.15,
                      ("position_grafting", "FE+LT"): 0.1, ("position_grafting", "(FE+LT)^C"): 0.1})

@@ -48,7 +48,7 @@ def run_command(
     out = out or Path("runs") / cfg.name
     start = time.perf_counter()
     result = run_experiments(cfg, out, progress=progress)
-    from weightgraft.experiments.verdict import check_pattern
+    from weightgraft.reporting.verdict import check_pattern
     from weightgraft.reporting.summary import read_summary
 
     _print_checks(check_pattern(read_summary(out)))

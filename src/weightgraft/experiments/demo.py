@@ -12,7 +12,7 @@ from pathlib import Path
 
 from weightgraft.experiments.config import RunConfig, parse_config
 from weightgraft.experiments.presets import ALL_PRESETS
-from weightgraft.experiments.verdict import Check, check_pattern
+from weightgraft.reporting.verdict import Check, check_pattern
 
 # Prompts scored per experiment: enough for intervals of a few points, few enough that all five
 # presets stay well under a minute on two CPU cores. `None` scores every evaluation prompt.

@@ -8,10 +8,10 @@ import html
 import json
 from pathlib import Path
 
-from weightgraft.experiments.verdict import MIN_GAP, RECOVERS, STAYS_NEAR, check_pattern
 from weightgraft.atomic import write_text_atomic
 from weightgraft.reporting.plots import plot_experiment
 from weightgraft.reporting.summary import ALL, read_summary
+from weightgraft.reporting.verdict import MIN_GAP, check_pattern
 
 TABLE_METRICS = ["top1", "top5", "top10", "top50", "top100", "prob", "target_logprob",
                  "exact_match"]
@@ -98,10 +98,15 @@ def verdict_section(summary: list[dict]) -> list[str]:
     lines = ["## Does the paper's pattern appear?", ""]
     for check in checks:
         lines.append(f"- **{check.name}: {check.outcome}.** {check.sentence}")
-    lines += ["", f"Thresholds: FE+LT must recover >= {RECOVERS:.0%} of SFT's top-5 gain over "
-              f"PRE; (FE+LT)^C at most {STAYS_NEAR:.0%}; O+FFN at LT must give >= {RECOVERS:.0%} "
-              f"of what ATTN+O+FFN adds over FE alone; a gain under {MIN_GAP:.2f} is "
-              "inconclusive. Point estimates only: read the intervals in the tables below.", ""]
+    lines += ["", "Each claim: recovery = (condition - low) / (high - low) on top-5 over every "
+              "template of its experiment, against a threshold:", ""]
+    for check in checks:
+        c = check.claim
+        word = ">=" if c.direction == "at_least" else "<="
+        lines.append(f"- {c.name}: {c.meaning}; recovery of `{c.condition}` between "
+                     f"`{c.low}` (0) and `{c.high}` (1) {word} {c.threshold:.0%}.")
+    lines += ["", f"A reference gap under {MIN_GAP:.2f} is inconclusive. Point estimates only: "
+              "read the intervals in the tables below.", ""]
     return lines
 
 
