@@ -60,3 +60,36 @@ def test_metrics_agree_or_the_disagreement_is_named():
     outcome, note = combine({"top5": top5, "prob": undefined})
     assert outcome == APPEARS and "prob undefined" in note
     assert combine({"top5": undefined})[0] == UNDEFINED
+
+
+def _recovery_row(condition, low, high, metric, value, ci, n_facts=60, defined=True):
+    return {"experiment": "position_grafting", "condition": condition, "template": "ALL",
+            "metric": metric, "base": low, "full": high, "recovery": value if defined else None,
+            "ci_low": ci[0] if defined else None, "ci_high": ci[1] if defined else None,
+            "gap": 0.9 if defined else 0.01, "gap_low": 0.8 if defined else -0.02,
+            "gap_high": 0.95 if defined else 0.04, "defined": defined, "n": n_facts * 14,
+            "n_facts": n_facts}
+
+
+def test_verdict_decides_paper_claims_by_recovery_intervals():
+    from weightgraft.reporting.verdict import check_pattern
+
+    rows = [_recovery_row("FE+LT", "PRE", "SFT", "top5", 0.9, (0.75, 0.97)),
+            _recovery_row("FE+LT", "PRE", "SFT", "prob", 0.92, (0.85, 0.99)),
+            _recovery_row("(FE+LT)^C", "PRE", "SFT", "top5", 0.05, (-0.02, 0.12)),
+            _recovery_row("(FE+LT)^C", "PRE", "SFT", "prob", 0.40, (0.30, 0.55))]
+    fe_lt, complement = check_pattern([], rows)
+    # top-5 straddles 0.8, probability is above it: inconclusive, with the facts to settle
+    assert fe_lt.outcome == INCONCLUSIVE
+    assert fe_lt.decisions["top5"].facts_needed == 135  # 60 * (0.15 / 0.1)**2
+    assert "metrics disagree (top5: inconclusive, prob: appears)" in fe_lt.sentence
+    assert "0.90 [0.75, 0.97] on top-5" in fe_lt.sentence and "60 facts, 840 prompts" in fe_lt.sentence
+    # top-5 says it stays near PRE, probability says it does not: the disagreement is named
+    assert complement.outcome == INCONCLUSIVE
+    assert "top5: appears, prob: does not appear" in complement.sentence
+    agree = [_recovery_row("FE+LT", "PRE", "SFT", m, 0.95, (0.85, 1.0)) for m in ("top5", "prob")]
+    assert check_pattern([], agree)[0].outcome == APPEARS
+    flat = [_recovery_row("FE+LT", "PRE", "SFT", m, 0, (0, 0), defined=False)
+            for m in ("top5", "prob")]
+    check = check_pattern([], flat)[0]
+    assert check.outcome == INCONCLUSIVE and "includes 0" in check.sentence

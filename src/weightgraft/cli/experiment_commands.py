@@ -49,9 +49,9 @@ def run_command(
     start = time.perf_counter()
     result = run_experiments(cfg, out, progress=progress)
     from weightgraft.reporting.verdict import check_pattern
-    from weightgraft.reporting.summary import read_summary
+    from weightgraft.reporting.summary import read_recovery, read_summary
 
-    _print_checks(check_pattern(read_summary(out)))
+    _print_checks(check_pattern(read_summary(out), read_recovery(out)))
     typer.echo(f"{len(result.computed)} conditions computed, {len(result.reused)} reused in "
                f"{time.perf_counter() - start:.1f} s; report: {out / 'report.md'} "
                f"and {out / 'report.html'}")

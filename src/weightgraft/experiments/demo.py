@@ -30,7 +30,7 @@ class DemoResult:
 def demo_config(artifacts, *, size: str = "default", recipient: str | None = None,
                 donor: str | None = None, task_model: str | None = None,
                 freetext_model: str | None = None, device: str = "cpu", dtype: str = "float32",
-                max_examples: int | None = -1, bootstrap: int = 1000) -> RunConfig:
+                max_examples: int | None = -1, bootstrap: int = 2000) -> RunConfig:
     """The demo's run config over built-in artifacts (paths), with optional model overrides."""
     cap = DEMO_EXAMPLES[size] if max_examples == -1 else max_examples
     return parse_config({
@@ -53,7 +53,7 @@ def run_demo(out: str | Path = "runs/demo", *, size: str = "default", home: str 
              progress: bool = True, **options) -> DemoResult:
     """Build or reuse the built-in artifacts, run presets 1-5 into `out`, write the report."""
     from weightgraft.experiments.runner import run_experiments
-    from weightgraft.reporting.summary import read_summary
+    from weightgraft.reporting.summary import read_recovery, read_summary
     from weightgraft.training.builtin import ensure_builtin
 
     if size not in DEMO_EXAMPLES:
@@ -64,5 +64,5 @@ def run_demo(out: str | Path = "runs/demo", *, size: str = "default", home: str 
     config = demo_config(artifacts, size=size, **options)
     run_experiments(config, out, progress=progress)
     done = time.perf_counter()
-    checks = check_pattern(read_summary(Path(out)))
+    checks = check_pattern(read_summary(Path(out)), read_recovery(Path(out)))
     return DemoResult(Path(out), checks, built - start, done - built)
