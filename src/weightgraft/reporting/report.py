@@ -148,7 +148,9 @@ def recovery_tables(recovery: list[dict], name: str) -> list[str]:
         pair = [r for r in rows if (r["base"], r["full"]) == (base, full)]
         metrics = list(dict.fromkeys(r["metric"] for r in pair))
         cells = {(r["condition"], r["metric"]): r for r in pair}
-        lines += [f"Recovery (C - {base}) / ({full} - {base}) over every template, 95% "
+        lines += ['<details markdown="1"><summary>Recovery between '
+                  f"{html.escape(base)} and {html.escape(full)}</summary>", "",
+                  f"Recovery (C - {base}) / ({full} - {base}) over every template, 95% "
                   "intervals over facts (`recovery.csv`; undefined where the gap's interval "
                   "includes 0):", "",
                   "| condition | " + " | ".join(METRIC_WORDS.get(m, m) for m in metrics) + " |",
@@ -157,7 +159,7 @@ def recovery_tables(recovery: list[dict], name: str) -> list[str]:
             lines.append(f"| {cond} | " + " | ".join(
                 _interval(c["recovery"], c["ci_low"], c["ci_high"]) if c["defined"]
                 else "undefined" for c in (cells[(cond, m)] for m in metrics)) + " |")
-        lines.append("")
+        lines += ["", "</details>", ""]
     return lines
 
 
