@@ -139,3 +139,29 @@ def split_disjoint(facts: list[RelationFact], sizes: dict[str, int]) -> dict[str
         out[name] = facts[start : start + n]
         start += n
     return out
+
+
+def split_by_kind(
+    facts: list[RelationFact], sizes: dict[str, dict[str, int]]
+) -> dict[str, list[RelationFact]]:
+    """Disjoint sets with a chosen number of facts of each kind: `sizes[set][kind]`. Each kind's
+    facts are sliced in order; every set comes back interleaved by kind."""
+    by_kind: dict[str, list[RelationFact]] = {}
+    for fact in facts:
+        by_kind.setdefault(fact.kind, []).append(fact)
+    cursor = {kind: 0 for kind in by_kind}
+    out = {}
+    for name, counts in sizes.items():
+        chosen = {}
+        for kind, n in counts.items():
+            start = cursor.get(kind, 0)
+            if start + n > len(by_kind.get(kind, [])):
+                raise ValueError(f"set {name!r} asks for {n} {kind} facts; only "
+                                 f"{len(by_kind.get(kind, [])) - start} are left")
+            chosen[kind] = by_kind[kind][start : start + n]
+            cursor[kind] = start + n
+        interleaved = []
+        for index in range(max((len(v) for v in chosen.values()), default=0)):
+            interleaved += [part[index] for part in chosen.values() if index < len(part)]
+        out[name] = interleaved
+    return out

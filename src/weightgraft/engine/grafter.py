@@ -1,9 +1,10 @@
-"""`Grafter`: run a recipient model with a donor's weights at chosen positions, in one pass."""
+"""`Grafter`: run a recipient model with donors' weights at chosen positions, in one pass."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+import weakref
+from collections.abc import Collection, Iterator, Mapping, Sequence
+from contextlib import ExitStack, contextmanager
 from typing import Literal
 
 import torch
@@ -11,31 +12,55 @@ from torch import nn
 
 from weightgraft.adapters import adapter_for
 from weightgraft.adapters.base import Part
+from weightgraft.donors import DonorSource, as_donor_source
+from weightgraft.engine.compat import check_compatible, uncovered_parameters
 from weightgraft.engine.graft import Graft, Key, as_graft_list
 from weightgraft.engine.hooks import Splice, SpliceHooks
 from weightgraft.engine.sharing import plan_segments
-from weightgraft.engine.models import check_compatible, uncovered_parameters
 
 RowGrafts = Sequence[Graft | Sequence[Graft] | None]
 
+# The name a donor passed as `Grafter(recipient, donor)` goes by.
+DEFAULT_DONOR_NAME = "donor"
+
 
 class Grafter:
-    """Dynamic weight grafting of `donor` into `recipient`.
+    """Dynamic weight grafting of one or more donors into `recipient`.
+
+    `Grafter(recipient, donor)` grafts one donor; `Grafter(recipient, donors={"sft": m1, "task":
+    m2})` several, and each `Graft` names its donor (`Graft(..., donor="task")`). A donor is a
+    model or any `weightgraft.donors.DonorSource`.
 
     Neither model is modified: grafting works through forward hooks that replace the recipient
     modules' outputs at grafted rows with the donor modules' outputs on the same inputs.
     Swapping the two models grafts in the reverse direction.
 
+    Every donor must match the recipient in architecture, parameter shapes, dtypes and device, and
+    in every config field that changes the computation; `allow_config_differences` names config
+    fields that may differ (for users who mean it, e.g. `("rope_theta",)`).
+
     Rows that agree on their inputs and grafts up to some position share that stretch's
-    computation through the KV cache; set `share_prefixes = False` to run every row in full.
+    computation through the KV cache; `share_prefixes=False` runs every row in full (results then
+    do not depend on what else is in the batch).
     """
 
-    share_prefixes: bool = True
-
-    def __init__(self, recipient: nn.Module, donor: nn.Module):
-        check_compatible(recipient, donor)
+    def __init__(
+        self,
+        recipient: nn.Module,
+        donor: object | None = None,
+        *,
+        donors: Mapping[str, object] | None = None,
+        share_prefixes: bool = True,
+        allow_config_differences: Collection[str] = (),
+    ):
+        if isinstance(allow_config_differences, str):
+            allow_config_differences = (allow_config_differences,)
+        self.donors: dict[str, DonorSource] = _named_donors(donor, donors)
+        self.donor_names = list(self.donors)
+        for name, source in self.donors.items():
+            check_compatible(recipient, source, name, allow_config_differences)
         self.recipient = recipient
-        self.donor = donor
+        self.share_prefixes = share_prefixes
         self.adapter = adapter_for(recipient)
         uncovered = uncovered_parameters(recipient, self.adapter)
         if uncovered:
@@ -54,7 +79,8 @@ class Grafter:
             for local, dim in self.adapter.seq_dims.items()
             for layer in range(self.num_layers)
         }
-        self._graft_keys: dict[int, tuple[Graft, torch.Tensor]] = {}
+        # Per Graft object, the keys it covers; entries go when their Graft is garbage collected.
+        self._graft_keys: weakref.WeakKeyDictionary[Graft, torch.Tensor] = weakref.WeakKeyDictionary()
 
     @property
     def components(self) -> list[str]:
@@ -169,29 +195,59 @@ class Grafter:
 
     def _keys_of(self, graft: Graft) -> torch.Tensor:
         """Bool [num_keys]: which (layer, component) keys a graft covers (cached per Graft)."""
-        cached = self._graft_keys.get(id(graft))
-        if cached is not None and cached[0] is graft:
-            return cached[1]
-        selected = torch.zeros(len(self.keys), dtype=torch.bool)
-        selected[[self._key_index[k] for k in graft.keys(self.adapter, self.num_layers)]] = True
-        if len(self._graft_keys) >= 4096:  # a long sweep of fresh Graft objects: start over
-            self._graft_keys.clear()
-        self._graft_keys[id(graft)] = (graft, selected)
+        selected = self._graft_keys.get(graft)
+        if selected is None:
+            selected = torch.zeros(len(self.keys), dtype=torch.bool)
+            selected[[self._key_index[k] for k in graft.keys(self.adapter, self.num_layers)]] = True
+            self._graft_keys[graft] = selected
         return selected
 
+    def _donor_index(self, graft: Graft) -> int:
+        if graft.donor is None:
+            if len(self.donor_names) == 1:
+                return 0
+            raise ValueError(
+                f"{graft!r} names no donor, but this Grafter has several: {self.donor_names}; "
+                "pass Graft(..., donor=NAME)"
+            )
+        if graft.donor not in self.donors:
+            raise ValueError(f"{graft!r} names donor {graft.donor!r}; this Grafter's donors are {self.donor_names}")
+        return self.donor_names.index(graft.donor)
+
     def _graft_masks(self, grafts, row_grafts, mask: torch.Tensor) -> torch.Tensor:
-        """Bool [num_keys, batch, seq]: where each (layer, component) computes with the donor."""
+        """Bool [num_donors * num_keys, batch, seq]: where each (layer, component) computes with
+        each donor; index d * num_keys + k is key k from donor d."""
         batch, seq = mask.shape
         per_row = self._row_graft_lists(grafts, row_grafts, batch)
-        out = torch.zeros(len(self.keys), batch, seq, dtype=torch.bool)
+        num_keys = len(self.keys)
+        out = torch.zeros(len(self.donors) * num_keys, batch, seq, dtype=torch.bool)
         real_positions = [row.nonzero().squeeze(-1) for row in mask.cpu()]
         for b, row in enumerate(per_row):
             for graft in row:
-                keys = self._keys_of(graft).nonzero().squeeze(-1)
+                keys = self._keys_of(graft).nonzero().squeeze(-1) + self._donor_index(graft) * num_keys
                 positions = real_positions[b][graft.position_indices(len(real_positions[b]))]
                 if keys.numel() and positions.numel():
                     out[keys[:, None], b, positions[None, :]] = True
+        if len(self.donors) > 1:
+            self._refuse_overlaps(out.view(len(self.donors), num_keys, batch, seq), real_positions)
         return out.to(mask.device)
+
+    def _refuse_overlaps(self, per_donor: torch.Tensor, real_positions: list[torch.Tensor]) -> None:
+        """Two donors for one (row, position, layer, component) would be a silent choice: refuse."""
+        clashes = (per_donor.sum(0) > 1).nonzero()
+        if clashes.numel() == 0:
+            return
+        k, b, s = (int(v) for v in clashes[0])
+        layer, component = self.keys[k]
+        names = [self.donor_names[d] for d in per_donor[:, k, b, s].nonzero().flatten().tolist()]
+        position = int((real_positions[b] == s).nonzero()[0])
+        where = f"layer {layer}, " if layer is not None else ""
+        raise ValueError(
+            f"grafts of row {b} give position {position} (counting real tokens), {where}component "
+            f"{component!r} to more than one donor: {names}"
+            f"{f' ({len(clashes) - 1} more such overlaps)' if len(clashes) > 1 else ''}; "
+            "each (position, layer, component) of a row can come from one donor only"
+        )
 
     # --- running --------------------------------------------------------------------------------
     def _module_targets(self) -> dict[str, list[tuple[int, torch.Tensor | None]]]:
@@ -214,34 +270,47 @@ class Grafter:
     @contextmanager
     def _running(self, graft_masks: torch.Tensor) -> Iterator[SpliceHooks]:
         """Eval mode, no grad, and hooks on the modules that are grafted anywhere in this call."""
-        active = graft_masks.flatten(1).any(-1).tolist()
-        paths = [p for p, served in self._targets.items() if any(active[i] for i, _ in served)]
+        active = graft_masks.flatten(1).any(-1).view(len(self.donors), len(self.keys)).tolist()
+        sources = list(self.donors.values())
+        donor_modules: dict[str, dict[int, nn.Module]] = {}
+        for path, served in self._targets.items():
+            used = [d for d in range(len(sources)) if any(active[d][k] for k, _ in served)]
+            if used:
+                donor_modules[path] = {d: sources[d].module(path) for d in used}
         lm_head = self.adapter.model_level.get("lm_head", "")
-        hooks = SpliceHooks(self.recipient, self.donor, paths, self._seq_dims, tail_ok=lm_head)
-        modes = (self.recipient.training, self.donor.training)
+        hooks = SpliceHooks(self.recipient, donor_modules, self._seq_dims, lm_head_path=lm_head)
+        was_training = self.recipient.training
         self.recipient.eval()
-        self.donor.eval()
         try:
-            with torch.no_grad(), hooks.installed():
+            with ExitStack() as stack:
+                for source in sources:
+                    stack.enter_context(source.running())
+                stack.enter_context(torch.no_grad())
+                stack.enter_context(hooks.installed())
                 yield hooks
         finally:
-            self.recipient.train(modes[0])
-            self.donor.train(modes[1])
+            self.recipient.train(was_training)
 
     def _splices(self, graft_masks: torch.Tensor, paths: list[str]) -> dict[str, list[Splice]]:
-        """Per hooked module, the row masks (and columns) of this chunk, merging fused parts."""
+        """Per hooked module, the row masks (and columns) of this chunk per donor, merging fused
+        parts that one donor grafts at the same rows into one whole-module splice."""
+        num_keys = len(self.keys)
         active = graft_masks.flatten(1).any(-1).tolist()
         plan: dict[str, list[Splice]] = {}
         for path in paths:
-            served = [(i, cols) for i, cols in self._targets[path] if active[i]]
-            if not served:
-                continue
-            masks = [graft_masks[i] for i, _ in served]
-            whole = len(served) == len(self._targets[path]) and all(torch.equal(masks[0], m) for m in masks[1:])
-            if whole:
-                plan[path] = [Splice(masks[0], None)]
-            else:
-                plan[path] = [Splice(m, cols) for m, (_, cols) in zip(masks, served)]
+            splices: list[Splice] = []
+            for d in range(len(self.donors)):
+                served = [(d * num_keys + k, cols) for k, cols in self._targets[path] if active[d * num_keys + k]]
+                if not served:
+                    continue
+                masks = [graft_masks[i] for i, _ in served]
+                whole = len(served) == len(self._targets[path]) and all(torch.equal(masks[0], m) for m in masks[1:])
+                if whole:
+                    splices.append(Splice(masks[0], None, d))
+                else:
+                    splices += [Splice(m, cols, d) for m, (_, cols) in zip(masks, served)]
+            if splices:
+                plan[path] = splices
         return plan
 
     def _pass(self, hooks: SpliceHooks, ids, mask, chunk_masks, cache, last_only: bool):
@@ -282,6 +351,24 @@ class Grafter:
         gen = getattr(self.recipient, "generation_config", None)
         eos = getattr(gen, "eos_token_id", None)
         return eos if eos is not None else getattr(self.recipient.config, "eos_token_id", None)
+
+
+def _named_donors(donor: object | None, donors: Mapping[str, object] | None) -> dict[str, DonorSource]:
+    """One name per donor: `donor` alone is called DEFAULT_DONOR_NAME."""
+    if donor is not None and donors is not None:
+        raise ValueError("pass either donor (one donor) or donors={name: model, ...} (several), not both")
+    if donor is None and donors is None:
+        raise TypeError("Grafter needs a donor: Grafter(recipient, donor) or Grafter(recipient, donors={name: model})")
+    if donors is None:
+        if isinstance(donor, Mapping):
+            raise TypeError("several donors go by keyword: Grafter(recipient, donors={name: model, ...})")
+        return {DEFAULT_DONOR_NAME: as_donor_source(donor)}
+    if not isinstance(donors, Mapping) or not donors:
+        raise ValueError("donors must be a non-empty dict {name: model}")
+    bad = [name for name in donors if not isinstance(name, str) or not name]
+    if bad:
+        raise ValueError(f"donor names must be non-empty strings, got {bad}")
+    return {name: as_donor_source(model) for name, model in donors.items()}
 
 
 def _as_id_set(eos) -> set[int]:

@@ -5,7 +5,8 @@ models, dataset, examples, dtype) is not recomputed. Conditions that share recip
 method are computed together in chunks; rows of one forward pass are (example, condition) pairs,
 so a batch holds every pending condition of the chunk for a handful of examples.
 
-The folder layout and file formats are in `records`; the computation is in `execute`.
+The folder layout and file formats are in `records`; the computation is in `execute`. The
+runner knows nothing of summaries or reports: `weightgraft.pipelines` calls it, then them.
 """
 
 from __future__ import annotations
@@ -69,9 +70,6 @@ class Runner:
                          "computed": len(result.computed), "reused": len(result.reused)})
         body["sessions"] = sessions
         records.write_run_json(self.out, body)
-        from weightgraft.reporting.summary import write_summary
-
-        write_summary(self.out, experiments, self.config.bootstrap, self.config.seed)
         return result
 
     def run_experiment(self, exp: ExperimentSpec, tokenizer, result: RunResult) -> None:
@@ -123,13 +121,7 @@ def condition_state(cond, num_layers: int) -> dict:
     return dict(body, file=f"{slug(cond.name)}.parquet")
 
 
-def run_experiments(config: RunConfig, out: str | Path, *, progress: bool = True,
-                    report: bool = True) -> RunResult:
-    """Run every experiment of `config` into `out` (resuming), then write the summary and,
-    unless `report=False`, the plots and the report."""
-    result = Runner(config, out, progress=progress).run()
-    if report:
-        from weightgraft.reporting.report import write_report
-
-        write_report(Path(out))
-    return result
+def run_experiments(config: RunConfig, out: str | Path, *, progress: bool = True) -> RunResult:
+    """Run every experiment of `config` into `out`, resuming what is already there. The
+    summary and report are the reporting layer's (see `weightgraft.pipelines.run_all`)."""
+    return Runner(config, out, progress=progress).run()

@@ -26,7 +26,8 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from weightgraft.experiments.metrics import SUMMARY_METRICS, example_metric
+from weightgraft.experiments.metrics import example_metric
+from weightgraft.experiments.vocabulary import SUMMARY_METRICS
 
 ALL = "ALL"
 MEDIAN_METRICS = ("rank_median",)
@@ -243,11 +244,12 @@ def paired_test(counts: np.ndarray, index: np.ndarray, a: np.ndarray, b: np.ndar
 
 @dataclass
 class ExperimentStats:
-    """Points [C, T, M] and shared resamples [R, C, T, M] of every condition x template x metric
-    of one experiment (templates end with `ALL`), with prompt and fact counts [C, T]."""
+    """Points [C, G, M] and shared resamples [R, C, G, M] of every condition x group x metric of
+    one experiment, with prompt and fact counts [C, G]. A group is (template, fact kind): each
+    template over every kind, `(ALL, ALL)` (the pooled value), and each kind over every template."""
     experiment: str
     conditions: list[str]
-    templates: list[str]
+    groups: list[tuple[str, str]]
     metrics: list[str]
     points: np.ndarray
     samples: np.ndarray
@@ -259,22 +261,23 @@ class ExperimentStats:
     values: dict  # condition -> (example ids, per-prompt metric values [N, M], templates [N])
     level: float = 0.95
 
-    def where(self, condition: str, template: str = ALL, metric: str = "top5") -> tuple:
-        return (self.conditions.index(condition), self.templates.index(template),
+    def where(self, condition: str, template: str = ALL, metric: str = "top5",
+              kind: str = ALL) -> tuple:
+        return (self.conditions.index(condition), self.groups.index((template, kind)),
                 self.metrics.index(metric))
 
-    def estimate(self, condition: str, template: str = ALL, metric: str = "top5"
-                 ) -> tuple[float, float, float]:
-        c, t, m = self.where(condition, template, metric)
-        return (float(self.points[c, t, m]), *interval_of(self.samples[:, c, t, m], self.level))
+    def estimate(self, condition: str, template: str = ALL, metric: str = "top5",
+                 kind: str = ALL) -> tuple[float, float, float]:
+        c, g, m = self.where(condition, template, metric, kind)
+        return (float(self.points[c, g, m]), *interval_of(self.samples[:, c, g, m], self.level))
 
     def recovery(self, condition: str, base: str, full: str, template: str = ALL,
-                 metric: str = "top5") -> Recovery:
-        c, t, m = self.where(condition, template, metric)
+                 metric: str = "top5", kind: str = ALL) -> Recovery:
+        c, g, m = self.where(condition, template, metric, kind)
         b, f = self.conditions.index(base), self.conditions.index(full)
-        return recovery(self.points[c, t, m], self.points[b, t, m], self.points[f, t, m],
-                        self.samples[:, c, t, m], self.samples[:, b, t, m],
-                        self.samples[:, f, t, m], self.level)
+        return recovery(self.points[c, g, m], self.points[b, g, m], self.points[f, g, m],
+                        self.samples[:, c, g, m], self.samples[:, b, g, m],
+                        self.samples[:, f, g, m], self.level)
 
     def paired(self, a: str, b: str, metric: str = "top5", template: str = ALL,
                permutations: int = 10000, seed=0) -> PairedTest:
@@ -302,93 +305,110 @@ def metric_columns(frame: pl.DataFrame, metrics) -> np.ndarray:
     return out
 
 
+def summary_groups(templates: list[str], kinds: list[str]) -> list[tuple[str, str]]:
+    """(template, fact kind) groups: each template, the pooled ALL, then each fact kind (kinds
+    only when the records carry them: not a lone `unknown`)."""
+    groups = [(t, ALL) for t in templates] + [(ALL, ALL)]
+    if len(kinds) > 1 or (kinds and kinds != ["unknown"]):
+        groups += [(ALL, k) for k in kinds]
+    return groups
+
+
 def experiment_stats(frame: pl.DataFrame, resamples: int, seed, *, name: str = "",
                      templates: list[str] | None = None, metrics=SUMMARY_METRICS,
                      level: float = 0.95) -> ExperimentStats:
-    """Every condition x template x metric of one experiment with fact-clustered intervals from
+    """Every condition x group x metric of one experiment with fact-clustered intervals from
     one shared resample set. `frame` has one row per (condition, example) with columns
     condition, example_id, fact_id, template, applicable, rank, prob, target_logprob,
-    exact_match; not-applicable rows count for nothing."""
+    exact_match, and optionally fact_kind; not-applicable rows count for nothing."""
     metrics = list(metrics)
     conditions = list(dict.fromkeys(frame["condition"].to_list()))
     if templates is None:
         templates = sorted(set(frame["template"].to_list()))
-    templates = [*templates, ALL]
+    if "fact_kind" not in frame.columns:
+        frame = frame.with_columns(fact_kind=pl.lit("unknown"))
+    groups = summary_groups(list(templates), sorted(set(frame["fact_kind"].to_list())))
     facts, index = fact_index(frame["fact_id"].to_list())
     fact_of = dict(zip(frame["example_id"].to_list(), index.tolist()))
     counts = draw_fact_counts(len(facts), resamples, seed)
     mean_metrics = [m for m in metrics if m not in MEDIAN_METRICS]
-    shape = (len(conditions), len(templates), len(metrics))
+    shape = (len(conditions), len(groups), len(metrics))
     points = np.full(shape, np.nan)
     samples = np.full((resamples, *shape), np.nan)
     n_prompts = np.zeros(shape[:2], dtype=int)
     n_facts = np.zeros(shape[:2], dtype=int)
     mean_cols = [metrics.index(m) for m in mean_metrics]
     values = {}
-    # Per-fact sums of every (condition, template, mean metric) column, then one product.
+    # Per-fact sums of every (condition, group, mean metric) column, then one product.
     blocks_sums, blocks_sizes = [], []
     parts = frame.partition_by("condition", as_dict=True, maintain_order=True)
     for c, cond in enumerate(conditions):
         part = parts[(cond,)]
         vals = metric_columns(part, metrics)
         tmpl = np.asarray(part["template"].to_list(), dtype=object)
+        kind = np.asarray(part["fact_kind"].to_list(), dtype=object)
         idx = np.array([fact_of[e] for e in part["example_id"].to_list()], dtype=int)
         values[cond] = (part["example_id"].to_list(), vals, tmpl)
-        for t, template in enumerate(templates):
-            chosen = vals if template == ALL else np.where((tmpl == template)[:, None], vals, np.nan)
+        for g, (template, fact_kind) in enumerate(groups):
+            member = np.ones(len(vals), dtype=bool)
+            if template != ALL:
+                member &= tmpl == template
+            if fact_kind != ALL:
+                member &= kind == fact_kind
+            chosen = np.where(member[:, None], vals, np.nan)
             sums, sizes = fact_sums(idx, chosen[:, mean_cols], len(facts))
             blocks_sums.append(sums)
             blocks_sizes.append(sizes)
             present = ~np.isnan(chosen[:, 0])
-            n_prompts[c, t] = int(present.sum())
-            n_facts[c, t] = len(set(idx[present].tolist()))
+            n_prompts[c, g] = int(present.sum())
+            n_facts[c, g] = len(set(idx[present].tolist()))
             for m in MEDIAN_METRICS:
                 if m in metrics:
                     k = metrics.index(m)
-                    points[c, t, k], samples[:, c, t, k] = clustered_median(counts, idx,
+                    points[c, g, k], samples[:, c, g, k] = clustered_median(counts, idx,
                                                                             chosen[:, k])
     if blocks_sums and mean_cols:
         point, drawn = clustered_means(counts, np.hstack(blocks_sums), np.hstack(blocks_sizes))
-        grid = (len(conditions), len(templates), len(mean_cols))
+        grid = (len(conditions), len(groups), len(mean_cols))
         points[:, :, mean_cols] = point.reshape(grid)
         samples[:, :, :, mean_cols] = drawn.reshape(resamples, *grid)
-    return ExperimentStats(name, conditions, templates, metrics, points, samples, n_prompts,
+    return ExperimentStats(name, conditions, groups, metrics, points, samples, n_prompts,
                            n_facts, counts, facts, fact_of, values, level)
 
 
 def interval_rows(stats: ExperimentStats) -> list[dict]:
-    """One row per condition x template x metric: value, interval, n prompts, n facts."""
+    """One row per condition x group x metric: value, interval, n prompts, n facts."""
     low, high = percentile_interval(stats.samples, stats.level)
     rows = []
     for c, cond in enumerate(stats.conditions):
-        for t, template in enumerate(stats.templates):
+        for g, (template, kind) in enumerate(stats.groups):
             for m, metric in enumerate(stats.metrics):
                 rows.append({"experiment": stats.experiment, "condition": cond,
-                             "template": template, "metric": metric,
-                             "value": float(stats.points[c, t, m]),
-                             "ci_low": float(low[c, t, m]), "ci_high": float(high[c, t, m]),
-                             "n": int(stats.n_prompts[c, t]), "n_facts": int(stats.n_facts[c, t])})
+                             "template": template, "fact_kind": kind, "metric": metric,
+                             "value": float(stats.points[c, g, m]),
+                             "ci_low": float(low[c, g, m]), "ci_high": float(high[c, g, m]),
+                             "n": int(stats.n_prompts[c, g]), "n_facts": int(stats.n_facts[c, g])})
     return rows
 
 
 RECOVERY_METRICS = ("top1", "top5", "prob", "target_logprob")
 
 
-def recovery_rows(stats: ExperimentStats, base: str, full: str, metrics=RECOVERY_METRICS,
-                  templates: list[str] | None = None) -> list[dict]:
-    """Recovery (C - base) / (full - base) of every condition, per template and metric."""
+def recovery_rows(stats: ExperimentStats, base: str, full: str,
+                  metrics=RECOVERY_METRICS) -> list[dict]:
+    """Recovery (C - base) / (full - base) of every condition, per group and metric."""
     rows = []
-    for template in templates or stats.templates:
+    for template, kind in stats.groups:
         for metric in metrics:
             if metric not in stats.metrics:
                 continue
             for cond in stats.conditions:
-                r = stats.recovery(cond, base, full, template, metric)
-                c, t, _ = stats.where(cond, template, metric)
+                r = stats.recovery(cond, base, full, template, metric, kind)
+                c, g, _ = stats.where(cond, template, metric, kind)
                 rows.append({"experiment": stats.experiment, "condition": cond,
-                             "template": template, "metric": metric, "base": base, "full": full,
-                             "recovery": r.value, "ci_low": r.low, "ci_high": r.high,
-                             "gap": r.gap, "gap_low": r.gap_low, "gap_high": r.gap_high,
-                             "defined": r.defined, "n": int(stats.n_prompts[c, t]),
-                             "n_facts": int(stats.n_facts[c, t])})
+                             "template": template, "fact_kind": kind, "metric": metric,
+                             "base": base, "full": full, "recovery": r.value, "ci_low": r.low,
+                             "ci_high": r.high, "gap": r.gap, "gap_low": r.gap_low,
+                             "gap_high": r.gap_high, "defined": r.defined,
+                             "n": int(stats.n_prompts[c, g]), "n_facts": int(stats.n_facts[c, g])})
     return rows

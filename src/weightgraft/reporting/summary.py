@@ -1,10 +1,12 @@
-"""summary.csv: one row per experiment x condition x template x metric, with 95% intervals from
-a bootstrap over facts; recovery.csv: every condition's recovery between two reference
+"""summary.csv: one row per experiment x condition x group x metric, with 95% intervals from a
+bootstrap over facts; recovery.csv: every condition's recovery between two reference
 conditions; comparisons.csv: paired tests of the paper's pairwise claims.
 
-Templates are each evaluation template plus `ALL` (every applicable example). A condition that
-is not applicable to a template (it names a role the template lacks) gets rows with an empty
-value and n=0, and a matching note in the report, rather than disappearing.
+Groups are each evaluation template (with `fact_kind` ALL), every applicable example
+(`template` ALL, `fact_kind` ALL: the pooled value), and each fact kind (fake_fake, fake_real,
+real_shuffled, ...; with `template` ALL). A condition that is not applicable to a template (it
+names a role the template lacks) gets rows with an empty value and n=0, and a matching note in
+the report, rather than disappearing.
 
 Intervals resample facts, not prompts (a fact's prompts succeed or fail together), with one
 resample set per experiment shared by all its conditions: see `weightgraft.reporting.statistics`.
@@ -14,19 +16,20 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 from pathlib import Path
 
 import numpy as np
 import polars as pl
 
 from weightgraft.atomic import write_text_atomic
+from weightgraft.experiments.records import read_condition, read_state
 from weightgraft.reporting.statistics import (ExperimentStats, experiment_stats, interval_rows,
                                               recovery_rows, seed_for)
 
-COLUMNS = ["experiment", "condition", "template", "metric", "value", "ci_low", "ci_high", "n",
-           "n_facts"]
-RECOVERY_COLUMNS = ["experiment", "condition", "template", "metric", "base", "full", "recovery",
+COLUMNS = ["experiment", "condition", "template", "fact_kind", "metric", "value", "ci_low",
+           "ci_high", "n", "n_facts"]
+RECOVERY_COLUMNS = ["experiment", "condition", "template", "fact_kind", "metric", "base", "full",
+                    "recovery",
                     "ci_low", "ci_high", "gap", "gap_low", "gap_high", "defined", "n", "n_facts"]
 COMPARISON_COLUMNS = ["experiment", "a", "b", "template", "metric", "difference", "ci_low",
                       "ci_high", "effect_size", "p_value", "permutations", "exact", "n",
@@ -43,11 +46,11 @@ def _fmt(value: float) -> str:
 def experiment_statistics(out: Path, name: str, resamples: int, seed: int) -> ExperimentStats:
     """Every condition of one experiment from its per-example files, with one shared resample
     set over facts seeded from the run seed and the experiment's name."""
-    state = json.loads((out / "state" / f"{name}.json").read_text())
-    columns = ["condition", "example_id", "fact_id", "template", "applicable", "rank", "prob",
-               "target_logprob", "exact_match"]
+    state = read_state(out, name)
+    columns = ["condition", "example_id", "fact_id", "fact_kind", "template", "applicable",
+               "rank", "prob", "target_logprob", "exact_match"]
     frame = pl.concat([
-        pl.read_parquet(out / "examples" / name / cond["file"], columns=columns[1:])
+        pl.DataFrame(read_condition(out / "examples" / name / cond["file"]))
         .with_columns(condition=pl.lit(cond["name"])).select(columns)
         for cond in state["conditions"]])
     return experiment_stats(frame, resamples, seed_for(seed, name), name=name,
@@ -101,19 +104,19 @@ def _write_csv(path: Path, columns: list[str], rows: list[dict]) -> Path:
     return write_text_atomic(path, buffer.getvalue())
 
 
-def write_summary(out: Path, experiments, resamples: int, seed: int) -> Path:
+def write_summary(out: Path, experiment_names: list[str], resamples: int, seed: int) -> Path:
     """Recompute summary.csv, recovery.csv and comparisons.csv from the per-example files of the
     given experiments. With `resamples` 0 there are no intervals: each bound equals the value."""
     from weightgraft.reporting.verdict import PAPER_CLAIMS, PAIRED_TESTS
 
     rows, recovery, comparisons = [], [], []
-    for experiment in experiments:
-        stats = experiment_statistics(out, experiment.name, resamples, seed)
+    for name in experiment_names:
+        stats = experiment_statistics(out, name, resamples, seed)
         rows += interval_rows(stats)
         for base, full in recovery_references(stats, PAPER_CLAIMS):
             recovery += recovery_rows(stats, base, full)
         comparisons += comparison_rows(
-            stats, [(a, b) for exp, a, b in PAIRED_TESTS if exp == experiment.name], seed)
+            stats, [(a, b) for exp, a, b in PAIRED_TESTS if exp == name], seed)
     if resamples == 0:
         for row in rows:
             row["ci_low"] = row["ci_high"] = row["value"]
@@ -139,15 +142,26 @@ def _read_csv(path: Path, floats: tuple[str, ...], ints: tuple[str, ...],
 
 def read_summary(out: Path) -> list[dict]:
     """summary.csv as dicts with floats (None for not applicable) and int n (and n_facts)."""
-    return _read_csv(out / "summary.csv", ("value", "ci_low", "ci_high"), ("n", "n_facts"))
+    rows = _read_csv(out / "summary.csv", ("value", "ci_low", "ci_high"), ("n", "n_facts"))
+    for row in rows:
+        row.setdefault("fact_kind", ALL)
+    return rows
+
+
+def pooled(summary: list[dict]) -> list[dict]:
+    """Rows over every fact kind (per template, and ALL): what tables and plots show first."""
+    return [r for r in summary if r.get("fact_kind", ALL) == ALL]
 
 
 def read_recovery(out: Path) -> list[dict]:
     """recovery.csv as dicts (None for undefined), or [] for a run folder without one."""
     if not (out / "recovery.csv").exists():
         return []
-    return _read_csv(out / "recovery.csv", ("recovery", "ci_low", "ci_high", "gap", "gap_low",
+    rows = _read_csv(out / "recovery.csv", ("recovery", "ci_low", "ci_high", "gap", "gap_low",
                                             "gap_high"), ("n", "n_facts"), ("defined",))
+    for row in rows:
+        row.setdefault("fact_kind", ALL)
+    return rows
 
 
 def read_comparisons(out: Path) -> list[dict]:

@@ -77,10 +77,10 @@ METRIC_WORDS = {"top5": "top-5", "prob": "probability", "top1": "top-1",
 
 
 def summary_value(summary: list[dict], experiment: str, condition: str, template: str = ALL,
-                  metric: str = METRIC) -> float | None:
+                  metric: str = METRIC, fact_kind: str = ALL) -> float | None:
     for row in summary:
-        if (row["experiment"], row["condition"], row["template"], row["metric"]) == (
-                experiment, condition, template, metric):
+        if (row["experiment"], row["condition"], row["template"], row["metric"],
+                row.get("fact_kind", ALL)) == (experiment, condition, template, metric, fact_kind):
             return row["value"]
     return None
 
@@ -111,8 +111,9 @@ def decide(claim: Claim, summary: list[dict]) -> Check | None:
 def decide_by_intervals(claim: Claim, recovery: list[dict]) -> Check | None:
     """The interval rule on top-5 and probability (see the module's docstring)."""
     rows = {r["metric"]: r for r in recovery
-            if (r["experiment"], r["condition"], r["template"], r["base"], r["full"]) == (
-                claim.experiment, claim.condition, ALL, claim.low, claim.high)}
+            if (r["experiment"], r["condition"], r["template"], r.get("fact_kind", ALL),
+                r["base"], r["full"]) == (claim.experiment, claim.condition, ALL, ALL, claim.low,
+                                          claim.high)}
     if not all(m in rows for m in INTERVAL_METRICS):
         return None
     decisions = {}
