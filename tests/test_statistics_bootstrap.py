@@ -128,3 +128,19 @@ def test_rows_report_prompts_and_facts_and_skip_not_applicable():
     on_a = ranks[::2]
     assert rows[(ALL, "top1")]["value"] == pytest.approx((on_a == 1).mean())
     assert rows[(ALL, "rank_median")]["value"] == np.median(on_a)
+
+
+def test_percentile_interval_matches_numpy_and_leaves_out_undefined_resamples():
+    rng = np.random.default_rng(6)
+    samples = rng.normal(size=(501, 6, 2))
+    samples[rng.random(samples.shape) < 0.1] = np.nan
+    samples[:, 2, 1] = np.nan  # never defined
+    low, high = percentile_interval(samples)
+    for c in range(6):
+        for m in range(2):
+            column = samples[:, c, m][~np.isnan(samples[:, c, m])]
+            if len(column) == 0:
+                assert np.isnan(low[c, m]) and np.isnan(high[c, m])
+            else:
+                assert (low[c, m], high[c, m]) == pytest.approx(
+                    tuple(np.percentile(column, [2.5, 97.5])))

@@ -87,6 +87,8 @@ def combine(decisions: dict[str, Decision]) -> tuple[str, str]:
     if not defined:
         return UNDEFINED, "undefined on every metric"
     outcomes = {d.outcome for d in defined.values()}
+    if len(defined) == 1:
+        return outcomes.pop(), f"decided on {next(iter(defined))} alone{note}"
     if len(outcomes) == 1:
         return outcomes.pop(), f"{' and '.join(defined)} agree{note}"
     parts = ", ".join(f"{m}: {d.outcome}" for m, d in defined.items())

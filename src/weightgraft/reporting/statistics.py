@@ -19,7 +19,6 @@ need no special case. All resamples of all columns are one matrix product.
 
 from __future__ import annotations
 
-import warnings
 import zlib
 from dataclasses import dataclass
 
@@ -70,8 +69,9 @@ def fact_sums(index: np.ndarray, values: np.ndarray, n_facts: int) -> tuple[np.n
 
 
 def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
+    """num / den, NaN where den (a prompt count) is 0."""
     with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
+        return np.where(den > 0, num / den, np.nan)
 
 
 def clustered_means(counts: np.ndarray, sums: np.ndarray, sizes: np.ndarray
@@ -106,25 +106,31 @@ def clustered_median(counts: np.ndarray, index: np.ndarray, values: np.ndarray
 
 
 def percentile_interval(samples: np.ndarray, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
-    """Percentile interval per column of [R, ...] resampled statistics; resamples where a
-    statistic is undefined (NaN) are left out; a column with none defined gives NaN."""
-    tails = [50 * (1 - level), 50 * (1 + level)]
+    """Percentile interval per column of [R, ...] resampled statistics (numpy's default linear
+    interpolation); resamples where a statistic is undefined (NaN) are left out, and a column
+    with none defined gives NaN."""
     samples = np.asarray(samples, dtype=float)
+    shape = samples.shape[1:]
+    low, high = np.full(shape, np.nan).ravel(), np.full(shape, np.nan).ravel()
     if samples.shape[0] == 0:
-        nan = np.full(samples.shape[1:], np.nan)
-        return nan, nan.copy()
-    missing = np.isnan(samples)
-    if not missing.any():
-        low, high = np.percentile(samples, tails, axis=0)
-        return low, high
-    low, high = np.percentile(np.where(missing, 0.0, samples), tails, axis=0)
-    cols = missing.any(0)
-    with warnings.catch_warnings():  # all-NaN columns: NaN bounds, no warning
-        warnings.simplefilter("ignore", RuntimeWarning)
-        nl, nh = np.nanpercentile(samples[:, cols], tails, axis=0)
-    low, high = np.array(low, dtype=float), np.array(high, dtype=float)
-    low[cols], high[cols] = nl, nh
-    return low, high
+        return low.reshape(shape), high.reshape(shape)
+    flat = samples.reshape(samples.shape[0], -1)
+    valid = (~np.isnan(flat)).sum(0)
+    complete = valid == flat.shape[0]
+    tails = [50 * (1 - level), 50 * (1 + level)]
+    if complete.any():  # the common case: numpy's partition-based percentile
+        low[complete], high[complete] = np.percentile(flat[:, complete], tails, axis=0)
+    partial = (valid > 0) & ~complete
+    if partial.any():  # sort (NaN last) and interpolate within each column's defined part
+        ordered, count = np.sort(flat[:, partial], axis=0), valid[partial]
+        for bound, q in ((low, tails[0]), (high, tails[1])):
+            position = q / 100 * (count - 1)
+            below = np.floor(position).astype(int)
+            above = np.minimum(below + 1, count - 1)
+            a = np.take_along_axis(ordered, below[None], 0)[0]
+            b = np.take_along_axis(ordered, above[None], 0)[0]
+            bound[partial] = np.where(a == b, a, a + (b - a) * (position - below))
+    return low.reshape(shape), high.reshape(shape)
 
 
 def interval_of(samples: np.ndarray, level: float = 0.95) -> tuple[float, float]:
@@ -151,22 +157,44 @@ class Recovery:
     reason: str = ""
 
 
+def recovery_many(cond, base, full, cond_samples, base_samples, full_samples,
+                  level: float = 0.95) -> dict[str, np.ndarray]:
+    """`recovery` for arrays at once: points broadcast together, samples likewise with the
+    resamples first. Returns value, low, high, gap, gap_low, gap_high and defined arrays."""
+    cond, base, full = (np.asarray(x, dtype=float) for x in (cond, base, full))
+    gap = full - base
+    gap_samples = np.asarray(full_samples, dtype=float) - np.asarray(base_samples, dtype=float)
+    gap_low, gap_high = percentile_interval(gap_samples, level)
+    defined = (np.isfinite(gap) & np.isfinite(cond) & (gap != 0) & ~np.isnan(gap_low)
+               & ~((gap_low <= 0) & (gap_high >= 0)))
+    cond_samples = np.asarray(cond_samples, dtype=float)
+    ratio_samples = _ratio_signed(cond_samples - np.asarray(base_samples, dtype=float),
+                                  gap_samples)
+    low, high = percentile_interval(ratio_samples, level)
+    value = _ratio_signed(cond - base, gap)
+    shape = np.broadcast(cond, gap).shape
+    nan = np.full(shape, np.nan)
+    defined = np.broadcast_to(defined, shape)
+    return {"value": np.where(defined, value, nan), "low": np.where(defined, low, nan),
+            "high": np.where(defined, high, nan), "gap": np.broadcast_to(gap, shape),
+            "gap_low": np.broadcast_to(gap_low, shape), "gap_high": np.broadcast_to(gap_high, shape),
+            "defined": defined}
+
+
 def recovery(cond: float, base: float, full: float, cond_samples: np.ndarray,
              base_samples: np.ndarray, full_samples: np.ndarray, level: float = 0.95) -> Recovery:
     """(C - base) / (full - base) with a percentile interval over the shared resamples."""
-    gap = full - base
-    gap_samples = np.asarray(full_samples) - np.asarray(base_samples)
-    gap_low, gap_high = interval_of(gap_samples, level)
+    r = recovery_many(cond, base, full, cond_samples, base_samples, full_samples, level)
+    gap, gap_low, gap_high = float(r["gap"]), float(r["gap_low"]), float(r["gap_high"])
+    if bool(r["defined"]):
+        return Recovery(float(r["value"]), float(r["low"]), float(r["high"]), gap, gap_low,
+                        gap_high, True)
     nan = float("nan")
-    if not np.isfinite(gap) or not np.isfinite(cond):
+    if not (np.isfinite(gap) and np.isfinite(cond)):
         return Recovery(nan, nan, nan, gap, gap_low, gap_high, False, "a value is missing")
-    if gap == 0 or np.isnan(gap_low) or (gap_low <= 0 <= gap_high):
-        return Recovery(nan, nan, nan, gap, gap_low, gap_high, False,
-                        f"undefined: full - base = {gap:.3g} [{gap_low:.3g}, {gap_high:.3g}] "
-                        "includes 0")
-    ratio_samples = _ratio_signed(np.asarray(cond_samples) - np.asarray(base_samples), gap_samples)
-    low, high = interval_of(ratio_samples, level)
-    return Recovery(float((cond - base) / gap), low, high, float(gap), gap_low, gap_high, True)
+    return Recovery(nan, nan, nan, gap, gap_low, gap_high, False,
+                    f"undefined: full - base = {gap:.3g} [{gap_low:.3g}, {gap_high:.3g}] "
+                    "includes 0")
 
 
 def _ratio_signed(num: np.ndarray, den: np.ndarray) -> np.ndarray:
@@ -339,7 +367,9 @@ def experiment_stats(frame: pl.DataFrame, resamples: int, seed, *, name: str = "
     n_facts = np.zeros(shape[:2], dtype=int)
     mean_cols = [metrics.index(m) for m in mean_metrics]
     values = {}
-    # Per-fact sums of every (condition, group, mean metric) column, then one product.
+    # Per-fact sums of every (condition, group, mean metric) and per-fact prompt counts of every
+    # (condition, group): every metric of a prompt is present or absent together (applicable or
+    # not), so the counts are shared by the metrics. Then one product for all resamples.
     blocks_sums, blocks_sizes = [], []
     parts = frame.partition_by("condition", as_dict=True, maintain_order=True)
     for c, cond in enumerate(conditions):
@@ -349,29 +379,36 @@ def experiment_stats(frame: pl.DataFrame, resamples: int, seed, *, name: str = "
         kind = np.asarray(part["fact_kind"].to_list(), dtype=object)
         idx = np.array([fact_of[e] for e in part["example_id"].to_list()], dtype=int)
         values[cond] = (part["example_id"].to_list(), vals, tmpl)
-        for g, (template, fact_kind) in enumerate(groups):
-            member = np.ones(len(vals), dtype=bool)
-            if template != ALL:
-                member &= tmpl == template
-            if fact_kind != ALL:
-                member &= kind == fact_kind
-            chosen = np.where(member[:, None], vals, np.nan)
-            sums, sizes = fact_sums(idx, chosen[:, mean_cols], len(facts))
-            blocks_sums.append(sums)
-            blocks_sizes.append(sizes)
-            present = ~np.isnan(chosen[:, 0])
-            n_prompts[c, g] = int(present.sum())
-            n_facts[c, g] = len(set(idx[present].tolist()))
-            for m in MEDIAN_METRICS:
-                if m in metrics:
-                    k = metrics.index(m)
-                    points[c, g, k], samples[:, c, g, k] = clustered_median(counts, idx,
-                                                                            chosen[:, k])
-    if blocks_sums and mean_cols:
-        point, drawn = clustered_means(counts, np.hstack(blocks_sums), np.hstack(blocks_sizes))
-        grid = (len(conditions), len(groups), len(mean_cols))
-        points[:, :, mean_cols] = point.reshape(grid)
-        samples[:, :, :, mean_cols] = drawn.reshape(resamples, *grid)
+        applicable = part["applicable"].to_numpy().astype(bool)
+        if np.isnan(vals[applicable][:, mean_cols]).any():
+            raise ValueError(f"experiment {name!r}, condition {cond!r}: a scored example has a "
+                             "NaN metric; rescore it (its logits were not finite)")
+        member = np.stack([applicable & (tmpl == t if t != ALL else True)
+                           & (kind == k if k != ALL else True) for t, k in groups], axis=1)
+        onehot = np.zeros((len(facts), len(idx)))
+        onehot[idx, np.arange(len(idx))] = 1.0
+        masked = np.where(member[:, :, None], np.nan_to_num(vals[:, None, mean_cols]), 0.0)
+        blocks_sums.append((onehot @ masked.reshape(len(idx), -1)).reshape(len(facts),
+                                                                           len(groups), -1))
+        blocks_sizes.append(onehot @ member.astype(float))  # [F, G]
+        n_prompts[c] = member.sum(0)
+        n_facts[c] = [len(set(idx[member[:, g]].tolist())) for g in range(len(groups))]
+        for m in MEDIAN_METRICS:
+            if m in metrics:
+                k = metrics.index(m)
+                for g in range(len(groups)):
+                    chosen = np.where(member[:, g], vals[:, k], np.nan)
+                    points[c, g, k], samples[:, c, g, k] = clustered_median(counts, idx, chosen)
+    if conditions and mean_cols:
+        sums = np.stack(blocks_sums, axis=1)  # [F, C, G, M']
+        sizes = np.stack(blocks_sizes, axis=1)  # [F, C, G]
+        totals = _ratio(sums.sum(0), sizes.sum(0)[..., None])
+        points[:, :, mean_cols] = totals
+        drawn_sizes = counts @ sizes.reshape(len(facts), -1)  # [R, C*G]
+        drawn = counts @ sums.reshape(len(facts), -1)  # [R, C*G*M']
+        drawn = _ratio(drawn.reshape(resamples, *sums.shape[1:]),
+                       drawn_sizes.reshape(resamples, *sizes.shape[1:])[..., None])
+        samples[:, :, :, mean_cols] = drawn
     return ExperimentStats(name, conditions, groups, metrics, points, samples, n_prompts,
                            n_facts, counts, facts, fact_of, values, level)
 
@@ -396,19 +433,27 @@ RECOVERY_METRICS = ("top1", "top5", "prob", "target_logprob")
 
 def recovery_rows(stats: ExperimentStats, base: str, full: str,
                   metrics=RECOVERY_METRICS) -> list[dict]:
-    """Recovery (C - base) / (full - base) of every condition, per group and metric."""
+    """Recovery (C - base) / (full - base) of every condition, per group and metric: one
+    vectorised pass over [resamples, conditions, groups, metrics]."""
+    ms = [stats.metrics.index(m) for m in metrics if m in stats.metrics]
+    if not ms:
+        return []
+    b, f = stats.conditions.index(base), stats.conditions.index(full)
+    points, samples = stats.points[:, :, ms], stats.samples[:, :, :, ms]
+    r = recovery_many(points, points[b], points[f], samples, samples[:, b][:, None],
+                      samples[:, f][:, None], stats.level)
     rows = []
-    for template, kind in stats.groups:
-        for metric in metrics:
-            if metric not in stats.metrics:
-                continue
-            for cond in stats.conditions:
-                r = stats.recovery(cond, base, full, template, metric, kind)
-                c, g, _ = stats.where(cond, template, metric, kind)
+    for g, (template, kind) in enumerate(stats.groups):
+        for j, m in enumerate(ms):
+            for c, cond in enumerate(stats.conditions):
+                at = (c, g, j)
                 rows.append({"experiment": stats.experiment, "condition": cond,
-                             "template": template, "fact_kind": kind, "metric": metric,
-                             "base": base, "full": full, "recovery": r.value, "ci_low": r.low,
-                             "ci_high": r.high, "gap": r.gap, "gap_low": r.gap_low,
-                             "gap_high": r.gap_high, "defined": r.defined,
+                             "template": template, "fact_kind": kind,
+                             "metric": stats.metrics[m], "base": base, "full": full,
+                             "recovery": float(r["value"][at]), "ci_low": float(r["low"][at]),
+                             "ci_high": float(r["high"][at]), "gap": float(r["gap"][at]),
+                             "gap_low": float(r["gap_low"][at]),
+                             "gap_high": float(r["gap_high"][at]),
+                             "defined": bool(r["defined"][at]),
                              "n": int(stats.n_prompts[c, g]), "n_facts": int(stats.n_facts[c, g])})
     return rows
