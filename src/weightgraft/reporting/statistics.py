@@ -1,9 +1,8 @@
 """Fact-clustered paired bootstrap, recovery ratios with intervals, and sign-flip tests.
 
 Why facts and not prompts: each fact is asked about a dozen ways (templates x directions), and
-its prompts succeed or fail together. Treating prompts as independent makes intervals too narrow
-(they collapse to [1, 1] when every prompt is right). We resample facts with replacement and
-keep every prompt of a drawn fact.
+its prompts succeed or fail together. Treating prompts as independent makes intervals too
+narrow. We resample facts with replacement and keep every prompt of a drawn fact.
 
 Why one resample set per experiment: a single [resamples, facts] count matrix is drawn and shared
 by every condition, template and metric. Each resample is then one replication of the whole

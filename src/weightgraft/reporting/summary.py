@@ -106,7 +106,8 @@ def _write_csv(path: Path, columns: list[str], rows: list[dict]) -> Path:
 
 def write_summary(out: Path, experiment_names: list[str], resamples: int, seed: int) -> Path:
     """Recompute summary.csv, recovery.csv and comparisons.csv from the per-example files of the
-    given experiments. With `resamples` 0 there are no intervals: each bound equals the value."""
+    named experiments. With `resamples` 0 there are no intervals: each bound equals the value
+    and recovery.csv and comparisons.csv hold only their header."""
     from weightgraft.reporting.verdict import PAPER_CLAIMS, PAIRED_TESTS
 
     rows, recovery, comparisons = [], [], []
@@ -117,9 +118,10 @@ def write_summary(out: Path, experiment_names: list[str], resamples: int, seed: 
             recovery += recovery_rows(stats, base, full)
         comparisons += comparison_rows(
             stats, [(a, b) for exp, a, b in PAIRED_TESTS if exp == name], seed)
-    if resamples == 0:
+    if resamples == 0:  # no intervals: bounds equal values, and the verdict uses point estimates
         for row in rows:
             row["ci_low"] = row["ci_high"] = row["value"]
+        recovery, comparisons = [], []
     _write_csv(out / "recovery.csv", RECOVERY_COLUMNS, recovery)
     _write_csv(out / "comparisons.csv", COMPARISON_COLUMNS, comparisons)
     return _write_csv(out / "summary.csv", COLUMNS, rows)
