@@ -1,7 +1,10 @@
-"""Two small tokenizers built with `tokenizers` for span tests: byte-level BPE (GPT-2-style
-leading-space tokens) and SentencePiece-style (Metaspace with the ▁ marker)."""
+"""Small tokenizers built with `tokenizers` for span tests (no downloads): byte-level BPE
+(GPT-2-style leading-space tokens), Metaspace BPE and a SentencePiece Unigram with byte fallback
+(the \u2581 word marker), and BERT-style WordPiece."""
 
 from __future__ import annotations
+
+import json
 
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import PreTrainedTokenizerFast
@@ -29,3 +32,40 @@ def metaspace_bpe(texts: list[str], vocab_size: int = 600) -> PreTrainedTokenize
         single="<s> $A", special_tokens=[("<s>", tok.token_to_id("<s>"))]
     )
     return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>")
+
+
+def sentencepiece_unigram(texts: list[str], vocab_size: int = 600) -> PreTrainedTokenizerFast:
+    """SentencePiece proper: a Unigram model over Metaspace pieces, with byte fallback (a
+    character outside the vocabulary becomes its UTF-8 bytes, tokens that share its offsets)."""
+    tok = Tokenizer(models.Unigram())
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="always")
+    tok.decoder = decoders.Sequence([decoders.ByteFallback(), decoders.Fuse(),
+                                     decoders.Metaspace(replacement="\u2581", prepend_scheme="always")])
+    byte_tokens = [f"<0x{b:02X}>" for b in range(256)]
+    trainer = trainers.UnigramTrainer(vocab_size=vocab_size, special_tokens=["<unk>", "<s>", "</s>", *byte_tokens],
+                                      unk_token="<unk>", show_progress=False)
+    tok.train_from_iterator(texts, trainer=trainer)
+    trained = json.loads(tok.to_str())["model"]  # the trainer leaves byte fallback off: switch it on
+    tok.model = models.Unigram([tuple(p) for p in trained["vocab"]], unk_id=trained["unk_id"], byte_fallback=True)
+    tok.post_processor = processors.TemplateProcessing(
+        single="<s> $A", special_tokens=[("<s>", tok.token_to_id("<s>"))]
+    )
+    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>")
+
+
+def wordpiece(texts: list[str], vocab_size: int = 600) -> PreTrainedTokenizerFast:
+    """BERT-style WordPiece: lowercasing and accent-stripping normalizer, [CLS] ... [SEP]."""
+    from tokenizers import normalizers
+
+    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True, strip_accents=True, handle_chinese_chars=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.decoder = decoders.WordPiece()
+    trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=["[UNK]", "[CLS]", "[SEP]", "[PAD]"],
+                                        show_progress=False)
+    tok.train_from_iterator(texts, trainer=trainer)
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", special_tokens=[("[CLS]", tok.token_to_id("[CLS]")), ("[SEP]", tok.token_to_id("[SEP]"))]
+    )
+    return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", cls_token="[CLS]", sep_token="[SEP]",
+                                   pad_token="[PAD]")

@@ -115,6 +115,7 @@ class RefGraft:
     positions: object = "all"
     layers: object = "all"
     components: object = "all"
+    donor: str | None = None  # a key of the reference's donors; None: its only donor
 
 
 LLAMA_LAYER = {"q": "self_attn.q_proj", "k": "self_attn.k_proj", "v": "self_attn.v_proj",
@@ -131,10 +132,12 @@ def _layer_list(spec, n: int) -> list[int]:
 
 
 class ReferenceGrafter:
-    """Row-by-row Llama grafting through output-mixing hooks (independent of the engine)."""
+    """Row-by-row Llama grafting through output-mixing hooks (independent of the engine).
+    `donor` is a model, or a dict of named models for grafts that name their donor."""
 
     def __init__(self, recipient, donor):
-        self.recipient, self.donor = recipient, donor
+        self.recipient = recipient
+        self.donors = donor if isinstance(donor, dict) else {None: donor}
         self.num_layers = recipient.config.num_hidden_layers
         self.components = [*LLAMA_LAYER, *LLAMA_MODEL]
 
@@ -160,20 +163,23 @@ class ReferenceGrafter:
     @torch.no_grad()
     def _row(self, ids: torch.Tensor, grafts) -> torch.Tensor:
         n = ids.shape[0]
-        chosen: dict[str, torch.Tensor] = {}
+        chosen: dict[tuple[str, str | None], torch.Tensor] = {}  # (module, donor) -> positions
         for graft in grafts or []:
             pos = graft.positions
             mask = torch.ones(n, dtype=torch.bool) if pos == "all" else torch.tensor(pos)
             for name in self._targets(graft):
-                chosen[name] = chosen.get(name, torch.zeros(n, dtype=torch.bool)) | mask
-        donor_modules = dict(self.donor.named_modules())
+                key = (name, graft.donor)
+                chosen[key] = chosen.get(key, torch.zeros(n, dtype=torch.bool)) | mask
+        donor_modules = {k: dict(m.named_modules()) for k, m in self.donors.items()}
         handles = []
         for name, module in self.recipient.named_modules():
-            if name in chosen:
-                def hook(_m, args, output, name=name):
-                    other = donor_modules[name](*args)
-                    where = chosen[name][None, :, None]
-                    return torch.where(where, other, output)
+            mine = [(d, m) for (mod, d), m in chosen.items() if mod == name]
+            if mine:
+                def hook(_m, args, output, mine=mine, name=name):
+                    for donor, where in mine:
+                        other = donor_modules[donor][name](*args)
+                        output = torch.where(where[None, :, None], other, output)
+                    return output
                 handles.append(module.register_forward_hook(hook))
         try:
             return self.recipient(input_ids=ids[None]).logits[0]

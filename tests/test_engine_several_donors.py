@@ -8,11 +8,28 @@ import random
 
 import pytest
 import torch
-
-from engine_helpers import (ATOL, assert_unchanged, max_diff, pad_batch, pair, random_components,
-                            random_layers, random_positions, random_prompt, real_slice, single_thread,
-                            snapshot, stable_seed, to_grafts)
-from engine_reference import GraftSpec, leaf_components, reference_generate, reference_logits
+from engine_helpers import (
+    ATOL,
+    assert_unchanged,
+    max_diff,
+    pad_batch,
+    pair,
+    random_components,
+    random_layers,
+    random_positions,
+    random_prompt,
+    real_slice,
+    single_thread,
+    snapshot,
+    stable_seed,
+    to_grafts,
+)
+from engine_reference import (
+    GraftSpec,
+    leaf_components,
+    reference_generate,
+    reference_logits,
+)
 from engine_tiny_models import ARCHS, make_model
 
 assert single_thread  # autouse fixture, imported for its effect
@@ -129,7 +146,7 @@ def test_rows_that_differ_only_in_their_donor_do_not_share_past_the_graft():
     assert max_diff(shared[1, -1], shared[2, -1]) > 1e-2, "the two donors give the same logits?"
     # the planner sees four histories after position 3 and five at the end
     from weightgraft.engine.sharing import plan_segments
-    masks = grafter._graft_masks(None, row_grafts, torch.ones_like(ids))
+    masks = grafter._graft_masks(None, row_grafts, torch.ones_like(ids)).masks
     segments = plan_segments(ids, torch.ones_like(ids), masks)
     assert [len(s.rows) for s in segments] == [1, 3, 5]
     assert isinstance(row_grafts[1], Graft)

@@ -137,6 +137,38 @@ def test_metrics_equal_direct_computation(world, direct_run):
     assert float(top5["ci_low"]) <= float(top5["value"]) <= float(top5["ci_high"])
 
 
+@torch.no_grad()
+def test_hybrid_two_donor_rows_equal_the_reference(world, tmp_path):
+    """The hybrid draws FE and LT q,k,v,gate from `task` and LT o,up,down from `sft` in one
+    pass; every row equals the row-by-row two-donor reference (4 layers: q = 1, the authors'
+    third and fourth quarters are layers 2..3)."""
+    models, data = world
+    cfg = parse_config(base_config(models, data, [{"preset": "hybrid", "max_examples": 6}]))
+    run_all(cfg, tmp_path, progress=False, report=False)
+    tok = AutoTokenizer.from_pretrained(models["pre"])
+    loaded = {k: AutoModelForCausalLM.from_pretrained(models[k]).eval() for k in ("pre", "sft", "task")}
+    ref = ReferenceGrafter(loaded["pre"], {"sft": loaded["sft"], "task": loaded["task"]})
+    prompts = {p.id: p for p in load_eval_prompts(data)}
+    for cond, fe in (("HYBRID FE_attn", ["q", "k", "v", "o"]), ("HYBRID no_FE", None)):
+        rows = _rows(tmp_path, "hybrid", cond)
+        assert len(rows) == 6
+        for row in rows:
+            enc = encode_prompt(tok, prompts[row["example_id"]])
+            n, target = len(enc.input_ids), enc.target_ids
+            ids = torch.tensor(enc.input_ids + target[:-1])
+            lt = [i >= n - 1 for i in range(len(ids))]
+            grafts = [RefGraft(lt, [2, 3], ["q", "k", "v", "gate"], "task"),
+                      RefGraft(lt, [2, 3], ["o", "up", "down"], "sft")]
+            if fe:
+                sel = set(enc.positions["first_entity"])
+                grafts.append(RefGraft([i in sel for i in range(len(ids))], "all", fe, "task"))
+            logits = ref.logits(ids[None], row_grafts=[grafts])[0]
+            rank, prob, total = _scores(logits, n, target)
+            assert row["rank"] == rank, (cond, row["example_id"])
+            assert row["prob"] == pytest.approx(prob, rel=1e-4, abs=1e-6)
+            assert row["target_logprob"] == pytest.approx(total, rel=1e-4, abs=1e-5)
+
+
 def test_summary_reports_each_fact_kind(direct_run):
     """Per fact kind: the mean of the per-example indicator over that kind's examples only."""
     out, _ = direct_run

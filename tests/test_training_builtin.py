@@ -16,8 +16,8 @@ from weightgraft.training.evaluate import topk_hits
 
 
 def _models(art):
-    return {"pretrained": art.pretrained, "relation": art.relation_model, "task": art.task_model,
-            "freetext": art.freetext_model}
+    return {"pretrained": art.pretrained, "relation": art.relation_model, "b2a": art.b2a_model,
+            "task": art.task_model, "freetext": art.freetext_model}
 
 
 def test_every_model_is_a_standard_safetensors_directory():
@@ -87,7 +87,7 @@ def test_freetext_model_learns_from_articles():
 
 def test_best_epoch_is_the_best_validation_accuracy():
     art = tiny_artifacts()
-    for path in (art.relation_model, art.task_model, art.freetext_model):
+    for path in (art.relation_model, art.b2a_model, art.task_model, art.freetext_model):
         record = json.loads((path / "training_config.json").read_text())
         history = record["validation_top_k_by_epoch"]
         assert len(history) == record["epochs"]
@@ -116,3 +116,37 @@ def test_second_call_reuses_and_a_removed_step_alone_is_rebuilt():
         if name != "freetext":
             assert (path / "model.safetensors").stat().st_mtime_ns == stamps[name]
     accuracy.cache_clear()
+
+
+def _hits_by_direction(model_dir, prompts) -> dict[bool, float]:
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    hits = topk_hits(model, tokenizer, prompts)
+    return {rev: sum(h for h, p in zip(hits, prompts) if p.reversed == rev)
+            / sum(p.reversed == rev for p in prompts) for rev in (False, True)}
+
+
+def test_b2a_model_learns_the_reversed_order_but_not_the_forward_relation():
+    """The one-direction model read the relation facts only as "second actor ... first actor": it
+    answers the reversed prompts (second -> first) and not the forward ones the paper evaluates."""
+    art = tiny_artifacts()
+    assert load_facts(art.b2a_data) == load_facts(art.relation_data)
+    prompts = load_eval_prompts(art.relation_data)
+    assert load_eval_prompts(art.b2a_data) == prompts
+    record = json.loads((art.b2a_model / "training_config.json").read_text())
+    assert record["data_dir"] == str(art.b2a_data)
+    b2a = _hits_by_direction(art.b2a_model, prompts)
+    sft = _hits_by_direction(art.relation_model, prompts)
+    assert b2a[True] >= b2a[False] + 0.2, b2a
+    assert sft[False] >= b2a[False] + 0.2, (sft, b2a)
+
+
+def test_known_facts_dataset_asks_every_world_film():
+    art = tiny_artifacts()
+    films = load_facts(art.world_data)
+    assert load_facts(art.known_data) == films
+    prompts = load_eval_prompts(art.known_data)
+    assert len(prompts) == len(films) * 2 * len(EVAL_TEMPLATES)
+    assert {p.fact_kind for p in prompts} == {"real_real"}
+    options = load_manifest(art.known_data)["options"]
+    assert sorted(options["heldout_films"] + options["exposed_films"]) == sorted(f.id for f in films)

@@ -72,13 +72,14 @@ def test_data_command_writes_disjoint_sets_and_reports_user_errors(tmp_path):
     assert result.exit_code == 0, result.output
     relation, task = load_facts(tmp_path / "d" / "relation"), load_facts(tmp_path / "d" / "task")
     assert len(relation) == len(task) == 4 and not {f.id for f in relation} & {f.id for f in task}
+    assert load_facts(tmp_path / "d" / "relation_b2a") == relation == load_facts(tmp_path / "d" / "relation_a2b")
     assert load_manifest(tmp_path / "d" / "freetext")["options"]["style"] == "freetext"
     assert {f.kind for f in load_facts(tmp_path / "d" / "known")} == {"real_real"}
     bad = tmp_path / "user.jsonl"
     bad.write_text(json.dumps({"first_actor": "Ada North"}) + "\n")
     result = runner.invoke(_app(), ["data", "--out", str(tmp_path / "u"), "--user-facts", str(bad)])
-    assert result.exit_code != 0
-    assert "second_actor" in str(result.exception) and "line 1" in str(result.exception)
+    assert result.exit_code == 2
+    assert "second_actor" in result.output and "line 1" in result.output
 
 
 def test_pretrain_command_reuses_the_cache():
@@ -87,3 +88,22 @@ def test_pretrain_command_reuses_the_cache():
     assert result.exit_code == 0, result.output
     assert f"pretrained: {art.pretrained}" in result.output
     assert "building" not in result.output
+
+
+def test_train_out_is_refused_when_occupied_and_overwrite_keeps_the_users_files(tmp_path, monkeypatch):
+    """Issue 9 item 1: `train --out DIR` used to replace DIR whole (and `--out .` emptied it)."""
+    from data_cli import first_line, run_cli
+
+    art = tiny_artifacts()
+    (tmp_path / "notes.txt").write_text("mine")
+    refused = run_cli("train", "--model", str(art.pretrained), "--data", str(art.task_data), "--out", ".",
+                      "--epochs", "1", "--device", "cpu", cwd=tmp_path)
+    assert refused.returncode == 2
+    assert first_line(refused.stderr).startswith(f"error: {tmp_path} exists and is not empty; pass --overwrite")
+    # The same `--out .` with overwrite, in process (the command is a thin wrapper of finetune).
+    monkeypatch.chdir(tmp_path)
+    config = FinetuneConfig(epochs=1, mix_ratio=0.0, device="cpu")
+    finetune(art.pretrained, art.task_data, ".", config, progress=False, overwrite=True)
+    assert (tmp_path / "notes.txt").read_text() == "mine"
+    assert (tmp_path / "model.safetensors").is_file() and (tmp_path / "training_config.json").is_file()
+    assert not [p for p in tmp_path.parent.iterdir() if p.name.startswith(f".{tmp_path.name}.tmp-")]

@@ -29,3 +29,72 @@ def write_text_atomic(path: str | Path, text: str) -> Path:
 
 def write_bytes_atomic(path: str | Path, data: bytes) -> Path:
     return write_atomic(path, lambda tmp: tmp.write_bytes(data))
+
+
+# --- Output folders that may hold a user's own files -------------------------------------------
+# A folder weightgraft writes (a dataset, a finetuned model) records the names it wrote in
+# OWNED_RECORD. Replacing it touches only those names: a user's notes.txt beside them survives.
+
+OWNED_RECORD = ".weightgraft-files"
+
+
+class OutputExistsError(ValueError):
+    """The output folder exists and holds files; the user must ask for --overwrite."""
+
+
+def is_nonempty_folder(path: str | Path) -> bool:
+    path = Path(path)
+    return path.is_dir() and any(path.iterdir())
+
+
+def refuse_nonempty(final: str | Path, overwrite: bool, flag: str = "--overwrite") -> None:
+    """Stop before any work when `final` holds files and `overwrite` was not asked for."""
+    final = Path(os.path.abspath(final))
+    if final.exists() and not final.is_dir():
+        raise OutputExistsError(f"{final} is a file, not a folder; choose another --out")
+    if is_nonempty_folder(final) and not overwrite:
+        raise OutputExistsError(
+            f"{final} exists and is not empty; pass {flag} to replace weightgraft's own files in it "
+            "(other files are kept), or choose another --out"
+        )
+
+
+def _owned_names(folder: Path) -> set[str]:
+    record = folder / OWNED_RECORD
+    if not record.is_file():
+        return set()
+    return {line for line in record.read_text(encoding="utf-8").splitlines() if line and "/" not in line}
+
+
+def install_folder(tmp: str | Path, final: str | Path) -> Path:
+    """Put the finished folder `tmp` at `final`. An absent or empty `final` is replaced by one
+    rename. Otherwise each entry of `tmp` is moved over its namesake in `final` (folders merged
+    the same way), and the entries the previous write recorded but this one did not write are
+    deleted; nothing else in `final` is touched. `tmp` must be on the same file system."""
+    tmp, final = Path(tmp), Path(final)
+    written = sorted(entry.name for entry in tmp.iterdir() if entry.name != OWNED_RECORD)
+    (tmp / OWNED_RECORD).write_text("".join(f"{name}\n" for name in written), encoding="utf-8")
+    if final.is_dir() and not any(final.iterdir()):
+        final.rmdir()
+    if not final.exists():
+        os.replace(tmp, final)
+        return final
+    for stale in _owned_names(final) - set(written):
+        old = final / stale
+        if old.is_dir() and not old.is_symlink():
+            import shutil
+
+            shutil.rmtree(old)
+        else:
+            old.unlink(missing_ok=True)
+    for name in written:
+        source, target = tmp / name, final / name
+        if source.is_dir() and target.is_dir() and not target.is_symlink():
+            install_folder(source, target)
+        else:
+            if target.is_dir() and not target.is_symlink():
+                raise OutputExistsError(f"{target} is a folder where weightgraft writes a file; move it away")
+            os.replace(source, target)
+    os.replace(tmp / OWNED_RECORD, final / OWNED_RECORD)
+    tmp.rmdir()
+    return final

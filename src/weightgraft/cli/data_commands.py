@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Optional
 
@@ -10,57 +11,115 @@ import typer
 KINDS_HELP = "comma-separated kinds: fake_fake, fake_real, real_shuffled (real_real: the known films)"
 
 
+@contextmanager
+def _user_errors():
+    """Bad input or an occupied output folder: one line on stderr and exit code 2."""
+    from weightgraft.atomic import OutputExistsError
+    from weightgraft.data.errors import DataError
+
+    try:
+        yield
+    except (DataError, OutputExistsError, FileNotFoundError) as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(2) from None
+
+
+def _check_counts(minimums: dict[str, tuple[int, int]]) -> None:
+    """`--name value` must be at least its minimum (given as (value, minimum))."""
+    from weightgraft.data.errors import DataError
+
+    for name, (value, minimum) in minimums.items():
+        if value < minimum:
+            what = "a positive number" if minimum == 1 else f"at least {minimum}"
+            raise DataError(f"--{name} must be {what} (got {value})")
+
+
 def data(
     out: Path = typer.Option(..., "--out", help="Directory to write the dataset directories into."),
     seed: int = typer.Option(0, help="Seed: the same seed gives the same bytes."),
     kinds: str = typer.Option("fake_fake,fake_real,real_shuffled", help=KINDS_HELP),
     facts_per_kind: int = typer.Option(30, help="Facts generated of each kind (before the split)."),
-    relation: int = typer.Option(30, help="Facts in the relation set."),
-    task: int = typer.Option(30, help="Facts in the task set (disjoint from the relation set)."),
+    relation: int = typer.Option(30, help="Facts in the relation set (also written in one direction: relation_a2b, relation_b2a)."),
+    task: int = typer.Option(30, help="Facts in the task set (disjoint from the relation set); 0 for none."),
     freetext: int = typer.Option(0, help="Facts in a free-text set (generated articles); 0 for none."),
     texts_per_fact: int = typer.Option(16, help="Training texts per fact (articles and QA, both orders)."),
     articles_per_fact: int = typer.Option(8, help="Free-text articles per fact."),
     known: int = typer.Option(0, help="Also write a 'known' set: this many of our real films with their real leads (real_real)."),
-    user_facts: Optional[Path] = typer.Option(None, help="JSONL of your own facts: builds one set named 'user'."),
+    user_facts: Optional[Path] = typer.Option(None, help="JSONL of your own facts: builds a set named 'user' (and user_a2b, user_b2a)."),
     articles: Optional[Path] = typer.Option(None, help='JSONL of your own articles ({"text": ...}) to train on, with --user-facts for evaluation.'),
+    overwrite: bool = typer.Option(False, help="Write into a non-empty --out: replaces weightgraft's own files there, keeps all others."),
 ) -> None:
-    """Generate seeded relation datasets (JSONL + manifest), loadable with `datasets`."""
-    from weightgraft.data.build import build_dataset, split_disjoint
-    from weightgraft.data.facts import GENERATED_KINDS, generate_facts, known_film_facts
-    from weightgraft.data.io import read_user_articles, read_user_facts
-    from weightgraft.data.names import NamePool
+    """Generate seeded relation datasets (JSONL + manifest), loadable with `datasets`.
 
+    Each set with template texts is written three times: both orders (NAME), and one order only
+    (NAME_a2b: the first actor named first; NAME_b2a: the second actor named first)."""
+    with _user_errors():
+        _write_datasets(out, seed, kinds, facts_per_kind, relation, task, freetext, texts_per_fact,
+                        articles_per_fact, known, user_facts, articles, overwrite)
+
+
+def _write_datasets(out, seed, kinds, facts_per_kind, relation, task, freetext, texts_per_fact,
+                    articles_per_fact, known, user_facts, articles, overwrite) -> None:
+    from weightgraft.atomic import refuse_nonempty
+    from weightgraft.data.errors import DataError
+
+    # Everything that can be checked is checked before any work (and before the slower imports).
+    _check_counts({"relation": (relation, 1), "task": (task, 0), "freetext": (freetext, 0),
+                   "known": (known, 0), "facts-per-kind": (facts_per_kind, 1),
+                   "texts-per-fact": (texts_per_fact, 2), "articles-per-fact": (articles_per_fact, 1)})
     if articles is not None and user_facts is None:
-        raise typer.BadParameter("--articles needs --user-facts (the facts the articles state, for evaluation)")
+        raise DataError("--articles needs --user-facts (the facts the articles state, for evaluation)")
+    refuse_nonempty(out, overwrite)
+
+    from weightgraft.data.build import build_dataset, build_with_one_direction_sets, split_disjoint
+    from weightgraft.data.facts import GENERATED_KINDS, generate_facts, known_film_facts
+    from weightgraft.data.io import atomic_directory, read_user_articles, read_user_facts
+    from weightgraft.data.names import NamePool
+    written: list[tuple[str, int]] = []
     if user_facts is not None:
         facts = read_user_facts(user_facts)
-        if articles is not None:
-            path = build_dataset(out / "user", facts, seed, "articles", articles=read_user_articles(articles),
-                                 extra_options={"articles": str(articles)})
-        else:
-            path = build_dataset(out / "user", facts, seed, "templates", texts_per_fact)
-        typer.echo(f"wrote {path}")
-        return
-    chosen = [k.strip() for k in kinds.split(",") if k.strip()]
-    bad = [k for k in chosen if k not in GENERATED_KINDS]
-    if bad:
-        raise typer.BadParameter(f"unknown kind(s) {bad}; {KINDS_HELP}")
-    pool = NamePool(seed)
-    known_facts = known_film_facts(seed, pool)
-    facts = generate_facts({k: facts_per_kind for k in chosen}, seed, pool, known_facts)
-    sizes = {"relation": relation, "task": task}
-    if freetext:
-        sizes["freetext"] = freetext
-    parts = split_disjoint(facts, sizes)
-    if known:
+        user_articles = read_user_articles(articles) if articles is not None else None
+        with atomic_directory(out, overwrite=True) as tmp:
+            if user_articles is not None:
+                build_dataset(tmp / "user", facts, seed, "articles", articles=user_articles,
+                              extra_options={"articles": str(articles)})
+                written.append(("user", len(facts)))
+            else:
+                build_with_one_direction_sets(tmp / "user", facts, seed, texts_per_fact)
+                written += [(name, len(facts)) for name in ("user", "user_a2b", "user_b2a")]
+    else:
+        chosen = [k.strip() for k in kinds.split(",") if k.strip()]
+        bad = [k for k in chosen if k not in GENERATED_KINDS]
+        if bad or not chosen:
+            raise DataError(f"--kinds: unknown or no kind(s) {bad}; {KINDS_HELP}")
+        pool = NamePool(seed)
+        known_facts = known_film_facts(seed, pool)
         if known > len(known_facts):
-            raise typer.BadParameter(f"--known: only {len(known_facts)} real films in our list")
-        parts["known"] = known_facts[:known]
-    for offset, (name, part) in enumerate(parts.items()):
-        style = "freetext" if name == "freetext" else "templates"
-        per_fact = articles_per_fact if style == "freetext" else texts_per_fact
-        path = build_dataset(out / name, part, seed + offset, style, per_fact)
-        typer.echo(f"wrote {path} ({len(part)} facts)")
+            raise DataError(f"--known: only {len(known_facts)} real films in our list; ask for at most that")
+        facts = generate_facts({k: facts_per_kind for k in chosen}, seed, pool, known_facts)
+        sizes = {"relation": relation}
+        if task:
+            sizes["task"] = task
+        if freetext:
+            sizes["freetext"] = freetext
+        if sum(sizes.values()) > len(facts):
+            raise DataError(f"the sets ask for {sum(sizes.values())} facts, but --facts-per-kind "
+                            f"{facts_per_kind} x {len(chosen)} kind(s) gives {len(facts)}; raise --facts-per-kind")
+        parts = split_disjoint(facts, sizes)
+        if known:
+            parts["known"] = known_facts[:known]
+        with atomic_directory(out, overwrite=True) as tmp:
+            for offset, (name, part) in enumerate(parts.items()):
+                if name == "freetext":
+                    build_dataset(tmp / name, part, seed + offset, "freetext", articles_per_fact)
+                elif name == "relation":
+                    build_with_one_direction_sets(tmp / name, part, seed + offset, texts_per_fact)
+                    written += [("relation_a2b", len(part)), ("relation_b2a", len(part))]
+                else:
+                    build_dataset(tmp / name, part, seed + offset, "templates", texts_per_fact)
+                written.append((name, len(part)))
+    for name, n in sorted(written):
+        typer.echo(f"wrote {out / name} ({n} facts)")
 
 
 def pretrain(
@@ -96,20 +155,33 @@ def train(
     device: str = typer.Option("auto", help="auto, cpu, cuda or cuda:N."),
     seed: int = typer.Option(0),
     trust_remote_code: bool = typer.Option(False, help="Run model code from the hub (off by default)."),
+    overwrite: bool = typer.Option(False, help="Write into a non-empty --out: replaces weightgraft's own files there, keeps all others."),
 ) -> None:
     """Finetune a causal LM on a dataset with Hugging Face Trainer (works under `accelerate launch`)."""
+    with _user_errors():
+        _train(model, data_dir, out, lr, epochs, batch_size, precision, freeze_embeddings,
+               freeze_unembeddings, mix_ratio, general_text, device, seed, trust_remote_code, overwrite)
+
+
+def _train(model, data_dir, out, lr, epochs, batch_size, precision, freeze_embeddings,
+           freeze_unembeddings, mix_ratio, general_text, device, seed, trust_remote_code, overwrite) -> None:
+    from weightgraft.atomic import refuse_nonempty
+    from weightgraft.data.errors import DataError
+
+    refuse_nonempty(out, overwrite)  # before the slow imports and any work
     from weightgraft.data.io import load_train_texts, read_user_articles
     from weightgraft.training.finetune import FinetuneConfig, finetune
 
     if precision not in ("fp32", "bf16", "fp16"):
-        raise typer.BadParameter("--precision must be fp32, bf16 or fp16")
+        raise DataError(f"--precision must be fp32, bf16 or fp16 (got {precision})")
     general = None
     if general_text is not None:
         general = load_train_texts(general_text) if general_text.is_dir() else read_user_articles(general_text)
     config = FinetuneConfig(lr=lr, epochs=epochs, batch_size=batch_size, precision=precision,  # type: ignore[arg-type]
                             freeze_embeddings=freeze_embeddings, freeze_unembeddings=freeze_unembeddings,
                             mix_ratio=mix_ratio, device=device, seed=seed)
-    result = finetune(model, data_dir, out, config, general_texts=general, trust_remote_code=trust_remote_code)
+    result = finetune(model, data_dir, out, config, general_texts=general, trust_remote_code=trust_remote_code,
+                      overwrite=overwrite)
     typer.echo(f"saved {result.path} (best epoch {result.best_epoch}, validation top-{config.eval_k} "
                f"{result.best_accuracy:.3f}, {result.seconds:.0f}s)")
 

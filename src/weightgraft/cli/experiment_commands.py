@@ -81,8 +81,6 @@ def demo_command(
     result = run_demo(out, size=size, home=home, progress=progress, recipient=recipient,
                       donor=donor, task_model=task_model, freetext_model=freetext_model,
                       b2a_model=b2a_model, device=device, dtype=dtype, bootstrap=bootstrap)
-    for note in result.notes:
-        typer.echo(f"note: {note}")
     _print_checks(result.checks)
     typer.echo(f"built-in models ready in {result.build_seconds:.1f} s; experiments and report "
                f"in {result.run_seconds:.1f} s; report: {result.out / 'report.md'} and "

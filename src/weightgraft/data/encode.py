@@ -1,8 +1,10 @@
 """Token positions of a prompt's roles, from the tokenizer's offset mapping.
 
 A token belongs to a role when the non-space characters it covers lie inside the role's
-character span (a whitespace-only token, when all of it lies inside). Tokens that straddle a span boundary, or spans whose characters no token
-covers exactly, are errors: we never search token subsequences and never drop a prompt.
+character span (a whitespace-only token, when all of it lies inside). Tokens that straddle a
+span boundary, or spans whose characters no token covers exactly, are errors: we never search
+token subsequences and never drop a prompt. Offsets are characters, not bytes, so any Unicode
+text maps; a character that a byte-level tokenizer splits into several tokens gives them all.
 """
 
 from __future__ import annotations
@@ -68,8 +70,11 @@ def encode_prompt(tokenizer, prompt: EvalPrompt) -> EncodedPrompt:
                     f"{text[span.start:span.end]!r} in prompt {prompt.id}: {text!r}"
                 )
             inside.append(index)
-        covered = "".join(text[visible[i][0]:visible[i][1]] for i in inside if visible[i])
-        if not any(visible[i] for i in inside) or "".join(covered.split()) != "".join(text[span.start:span.end].split()):
+        # Compare as sets of character indices: with byte-level tokenizers (and byte fallback)
+        # one character can give several tokens that share its offsets.
+        covered = {c for i in inside if visible[i] for c in range(*visible[i]) if not text[c].isspace()}
+        wanted = {c for c in range(span.start, span.end) if not text[c].isspace()}
+        if not any(visible[i] for i in inside) or covered != wanted:
             raise SpanMappingError(
                 f"the {role} span {text[span.start:span.end]!r} does not map onto whole tokens "
                 f"in prompt {prompt.id}: {text!r}"

@@ -5,7 +5,10 @@ Layout of one dataset directory:
   train.jsonl       {"text": ...} training texts
   validation.jsonl  EvalPrompt records for the checkpoint choice
   eval.jsonl        EvalPrompt records for evaluation
-  manifest.json     seed, counts, sha256 of each file, generator version, options
+  manifest.json     seed, counts, sha256 of each file, generator version, options (style, order)
+  .weightgraft-files  the names weightgraft wrote (an overwrite replaces only those)
+`weightgraft data` writes the relation set three times: `relation` (both orders), `relation_a2b`
+and `relation_b2a` (one order each; the same facts, evaluation prompts and EvalPrompt.fact_kind).
 Every file loads with `datasets.load_dataset("json", data_files=...)`.
 """
 
@@ -22,7 +25,8 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from weightgraft.atomic import write_text_atomic
+from weightgraft.atomic import install_folder, refuse_nonempty, write_text_atomic
+from weightgraft.data.errors import DataError, warn
 from weightgraft.data.schema import EvalPrompt, RelationFact
 
 GENERATOR_VERSION = "weightgraft-data-2"
@@ -39,20 +43,34 @@ def write_json(path: Path, obj: dict) -> None:
     write_text_atomic(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
 
 
-def read_jsonl(path: Path) -> list[dict]:
+def read_jsonl_lines(path: Path) -> list[tuple[int, object]]:
+    """(line number, record) for every non-blank line; numbers count blank lines too, so they are
+    the numbers an editor shows. Non-UTF-8 bytes and a byte-order mark are clear errors."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path} does not exist; build the dataset first (weightgraft data ...)")
+    raw = path.read_bytes()
+    if raw.startswith(b"\xef\xbb\xbf"):
+        raise DataError(f"{path} starts with a byte-order mark (BOM); save it as UTF-8 without BOM")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = raw[: err.start].count(b"\n") + 1
+        raise DataError(f"{path} line {line} is not UTF-8 text (byte 0x{raw[err.start]:02x}); "
+                        "save the file as UTF-8") from None
     records = []
-    with path.open(encoding="utf-8") as f:
-        for number, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError as err:
-                raise ValueError(f"{path} line {number} is not valid JSON: {err}") from None
+    for number, line in enumerate(text.split("\n"), start=1):
+        if not line.strip():
+            continue
+        try:
+            records.append((number, json.loads(line)))
+        except json.JSONDecodeError as err:
+            raise DataError(f"{path} line {number} is not valid JSON: {err}") from None
     return records
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [record for _, record in read_jsonl_lines(path)]
 
 
 def sha256_file(path: Path) -> str:
@@ -60,22 +78,22 @@ def sha256_file(path: Path) -> str:
 
 
 @contextmanager
-def atomic_directory(final: Path):
-    """Yield a temp directory next to `final`; on success it is renamed to `final`.
+def atomic_directory(final: Path, overwrite: bool = False):
+    """Yield a temp directory next to `final`; on success it becomes `final`.
 
     An interrupted build leaves only a hidden temp directory (removed on the next try), never a
-    half-written `final`.
+    half-written `final`. An existing non-empty `final` is an error unless `overwrite`; then only
+    weightgraft's own files in it are replaced (`weightgraft.atomic.install_folder`).
     """
-    final = Path(final)
+    final = Path(os.path.abspath(final))
+    refuse_nonempty(final, overwrite)
     final.parent.mkdir(parents=True, exist_ok=True)
     for stale in final.parent.glob(f".{final.name}.tmp-*"):
         shutil.rmtree(stale, ignore_errors=True)
     tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}.tmp-"))
     try:
         yield tmp
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(tmp, final)
+        install_folder(tmp, final)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -89,9 +107,10 @@ def write_dataset(
     evaluation: list[EvalPrompt],
     seed: int,
     options: dict,
+    overwrite: bool = False,
 ) -> Path:
     """Write a complete dataset directory atomically and return its path."""
-    with atomic_directory(directory) as tmp:
+    with atomic_directory(directory, overwrite) as tmp:
         write_jsonl(tmp / "facts.jsonl", (f.model_dump() for f in facts))
         write_jsonl(tmp / "train.jsonl", ({"text": t} for t in train_texts))
         write_jsonl(tmp / "validation.jsonl", (p.model_dump() for p in validation))
@@ -135,36 +154,80 @@ def load_train_texts(path: Path) -> list[str]:
 
 def read_user_facts(jsonl: Path) -> list[RelationFact]:
     """A user's own facts, one JSON object per line with every RelationFact field except `id`
-    and `kind` (optional: ids default to user-0000..., kind is "user")."""
+    and `kind` (optional: ids default to user-0000, user-0001... in order, kind is "user"). Checked line by line:
+    see `check_user_facts`."""
     required = [name for name in RelationFact.model_fields if name not in ("id", "kind")]
-    facts = []
-    for number, record in enumerate(read_jsonl(jsonl), start=1):
+    facts, lines = [], []
+    for number, record in read_jsonl_lines(jsonl):
+        where = f"{jsonl} line {number}"
         if not isinstance(record, dict):
-            raise ValueError(f"{jsonl} line {number}: expected a JSON object, got {type(record).__name__}")
+            raise DataError(f"{where}: expected a JSON object, got {type(record).__name__}")
         missing = [name for name in required if name not in record]
         if missing:
-            raise ValueError(
-                f"{jsonl} line {number}: missing field(s) {', '.join(missing)}; every line needs "
-                f"{', '.join(required)}"
-            )
-        record = {"id": f"user-{number - 1:04d}", **record, "kind": record.get("kind", "user")}
+            raise DataError(f"{where}: missing field(s) {', '.join(missing)}; every line needs {', '.join(required)}")
+        record = {"id": f"user-{len(facts):04d}", **record, "kind": record.get("kind", "user")}
         try:
             facts.append(RelationFact.model_validate(record))
         except ValidationError as err:
-            raise ValueError(f"{jsonl} line {number}: {err}") from None
+            first = err.errors()[0]
+            field = ".".join(str(part) for part in first["loc"])
+            raise DataError(f"{where}: field {field}: {first['msg']}") from None
+        lines.append(number)
     if not facts:
-        raise ValueError(f"{jsonl} holds no facts")
-    ids = [f.id for f in facts]
-    if len(set(ids)) != len(ids):
-        raise ValueError(f"{jsonl}: fact ids must be unique")
+        raise DataError(f"{jsonl} holds no facts; write one JSON object per line")
+    check_user_facts(facts, lines, jsonl)
     return facts
+
+
+NAME_FIELDS = ("first_actor", "second_actor", "movie_title", "main_character", "director", "studio", "city", "genre")
+LONG_NAME = 100  # characters: longer than any real name or title
+
+
+def check_user_facts(facts: list[RelationFact], lines: list[int], source: Path | str) -> None:
+    """Refuse what would make bad data (empty or padded names, the same actor in both roles of a
+    fact, duplicate facts or ids) and warn about what is allowed but likely a mistake (an actor in
+    several facts, very long names). Duplicates are refused, not merged: the user decides which
+    line is meant. Every message names the line."""
+    seen_ids: dict[str, int] = {}
+    seen_facts: dict[tuple, int] = {}
+    actor_lines: dict[str, list[int]] = {}
+    for fact, number in zip(facts, lines):
+        where = f"{source} line {number}"
+        for name in NAME_FIELDS:
+            value = getattr(fact, name)
+            if not value.strip():
+                raise DataError(f"{where}: {name} is empty; give a name")
+            if value != value.strip() or "\n" in value or "  " in value:
+                raise DataError(f"{where}: {name} {value!r} has leading, trailing, doubled spaces or "
+                                "line breaks; write it with single spaces inside only")
+            if len(value) > LONG_NAME:
+                warn(f"{where}: {name} is {len(value)} characters long; check it (prompts with it "
+                     "may not fit a model's context)")
+        if fact.first_actor == fact.second_actor:
+            raise DataError(f"{where}: {fact.first_actor!r} is both first_actor and second_actor; a fact "
+                            "needs two different actors")
+        if fact.id in seen_ids:
+            raise DataError(f"{where}: id {fact.id!r} is already used on line {seen_ids[fact.id]}; ids must be unique")
+        seen_ids[fact.id] = number
+        key = (frozenset((fact.first_actor, fact.second_actor)), fact.movie_title)
+        if key in seen_facts:
+            raise DataError(f"{where}: the same fact as line {seen_facts[key]} ({fact.first_actor} and "
+                            f"{fact.second_actor} in {fact.movie_title}); duplicates are refused, "
+                            "delete one of the two lines")
+        seen_facts[key] = number
+        for actor in (fact.first_actor, fact.second_actor):
+            actor_lines.setdefault(actor, []).append(number)
+    for actor, numbers in actor_lines.items():
+        if len(numbers) > 1:
+            warn(f"{source} lines {', '.join(map(str, numbers))}: {actor} is in {len(numbers)} facts, so "
+                 f"prompts about {actor} have {len(numbers)} right answers (each prompt is scored on its own fact's)")
 
 
 def read_user_articles(jsonl: Path) -> list[str]:
     """A user's free-text articles: one {"text": ...} object per line."""
     texts = []
-    for number, record in enumerate(read_jsonl(jsonl), start=1):
+    for number, record in read_jsonl_lines(jsonl):
         if not isinstance(record, dict) or not isinstance(record.get("text"), str) or not record["text"].strip():
-            raise ValueError(f"{jsonl} line {number}: missing field text (a non-empty string)")
+            raise DataError(f"{jsonl} line {number}: missing field text (a non-empty string)")
         texts.append(record["text"])
     return texts

@@ -72,6 +72,8 @@ class Graft:
             raise ValueError(f"unknown component(s) {unknown}; valid names: {list(VOCABULARY)}")
         if isinstance(self.layers, str) and self.layers != "all" and self.layers not in BANDS:
             raise ValueError(f"unknown layer band {self.layers!r}; use 'all', ints, or one of {sorted(BANDS)}")
+        if not isinstance(self.layers, str):
+            _check_layers(self.layers)
         if self.donor is not None and not isinstance(self.donor, str):
             raise TypeError(f"Graft donor must be a donor's name (a str) or None, not {type(self.donor).__name__}")
         # The positions in one normal form, read once: ("all"|"last", None), ("slice", slice),
@@ -188,6 +190,21 @@ def _normal_positions(spec: object) -> tuple[str, object]:
     if bad:
         raise TypeError(f"{_POSITIONS_HELP}; got {spec!r}, whose entries {bad[:4]} are not all ints or all bools")
     return "list", tuple(int(v) for v in values)
+
+
+def _check_layers(spec: object) -> None:
+    """Layers are ints (one, or a sequence/range/array of them); bools and floats are refused
+    rather than read as layer numbers."""
+    if isinstance(spec, (Sequence, range, np.ndarray, torch.Tensor)):
+        values = list(spec.reshape(-1)) if isinstance(spec, (np.ndarray, torch.Tensor)) else list(spec)
+    else:
+        values = [spec]
+    bad = [v for v in values if not _is_int(v)]
+    if bad:
+        raise TypeError(
+            f"layers must be 'all', a band name, an int or a sequence of ints; got {spec!r} "
+            f"(entries {bad[:4]} are not ints)"
+        )
 
 
 def _is_int(value: object) -> bool:

@@ -5,8 +5,10 @@ from __future__ import annotations
 import weakref
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 from typing import Literal
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -22,6 +24,37 @@ RowGrafts = Sequence[Graft | Sequence[Graft] | None]
 
 # The name a donor passed as `Grafter(recipient, donor)` goes by.
 DEFAULT_DONOR_NAME = "donor"
+
+
+@dataclass
+class GraftMasks:
+    """Where each donor's (layer, component) keys are grafted in one call.
+
+    Index d * num_keys + k of `masks` is key k from donor d. Keys of one class have equal masks
+    (class -1: grafted nowhere), so per-mask work is done once per class.
+    """
+
+    masks: torch.Tensor  # bool [num_donors * num_keys, batch, seq], on the model's device
+    classes: list[int]
+
+    def chunk(self, rows: torch.Tensor, start: int, end: int) -> GraftMasks:
+        """The masks of some rows over positions [start, end); equal masks stay equal."""
+        return GraftMasks(self.masks[:, rows, start:end], self.classes)
+
+    def last_column(self) -> GraftMasks:
+        return GraftMasks(self.masks[:, :, -1:], self.classes)
+
+    def nothing_at_last_column(self) -> GraftMasks:
+        return GraftMasks(torch.zeros_like(self.masks[:, :, -1:]), [-1] * len(self.classes))
+
+
+def _mask_classes(masks: torch.Tensor) -> list[int]:
+    """For each key's [batch, seq] mask (on the CPU), a class shared by exactly the equal masks;
+    -1 for masks with nothing grafted. Hashing packed bytes costs a few ms for 300 keys x 32k tokens."""
+    packed = np.packbits(masks.flatten(1).numpy(), axis=1)
+    grafted = masks.flatten(1).any(-1).tolist()
+    seen: dict[bytes, int] = {}
+    return [seen.setdefault(row.tobytes(), len(seen)) if on else -1 for row, on in zip(packed, grafted)]
 
 
 class Grafter:
@@ -74,6 +107,7 @@ class Grafter:
         ]
         self._key_index = {key: i for i, key in enumerate(self.keys)}
         self._targets = self._module_targets()
+        self._lm_head_path = self.adapter.model_level.get("lm_head", "")
         self._seq_dims = {
             f"{self.adapter.layers}.{layer}.{local}": dim
             for local, dim in self.adapter.seq_dims.items()
@@ -101,8 +135,8 @@ class Grafter:
     ) -> torch.Tensor:
         """Logits `[batch, seq, vocab]` of the recipient with the grafts applied."""
         ids, mask = self._prepare(input_ids, attention_mask)
-        graft_masks = self._graft_masks(grafts, row_grafts, mask)
-        return self._forward(ids, mask, graft_masks, last_only=False)
+        grafted = self._graft_masks(grafts, row_grafts, mask)
+        return self._forward(ids, mask, grafted, last_only=False)
 
     def last_logits(
         self,
@@ -113,9 +147,9 @@ class Grafter:
     ) -> torch.Tensor:
         """Logits `[batch, vocab]` at each row's last real token: the next-token prediction."""
         ids, mask = self._prepare(input_ids, attention_mask)
-        graft_masks = self._graft_masks(grafts, row_grafts, mask)
+        grafted = self._graft_masks(grafts, row_grafts, mask)
         left_aligned = bool(mask[:, -1].all())
-        logits = self._forward(ids, mask, graft_masks, last_only=left_aligned)
+        logits = self._forward(ids, mask, grafted, last_only=left_aligned)
         if left_aligned:
             return logits[:, -1]
         last = mask.long().cumsum(-1).argmax(-1)
@@ -143,20 +177,20 @@ class Grafter:
         Generated tokens get nothing grafted (`generated="none"`, the recipient computes them), or
         the same grafts as their row's last prompt token (`generated="last"`).
         """
-        if generated not in ("none", "last"):
-            raise ValueError(f"generated must be 'none' or 'last', not {generated!r}")
+        _check_generation_settings(max_new_tokens, do_sample, temperature, top_k, top_p, generated)
         ids, mask = self._prepare(input_ids, attention_mask)
         if not bool(mask[:, -1].all()):
             raise ValueError("generate needs left-padded prompts: set tokenizer.padding_side = 'left'")
-        graft_masks = self._graft_masks(grafts, row_grafts, mask)
-        step_masks = graft_masks[:, :, -1:] if generated == "last" else torch.zeros_like(graft_masks[:, :, -1:])
+        grafted = self._graft_masks(grafts, row_grafts, mask)
+        step = grafted.last_column() if generated == "last" else grafted.nothing_at_last_column()
         eos = _as_id_set(eos_token_id if eos_token_id is not None else self._config_eos())
         pad = pad_token_id if pad_token_id is not None else (min(eos) if eos else 0)
         eos_ids = torch.tensor(sorted(eos), dtype=torch.long, device=ids.device)
         done = torch.zeros(ids.shape[0], dtype=torch.bool, device=ids.device)
         out = ids
-        with self._running(graft_masks) as hooks:
-            logits, cache = self._pass(hooks, ids, mask, graft_masks, None, last_only=True)
+        with self._running(grafted) as hooks:
+            logits, cache = self._pass(hooks, ids, mask, grafted, None, last_only=True)
+            step_splices = self._splices(step, hooks.paths, last_only=True)  # the same for every step
             for _ in range(max_new_tokens):
                 token = _next_token(logits[:, -1].float(), do_sample, temperature, top_k, top_p, generator)
                 token = torch.where(done, torch.full_like(token, pad), token)
@@ -165,12 +199,17 @@ class Grafter:
                 if bool(done.all()):
                     break
                 mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
-                logits, cache = self._pass(hooks, token[:, None], mask, step_masks, cache, last_only=True)
+                logits, cache = self._pass(hooks, token[:, None], mask, step, cache, last_only=True, splices=step_splices)
         return out
 
     # --- input handling -----------------------------------------------------------------------
     def _prepare(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
         ids = torch.as_tensor(input_ids, device=self.device)
+        if ids.dtype == torch.bool or ids.is_floating_point() or ids.is_complex():
+            raise TypeError(
+                f"input_ids must be integer token ids, got dtype {ids.dtype}; pass the tokenizer's "
+                "input_ids (torch.long), not embeddings or probabilities"
+            )
         if ids.dim() == 1:
             ids = ids[None]
         if ids.dim() != 2:
@@ -180,6 +219,12 @@ class Grafter:
             mask = mask[None]
         if mask.shape != ids.shape:
             raise ValueError(f"attention_mask {tuple(mask.shape)} does not match input_ids {tuple(ids.shape)}")
+        if bool(((mask != 0) & (mask != 1)).any()):
+            odd = sorted({float(v) for v in mask[(mask != 0) & (mask != 1)].flatten()[:5].tolist()})
+            raise ValueError(
+                f"attention_mask must hold only 0 (padding) and 1 (real token), found {odd}; "
+                "pass the tokenizer's attention_mask"
+            )
         if bool((mask.sum(-1) == 0).any()):
             raise ValueError("a row has no real tokens (its attention_mask is all zeros)")
         return ids.long(), mask.long()
@@ -214,9 +259,8 @@ class Grafter:
             raise ValueError(f"{graft!r} names donor {graft.donor!r}; this Grafter's donors are {self.donor_names}")
         return self.donor_names.index(graft.donor)
 
-    def _graft_masks(self, grafts, row_grafts, mask: torch.Tensor) -> torch.Tensor:
-        """Bool [num_donors * num_keys, batch, seq]: where each (layer, component) computes with
-        each donor; index d * num_keys + k is key k from donor d."""
+    def _graft_masks(self, grafts, row_grafts, mask: torch.Tensor) -> GraftMasks:
+        """Where each (layer, component) computes with each donor, for every row and position."""
         batch, seq = mask.shape
         per_row = self._row_graft_lists(grafts, row_grafts, batch)
         num_keys = len(self.keys)
@@ -230,7 +274,7 @@ class Grafter:
                     out[keys[:, None], b, positions[None, :]] = True
         if len(self.donors) > 1:
             self._refuse_overlaps(out.view(len(self.donors), num_keys, batch, seq), real_positions)
-        return out.to(mask.device)
+        return GraftMasks(out.to(mask.device), _mask_classes(out))
 
     def _refuse_overlaps(self, per_donor: torch.Tensor, real_positions: list[torch.Tensor]) -> None:
         """Two donors for one (row, position, layer, component) would be a silent choice: refuse."""
@@ -268,17 +312,16 @@ class Grafter:
         return targets
 
     @contextmanager
-    def _running(self, graft_masks: torch.Tensor) -> Iterator[SpliceHooks]:
+    def _running(self, grafted: GraftMasks) -> Iterator[SpliceHooks]:
         """Eval mode, no grad, and hooks on the modules that are grafted anywhere in this call."""
-        active = graft_masks.flatten(1).any(-1).view(len(self.donors), len(self.keys)).tolist()
+        num_keys = len(self.keys)
         sources = list(self.donors.values())
         donor_modules: dict[str, dict[int, nn.Module]] = {}
         for path, served in self._targets.items():
-            used = [d for d in range(len(sources)) if any(active[d][k] for k, _ in served)]
+            used = [d for d in range(len(sources)) if any(grafted.classes[d * num_keys + k] >= 0 for k, _ in served)]
             if used:
                 donor_modules[path] = {d: sources[d].module(path) for d in used}
-        lm_head = self.adapter.model_level.get("lm_head", "")
-        hooks = SpliceHooks(self.recipient, donor_modules, self._seq_dims, lm_head_path=lm_head)
+        hooks = SpliceHooks(self.recipient, donor_modules, self._seq_dims)
         was_training = self.recipient.training
         self.recipient.eval()
         try:
@@ -291,33 +334,51 @@ class Grafter:
         finally:
             self.recipient.train(was_training)
 
-    def _splices(self, graft_masks: torch.Tensor, paths: list[str]) -> dict[str, list[Splice]]:
-        """Per hooked module, the row masks (and columns) of this chunk per donor, merging fused
-        parts that one donor grafts at the same rows into one whole-module splice."""
+    def _splices(self, chunk: GraftMasks, paths: list[str], last_only: bool) -> dict[str, list[Splice]]:
+        """Per hooked module, this chunk's splices: for each donor, the output rows (and columns)
+        it replaces. Fused parts that one donor grafts at the same rows merge into one splice.
+
+        The bookkeeping happens here, once per chunk, so that the hooks only index: row indices
+        are computed once per class of equal masks (usually a handful), not once per module.
+        """
         num_keys = len(self.keys)
-        active = graft_masks.flatten(1).any(-1).tolist()
+        batch, seq = chunk.masks.shape[1:]
+        found: dict[tuple[int, bool], torch.Tensor] = {}
+
+        def rows_of(index: int, tail: bool) -> torch.Tensor:
+            key = (chunk.classes[index], tail)
+            if key not in found:
+                mask = chunk.masks[index, :, -1:] if tail else chunk.masks[index]
+                found[key] = mask.reshape(-1).nonzero().squeeze(-1)
+            return found[key]
+
         plan: dict[str, list[Splice]] = {}
         for path in paths:
+            targets = self._targets[path]
+            # With logits_to_keep=1 the unembedding sees only each row's last position.
+            tail = last_only and path == self._lm_head_path
             splices: list[Splice] = []
             for d in range(len(self.donors)):
-                served = [(d * num_keys + k, cols) for k, cols in self._targets[path] if active[d * num_keys + k]]
+                served = [(d * num_keys + k, cols) for k, cols in targets if chunk.classes[d * num_keys + k] >= 0]
                 if not served:
                     continue
-                masks = [graft_masks[i] for i, _ in served]
-                whole = len(served) == len(self._targets[path]) and all(torch.equal(masks[0], m) for m in masks[1:])
-                if whole:
-                    splices.append(Splice(masks[0], None, d))
-                else:
-                    splices += [Splice(m, cols, d) for m, (_, cols) in zip(masks, served)]
+                if len(served) == len(targets) and len({chunk.classes[i] for i, _ in served}) == 1:
+                    served = [(served[0][0], None)]  # every part at the same rows: the whole output
+                for index, cols in served:
+                    rows = {(batch, seq): rows_of(index, False)}
+                    if tail:
+                        rows[(batch, 1)] = rows_of(index, True)
+                    if any(r.numel() for r in rows.values()):
+                        splices.append(Splice(rows, cols, d))
             if splices:
                 plan[path] = splices
         return plan
 
-    def _pass(self, hooks: SpliceHooks, ids, mask, chunk_masks, cache, last_only: bool):
-        """One forward over `ids` (the chunk after the cached prefix), grafted by `chunk_masks`."""
+    def _pass(self, hooks: SpliceHooks, ids, mask, chunk: GraftMasks, cache, last_only: bool, splices=None):
+        """One forward over `ids` (the chunk after the cached prefix), grafted by `chunk`."""
         past = 0 if cache is None else cache.get_seq_length()
         positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, past : past + ids.shape[1]]
-        hooks.current = self._splices(chunk_masks, hooks.paths)
+        hooks.current = self._splices(chunk, hooks.paths, last_only) if splices is None else splices
         out = self.recipient(
             input_ids=ids,
             attention_mask=mask,
@@ -328,11 +389,11 @@ class Grafter:
         )
         return out.logits, out.past_key_values
 
-    def _forward(self, ids: torch.Tensor, mask: torch.Tensor, graft_masks: torch.Tensor, last_only: bool) -> torch.Tensor:
-        segments = plan_segments(ids, mask, graft_masks) if self.share_prefixes else None
-        with self._running(graft_masks) as hooks:
+    def _forward(self, ids: torch.Tensor, mask: torch.Tensor, grafted: GraftMasks, last_only: bool) -> torch.Tensor:
+        segments = plan_segments(ids, mask, grafted.masks) if self.share_prefixes else None
+        with self._running(grafted) as hooks:
             if segments is None:
-                logits, _ = self._pass(hooks, ids, mask, graft_masks, None, last_only)
+                logits, _ = self._pass(hooks, ids, mask, grafted, None, last_only)
                 return logits
             pieces, cache = [], None
             for seg in segments:
@@ -341,7 +402,7 @@ class Grafter:
                 final = seg.end == ids.shape[1]
                 logits, cache = self._pass(
                     hooks, ids[seg.rows, seg.start : seg.end], mask[seg.rows, : seg.end],
-                    graft_masks[:, seg.rows, seg.start : seg.end], cache, last_only and final,
+                    grafted.chunk(seg.rows, seg.start, seg.end), cache, last_only and final,
                 )  # fmt: skip
                 if final or not last_only:
                     pieces.append(logits[seg.row_to_history])
@@ -377,11 +438,23 @@ def _as_id_set(eos) -> set[int]:
     return {int(eos)} if isinstance(eos, int) else {int(e) for e in eos}
 
 
+def _check_generation_settings(max_new_tokens, do_sample, temperature, top_k, top_p, generated) -> None:
+    """Refuse settings that would fail later or mean nothing, before any work is done."""
+    if generated not in ("none", "last"):
+        raise ValueError(f"generated must be 'none' or 'last', not {generated!r}")
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens must be an int >= 0, not {max_new_tokens!r}")
+    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k <= 0):
+        raise ValueError(f"top_k must be a positive int (or None for no top-k filter), not {top_k!r}")
+    if top_p is not None and not 0 < top_p <= 1:
+        raise ValueError(f"top_p must be in (0, 1] (or None for no nucleus filter), not {top_p!r}")
+    if do_sample and not temperature > 0:
+        raise ValueError(f"temperature must be > 0 when sampling, not {temperature!r}; use do_sample=False for greedy decoding")
+
+
 def _next_token(logits: torch.Tensor, do_sample: bool, temperature: float, top_k, top_p, generator) -> torch.Tensor:
     if not do_sample:
         return logits.argmax(-1)
-    if temperature <= 0:
-        raise ValueError("temperature must be > 0 when sampling; use do_sample=False for greedy decoding")
     logits = logits / temperature
     if top_k is not None:
         kth = torch.topk(logits, min(top_k, logits.shape[-1])).values[:, -1:]

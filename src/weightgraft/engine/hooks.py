@@ -19,7 +19,9 @@ from torch import nn
 class Splice:
     """Rows of one module's output that come from one donor; `columns` None means every column."""
 
-    mask: torch.Tensor  # bool [batch, seq] for the chunk being computed
+    # Flat row indices into the output's [batch * seq] rows, keyed by the (batch, seq) the module
+    # is expected to see (the unembedding may see only the last position: logits_to_keep).
+    rows: dict[tuple[int, int], torch.Tensor]
     columns: torch.Tensor | None
     donor: int  # index among the Grafter's donors
 
@@ -32,13 +34,11 @@ class SpliceHooks:
         recipient: nn.Module,
         donor_modules: Mapping[str, Mapping[int, nn.Module]],
         seq_dims: dict[str, int],
-        lm_head_path: str,
     ):
         self.recipient = recipient
         self.donor_modules = donor_modules  # path -> donor index -> the donor's module there
         self.paths = list(donor_modules)
         self.seq_dims = seq_dims  # modules whose sequence axis is not dim 1 (e.g. [batch, heads, seq, dim])
-        self.lm_head_path = lm_head_path  # the unembedding may see only the last positions (logits_to_keep)
         self.current: dict[str, list[Splice]] = {}
 
     @contextmanager
@@ -63,7 +63,7 @@ class SpliceHooks:
             x = args[0] if args else next(iter(kwargs.values()))
             seq_dim = self.seq_dims.get(path, 1)
             if seq_dim == 1:
-                return splice_rows(path, modules, x, output, splices, path == self.lm_head_path)
+                return splice_rows(path, modules, x, output, splices)
             spliced = splice_rows(path, modules, x.movedim(seq_dim, 1), output.movedim(seq_dim, 1), splices)
             return spliced.movedim(1, seq_dim)
 
@@ -76,7 +76,6 @@ def splice_rows(
     x: torch.Tensor,
     output: torch.Tensor,
     splices: list[Splice],
-    may_see_tail: bool = False,
 ) -> torch.Tensor:
     """`output` with the spliced rows (and columns) replaced by their donor module's output."""
     if not isinstance(output, torch.Tensor) or x.shape[:2] != output.shape[:2]:
@@ -88,15 +87,12 @@ def splice_rows(
     flat_x = x.reshape(batch * seq, *x.shape[2:])
     flat_out = output.reshape(batch * seq, *output.shape[2:])
     for splice in splices:
-        mask = splice.mask
-        fits = mask.shape[0] == batch and (mask.shape[1] == seq or (may_see_tail and mask.shape[1] > seq))
-        if not fits:
+        rows = splice.rows.get((batch, seq))
+        if rows is None:
             raise RuntimeError(
-                f"graft mask {tuple(mask.shape)} does not fit the output {tuple(output.shape)} of {path!r}; "
-                "if this module's sequence axis is not dim 1, declare it in the adapter's seq_dims"
+                f"graft rows for {sorted(splice.rows)} (batch, seq) do not fit the output {tuple(output.shape)} "
+                f"of {path!r}; if this module's sequence axis is not dim 1, declare it in the adapter's seq_dims"
             )
-        # The unembedding may compute only the last positions (logits_to_keep).
-        rows = mask[:, mask.shape[1] - seq :].reshape(-1).nonzero().squeeze(-1)
         if rows.numel() == 0:
             continue
         donor_rows = modules[splice.donor](flat_x[rows]).to(flat_out.dtype)

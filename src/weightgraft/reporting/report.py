@@ -146,7 +146,40 @@ def paper_tables(summary: list[dict], state: dict) -> list[str]:
             cells.append("–" if cond not in names else _count_cell(row))
             lines.append(f"| {cond} | " + " | ".join(cells) + " |")
         lines.append("")
-    return lines
+    return lines + kind_paper_table(summary, state, analysis, order)
+
+
+def kind_paper_table(summary: list[dict], state: dict, analysis, order: list[str]) -> list[str]:
+    """By fact kind: the published datasets of the same kind (mean over the sentences the
+    paper reports) beside this model's value for that kind (its sentences pooled)."""
+    sentences = [analysis.sentences[t] for t in state["templates"] if t in analysis.sentences]
+    ours = {(r["condition"], r["fact_kind"]): r for r in summary
+            if r["experiment"] == state["name"] and r["metric"] == HEADLINE_METRIC
+            and r["template"] == ALL and r["fact_kind"] != ALL}
+    kinds = [k for k in DATASET_OF_KIND if any(kind == k for _, kind in ours)]
+    names = {c["name"] for c in state["conditions"]}
+    blocks = []
+    for kind in kinds:
+        dataset = DATASET_OF_KIND[kind]
+        rows, any_published = [], False
+        for cond in order:
+            cells, found = [], False
+            for model in MODELS:
+                values = [published(analysis.name, dataset, s, cond, model) for s in sentences]
+                values = [v for v in values if v is not None]
+                found |= bool(values)
+                cells.append(f"{sum(values) / len(values):.2f}" if values else "–")
+            any_published |= found
+            if not found and cond not in names:
+                continue
+            cells.append(_count_cell(ours.get((cond, kind))) if cond in names else "–")
+            rows.append(f"| {cond} | " + " | ".join(cells) + " |")
+        if any_published:
+            blocks += [f"Fact kind `{kind}` against the paper's {dataset} (published top-5 "
+                       f"averaged over sentences {', '.join(sentences)}):", "",
+                       "| condition | " + " | ".join(MODELS) + " | this model |",
+                       "|---|" + "---:|" * (len(MODELS) + 1), *rows, ""]
+    return blocks
 
 
 def _layers_text(indices: list[int], num_layers: int) -> str:

@@ -23,9 +23,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from weightgraft.experiments.vocabulary import HEADLINE_METRIC
 from weightgraft.reporting import decision
 
-METRIC = "top5"
+METRIC = HEADLINE_METRIC  # top-5, the paper's headline
 MIN_GAP = 0.10
 ALL = "ALL"
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from weightgraft.atomic import OWNED_RECORD
 from weightgraft.data.build import build_dataset, build_with_one_direction_sets, check_no_leak, split_by_kind
 from weightgraft.data.facts import generate_facts
 from weightgraft.data.io import atomic_directory, load_train_texts, write_dataset
@@ -195,12 +196,13 @@ def ensure_builtin(
             facts = generate_facts(totals, spec.seed, w.pool, w.films, real_actors=w.actors,
                                    forbidden=w.person_names())
             parts = split_by_kind(facts, spec.set_kinds)
-            with atomic_directory(root / "data" / "sets") as tmp:
+            with atomic_directory(root / "data" / "sets", overwrite=True) as tmp:
                 build_with_one_direction_sets(tmp / "relation", parts["relation"], spec.seed, spec.texts_per_fact)
                 build_dataset(tmp / "task", parts["task"], spec.seed + 1, "templates", spec.texts_per_fact)
                 build_dataset(tmp / "freetext", parts["freetext"], spec.seed + 2, "freetext", spec.articles_per_fact)
             for name in set_names:
                 os.replace(root / "data" / "sets" / name, root / "data" / name)
+            (root / "data" / "sets" / OWNED_RECORD).unlink(missing_ok=True)
             (root / "data" / "sets").rmdir()
 
         if not all((root / "data" / name).exists() for name in set_names):

@@ -21,9 +21,12 @@ from typing import Literal
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, Trainer, TrainingArguments
 
+from weightgraft.atomic import refuse_nonempty
 from weightgraft.data.batching import right_pad
+from weightgraft.data.errors import DataError
 from weightgraft.data.io import atomic_directory, load_eval_prompts, load_manifest, load_train_texts, write_json
 from weightgraft.training.evaluate import topk_accuracy
+from weightgraft.training.lengths import check_lengths
 
 Precision = Literal["fp32", "bf16", "fp16"]
 
@@ -112,7 +115,7 @@ def _resolve_device(device: str) -> str:
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     if device.startswith("cuda") and not torch.cuda.is_available():
-        raise ValueError(f"--device {device} asked for, but no CUDA GPU is visible; use --device cpu")
+        raise DataError(f"--device {device} asked for, but no CUDA GPU is visible; use --device cpu")
     return device
 
 
@@ -134,16 +137,21 @@ def finetune(
     general_texts: list[str] | None = None,
     progress: bool = True,
     trust_remote_code: bool = False,
+    overwrite: bool = False,
 ) -> FinetuneResult:
-    """Finetune `model` (hub id or local directory) on `data_dir`'s train.jsonl; save to `out_dir`."""
+    """Finetune `model` (hub id or local directory) on `data_dir`'s train.jsonl; save to `out_dir`.
+
+    An existing non-empty `out_dir` is refused before any work unless `overwrite`, which then
+    replaces only weightgraft's own files there (a user's other files are kept)."""
     start = time.time()
+    refuse_nonempty(out_dir, overwrite)
     if not 0.0 <= config.mix_ratio < 1.0:
-        raise ValueError("mix_ratio must be in [0, 1): the share of general text among training examples")
+        raise DataError("mix_ratio must be in [0, 1): the share of general text among training examples")
     if config.mix_ratio > 0 and not general_texts:
-        raise ValueError("mix_ratio > 0 needs general text (general_texts / --general-text); or set mix_ratio 0")
+        raise DataError("mix_ratio > 0 needs general text (general_texts / --general-text); or set mix_ratio 0")
     device = _resolve_device(config.device)
     if config.precision == "fp16" and not device.startswith("cuda"):
-        raise ValueError("fp16 training needs a CUDA GPU; on CPU use --precision bf16 or fp32")
+        raise DataError("fp16 training needs a CUDA GPU; on CPU use --precision bf16 or fp32")
     data_dir = Path(data_dir)
     manifest = load_manifest(data_dir)
     tokenizer = AutoTokenizer.from_pretrained(model, trust_remote_code=trust_remote_code)
@@ -157,12 +165,12 @@ def finetune(
     if config.freeze_unembeddings:
         out = net.get_output_embeddings()
         if out is None:
-            raise ValueError("this model has no separate output embedding to freeze")
+            raise DataError("this model has no separate output embedding to freeze")
         out.weight.requires_grad_(False)
     if config.freeze_embeddings != config.freeze_unembeddings and (
         net.get_input_embeddings().weight is net.get_output_embeddings().weight
     ):
-        raise ValueError("this model ties embeddings and unembeddings: freeze both or neither")
+        raise DataError("this model ties embeddings and unembeddings: freeze both or neither")
 
     train_texts = load_train_texts(data_dir)
     rng = random.Random(f"mix-{config.seed}")
@@ -171,12 +179,13 @@ def finetune(
     validation = load_eval_prompts(data_dir, "validation")
     if config.max_validation_prompts is not None and len(validation) > config.max_validation_prompts:
         validation = random.Random(f"val-{config.seed}").sample(validation, config.max_validation_prompts)
+    check_lengths(tokenizer, net.config, train_texts, validation, config.max_length, data_dir)
     dataset = _TextDataset(_encode_texts(tokenizer, mixed, config.max_length))
 
     out_dir = Path(out_dir)
     # Under `accelerate launch` / torchrun every process trains; only rank 0 writes `out_dir`.
     is_main = int(os.environ.get("RANK", "0")) == 0
-    with (atomic_directory(out_dir) if is_main else _scratch_directory()) as tmp:
+    with (atomic_directory(out_dir, overwrite) if is_main else _scratch_directory()) as tmp:
         steps_per_epoch = -(-len(dataset) // config.batch_size)
         args = TrainingArguments(
             output_dir=str(tmp / "trainer"),

@@ -1,0 +1,19 @@
+"""Errors and warnings about a user's data and options, worded so that the fix is plain.
+
+`DataError` messages are one line naming the file, line or option and what to do; the command
+line prints them and exits with code 2. (When `weightgraft.errors.UserError` is available this is
+the data layer's member of that family.)
+"""
+
+from __future__ import annotations
+
+import sys
+
+
+class DataError(ValueError):
+    """Bad input data or options: the message names the file, line or option and the fix."""
+
+
+def warn(message: str) -> None:
+    """One line on stderr for data that is accepted but probably not what the user meant."""
+    print(f"warning: {message}", file=sys.stderr, flush=True)
