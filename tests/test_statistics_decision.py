@@ -93,3 +93,13 @@ def test_verdict_decides_paper_claims_by_recovery_intervals():
             for m in ("top5", "prob")]
     check = check_pattern([], flat)[0]
     assert check.outcome == INCONCLUSIVE and "includes 0" in check.sentence
+
+
+def test_verdict_treats_a_negative_reference_gap_as_no_gain():
+    from weightgraft.reporting.verdict import check_pattern
+
+    rows = [_recovery_row("FE+LT", "PRE", "SFT", m, 0.9, (0.85, 0.95)) for m in ("top5", "prob")]
+    for row in rows:
+        row.update(gap=-0.3, gap_low=-0.4, gap_high=-0.2)  # SFT clearly below PRE
+    check = check_pattern([], rows)[0]
+    assert check.outcome == INCONCLUSIVE and "is below 0: no gain" in check.sentence

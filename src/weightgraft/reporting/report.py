@@ -335,7 +335,7 @@ def verdict_section(summary: list[dict], recovery: list[dict] | None = None,
                   "side of the threshold, does not appear when it is wholly on the other side, "
                   "and is inconclusive when it straddles the threshold, when top-5 and "
                   "probability disagree, or when the recovery is undefined (the reference gap's "
-                  "interval includes 0). Intervals resample facts (all prompts of a fact "
+                  "interval includes 0, or the gap is negative: no gain to share out). Intervals resample facts (all prompts of a fact "
                   "together), one resample set per experiment shared by all its conditions. "
                   "'Facts to settle': the interval half-width scaled by sqrt(n/n') until it "
                   "clears the threshold, the estimate held fixed.", ""]

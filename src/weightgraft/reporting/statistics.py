@@ -174,8 +174,9 @@ def recovery_many(cond, base, full, cond_samples, base_samples, full_samples,
     shape = np.broadcast(cond, gap).shape
     nan = np.full(shape, np.nan)
     defined = np.broadcast_to(defined, shape)
-    return {"value": np.where(defined, value, nan), "low": np.where(defined, low, nan),
-            "high": np.where(defined, high, nan), "gap": np.broadcast_to(gap, shape),
+    # (+ 0.0 turns a -0.0, e.g. the base's own recovery over a negative gap, into 0.0)
+    return {"value": np.where(defined, value, nan) + 0.0, "low": np.where(defined, low, nan) + 0.0,
+            "high": np.where(defined, high, nan) + 0.0, "gap": np.broadcast_to(gap, shape),
             "gap_low": np.broadcast_to(gap_low, shape), "gap_high": np.broadcast_to(gap_high, shape),
             "defined": defined}
 

@@ -14,7 +14,8 @@ With recovery.csv (written beside summary.csv) a claim is decided by its recover
 over facts (`weightgraft.reporting.decision`): on top-5 and on probability, each must have its
 whole interval on one side of the threshold, and the two must agree; otherwise the claim is
 inconclusive and the check says how many facts would likely settle it, or where the metrics
-disagree. A recovery is undefined when its reference gap's interval includes zero. Without
+disagree. A recovery is undefined when its reference gap's interval includes zero, and a claim
+counts it undefined too when the gap is negative (the reference is worse: no gain). Without
 recovery rows (a summary alone) the point-estimate rule `decide` below applies.
 """
 
@@ -121,8 +122,9 @@ def decide_by_intervals(claim: Claim, recovery: list[dict]) -> Check | None:
     for metric in INTERVAL_METRICS:
         r = rows[metric]
         nan = float("nan")
-        value, low, high = ((r["recovery"], r["ci_low"], r["ci_high"]) if r["defined"]
-                            else (nan, nan, nan))
+        # A claim shares out a gain: a gap wholly below 0 (the reference is worse) has none.
+        value, low, high = ((r["recovery"], r["ci_low"], r["ci_high"])
+                            if r["defined"] and (r["gap"] or 0) > 0 else (nan, nan, nan))
         decisions[metric] = decision.decide(value, low, high, claim.threshold, claim.direction,
                                             r["n_facts"] or 0)
     outcome, note = decision.combine(decisions)
@@ -130,9 +132,15 @@ def decide_by_intervals(claim: Claim, recovery: list[dict]) -> Check | None:
     parts = []
     for metric, d in decisions.items():
         r = rows[metric]
-        text = (f"{d.interval()} on {METRIC_WORDS.get(metric, metric)}" if d.outcome != decision.UNDEFINED
-                else f"undefined on {METRIC_WORDS.get(metric, metric)} ({claim.high} - {claim.low} "
-                     f"= {r['gap']:.3f} [{r['gap_low']:.3f}, {r['gap_high']:.3f}] includes 0)")
+        word_metric = METRIC_WORDS.get(metric, metric)
+        if d.outcome != decision.UNDEFINED:
+            text = f"{d.interval()} on {word_metric}"
+        elif None in (r["gap"], r["gap_low"], r["gap_high"]):
+            text = f"undefined on {word_metric} (a reference value is missing)"
+        else:
+            why = "includes 0" if r["gap_low"] <= 0 <= r["gap_high"] else "is below 0: no gain"
+            text = (f"undefined on {word_metric} ({claim.high} - {claim.low} = {r['gap']:.3f} "
+                    f"[{r['gap_low']:.3f}, {r['gap_high']:.3f}] {why})")
         if d.outcome == decision.INCONCLUSIVE:
             text += f"; {d.settle_note()}"
         parts.append(text)
