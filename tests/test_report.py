@@ -56,7 +56,12 @@ def test_run_writes_report_plots_and_provenance(cli_run):
     assert run["seed"] == 1 and "torch" in run["versions"]
     assert run["datasets"]["relation"]["manifest"] == {"name": "test-world", "seed": 0}
     header = (out / "summary.csv").read_text().splitlines()[0]
-    assert header == "experiment,condition,template,fact_kind,metric,value,ci_low,ci_high,n"
+    assert header == ("experiment,condition,template,fact_kind,metric,value,ci_low,ci_high,n,"
+                      "n_facts")
+    recovery = (out / "recovery.csv").read_text().splitlines()
+    assert recovery[0].startswith("experiment,condition,template,fact_kind,metric,base,full,")
+    assert "Recovery (C - PRE) / (SFT - PRE)" in md and "### Paired tests" in md
+    assert "| FE+LT vs SFT (`position_grafting`) | top-5 |" in md
     assert len(list((out / "examples" / "layer_sweeps").glob("*.parquet"))) == 5 + 32
 
 

@@ -69,13 +69,15 @@ def demo_command(
     device: str = typer.Option("cpu", help=DEVICE_HELP),
     dtype: str = typer.Option("float32", help=DTYPE_HELP),
     progress: bool = typer.Option(True, help="Show progress bars."),
+    bootstrap: int = typer.Option(2000, min=0, help="Bootstrap resamples over facts for every "
+                                  "interval (0: none)."),
 ) -> None:
     """Run the paper's analyses on the built-in models (built or reused) and report."""
     from weightgraft.pipelines.demo import run_demo
 
     result = run_demo(out, size=size, home=home, progress=progress, recipient=recipient,
                       donor=donor, task_model=task_model, freetext_model=freetext_model,
-                      b2a_model=b2a_model, device=device, dtype=dtype)
+                      b2a_model=b2a_model, device=device, dtype=dtype, bootstrap=bootstrap)
     _print_checks(result.checks)
     typer.echo(f"built-in models ready in {result.build_seconds:.1f} s; experiments and report "
                f"in {result.run_seconds:.1f} s; report: {result.out / 'report.md'} and "

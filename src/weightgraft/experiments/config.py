@@ -187,7 +187,7 @@ class RunConfig(BaseModel):
     models: dict[str, str]
     datasets: dict[str, str]
     experiments: list[ExperimentItem] = Field(min_length=1)
-    bootstrap: int = Field(default=1000, ge=0)
+    bootstrap: int = Field(default=2000, ge=0)
     max_batch_tokens: int = Field(default=32768, ge=16)
     conditions_per_chunk: int = Field(default=16, ge=1)
 

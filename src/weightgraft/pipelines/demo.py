@@ -32,7 +32,7 @@ def demo_config(artifacts, *, size: str = "default", recipient: str | None = Non
                 donor: str | None = None, task_model: str | None = None,
                 freetext_model: str | None = None, b2a_model: str | None = None,
                 device: str = "cpu", dtype: str = "float32", max_examples: int | None = -1,
-                bootstrap: int = 1000) -> RunConfig:
+                bootstrap: int = 2000) -> RunConfig:
     """The demo's run config over built-in artifacts (paths), with optional model overrides."""
     cap = DEMO_EXAMPLES[size] if max_examples == -1 else max_examples
     return parse_config({

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from weightgraft.experiments.config import RunConfig
 from weightgraft.experiments.runner import RunResult, run_experiments
-from weightgraft.reporting.summary import read_summary, write_summary
+from weightgraft.reporting.summary import read_recovery, read_summary, write_summary
 from weightgraft.reporting.verdict import Check, check_pattern
 
 
@@ -36,7 +36,7 @@ def run_all(config: RunConfig, out: str | Path, *, progress: bool = True,
     out = Path(out)
     result = run_experiments(config, out, progress=progress)
     write_summary(out, [e.name for e in config.expanded()], config.bootstrap, config.seed)
-    checks = check_pattern(read_summary(out))
+    checks = check_pattern(read_summary(out), read_recovery(out))
     if report:
         from weightgraft.reporting.report import write_report
 

@@ -1,6 +1,6 @@
 """Plots of a run, as PNG and SVG: bar charts in the conditions' order (the paper's), paired bars
 for weight grafting vs activation patching, heatmaps for layer sweeps. Values are over all
-templates (`ALL`), error bars are the bootstrap 95% intervals."""
+templates (`ALL`), error bars are the 95% intervals over facts."""
 
 from __future__ import annotations
 

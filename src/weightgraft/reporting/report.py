@@ -17,8 +17,9 @@ from weightgraft.experiments.vocabulary import HEADLINE_METRIC, TABLE_METRICS
 from weightgraft.reporting.plots import plot_experiment
 from weightgraft.reporting.published import (ANALYSIS_OF_EXPERIMENT, DATASET_OF_KIND, MODELS,
                                              published, published_rows)
-from weightgraft.reporting.summary import ALL, pooled, read_summary
-from weightgraft.reporting.verdict import MIN_GAP, check_pattern
+from weightgraft.reporting.summary import (ALL, pooled, read_comparisons, read_recovery,
+                                           read_summary)
+from weightgraft.reporting.verdict import METRIC_WORDS, MIN_GAP, check_pattern
 
 # Where weightgraft's presets differ from the authors' runs (conditions.md), and why.
 DEVIATIONS = [
@@ -68,6 +69,8 @@ def experiment_table(summary: list[dict], state: dict, metrics=None, ci: bool = 
     for cond in state["conditions"]:
         first = rows.get((cond["name"], metrics[0]))
         n = first["n"] if first else 0
+        if first and first.get("n_facts") is not None:
+            n = f"{n} ({first['n_facts']} facts)"
         cells = [_cell(rows.get((cond["name"], m)), ci) for m in metrics]
         lines.append(f"| {cond['name']} | {n} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -238,22 +241,113 @@ def _conditions_legend(state: dict) -> str:
     return "\n".join(lines)
 
 
-def verdict_section(summary: list[dict]) -> list[str]:
-    checks = check_pattern(summary)
+def _interval(value, low, high, digits: int = 2) -> str:
+    if value is None:
+        return "undefined"
+    if low is None or high is None:
+        return f"{value:.{digits}f}"
+    return f"{value:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"
+
+
+def verdict_table(checks) -> list[str]:
+    """One row per claim decided by intervals: recovery on each metric, outcome, facts."""
+    decided = [c for c in checks if c.decisions]
+    if not decided:
+        return []
+    metrics = list(decided[0].decisions)
+    lines = ["| claim | outcome | " + " | ".join(f"recovery, {METRIC_WORDS.get(m, m)} [95% CI]"
+                                                for m in metrics)
+             + " | claimed | facts | facts to settle |",
+             "|---|---|" + "---:|" * len(metrics) + "---|---:|---:|"]
+    for check in decided:
+        d = check.decisions[metrics[0]]
+        word = ">=" if d.direction == "at_least" else "<="
+        needed = [x.facts_needed for x in check.decisions.values()
+                  if x.outcome == "inconclusive" and x.facts_needed is not None]
+        lines.append(f"| {check.name} | {check.outcome} | "
+                     + " | ".join(check.decisions[m].interval() for m in metrics)
+                     + f" | {word} {d.threshold:.2f} | {d.n_facts} | "
+                     + (f"~{max(needed)}" if needed else "") + " |")
+    return lines
+
+
+def comparison_table(comparisons: list[dict]) -> list[str]:
+    """Paired tests of the pairwise claims: difference with its interval, d_z, p-value."""
+    if not comparisons:
+        return []
+    lines = ["| comparison (A vs B) | metric | A - B [95% CI] | d_z | p (sign-flip over facts) "
+             "| facts | prompts |", "|---|---|---:|---:|---:|---:|---:|"]
+    for r in comparisons:
+        p = r["p_value"]
+        p_text = "n/a" if p is None else (f"{p:.2g}" + (" (exact)" if r["exact"] else ""))
+        d_z = "n/a" if r["effect_size"] is None else f"{r['effect_size']:.2f}"
+        lines.append(f"| {r['a']} vs {r['b']} (`{r['experiment']}`) | "
+                     f"{METRIC_WORDS.get(r['metric'], r['metric'])} | "
+                     f"{_interval(r['difference'], r['ci_low'], r['ci_high'], 3)} | {d_z} | "
+                     f"{p_text} | {r['n_facts']} | {r['n']} |")
+    return lines
+
+
+def recovery_tables(recovery: list[dict], name: str) -> list[str]:
+    """Per reference pair of an experiment: every condition's recovery over all templates."""
+    rows = [r for r in recovery if r["experiment"] == name and r["template"] == ALL
+            and r.get("fact_kind", ALL) == ALL]
+    lines = []
+    for base, full in dict.fromkeys((r["base"], r["full"]) for r in rows):
+        pair = [r for r in rows if (r["base"], r["full"]) == (base, full)]
+        metrics = list(dict.fromkeys(r["metric"] for r in pair))
+        cells = {(r["condition"], r["metric"]): r for r in pair}
+        lines += ['<details markdown="1"><summary>Recovery between '
+                  f"{html.escape(base)} and {html.escape(full)}</summary>", "",
+                  f"Recovery (C - {base}) / ({full} - {base}) over every template, 95% "
+                  "intervals over facts (`recovery.csv`; undefined where the gap's interval "
+                  "includes 0):", "",
+                  "| condition | " + " | ".join(METRIC_WORDS.get(m, m) for m in metrics) + " |",
+                  "|---|" + "---:|" * len(metrics)]
+        for cond in dict.fromkeys(r["condition"] for r in pair):
+            lines.append(f"| {cond} | " + " | ".join(
+                _interval(c["recovery"], c["ci_low"], c["ci_high"]) if c["defined"]
+                else "undefined" for c in (cells[(cond, m)] for m in metrics)) + " |")
+        lines += ["", "</details>", ""]
+    return lines
+
+
+def verdict_section(summary: list[dict], recovery: list[dict] | None = None,
+                    comparisons: list[dict] | None = None) -> list[str]:
+    checks = check_pattern(summary, recovery)
     if not checks:
         return []
     lines = ["## Does the paper's pattern appear?", ""]
+    table = verdict_table(checks)
+    if table:
+        lines += table + [""]
     for check in checks:
         lines.append(f"- **{check.name}: {check.outcome}.** {check.sentence}")
-    lines += ["", "Each claim: recovery = (condition - low) / (high - low) on top-5 over every "
+    lines += ["", "Each claim: recovery = (condition - low) / (high - low) over every "
               "template of its experiment, against a threshold:", ""]
     for check in checks:
         c = check.claim
         word = ">=" if c.direction == "at_least" else "<="
         lines.append(f"- {c.name}: {c.meaning}; recovery of `{c.condition}` between "
                      f"`{c.low}` (0) and `{c.high}` (1) {word} {c.threshold:.0%}.")
-    lines += ["", f"A reference gap under {MIN_GAP:.2f} is inconclusive. Point estimates only: "
-              "read the intervals in the tables below.", ""]
+    if table:
+        lines += ["", "A claim appears when the recovery's whole 95% interval is on the claimed "
+                  "side of the threshold, does not appear when it is wholly on the other side, "
+                  "and is inconclusive when it straddles the threshold, when top-5 and "
+                  "probability disagree, or when the recovery is undefined (the reference gap's "
+                  "interval includes 0, or the gap is negative: no gain to share out). Intervals resample facts (all prompts of a fact "
+                  "together), one resample set per experiment shared by all its conditions. "
+                  "'Facts to settle': the interval half-width scaled by sqrt(n/n') until it "
+                  "clears the threshold, the estimate held fixed.", ""]
+    else:
+        lines += ["", f"A reference gap under {MIN_GAP:.2f} is inconclusive. Point estimates "
+                  "only: read the intervals in the tables below.", ""]
+    tests = comparison_table(comparisons or [])
+    if tests:
+        lines += ["### Paired tests of the pairwise claims", ""] + tests + [
+            "", "d_z: the mean of per-fact mean differences over their standard deviation. "
+            "p: two-sided sign-flip permutation test over facts (each fact's difference keeps "
+            "or flips its sign under the null).", ""]
     return lines
 
 
@@ -288,13 +382,16 @@ def deviations_section() -> list[str]:
 def build_markdown(out: Path, plots: dict[str, list[Path]]) -> str:
     run = json.loads((out / "run.json").read_text())
     summary = read_summary(out)
+    recovery = read_recovery(out)
     names = list(dict.fromkeys(r["experiment"] for r in summary))
     lines = [f"# weightgraft report: {run['config']['name']}", "",
              "Accuracy is top-k of the target's first token; `prob` its probability; "
              "`target_logprob` the whole target's log-probability; `exact_match` greedy decoding "
-             "of the whole target. Values over every template and fact kind, with bootstrap 95% "
-             "intervals; `summary.csv` has every metric per template and per fact kind.", ""]
-    lines += verdict_section(summary)
+             "of the whole target. Values over every template and fact kind, with 95% intervals "
+             "from a bootstrap over facts (n: prompts, with the number of facts); `summary.csv` "
+             "has every metric per template and per fact kind, `recovery.csv` every condition's "
+             "recovery, `comparisons.csv` the paired tests.", ""]
+    lines += verdict_section(summary, recovery, read_comparisons(out))
     lines += deviations_section()
     for name in names:
         state = read_state(out, name)
@@ -316,6 +413,7 @@ def build_markdown(out: Path, plots: dict[str, list[Path]]) -> str:
         if kinds:
             lines += [kinds, ""]
         lines += paper_tables(summary, state)
+        lines += recovery_tables(recovery, name)
         lines += [f"- {note}" for note in na_notes(summary, state)]
         lines += ["", '<details markdown="1"><summary>Conditions</summary>', "",
                   _conditions_legend(state), "", "</details>", ""]

@@ -10,16 +10,22 @@ recovery is at least (`direction="at_least"`) or at most (`"at_most"`) its thres
 inconclusive when the reference gap is under MIN_GAP (nothing to share out), and left out when
 its experiment or one of its conditions was not run.
 
-The decision rule is `decide`; a statistical rule (intervals instead of point estimates) can
-replace it without touching the claims.
+With recovery.csv (written beside summary.csv) a claim is decided by its recovery's 95% interval
+over facts (`weightgraft.reporting.decision`): on top-5 and on probability, each must have its
+whole interval on one side of the threshold, and the two must agree; otherwise the claim is
+inconclusive and the check says how many facts would likely settle it, or where the metrics
+disagree. A recovery is undefined when its reference gap's interval includes zero, and a claim
+counts it undefined too when the gap is negative (the reference is worse: no gain). Without
+recovery rows (a summary alone) the point-estimate rule `decide` below applies.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from weightgraft.experiments.vocabulary import HEADLINE_METRIC
+from weightgraft.reporting import decision
 
 METRIC = HEADLINE_METRIC  # top-5, the paper's headline
 MIN_GAP = 0.10
@@ -45,6 +51,7 @@ class Check:
     sentence: str
     claim: Claim | None = None
     recovery: float | None = None
+    decisions: dict[str, decision.Decision] = field(default_factory=dict)  # metric -> decision
 
 
 # The paper's claims, in the paper's settings (conditions.md): position grafting onto PRE, and
@@ -60,6 +67,15 @@ PAPER_CLAIMS = (
     Claim("FFN vs O+FFN (removing O)", "components_reversal", "FFN", "B2A", "O+FFN", 0.8,
           "at_most", "removing O costs: FFN alone at LT recovers clearly less than O+FFN"),
 )
+
+
+# The pairwise claims' paired tests (condition a against b, over the same facts and prompts).
+PAIRED_TESTS = (("position_grafting", "FE+LT", "SFT"),
+                ("components_reversal", "O+FFN", "ATTN+O+FFN"),
+                ("components_reversal", "FFN", "O+FFN"))
+INTERVAL_METRICS = ("top5", "prob")
+METRIC_WORDS = {"top5": "top-5", "prob": "probability", "top1": "top-1",
+                "target_logprob": "target log-probability"}
 
 
 def summary_value(summary: list[dict], experiment: str, condition: str, template: str = ALL,
@@ -94,6 +110,57 @@ def decide(claim: Claim, summary: list[dict]) -> Check | None:
                  f"{claim.low} ({sign} {claim.threshold:.0%}{points}) {nums}.", claim, recovery)
 
 
-def check_pattern(summary: list[dict], claims=PAPER_CLAIMS) -> list[Check]:
-    """Every claim whose experiment and conditions are in the summary, decided."""
+def decide_by_intervals(claim: Claim, recovery: list[dict]) -> Check | None:
+    """The interval rule on top-5 and probability (see the module's docstring)."""
+    rows = {r["metric"]: r for r in recovery
+            if (r["experiment"], r["condition"], r["template"], r.get("fact_kind", ALL),
+                r["base"], r["full"]) == (claim.experiment, claim.condition, ALL, ALL, claim.low,
+                                          claim.high)}
+    if not all(m in rows for m in INTERVAL_METRICS):
+        return None
+    decisions = {}
+    for metric in INTERVAL_METRICS:
+        r = rows[metric]
+        nan = float("nan")
+        # A claim shares out a gain: a gap wholly below 0 (the reference is worse) has none.
+        value, low, high = ((r["recovery"], r["ci_low"], r["ci_high"])
+                            if r["defined"] and (r["gap"] or 0) > 0 else (nan, nan, nan))
+        decisions[metric] = decision.decide(value, low, high, claim.threshold, claim.direction,
+                                            r["n_facts"] or 0)
+    outcome, note = decision.combine(decisions)
+    word = ">=" if claim.direction == "at_least" else "<="
+    parts = []
+    for metric, d in decisions.items():
+        r = rows[metric]
+        word_metric = METRIC_WORDS.get(metric, metric)
+        if d.outcome != decision.UNDEFINED:
+            text = f"{d.interval()} on {word_metric}"
+        elif None in (r["gap"], r["gap_low"], r["gap_high"]):
+            text = f"undefined on {word_metric} (a reference value is missing)"
+        else:
+            why = "includes 0" if r["gap_low"] <= 0 <= r["gap_high"] else "is below 0: no gain"
+            text = (f"undefined on {word_metric} ({claim.high} - {claim.low} = {r['gap']:.3f} "
+                    f"[{r['gap_low']:.3f}, {r['gap_high']:.3f}] {why})")
+        if d.outcome == decision.INCONCLUSIVE:
+            text += f"; {d.settle_note()}"
+        parts.append(text)
+    first = rows[INTERVAL_METRICS[0]]
+    sentence = (f"Recovery of {claim.condition} between {claim.low} (0) and {claim.high} (1): "
+                f"{'; '.join(parts)} (claim: {word} {claim.threshold:.2f}; 95% intervals over "
+                f"{first['n_facts']} facts, {first['n']} prompts, in `{claim.experiment}`); "
+                f"{note}.")
+    if outcome == decision.UNDEFINED:
+        outcome = "inconclusive"
+    top = decisions[INTERVAL_METRICS[0]]
+    return Check(claim.name, outcome, sentence, claim,
+                 None if top.outcome == decision.UNDEFINED else top.value, decisions)
+
+
+def check_pattern(summary: list[dict], recovery: list[dict] | None = None,
+                  claims=PAPER_CLAIMS) -> list[Check]:
+    """Every claim whose experiment and conditions are in the summary, decided: by intervals
+    when `recovery` rows (recovery.csv) are given, else by point estimates."""
+    if recovery:
+        return [check for claim in claims
+                if (check := decide_by_intervals(claim, recovery)) is not None]
     return [check for claim in claims if (check := decide(claim, summary)) is not None]
