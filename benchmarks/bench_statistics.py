@@ -66,8 +66,8 @@ def main() -> None:
           "(CPU seconds)")
     for label, metrics in (("verdict metrics (3)", ["top5", "prob", "target_logprob"]),
                            (f"every summary metric ({len(SUMMARY_METRICS)})", SUMMARY_METRICS)):
-        ours = cpu(lambda: clustered(frame, metrics))
-        old = cpu(lambda: per_prompt(frame, metrics))
+        ours = cpu(lambda metrics=metrics: clustered(frame, metrics))
+        old = cpu(lambda metrics=metrics: per_prompt(frame, metrics))
         print(f"{label}: clustered paired bootstrap {ours:.2f} s (intervals, recovery); "
               f"per-prompt bootstrap per condition {old:.2f} s; ratio old/new {old / ours:.1f}x")
 

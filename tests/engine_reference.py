@@ -179,7 +179,7 @@ def parameter_slices(model, component: str, layer_index: int | None):
     out = []
     for path, rows in _pieces(model.config, component, layer_index):
         module = model.get_submodule(path)
-        for pname, param in module.named_parameters(recurse=False):
+        for pname, _param in module.named_parameters(recurse=False):
             if rows is None:
                 out.append((f"{path}.{pname}", 0, None))
             else:

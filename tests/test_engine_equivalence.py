@@ -63,7 +63,7 @@ def test_nothing_grafted_is_recipient_and_everything_is_donor(arch):
     rng = random.Random(5)
     rows = [random_prompt(rng, 7), random_prompt(rng, 4)]
     ids, mask = pad_batch(rows, "left")
-    for b, row in enumerate(rows):
+    for row in rows:
         plain_r = recipient(torch.tensor([row])).logits[0]
         plain_d = donor(torch.tensor([row])).logits[0]
         assert max_diff(plain_r, plain_d) > 0.1  # the two models really differ

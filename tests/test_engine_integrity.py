@@ -118,7 +118,7 @@ def test_unknown_component_lists_the_valid_ones():
     grafter = grafter_for("gpt2")
     ids = torch.tensor([random_prompt(random.Random(0), 4)])
     for name in ["quux", "gate", "q_norm", "post_mlp_norm"]:
-        message = _raises(lambda: grafter.logits(ids, grafts=to_grafts(GraftSpec("all", "all", name))),
+        message = _raises(lambda name=name: grafter.logits(ids, grafts=to_grafts(GraftSpec("all", "all", name))),
                           ValueError, "component")
         assert name in message, f"error for {name!r} does not name it: {message}"
         for valid in ["pos_embed", "ln_final", "up", "down", "ln1"]:
@@ -165,11 +165,11 @@ def test_positions_outside_a_row_are_errors(arch):
                                (torch.tensor([True, False]), "mask has length 2, but the row has (3|6) real tokens"),
                                ([True] * 4, "mask has length 4, but the row has (3|6) real tokens")]:
         spec = GraftSpec(positions, "all", "all")
-        _raises(lambda: grafter.logits(alone, grafts=to_grafts(spec)), ValueError, message)
+        _raises(lambda spec=spec: grafter.logits(alone, grafts=to_grafts(spec)), ValueError, message)
         # inside the padded tensor but outside the short row's real tokens
-        _raises(lambda: grafter.logits(ids, row_grafts=[None, to_grafts(spec)], attention_mask=mask),
+        _raises(lambda spec=spec: grafter.logits(ids, row_grafts=[None, to_grafts(spec)], attention_mask=mask),
                 ValueError, message)
-        _raises(lambda: grafter.last_logits(ids, grafts=to_grafts(spec), attention_mask=mask), ValueError, message)
+        _raises(lambda spec=spec: grafter.last_logits(ids, grafts=to_grafts(spec), attention_mask=mask), ValueError, message)
 
 
 def test_other_bad_input_is_refused():

@@ -294,8 +294,10 @@ def _check_saved_base_layers(saved: dict, expected: set[str], recipient: nn.Modu
         name = key.removeprefix(SAVED_PREFIX).removesuffix(BASE_LAYER_SUFFIX) + ".weight"
         try:
             mine = recipient.get_parameter(name)
-        except AttributeError:
-            raise ValueError(f"adapter {folder} holds {key}, a weight the recipient lacks; is it for another base model?")
+        except AttributeError as missing:
+            raise ValueError(
+                f"adapter {folder} holds {key}, a weight the recipient lacks; is it for another base model?"
+            ) from missing
         if mine.device.type == "meta":
             raise ValueError(
                 f"adapter {folder} holds its own copy of {name} and the recipient's is offloaded, so the two cannot "

@@ -43,11 +43,17 @@ def _sample_lengths(job: Job) -> tuple[float, float, str]:
             from transformers import AutoTokenizer
 
             tok = AutoTokenizer.from_pretrained(folder)
-            count = lambda items: sum(len(ids) for ids in tok(items)["input_ids"]) / len(items)
+
+            def count(items):
+                return sum(len(ids) for ids in tok(items)["input_ids"]) / len(items)
+
             return count(texts) + 1, count(prompts) + 1, "counted with the model's tokenizer"
         except (OSError, ValueError):
             pass
-    chars = lambda items: sum(len(t) for t in items) / len(items) / 4
+
+    def chars(items):
+        return sum(len(t) for t in items) / len(items) / 4
+
     return chars(texts) + 1, chars(prompts) + 1, "estimated at 4 characters per token"
 
 
