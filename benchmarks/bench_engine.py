@@ -26,12 +26,11 @@ from pathlib import Path
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
+from reference_grafter import GraftSpec, reference_logits  # the per-token method, beside this script
+
+from weightgraft import Graft, Grafter
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))  # the per-token reference lives with the tests
-
-from engine_reference import GraftSpec, reference_logits  # noqa: E402
-
-from weightgraft import Graft, Grafter  # noqa: E402
 
 BATCH, SEQ = 16, 32
 FIRST_ENTITY = [2, 3]  # a two-token first entity, as in "Q: Keanu Reeves ..."

@@ -5,9 +5,8 @@ from __future__ import annotations
 import copy
 from pathlib import Path
 
-import pytest
 import torch
-from engine_tiny_models import make_config, make_model
+from tiny_model_fixtures import make_config, make_model
 
 PAD = 0
 LORA_TARGETS = {
@@ -15,15 +14,6 @@ LORA_TARGETS = {
     "qwen3": ["k_proj", "o_proj", "gate_proj", "down_proj"],
     "gpt2": ["c_attn", "c_fc"],
 }
-
-
-@pytest.fixture(autouse=True, scope="module")
-def single_thread():
-    """Tiny models run faster on one thread (the CI machine has 2 shared cores); restored after."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def save_model(model, folder: Path, **kwargs) -> Path:

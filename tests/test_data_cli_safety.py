@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from data_cli import first_line, run_cli
+from data_cli_fixtures import first_line, run_cli
 from weightgraft.atomic import OWNED_RECORD
 from weightgraft.data.io import DATA_FILES, load_facts
 

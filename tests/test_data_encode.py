@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from data_fixtures import small_facts
-from data_tokenizers import byte_level_bpe, metaspace_bpe
+from tokenizer_fixtures import byte_level_bpe, metaspace_bpe
 from weightgraft.data.build import template_texts
 from weightgraft.data.encode import SpanMappingError, encode_prompt
 from weightgraft.data.schema import CharSpan, EvalPrompt

@@ -8,7 +8,7 @@ from functools import lru_cache
 import pytest
 
 from data_fixtures import small_facts
-from data_tokenizers import byte_level_bpe, metaspace_bpe, sentencepiece_unigram, wordpiece
+from tokenizer_fixtures import byte_level_bpe, metaspace_bpe, sentencepiece_unigram, wordpiece
 from weightgraft.data.build import template_texts
 from weightgraft.data.encode import encode_prompt
 from weightgraft.data.schema import EvalPrompt

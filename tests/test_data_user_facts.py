@@ -70,7 +70,7 @@ def test_unicode_names_are_accepted(tmp_path):
 def test_prompt_longer_than_the_models_context_is_refused_before_training(tmp_path, capsys):
     from types import SimpleNamespace
 
-    from data_tokenizers import byte_level_bpe
+    from tokenizer_fixtures import byte_level_bpe
     from weightgraft.data.schema import CharSpan, EvalPrompt
     from weightgraft.training.lengths import check_lengths
 

@@ -7,8 +7,8 @@ import json
 
 import pytest
 import torch
-from donor_fixtures import padded_batch, save_model, single_thread  # noqa: F401
-from engine_tiny_models import make_model
+from donor_fixtures import padded_batch, save_model  # noqa: F401
+from tiny_model_fixtures import make_model
 from safetensors.torch import save_file
 
 from weightgraft import Graft, Grafter

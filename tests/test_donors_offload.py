@@ -4,8 +4,8 @@ inference) grafts exactly what the same recipient in memory grafts, with full, l
 from __future__ import annotations
 
 import pytest
-from donor_fixtures import lora_model, padded_batch, save_model, single_thread  # noqa: F401
-from engine_tiny_models import make_model
+from donor_fixtures import lora_model, padded_batch, save_model  # noqa: F401
+from tiny_model_fixtures import make_model
 from transformers import AutoModelForCausalLM
 
 from weightgraft import Grafter

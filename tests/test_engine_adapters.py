@@ -8,10 +8,9 @@ import random
 import pytest
 import torch
 
-from engine_helpers import max_diff, pair, random_prompt, single_thread
-from engine_tiny_models import ARCHS, model_type_of, num_layers
+from engine_fixtures import max_diff, pair, random_prompt
+from tiny_model_fixtures import ARCHS, model_type_of, num_layers
 
-assert single_thread  # autouse fixture, imported for its effect
 
 
 @pytest.mark.parametrize("arch", ARCHS)
@@ -53,7 +52,7 @@ def test_adapter_paths_exist_and_cover_every_parameter_without_weights(arch):
 
     from weightgraft.adapters import adapter_for
     from weightgraft.engine.compat import adapter_module_paths, uncovered_parameters
-    from engine_tiny_models import make_config
+    from tiny_model_fixtures import make_config
 
     config = make_config(arch)
     with torch.device("meta"):
@@ -72,20 +71,15 @@ def test_adapter_paths_exist_and_cover_every_parameter_without_weights(arch):
         assert sorted(parts.tolist()) == list(range(width)), f"{arch}: split of {local!r} is not a partition"
 
 
-def test_readme_adapter_example_runs_as_written():
+def test_readme_adapter_example_runs_as_written(registry_restored):
     """The README's "Adding an architecture" snippet imports and registers as shown."""
     from pathlib import Path
 
-    from weightgraft.adapters import adapter_for, base
+    from weightgraft.adapters import adapter_for
 
     readme = (Path(__file__).parents[1] / "README.md").read_text()
     section = readme[readme.index("#### Adding an architecture"):]
     snippet = section.split("```python", 1)[1].split("```", 1)[0]
-    saved = dict(base._REGISTRY)
-    try:
-        exec(compile(snippet, "README.md", "exec"), {})
-        adapter = adapter_for("my_arch")
-        assert adapter.per_layer["k"].part == "k" and "attn.wqkv" in adapter.splits
-    finally:
-        base._REGISTRY.clear()
-        base._REGISTRY.update(saved)
+    exec(compile(snippet, "README.md", "exec"), {})
+    adapter = adapter_for("my_arch")
+    assert adapter.per_layer["k"].part == "k" and "attn.wqkv" in adapter.splits

@@ -7,12 +7,11 @@ import random
 import pytest
 import torch
 
-from engine_helpers import (ATOL, grafter_for, max_diff, pad_batch, pair, random_prompt,
-                            random_specs, real_slice, single_thread, stable_seed, to_grafts)
-from engine_reference import GraftSpec, reference_logits
-from engine_tiny_models import ARCHS
+from engine_fixtures import (ATOL, grafter_for, max_diff, pad_batch, pair, random_prompt,
+                            random_specs, real_slice, stable_seed, to_grafts)
+from reference_grafter import GraftSpec, reference_logits
+from tiny_model_fixtures import ARCHS
 
-assert single_thread  # autouse fixture, imported for its effect
 
 
 def _rows_and_specs(arch, seed):

@@ -99,16 +99,6 @@ class _TinyLM(nn.Module):
         return SimpleNamespace(logits=self.head(x), past_key_values=None)
 
 
-@pytest.fixture
-def registry_restored():
-    """Adapters a test registers are gone after it, so that no other test sees them."""
-    from weightgraft.adapters import base
-    saved = dict(base._REGISTRY)
-    yield
-    base._REGISTRY.clear()
-    base._REGISTRY.update(saved)
-
-
 def test_user_adapter_grafts_only_the_named_part_of_a_fused_matrix(registry_restored):
     from weightgraft import Part
     from weightgraft.adapters import contiguous_split

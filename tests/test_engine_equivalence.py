@@ -7,12 +7,12 @@ import random
 import pytest
 import torch
 
-from engine_helpers import (ATOL, grafter_for, max_diff, pad_batch, pair, random_prompt,
+from engine_fixtures import (ATOL, grafter_for, max_diff, pad_batch, pair, random_prompt,
                             random_specs, real_slice, reference_rows, stable_seed,
                             to_grafts)
-from engine_reference import (GROUPS, MODEL_LEVEL, GraftSpec, leaf_components, parameter_slices,
+from reference_grafter import (GROUPS, MODEL_LEVEL, GraftSpec, leaf_components, parameter_slices,
                               reference_logits, resolve_row, static_graft_logits, untied_copy)
-from engine_tiny_models import ARCHS, num_layers
+from tiny_model_fixtures import ARCHS, num_layers
 
 SEEDS = [0, 1, 2]
 

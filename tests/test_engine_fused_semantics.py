@@ -18,18 +18,17 @@ import random
 import pytest
 import torch
 
-from engine_helpers import (ATOL, max_diff, pair, random_prompt, single_thread, stable_seed,
+from engine_fixtures import (ATOL, max_diff, pair, random_prompt, stable_seed,
                             to_grafts)
-from engine_reference import GraftSpec
+from reference_grafter import GraftSpec
 
-assert single_thread  # autouse fixture, imported for its effect
 
 FUSED = ["gpt2", "gpt_neox", "gpt_neox_serial", "phi3"]
 
 
 def _qkv_rows(model, layer: int, part: str):
     """(parameters, dim, indices) of `part` in layer `layer`, from the HF layouts (see docstring
-    of tests/engine_reference.py for the sources)."""
+    of tests/reference_grafter.py for the sources)."""
     config = model.config
     if config.model_type == "gpt2":
         attn = model.transformer.h[layer].attn

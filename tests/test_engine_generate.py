@@ -8,12 +8,11 @@ import random
 import pytest
 import torch
 
-from engine_helpers import (grafter_for, pad_batch, pair, random_prompt, random_specs,
-                            single_thread, stable_seed, to_grafts)
-from engine_reference import GraftSpec, reference_generate
-from engine_tiny_models import ARCHS
+from engine_fixtures import (grafter_for, pad_batch, pair, random_prompt, random_specs,
+                            stable_seed, to_grafts)
+from reference_grafter import GraftSpec, reference_generate
+from tiny_model_fixtures import ARCHS
 
-assert single_thread  # autouse fixture, imported for its effect
 
 NEW = 4
 

@@ -3,21 +3,13 @@
 from __future__ import annotations
 
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
+from tiny_model_fixtures import make_pair
 
 from weightgraft import Graft, Grafter
 
 
 def _grafter() -> Grafter:
-    config = LlamaConfig(
-        vocab_size=61, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=4, bos_token_id=None, eos_token_id=None,
-    )  # fmt: skip
-    models = []
-    for seed in (3, 4):
-        torch.manual_seed(seed)
-        models.append(LlamaForCausalLM(config).eval())
-    return Grafter(*models)
+    return Grafter(*make_pair("llama", 3, vocab_size=61, num_hidden_layers=2))
 
 
 def test_eos_stops_a_row_and_later_tokens_are_padding():

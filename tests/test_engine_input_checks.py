@@ -10,18 +10,16 @@ import numpy as np
 import pytest
 import torch
 import transformers as hf
-from engine_helpers import (
+from engine_fixtures import (
     ATOL,
     grafter_for,
     max_diff,
     pair,
     random_prompt,
-    single_thread,
 )
-from engine_reference import GraftSpec, reference_logits
-from engine_tiny_models import make_config
+from reference_grafter import GraftSpec, reference_logits
+from tiny_model_fixtures import make_config
 
-assert single_thread  # autouse fixture, imported for its effect
 
 
 # ----------------------------------------------------------------------------------------------

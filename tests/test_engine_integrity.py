@@ -7,12 +7,11 @@ import random
 import pytest
 import torch
 
-from engine_helpers import (ATOL, assert_unchanged, grafter_for, max_diff, pad_batch, pair,
-                            random_prompt, single_thread, snapshot, to_grafts)
-from engine_reference import GraftSpec, reference_logits
-from engine_tiny_models import TIED_ARCHS, make_model
+from engine_fixtures import (ATOL, assert_unchanged, grafter_for, max_diff, pad_batch, pair,
+                            random_prompt, snapshot, to_grafts)
+from reference_grafter import GraftSpec, reference_logits
+from tiny_model_fixtures import TIED_ARCHS, make_model
 
-assert single_thread  # autouse fixture, imported for its effect
 
 
 # ----------------------------------------------------------------------------------------------

@@ -9,11 +9,10 @@ import random
 import pytest
 import torch
 
-from engine_helpers import ATOL, max_diff, pair, random_prompt, single_thread, stable_seed
-from engine_reference import GraftSpec, reference_generate, reference_logits, resolve_row, static_graft_logits
-from engine_tiny_models import ARCHS
+from engine_fixtures import ATOL, max_diff, pair, random_prompt, stable_seed
+from reference_grafter import GraftSpec, reference_generate, reference_logits, resolve_row, static_graft_logits
+from tiny_model_fixtures import ARCHS
 
-assert single_thread  # autouse fixture, imported for its effect
 
 
 @pytest.mark.parametrize("arch", ARCHS)

@@ -3,19 +3,14 @@
 from __future__ import annotations
 
 import torch
-from transformers import GPT2Config, GPT2LMHeadModel
+from tiny_model_fixtures import make_pair
 
 from weightgraft import Graft, Grafter
 from weightgraft.engine.sharing import plan_segments
 
 
 def _grafter() -> Grafter:
-    config = GPT2Config(vocab_size=71, n_embd=32, n_layer=4, n_head=4, n_positions=64)
-    models = []
-    for seed in (0, 1):
-        torch.manual_seed(seed)
-        models.append(GPT2LMHeadModel(config).eval())
-    return Grafter(*models)
+    return Grafter(*make_pair("gpt2", vocab_size=71, n_layer=4))
 
 
 def _row_tokens_computed(grafter: Grafter, fn) -> int:
@@ -106,9 +101,7 @@ def test_row_indices_are_found_once_per_call_not_once_per_hooked_module(monkeypa
     """The hooks only index: how often masks are searched (nonzero) does not grow with depth."""
 
     def searches(n_layer: int) -> int:
-        config = GPT2Config(vocab_size=71, n_embd=32, n_layer=n_layer, n_head=4, n_positions=64)
-        torch.manual_seed(0)
-        grafter = Grafter(GPT2LMHeadModel(config).eval(), GPT2LMHeadModel(config).eval())
+        grafter = Grafter(*make_pair("gpt2", vocab_size=71, n_layer=n_layer))
         ids = torch.randint(0, 71, (3, 8))
         grafts = [Graft("last", "all", "all"), Graft([1, 2], "all", ["q", "mlp"])]
         count = 0

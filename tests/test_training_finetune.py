@@ -92,7 +92,7 @@ def test_pretrain_command_reuses_the_cache():
 
 def test_train_out_is_refused_when_occupied_and_overwrite_keeps_the_users_files(tmp_path, monkeypatch):
     """Issue 9 item 1: `train --out DIR` used to replace DIR whole (and `--out .` emptied it)."""
-    from data_cli import first_line, run_cli
+    from data_cli_fixtures import first_line, run_cli
 
     art = tiny_artifacts()
     (tmp_path / "notes.txt").write_text("mine")

@@ -6,23 +6,13 @@ import functools
 import random
 import zlib
 
-import pytest
 import torch
 
-from engine_reference import GROUPS, GraftSpec, component_table, reference_logits
-from engine_tiny_models import make_pair
+from reference_grafter import GROUPS, GraftSpec, component_table, reference_logits
+from tiny_model_fixtures import make_pair
 
 ATOL = 1e-4
 PAD = 0
-
-
-@pytest.fixture(autouse=True, scope="module")
-def single_thread():
-    """Tiny models run faster on one thread (the CI machine has 2 shared cores); restored after."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @functools.lru_cache(maxsize=None)
@@ -92,7 +82,7 @@ BAND_NAMES = ["first_half", "last_half", "half_1", "half_2", "first_quarter", "s
 
 
 def _band(name: str, n_layers: int) -> list[int]:
-    from engine_reference import _bands
+    from reference_grafter import _bands
     return _bands(n_layers)[name]
 
 

@@ -83,8 +83,11 @@ ARCHS = [
 TIED_ARCHS = ["gpt2", "llama_tied", "gemma", "gemma2", "gemma3_text"]
 
 
-def make_config(arch: str):
+def make_config(arch: str, **overrides):
+    """The tiny config of `arch`, with any field replaced by `overrides` (e.g. vocab_size=61)."""
     config = _config(arch)
+    for name, value in overrides.items():
+        setattr(config, name, value)
     config._attn_implementation = "eager"
     return config
 
@@ -93,9 +96,10 @@ def model_type_of(arch: str) -> str:
     return make_config(arch).model_type
 
 
-def make_model(arch: str, seed: int):
-    """A tiny model of `arch` whose every parameter (norms and biases included) is random."""
-    config = make_config(arch)
+def make_model(arch: str, seed: int, **overrides):
+    """A tiny model of `arch` whose every parameter (norms and biases included) is random;
+    `overrides` replace config fields."""
+    config = make_config(arch, **overrides)
     torch.manual_seed(seed)
     model = hf.AutoModelForCausalLM.from_config(config, attn_implementation="eager")
     generator = torch.Generator().manual_seed(seed + 7919)
@@ -109,9 +113,9 @@ def make_model(arch: str, seed: int):
     return model
 
 
-def make_pair(arch: str, seed: int = 0):
+def make_pair(arch: str, seed: int = 0, **overrides):
     """(recipient, donor): same config, different random weights, in eval mode."""
-    return make_model(arch, 1000 * seed + 1), make_model(arch, 1000 * seed + 2)
+    return make_model(arch, 1000 * seed + 1, **overrides), make_model(arch, 1000 * seed + 2, **overrides)
 
 
 def num_layers(model) -> int:
