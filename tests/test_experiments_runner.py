@@ -8,7 +8,6 @@ and a one-example-at-a-time activation patch written here.
 from __future__ import annotations
 
 import csv
-import math
 
 import pyarrow.parquet as pq
 import pytest
@@ -252,18 +251,6 @@ def test_changed_condition_is_recomputed(world, tmp_path):
     again = run_all(parse_config(base_config(models, data, [exp])), tmp_path,
                             progress=False, report=False)
     assert again.computed == ["e/x"] and again.reused == ["e/PRE"]
-
-
-def test_bootstrap_interval_is_deterministic_and_sane():
-    import numpy as np
-
-    from weightgraft.experiments.metrics import bootstrap_ci
-
-    values = np.array([1.0] * 30 + [0.0] * 70)
-    a = bootstrap_ci(values, "top1", 1000, "k", 0)
-    assert a == bootstrap_ci(values, "top1", 1000, "k", 0)
-    assert a[0] == pytest.approx(0.3) and 0.19 < a[1] < 0.3 < a[2] < 0.41
-    assert all(math.isnan(v) for v in bootstrap_ci(np.array([]), "top1", 10, "k", 0))
 
 
 def test_model_overrides_replace_config_entries(world, tmp_path):

@@ -69,10 +69,6 @@ def write_text_atomic(path: str | Path, text: str) -> Path:
     return write_atomic(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
 
 
-def write_bytes_atomic(path: str | Path, data: bytes) -> Path:
-    return write_atomic(path, lambda tmp: tmp.write_bytes(data))
-
-
 # --- Output folders that may hold a user's own files -------------------------------------------
 # A folder weightgraft writes (a dataset, a finetuned model) records the names it wrote in
 # OWNED_RECORD. Replacing it touches only those names: a user's notes.txt beside them survives.

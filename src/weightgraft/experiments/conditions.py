@@ -123,10 +123,6 @@ class Condition:
     meta: dict = field(default_factory=dict)  # e.g. sweep coordinates, for plots
 
     @property
-    def atoms(self) -> set[str]:
-        return set().union(*(g.positions.atoms for g in self.grafts)) if self.grafts else set()
-
-    @property
     def donors(self) -> tuple[str, ...]:
         """Every model key the condition takes weights from (the default donor included, so
         that a baseline is computed beside the grafted conditions of its experiment)."""

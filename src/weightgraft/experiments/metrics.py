@@ -73,12 +73,6 @@ def _stat(values: np.ndarray, metric: str, axis=None):
     return np.median(values, axis=axis) if metric == "rank_median" else np.mean(values, axis=axis)
 
 
-def bootstrap_ci(values: np.ndarray, metric: str, resamples: int, seed_key: str, seed: int
-                 ) -> tuple[float, float, float]:
-    """Point estimate and percentile 95% interval of one metric (see `bootstrap_many`)."""
-    return bootstrap_many({metric: values}, resamples, seed_key, seed)[metric]
-
-
 def bootstrap_many(values: dict[str, np.ndarray], resamples: int, seed_key: str, seed: int
                    ) -> dict[str, tuple[float, float, float]]:
     """Point estimates and percentile 95% intervals over examples for several metrics of the

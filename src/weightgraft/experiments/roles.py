@@ -36,10 +36,6 @@ class PositionExpr:
     text: str
     tree: tuple
 
-    @property
-    def atoms(self) -> set[str]:
-        return _atoms(self.tree)
-
     def evaluate(self, role_positions: dict[str, list[int]], num_tokens: int) -> list[int]:
         """Token indices (0..num_tokens-1) selected on a prompt of `num_tokens` real tokens.
 
@@ -106,14 +102,6 @@ def _parse_term(tokens: list[str], text: str) -> tuple[tuple, list[str]]:
         tree, tokens = ("complement", tree), tokens[1:]
     return tree, tokens
 
-
-def _atoms(tree: tuple) -> set[str]:
-    kind, value = tree
-    if kind == "atom":
-        return {value}
-    if kind == "complement":
-        return _atoms(value)
-    return set().union(*(_atoms(part) for part in value))
 
 
 def _eval(tree: tuple, roles: dict[str, list[int]], n: int) -> set[int]:
