@@ -205,11 +205,8 @@ def _bands(num_layers: int) -> dict[str, list[int]]:
     def band(k, n):
         return list(range(k * num_layers // n, (k + 1) * num_layers // n))
 
-    out = {"first_half": band(0, 2), "last_half": band(1, 2), "half_1": band(0, 2),
-           "half_2": band(1, 2), "first_quarter": band(0, 4), "second_quarter": band(1, 4),
-           "third_quarter": band(2, 4), "last_quarter": band(3, 4)}
-    for k in range(4):
-        out[f"quarter_{k + 1}"] = band(k, 4)
+    out = {"first_half": band(0, 2), "last_half": band(1, 2), "first_quarter": band(0, 4),
+           "second_quarter": band(1, 4), "third_quarter": band(2, 4), "last_quarter": band(3, 4)}
     for k in range(8):
         out[f"eighth_{k + 1}"] = band(k, 8)
     return out

@@ -76,8 +76,7 @@ def max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
 # Random grafts
 # ----------------------------------------------------------------------------------------------
 
-BAND_NAMES = ["first_half", "last_half", "half_1", "half_2", "first_quarter", "second_quarter",
-              "third_quarter", "last_quarter", "quarter_1", "quarter_2", "quarter_3", "quarter_4"] + [
+BAND_NAMES = ["first_half", "last_half", "first_quarter", "second_quarter", "third_quarter", "last_quarter"] + [
     f"eighth_{k}" for k in range(1, 9)]
 
 

@@ -23,15 +23,15 @@ Components = Union[str, Sequence[str]]
 VOCABULARY = MODEL_LEVEL + PER_LAYER + GROUPS
 
 # Bands of the layer stack: name -> (index, number of bands).
+# One name per band (no aliases): halves and quarters by ordinal, eighths by number.
 BANDS: dict[str, tuple[int, int]] = {
-    "first_half": (0, 2), "last_half": (1, 2), "second_half": (1, 2),
-    "first_quarter": (0, 4), "second_quarter": (1, 4), "third_quarter": (2, 4),
-    "last_quarter": (3, 4), "fourth_quarter": (3, 4),
-    "first_eighth": (0, 8), "last_eighth": (7, 8),
-    **{f"half_{i + 1}": (i, 2) for i in range(2)},
-    **{f"quarter_{i + 1}": (i, 4) for i in range(4)},
+    "first_half": (0, 2), "last_half": (1, 2),
+    "first_quarter": (0, 4), "second_quarter": (1, 4), "third_quarter": (2, 4), "last_quarter": (3, 4),
     **{f"eighth_{i + 1}": (i, 8) for i in range(8)},
 }  # fmt: skip
+HALVES = ["first_half", "last_half"]
+QUARTERS = ["first_quarter", "second_quarter", "third_quarter", "last_quarter"]
+EIGHTHS = [f"eighth_{i + 1}" for i in range(8)]
 
 # A grafted (layer, component) key; layer is None for model-level components.
 Key = tuple[Union[int, None], str]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 from collections import defaultdict
 
-from weightgraft.engine.graft import Graft
+from weightgraft.engine.graft import EIGHTHS, HALVES, QUARTERS, Graft
 from weightgraft.experiments.components import parse_components
 from weightgraft.experiments.conditions import Condition, ResolvedGraft, resolve_condition
 from weightgraft.experiments.config import ExperimentSpec
@@ -31,10 +31,10 @@ def engine_layers(spec, num_layers: int):
 def auto_bands(num_layers: int) -> list[str]:
     """Eighths for deep models, quarters from 4 layers, halves below; never an empty band."""
     if num_layers >= 16:
-        return [f"eighth_{i}" for i in range(1, 9)]
+        return list(EIGHTHS)
     if num_layers >= 4:
-        return [f"quarter_{i}" for i in range(1, 5)]
-    return ["half_1", "half_2"]
+        return list(QUARTERS)
+    return list(HALVES)
 
 
 def experiment_conditions(exp: ExperimentSpec, num_layers: int) -> list[Condition]:
