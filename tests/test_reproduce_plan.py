@@ -48,7 +48,7 @@ def test_bad_options_name_the_fix(tmp_path):
         (["--datasets", "FMRA,XYZ"], "unknown dataset code"),
         (["--facts", "2"], "at least 4"),
         (["--setting", "gentle"], "--general-text"),
-        (["--setting", "wild"], "aggressive or gentle"),
+        (["--setting", "wild"], "'wild' is not one of"),  # typer checks the Literal
         (["--device", "cpu", "--precision", "fp16"], "needs a CUDA GPU"),
     ]
     for extra, message in cases:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Optional
+from typing import Literal, Optional
 
 import typer
 
@@ -123,7 +123,7 @@ def _write_datasets(out, seed, kinds, facts_per_kind, relation, task, freetext, 
 
 
 def pretrain(
-    size: str = typer.Option("default", help="default or tiny."),
+    size: Literal["default", "tiny"] = typer.Option("default", help="default or tiny."),
     home: Optional[Path] = typer.Option(None, help="Cache directory (default: $WEIGHTGRAFT_HOME or ~/.cache/weightgraft)."),
     finetunes: bool = typer.Option(False, help="Also build the relation, one-direction (B2A), task and free-text finetunes."),
 ) -> None:
@@ -147,7 +147,7 @@ def train(
     lr: float = typer.Option(1e-3, help="Learning rate (use ~1e-5 for large pretrained models)."),
     epochs: int = typer.Option(6),
     batch_size: int = typer.Option(16, "--batch"),
-    precision: str = typer.Option("fp32", help="fp32, bf16 or fp16 (fp16 needs a GPU)."),
+    precision: Literal["fp32", "bf16", "fp16"] = typer.Option("fp32", help="fp32, bf16 or fp16 (fp16 needs a GPU)."),
     freeze_embeddings: bool = typer.Option(False, help="Keep the input embeddings fixed."),
     freeze_unembeddings: bool = typer.Option(False, help="Keep the output embeddings (lm_head) fixed."),
     mix_ratio: float = typer.Option(0.0, help="Share of general text among training examples."),

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Literal, Optional
 
 import typer
 
 DEVICE_HELP = "Device for every model: cpu, cuda, cuda:1, mps."
 DTYPE_HELP = "float32, bfloat16 or float16."
+# Options with a fixed set of values: typer checks them and lists them in --help.
+Dtype = Literal["float32", "bfloat16", "float16"]
 
 
 def _print_checks(checks) -> None:
@@ -35,7 +37,7 @@ def run_command(
                                             "(finetuned on the facts in B2A order only)."),
     freetext_model: Optional[str] = typer.Option(None, help="Model id or path for the `freetext` key."),
     device: Optional[str] = typer.Option(None, help=DEVICE_HELP),
-    dtype: Optional[str] = typer.Option(None, help=DTYPE_HELP),
+    dtype: Optional[Dtype] = typer.Option(None, help=DTYPE_HELP),
     progress: bool = typer.Option(True, help="Show progress bars."),
 ) -> None:
     """Run the experiments of a config file (resuming in an existing run folder) and report."""
@@ -57,7 +59,7 @@ def run_command(
 
 def demo_command(
     out: Path = typer.Option(Path("runs/demo"), "--out", help="Run folder for the report."),
-    size: str = typer.Option("default", help="default, or tiny (the reduced demo CI runs)."),
+    size: Literal["default", "tiny"] = typer.Option("default", help="default, or tiny (the reduced demo CI runs)."),
     home: Optional[str] = typer.Option(None, help="Where built-in data and models are cached."),
     recipient: Optional[str] = typer.Option(None, help="Replace the built-in pretrained model."),
     donor: Optional[str] = typer.Option(None, help="Replace the built-in relation model (SFT)."),
@@ -67,7 +69,7 @@ def demo_command(
     b2a_model: Optional[str] = typer.Option(None, help="Replace the built-in one-direction "
                                             "(B2A) model."),
     device: str = typer.Option("cpu", help=DEVICE_HELP),
-    dtype: str = typer.Option("float32", help=DTYPE_HELP),
+    dtype: Dtype = typer.Option("float32", help=DTYPE_HELP),
     progress: bool = typer.Option(True, help="Show progress bars."),
     bootstrap: int = typer.Option(2000, min=0, help="Bootstrap resamples over facts for every "
                                   "interval (0: none)."),

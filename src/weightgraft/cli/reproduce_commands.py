@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 import typer
 
@@ -20,14 +21,14 @@ def reproduce_command(
                           f"Published numbers are shown for {', '.join(PAPER_MODELS)} (matched by name)."),
     out: Path = typer.Option(..., "--out", help="Job folder; an existing one is resumed."),
     device: str = typer.Option("auto", help="auto, cpu, cuda or cuda:N."),
-    dtype: str = typer.Option("float32", help="dtype of the preset runs: float32, bfloat16 or float16."),
-    precision: str = typer.Option("auto", help="Finetuning precision: auto (fp16 on a GPU as in the "
+    dtype: Literal["float32", "bfloat16", "float16"] = typer.Option("float32", help="dtype of the preset runs: float32, bfloat16 or float16."),
+    precision: Literal["auto", "fp32", "bf16", "fp16"] = typer.Option("auto", help="Finetuning precision: auto (fp16 on a GPU as in the "
                                   "paper, fp32 on CPU), fp32, bf16 or fp16."),
     facts: int = typer.Option(1000, help="Facts per dataset (the paper: 1000)."),
     epochs: int | None = typer.Option(None, help="Finetuning epochs (default: the paper's 10)."),
     lr: float | None = typer.Option(None, help="Learning rate (default: the setting's: 2e-5 "
                                        "aggressive, 2e-6 gentle)."),
-    setting: str = typer.Option("aggressive", help="aggressive (the paper's main: lr 2e-5, weight "
+    setting: Literal["aggressive", "gentle"] = typer.Option("aggressive", help="aggressive (the paper's main: lr 2e-5, weight "
                                 "decay 0.01) or gentle (lr 2e-6, no weight decay, general text "
                                 "mixed in: needs --general-text)."),
     datasets: str = typer.Option("FMRA", help=DATASETS_HELP),
