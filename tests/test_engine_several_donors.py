@@ -175,7 +175,7 @@ def test_models_bit_identical_after_calls_with_several_donors():
                   to_grafts(GraftSpec("last", "all", "all", "task"))]
     grafter.logits(ids, row_grafts=row_grafts, attention_mask=mask)
     grafter.generate(ids, row_grafts=row_grafts, attention_mask=mask, max_new_tokens=2, generated="last")
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="names no donor, but this Grafter has several"):
         grafter.logits(ids, grafts=to_grafts(GraftSpec()), attention_mask=mask)
     for model, state, what in zip([recipient, *donors.values()], before, ["recipient", "sft", "task"]):
         assert_unchanged(model, state, what)
