@@ -126,9 +126,23 @@ GROUPS = {"attn": ["q", "k", "v", "o"], "mlp": ["gate", "up", "down"], "norms": 
 
 
 def _layer_list(spec, n: int) -> list[int]:
-    from weightgraft.experiments.plan import layer_indices
+    """Concrete layers, written out here rather than asked of weightgraft, so that the reference
+    stays independent: engine bands from the benchmark's reference grafter, the authors' quarters
+    by their rule (q = n // 4, the fourth quarter takes the remainder)."""
+    from reference_grafter import _bands
 
-    return layer_indices(spec, n)
+    if spec == "all":
+        return list(range(n))
+    if isinstance(spec, int):
+        return [spec % n]
+    if isinstance(spec, str):
+        q = n // 4
+        authors = {"authors_first_quarter": range(0, q), "authors_second_quarter": range(q, 2 * q),
+                   "authors_third_quarter": range(2 * q, 3 * q),
+                   "authors_fourth_quarter": range(3 * q, n),
+                   "authors_third_and_fourth_quarters": range(2 * q, n)}
+        return list(authors[spec]) if spec in authors else _bands(n)[spec]
+    return sorted({i % n for i in spec})
 
 
 class ReferenceGrafter:
