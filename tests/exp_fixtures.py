@@ -19,30 +19,31 @@ from weightgraft.data.schema import CharSpan, EvalPrompt
 ACTORS = [("Ada", "Brook"), ("Cyril", "Dane"), ("Edda", "Frost"), ("Gus", "Hale"),
           ("Ines", "Juno"), ("Kurt", "Lorn"), ("Mira", "Nash"), ("Otto", "Pike")]
 MOVIES = ["Iron Tide", "Blue Hour", "Glass Road", "Red Orbit"]
+KINDS = ["fake_fake", "fake_real", "fake_fake", "real_shuffled"]
+# The paper's three sentences (the data layer's `paper_*` ids); R is the word "stars" only.
 TEMPLATES = {
-    "headline": "{a} stars in a movie alongside",
-    "qa": "Q: Who stars in a movie with {a}? A: An actor named",
-    "movie": "In {m}, {a} acts alongside",
+    "paper_1": "{a} stars in a movie alongside",
+    "paper_2": "Q: Who stars in a movie with {a}? A: An actor named",
+    "paper_3": "{a} stars in {m} alongside",
 }
-RELATION_WORDS = {"headline": "stars in a movie alongside", "qa": "stars in a movie with",
-                  "movie": "acts alongside"}
 
 
 def make_prompts() -> list[EvalPrompt]:
-    """Three templates x four facts; the `movie` template alone has a movie title."""
+    """Three templates x four facts; `paper_3` alone has a movie title."""
     prompts = []
     for i in range(4):
         a, b = " ".join(ACTORS[2 * i]), " ".join(ACTORS[2 * i + 1])
         movie = MOVIES[i]
         for tid, template in TEMPLATES.items():
             text = template.format(a=a, m=movie)
-            spans = {"first_entity": _span(text, a), "relation": _span(text, RELATION_WORDS[tid])}
+            spans = {"first_entity": _span(text, a), "relation": _span(text, "stars")}
             if "{m}" in template:
                 spans["movie_title"] = _span(text, movie)
             last = text.rsplit(" ", 1)[-1]
             spans["last_token"] = CharSpan(start=len(text) - len(last), end=len(text))
             prompts.append(EvalPrompt(id=f"f{i}-{tid}", fact_id=f"f{i}", template_id=tid,
-                                      text=text, target=" " + b, spans=spans))
+                                      text=text, target=" " + b, spans=spans,
+                                      fact_kind=KINDS[i]))
     return prompts
 
 
@@ -71,7 +72,7 @@ def build_tokenizer():
 
 
 def build_models(root: Path, layers: int = 4, seed: int = 0) -> dict[str, str]:
-    """pre, sft, task: one tiny random Llama and two perturbed copies, saved with tokenizer."""
+    """pre, sft, task, b2a: one tiny random Llama and three perturbed copies, with tokenizer."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     tokenizer = build_tokenizer()
@@ -82,7 +83,7 @@ def build_models(root: Path, layers: int = 4, seed: int = 0) -> dict[str, str]:
     torch.manual_seed(seed)
     pre = LlamaForCausalLM(config).eval()
     paths = {}
-    for offset, name in enumerate(["pre", "sft", "task"]):
+    for offset, name in enumerate(["pre", "sft", "task", "b2a"]):
         model = LlamaForCausalLM(config).eval()
         model.load_state_dict(pre.state_dict())
         if name != "pre":
@@ -108,35 +109,13 @@ def write_dataset(root: Path) -> str:
     return str(root)
 
 
-def load_prompts_standin(path) -> list[EvalPrompt]:
-    lines = (Path(path) / "eval.jsonl").read_text().splitlines()
-    return [EvalPrompt.model_validate_json(line) for line in lines]
-
-
-@dataclass
-class Encoded:
-    input_ids: list[int]
-    positions: dict[str, list[int]]
-    target_ids: list[int]
-
-
-def encode_standin(tokenizer, prompt: EvalPrompt) -> Encoded:
-    """Offset-mapping encoder with the data layer's contract (used until it lands)."""
-    enc = tokenizer(prompt.text, return_offsets_mapping=True, add_special_tokens=True)
-    positions = {}
-    for role, span in prompt.spans.items():
-        positions[role] = [i for i, (s, e) in enumerate(enc["offset_mapping"])
-                           if e > s and s < span.end and e > span.start]
-    target = tokenizer(prompt.target, add_special_tokens=False)["input_ids"]
-    return Encoded(list(enc["input_ids"]), positions, list(target))
-
-
 # ---- reference grafting -------------------------------------------------------------------
 @dataclass
 class RefGraft:
     positions: object = "all"
     layers: object = "all"
     components: object = "all"
+    donor: str | None = None  # a key of the reference's donors; None: its only donor
 
 
 LLAMA_LAYER = {"q": "self_attn.q_proj", "k": "self_attn.k_proj", "v": "self_attn.v_proj",
@@ -153,10 +132,12 @@ def _layer_list(spec, n: int) -> list[int]:
 
 
 class ReferenceGrafter:
-    """Row-by-row Llama grafting through output-mixing hooks (independent of the engine)."""
+    """Row-by-row Llama grafting through output-mixing hooks (independent of the engine).
+    `donor` is a model, or a dict of named models for grafts that name their donor."""
 
     def __init__(self, recipient, donor):
-        self.recipient, self.donor = recipient, donor
+        self.recipient = recipient
+        self.donors = donor if isinstance(donor, dict) else {None: donor}
         self.num_layers = recipient.config.num_hidden_layers
         self.components = [*LLAMA_LAYER, *LLAMA_MODEL]
 
@@ -182,20 +163,23 @@ class ReferenceGrafter:
     @torch.no_grad()
     def _row(self, ids: torch.Tensor, grafts) -> torch.Tensor:
         n = ids.shape[0]
-        chosen: dict[str, torch.Tensor] = {}
+        chosen: dict[tuple[str, str | None], torch.Tensor] = {}  # (module, donor) -> positions
         for graft in grafts or []:
             pos = graft.positions
             mask = torch.ones(n, dtype=torch.bool) if pos == "all" else torch.tensor(pos)
             for name in self._targets(graft):
-                chosen[name] = chosen.get(name, torch.zeros(n, dtype=torch.bool)) | mask
-        donor_modules = dict(self.donor.named_modules())
+                key = (name, graft.donor)
+                chosen[key] = chosen.get(key, torch.zeros(n, dtype=torch.bool)) | mask
+        donor_modules = {k: dict(m.named_modules()) for k, m in self.donors.items()}
         handles = []
         for name, module in self.recipient.named_modules():
-            if name in chosen:
-                def hook(_m, args, output, name=name):
-                    other = donor_modules[name](*args)
-                    where = chosen[name][None, :, None]
-                    return torch.where(where, other, output)
+            mine = [(d, m) for (mod, d), m in chosen.items() if mod == name]
+            if mine:
+                def hook(_m, args, output, mine=mine, name=name):
+                    for donor, where in mine:
+                        other = donor_modules[donor][name](*args)
+                        output = torch.where(where[None, :, None], other, output)
+                    return output
                 handles.append(module.register_forward_hook(hook))
         try:
             return self.recipient(input_ids=ids[None]).logits[0]
@@ -215,12 +199,6 @@ class ReferenceGrafter:
             full[: out.shape[0]] = out
             rows.append(full)
         return torch.stack(rows)
-
-
-def standin_hooks() -> dict:
-    """Runner hooks that need neither the engine nor the data layer."""
-    return {"encode": encode_standin, "load_prompts": load_prompts_standin,
-            "grafter": (ReferenceGrafter, RefGraft)}
 
 
 def base_config(models: dict[str, str], dataset: str, experiments: list) -> dict:

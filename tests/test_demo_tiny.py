@@ -12,10 +12,12 @@ from training_fixtures import tiny_artifacts, tiny_home
 from typer.testing import CliRunner
 
 from weightgraft.cli import _register_all, app
-from weightgraft.experiments.runner import slug
+from weightgraft.experiments.records import slug
 
-EXPERIMENTS = ["position_grafting", "components_pre_sft", "components_task_sft",
-               "components_hybrid", "layer_sweeps", "free_text", "activation_patching"]
+EXPERIMENTS = ["position_grafting", "position_relation", "position_title", "components_reversal",
+               "components_pre", "hybrid", "known_facts", "layer_sweeps", "free_text",
+               "activation_patching"]
+CLAIMS = ("FE+LT vs SFT", "(FE+LT)^C vs PRE", "O+FFN vs ATTN+O+FFN", "FFN vs O+FFN (removing O)")
 
 
 @pytest.fixture(scope="module")
@@ -35,12 +37,13 @@ def test_demo_runs_every_preset_and_reports(demo):
         rows = list(csv.DictReader(handle))
     assert list(dict.fromkeys(r["experiment"] for r in rows)) == EXPERIMENTS
     md = (out / "report.md").read_text()
-    for check in ("FE+LT vs SFT", "(FE+LT)^C vs PRE", "O+FFN vs ATTN+O+FFN"):
+    for check in CLAIMS:
         said = re.search(re.escape(check) + r": (appears|does not appear|inconclusive)\.", output)
         assert said, output
         assert f"**{check}: {said.group(1)}.**" in md
     run = json.loads((out / "run.json").read_text())
-    assert set(run["models"]) == {"pre", "sft", "task", "freetext"}
+    assert set(run["models"]) == {"pre", "sft", "b2a", "task", "freetext"}
+    assert md.count("#### Paper vs this model") == 4  # position, both components, hybrid
     assert all(len(m["sha256"]) == 64 for m in run["models"].values())
     assert run["datasets"]["relation"]["manifest"]["seed"] == 0
 

@@ -14,10 +14,6 @@ import zlib
 import numpy as np
 import torch
 
-# Summary metrics and how each is made from per-example columns.
-SUMMARY_METRICS = ("top1", "top5", "top10", "top50", "top100", "prob", "rank_median", "mrr",
-                   "target_logprob", "exact_match")
-
 
 def score_rows(logits: torch.Tensor, prompt_lens: list[int], targets: list[list[int]]) -> list[dict]:
     """Scores for each row of `logits` [rows, seq, vocab] (right-padded rows), or of a list of

@@ -1,6 +1,8 @@
-"""report.md and report.html: the verdict on the paper's pattern, one section per experiment
-(description, table with 95% intervals, per-template table, plots, not-applicable notes), and
-provenance (models with hashes, datasets with manifests, seed, versions, time taken)."""
+"""report.md and report.html: the verdict on the paper's pattern, the deviations from the
+paper's conditions, one section per experiment (description, layers used, plots, table with 95%
+intervals, per-template and per-fact-kind tables, the paper's published numbers beside this
+model's, not-applicable notes, the conditions' grafts), and provenance (models with hashes,
+datasets with manifests, seed, versions, time taken)."""
 
 from __future__ import annotations
 
@@ -8,13 +10,39 @@ import html
 import json
 from pathlib import Path
 
-from weightgraft.experiments.verdict import MIN_GAP, RECOVERS, STAYS_NEAR, check_pattern
 from weightgraft.atomic import write_text_atomic
+from weightgraft.experiments.components import describe
+from weightgraft.experiments.records import read_state
+from weightgraft.experiments.vocabulary import HEADLINE_METRIC, TABLE_METRICS
 from weightgraft.reporting.plots import plot_experiment
-from weightgraft.reporting.summary import ALL, read_summary
+from weightgraft.reporting.published import (ANALYSIS_OF_EXPERIMENT, DATASET_OF_KIND, MODELS,
+                                             published, published_rows)
+from weightgraft.reporting.summary import ALL, pooled, read_summary
+from weightgraft.reporting.verdict import MIN_GAP, check_pattern
 
-TABLE_METRICS = ["top1", "top5", "top10", "top50", "top100", "prob", "target_logprob",
-                 "exact_match"]
+# Where weightgraft's presets differ from the authors' runs (conditions.md), and why.
+DEVIATIONS = [
+    "Tied embeddings: grafting the embedding at a position leaves the recipient's unembedding "
+    "in place (the clean definition: the recipient's lm_head at every position). The authors' "
+    "code swapped the unembedding too on tied models (Gemma, Llama-3.2-1B, GPT2-XL), so their "
+    "\"lm_head never\" held only for untied Pythia.",
+    "`unembedding: donor` takes the donor's lm_head at every position but keeps the "
+    "recipient's final norm (the paper never grafted the final norm).",
+    "The hybrid's LT band is the authors' third and fourth quarters, inferred from the layer "
+    "override of their sweep (layers >= n//2); with that override inactive it would be the "
+    "fourth quarter alone.",
+    "Sentence 1 is `{first_actor} stars in a movie alongside`, without the doubled \"in\" of "
+    "the authors' string; the published components-onto-PRE numbers used an older wording of "
+    "sentence 1.",
+    "The built-in models are none of the paper's four: a small model pretrained here, "
+    "finetuned with weightgraft's own recipe (checkpoint chosen on held-out wordings, not on "
+    "validation sentences that share facts with training). The `paper vs this model` tables "
+    "show the four published models beside it; compare patterns, not levels.",
+    "Layer sweeps use the engine's bands (eighths or quarters of the stack), not the authors' "
+    "quarters, and graft every weight but the head at the other position.",
+    "Built-in datasets are smaller than the paper's 1000 facts, and the fact kinds map to the "
+    "paper's datasets as fake_real = FMRA, fake_fake = FMFA, real_shuffled = RMRA-shuffled.",
+]
 CSS = """body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;
 color:#222}table{border-collapse:collapse;font-size:13px;margin:1em 0}td,th{border:1px solid #ccc;
 padding:3px 7px;text-align:right}th{background:#f3f3f3}td:first-child,th:first-child{text-align:left}
@@ -30,11 +58,10 @@ def _cell(row: dict | None, ci: bool = True) -> str:
     return f"{row['value']:.3f} [{row['ci_low']:.2f}, {row['ci_high']:.2f}]"
 
 
-def experiment_table(summary: list[dict], state: dict, metrics: list[str] | None = None,
-                     ci: bool = True) -> str:
+def experiment_table(summary: list[dict], state: dict, metrics=None, ci: bool = True) -> str:
     """Markdown table of one experiment over all templates: condition x metric (value [CI])."""
-    metrics = metrics or TABLE_METRICS
-    rows = {(r["condition"], r["metric"]): r for r in summary
+    metrics = list(metrics or TABLE_METRICS)
+    rows = {(r["condition"], r["metric"]): r for r in pooled(summary)
             if r["experiment"] == state["name"] and r["template"] == ALL}
     lines = ["| condition | n | " + " | ".join(metrics) + " |",
              "|---|---:|" + "---:|" * len(metrics)]
@@ -46,28 +73,140 @@ def experiment_table(summary: list[dict], state: dict, metrics: list[str] | None
     return "\n".join(lines)
 
 
+def _count_cell(row: dict | None) -> str:
+    if row is None or row["value"] is None:
+        return "n/a (n=0)"
+    return f"{row['value']:.2f} (n={row['n']})"
+
+
 def template_table(summary: list[dict], state: dict) -> str:
     metric = state["headline"][0]
-    rows = {(r["condition"], r["template"]): r for r in summary
+    rows = {(r["condition"], r["template"]): r for r in pooled(summary)
             if r["experiment"] == state["name"] and r["metric"] == metric}
     templates = [*state["templates"], ALL]
     lines = [f"| condition ({metric}) | " + " | ".join(templates) + " |",
              "|---|" + "---:|" * len(templates)]
     for cond in state["conditions"]:
-        cells = []
-        for t in templates:
-            row = rows.get((cond["name"], t))
-            cells.append("n/a (n=0)" if row is None or row["value"] is None
-                         else f"{row['value']:.2f} (n={row['n']})")
+        cells = [_count_cell(rows.get((cond["name"], t))) for t in templates]
         lines.append(f"| {cond['name']} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def fact_kind_table(summary: list[dict], state: dict) -> str:
+    """Headline metric per fact kind (every template pooled); empty when kinds are unknown."""
+    metric = state["headline"][0]
+    rows = {(r["condition"], r["fact_kind"]): r for r in summary
+            if r["experiment"] == state["name"] and r["metric"] == metric
+            and r["template"] == ALL and r["fact_kind"] != ALL}
+    kinds = sorted({k for _, k in rows})
+    if not kinds:
+        return ""
+    lines = [f"| condition ({metric}, by fact kind) | " + " | ".join(kinds) + " | ALL |",
+             "|---|" + "---:|" * (len(kinds) + 1)]
+    everything = {r["condition"]: r for r in pooled(summary) if r["experiment"] == state["name"]
+                  and r["metric"] == metric and r["template"] == ALL}
+    for cond in state["conditions"]:
+        cells = [_count_cell(rows.get((cond["name"], k))) for k in kinds]
+        cells.append(_count_cell(everything.get(cond["name"])))
+        lines.append(f"| {cond['name']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def paper_tables(summary: list[dict], state: dict) -> list[str]:
+    """`paper vs this model`: per sentence, the four published models' top-5 beside ours."""
+    analysis = ANALYSIS_OF_EXPERIMENT.get(state["name"])
+    if analysis is None:
+        return []
+    ours = {(r["condition"], r["template"]): r for r in pooled(summary)
+            if r["experiment"] == state["name"] and r["metric"] == HEADLINE_METRIC}
+    published_conditions = list(dict.fromkeys(
+        r["condition"] for r in published_rows() if r["analysis"] == analysis.name))
+    names = [c["name"] for c in state["conditions"]]
+    order = [*names, *(c for c in published_conditions if c not in names)]
+    kinds = ", ".join(f"{k} = {d}" for k, d in DATASET_OF_KIND.items())
+    lines = ["#### Paper vs this model", "",
+             f"Top-5 published for the paper's `{analysis.name}` analysis on {analysis.dataset} "
+             f"(fact kinds: {kinds}){'; ' + analysis.note if analysis.note else ''}. This "
+             "model: every fact kind of the run pooled; `–` where the paper has no number.", ""]
+    for template, sentence in analysis.sentences.items():
+        if template not in state["templates"]:
+            continue
+        lines += [f"Sentence {sentence} (`{template}`):", "",
+                  "| condition | " + " | ".join(MODELS) + " | this model |",
+                  "|---|" + "---:|" * (len(MODELS) + 1)]
+        for cond in order:
+            cells = []
+            for model in MODELS:
+                value = published(analysis.name, analysis.dataset, sentence, cond, model)
+                cells.append("–" if value is None else f"{value:.2f}")
+            row = ours.get((cond, template))
+            cells.append("–" if cond not in names else _count_cell(row))
+            lines.append(f"| {cond} | " + " | ".join(cells) + " |")
+        lines.append("")
+    return lines + kind_paper_table(summary, state, analysis, order)
+
+
+def kind_paper_table(summary: list[dict], state: dict, analysis, order: list[str]) -> list[str]:
+    """By fact kind: the published datasets of the same kind (mean over the sentences the
+    paper reports) beside this model's value for that kind (its sentences pooled)."""
+    sentences = [analysis.sentences[t] for t in state["templates"] if t in analysis.sentences]
+    ours = {(r["condition"], r["fact_kind"]): r for r in summary
+            if r["experiment"] == state["name"] and r["metric"] == HEADLINE_METRIC
+            and r["template"] == ALL and r["fact_kind"] != ALL}
+    kinds = [k for k in DATASET_OF_KIND if any(kind == k for _, kind in ours)]
+    names = {c["name"] for c in state["conditions"]}
+    blocks = []
+    for kind in kinds:
+        dataset = DATASET_OF_KIND[kind]
+        rows, any_published = [], False
+        for cond in order:
+            cells, found = [], False
+            for model in MODELS:
+                values = [published(analysis.name, dataset, s, cond, model) for s in sentences]
+                values = [v for v in values if v is not None]
+                found |= bool(values)
+                cells.append(f"{sum(values) / len(values):.2f}" if values else "–")
+            any_published |= found
+            if not found and cond not in names:
+                continue
+            cells.append(_count_cell(ours.get((cond, kind))) if cond in names else "–")
+            rows.append(f"| {cond} | " + " | ".join(cells) + " |")
+        if any_published:
+            blocks += [f"Fact kind `{kind}` against the paper's {dataset} (published top-5 "
+                       f"averaged over sentences {', '.join(sentences)}):", "",
+                       "| condition | " + " | ".join(MODELS) + " | this model |",
+                       "|---|" + "---:|" * (len(MODELS) + 1), *rows, ""]
+    return blocks
+
+
+def _layers_text(indices: list[int], num_layers: int) -> str:
+    if indices == list(range(num_layers)):
+        return f"all {num_layers} layers"
+    if len(indices) == 1:
+        return f"layer {indices[0]}"
+    if indices and indices == list(range(indices[0], indices[-1] + 1)):
+        return f"layers {indices[0]}..{indices[-1]}"
+    return "layers " + ", ".join(map(str, indices))
+
+
+def layers_used(state: dict) -> str:
+    """Every named band the experiment's grafts use, with the concrete layers it meant here."""
+    seen = {}
+    for cond in state["conditions"]:
+        for graft in cond["grafts"]:
+            if isinstance(graft["layers"], str) and "layer_indices" in graft:
+                seen[graft["layers"]] = graft["layer_indices"]
+    if not seen:
+        return ""
+    parts = [f"`{band}` = {_layers_text(idx, state['num_layers'])}" for band, idx in seen.items()]
+    return f"Layers used (of {state['num_layers']}): " + "; ".join(parts) + "."
 
 
 def na_notes(summary: list[dict], state: dict) -> list[str]:
     notes = []
     metric = state["headline"][0]
     for cond in state["conditions"]:
-        missing = [r["template"] for r in summary if r["experiment"] == state["name"]
+        missing = [r["template"] for r in pooled(summary) if r["experiment"] == state["name"]
                    and r["condition"] == cond["name"] and r["metric"] == metric
                    and r["template"] != ALL and r["n"] == 0]
         if missing:
@@ -77,13 +216,21 @@ def na_notes(summary: list[dict], state: dict) -> list[str]:
     return notes
 
 
+def _graft_text(graft: dict, num_layers: int) -> str:
+    layers = (_layers_text(graft["layer_indices"], num_layers) if "layer_indices" in graft
+              else f"layers {graft['layers']}")
+    return (f"{graft['positions']}: {describe(graft['components'])} in {layers} from "
+            f"`{graft['donor']}`")
+
+
 def _conditions_legend(state: dict) -> str:
     lines = []
     for cond in state["conditions"]:
         if cond["meta"]:
             continue
-        where = f"; recipient `{cond['recipient']}`, donor `{cond['donor']}`"
-        lines.append(f"- **{cond['name']}**: {cond['description'] or 'custom grafts'}{where}")
+        grafts = "; ".join(_graft_text(g, state["num_layers"]) for g in cond["grafts"]) or "no graft"
+        lines.append(f"- **{cond['name']}**: {cond['description'] or 'custom grafts'}; recipient "
+                     f"`{cond['recipient']}`; grafts: {grafts}")
     sweep = [c for c in state["conditions"] if c["meta"]]
     if sweep:
         lines.append(f"- plus {len(sweep)} sweep conditions `POSITION BAND COMPONENTS` "
@@ -98,10 +245,15 @@ def verdict_section(summary: list[dict]) -> list[str]:
     lines = ["## Does the paper's pattern appear?", ""]
     for check in checks:
         lines.append(f"- **{check.name}: {check.outcome}.** {check.sentence}")
-    lines += ["", f"Thresholds: FE+LT must recover >= {RECOVERS:.0%} of SFT's top-5 gain over "
-              f"PRE; (FE+LT)^C at most {STAYS_NEAR:.0%}; O+FFN at LT must give >= {RECOVERS:.0%} "
-              f"of what ATTN+O+FFN adds over FE alone; a gain under {MIN_GAP:.2f} is "
-              "inconclusive. Point estimates only: read the intervals in the tables below.", ""]
+    lines += ["", "Each claim: recovery = (condition - low) / (high - low) on top-5 over every "
+              "template of its experiment, against a threshold:", ""]
+    for check in checks:
+        c = check.claim
+        word = ">=" if c.direction == "at_least" else "<="
+        lines.append(f"- {c.name}: {c.meaning}; recovery of `{c.condition}` between "
+                     f"`{c.low}` (0) and `{c.high}` (1) {word} {c.threshold:.0%}.")
+    lines += ["", f"A reference gap under {MIN_GAP:.2f} is inconclusive. Point estimates only: "
+              "read the intervals in the tables below.", ""]
     return lines
 
 
@@ -127,6 +279,12 @@ def _provenance(run: dict) -> list[str]:
     return lines
 
 
+def deviations_section() -> list[str]:
+    lines = ['<details markdown="1"><summary>Deviations from the paper\'s conditions</summary>', ""]
+    lines += [f"- {d}" for d in DEVIATIONS]
+    return [*lines, "", "</details>", ""]
+
+
 def build_markdown(out: Path, plots: dict[str, list[Path]]) -> str:
     run = json.loads((out / "run.json").read_text())
     summary = read_summary(out)
@@ -134,11 +292,12 @@ def build_markdown(out: Path, plots: dict[str, list[Path]]) -> str:
     lines = [f"# weightgraft report: {run['config']['name']}", "",
              "Accuracy is top-k of the target's first token; `prob` its probability; "
              "`target_logprob` the whole target's log-probability; `exact_match` greedy decoding "
-             "of the whole target. Values over every template, with bootstrap 95% intervals; "
-             "`summary.csv` has every metric per template.", ""]
+             "of the whole target. Values over every template and fact kind, with bootstrap 95% "
+             "intervals; `summary.csv` has every metric per template and per fact kind.", ""]
     lines += verdict_section(summary)
+    lines += deviations_section()
     for name in names:
-        state = json.loads((out / "state" / f"{name}.json").read_text())
+        state = read_state(out, name)
         lines += [f"## {state['title']}", "", state["description"], "",
                   f"Experiment `{name}`: recipient `{state['recipient']}`, donor "
                   f"`{state['donor']}`, dataset `{state['dataset']}`, "
@@ -146,10 +305,17 @@ def build_markdown(out: Path, plots: dict[str, list[Path]]) -> str:
                   + (f" (a seeded subset of {state['available_examples']}, balanced over "
                      "templates)" if state.get("available_examples", 0) > len(state["examples"])
                      else "") + ".", ""]
+        used = layers_used(state)
+        if used:
+            lines += [used, ""]
         for path in plots.get(name, []):
             if path.suffix == ".png":
                 lines += [f"![{path.stem}](plots/{path.name})", ""]
         lines += [experiment_table(summary, state), "", template_table(summary, state), ""]
+        kinds = fact_kind_table(summary, state)
+        if kinds:
+            lines += [kinds, ""]
+        lines += paper_tables(summary, state)
         lines += [f"- {note}" for note in na_notes(summary, state)]
         lines += ["", '<details markdown="1"><summary>Conditions</summary>', "",
                   _conditions_legend(state), "", "</details>", ""]
@@ -162,11 +328,10 @@ def write_report(out: str | Path) -> tuple[Path, Path]:
     import markdown
 
     out = Path(out)
-    summary = read_summary(out)
+    summary = pooled(read_summary(out))
     plots = {}
     for name in dict.fromkeys(r["experiment"] for r in summary):
-        state = json.loads((out / "state" / f"{name}.json").read_text())
-        plots[name] = plot_experiment(summary, state, out / "plots")
+        plots[name] = plot_experiment(summary, read_state(out, name), out / "plots")
     text = build_markdown(out, plots)
     md_path = write_text_atomic(out / "report.md", text)
     body = markdown.markdown(text, extensions=["tables", "fenced_code", "md_in_html"])

@@ -1,4 +1,4 @@
-"""`weightgraft demo`: the paper's five analyses on the built-in models, with a plain verdict.
+"""`weightgraft demo`: the paper's analyses on the built-in models, with a plain verdict.
 
 The built-in data and models come from `weightgraft.training.builtin.ensure_builtin` (built on
 first use, cached after). Any of the models can be replaced by a hub id or a local path.
@@ -12,10 +12,11 @@ from pathlib import Path
 
 from weightgraft.experiments.config import RunConfig, parse_config
 from weightgraft.experiments.presets import ALL_PRESETS
-from weightgraft.experiments.verdict import Check, check_pattern
+from weightgraft.pipelines.run import run_all
+from weightgraft.reporting.verdict import Check
 
-# Prompts scored per experiment: enough for intervals of a few points, few enough that all five
-# presets stay well under a minute on two CPU cores. `None` scores every evaluation prompt.
+# Prompts scored per experiment: enough for intervals of a few points, few enough that every
+# preset stays well under a minute on two CPU cores. `None` scores every evaluation prompt.
 DEMO_EXAMPLES = {"default": 80, "tiny": 24}
 
 
@@ -29,20 +30,19 @@ class DemoResult:
 
 def demo_config(artifacts, *, size: str = "default", recipient: str | None = None,
                 donor: str | None = None, task_model: str | None = None,
-                freetext_model: str | None = None, device: str = "cpu", dtype: str = "float32",
-                max_examples: int | None = -1, bootstrap: int = 1000) -> RunConfig:
+                freetext_model: str | None = None, b2a_model: str | None = None,
+                device: str = "cpu", dtype: str = "float32", max_examples: int | None = -1,
+                bootstrap: int = 1000) -> RunConfig:
     """The demo's run config over built-in artifacts (paths), with optional model overrides."""
     cap = DEMO_EXAMPLES[size] if max_examples == -1 else max_examples
     return parse_config({
-        "name": f"demo-{size}",
-        "seed": 0,
-        "device": device,
-        "dtype": dtype,
+        "name": f"demo-{size}", "seed": 0, "device": device, "dtype": dtype,
         "models": {"pre": recipient or str(artifacts.pretrained),
                    "sft": donor or str(artifacts.relation_model),
+                   "b2a": b2a_model or str(artifacts.b2a_model),
                    "task": task_model or str(artifacts.task_model),
                    "freetext": freetext_model or str(artifacts.freetext_model)},
-        "datasets": {"relation": str(artifacts.relation_data),
+        "datasets": {"relation": str(artifacts.relation_data), "known": str(artifacts.known_data),
                      "freetext": str(artifacts.freetext_data)},
         "experiments": [{"preset": name, "max_examples": cap} for name in ALL_PRESETS],
         "bootstrap": bootstrap,
@@ -51,9 +51,7 @@ def demo_config(artifacts, *, size: str = "default", recipient: str | None = Non
 
 def run_demo(out: str | Path = "runs/demo", *, size: str = "default", home: str | None = None,
              progress: bool = True, **options) -> DemoResult:
-    """Build or reuse the built-in artifacts, run presets 1-5 into `out`, write the report."""
-    from weightgraft.experiments.runner import run_experiments
-    from weightgraft.reporting.summary import read_summary
+    """Build or reuse the built-in artifacts, run the presets into `out`, write the report."""
     from weightgraft.training.builtin import ensure_builtin
 
     if size not in DEMO_EXAMPLES:
@@ -62,7 +60,6 @@ def run_demo(out: str | Path = "runs/demo", *, size: str = "default", home: str 
     artifacts = ensure_builtin(size=size, home=home, progress=progress)
     built = time.perf_counter()
     config = demo_config(artifacts, size=size, **options)
-    run_experiments(config, out, progress=progress)
+    outcome = run_all(config, out, progress=progress)
     done = time.perf_counter()
-    checks = check_pattern(read_summary(Path(out)))
-    return DemoResult(Path(out), checks, built - start, done - built)
+    return DemoResult(Path(out), outcome.checks, built - start, done - built)
