@@ -1,4 +1,9 @@
-"""Atomic file writes: a reader (or a resumed run) sees the old file or the new one, never half."""
+"""Atomic file writes: a reader (or a resumed run) sees the old file or the new one, never half.
+
+Files and folders get the modes the user's umask gives a plain `open`/`mkdir` (usually 0644 and
+0755), not the private 0600/0700 of `tempfile`, so that outputs on a shared machine can be read
+by the group as the user's other files can.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +11,42 @@ import os
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+
+from weightgraft.errors import UserError
+
+
+def current_umask() -> int:
+    """The process umask (read by setting it and putting it back; there is no getter)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def file_mode() -> int:
+    return 0o666 & ~current_umask()
+
+
+def folder_mode() -> int:
+    return 0o777 & ~current_umask()
+
+
+def follow_umask(path: str | Path) -> Path:
+    """Give a file or folder tree (ours, e.g. one made by tempfile or save_pretrained) the modes
+    the umask gives new files and folders."""
+    path = Path(path)
+    paths = [path, *path.rglob("*")] if path.is_dir() else [path]
+    for item in paths:
+        if not item.is_symlink():
+            os.chmod(item, folder_mode() if item.is_dir() else file_mode())
+    return path
+
+
+def make_temp_folder(parent: str | Path, prefix: str) -> Path:
+    """`tempfile.mkdtemp` in `parent`, with the umask's folder mode instead of 0700."""
+    Path(parent).mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=parent, prefix=prefix))
+    os.chmod(tmp, folder_mode())
+    return tmp
 
 
 def write_atomic(path: str | Path, writer: Callable[[Path], None]) -> Path:
@@ -16,6 +57,7 @@ def write_atomic(path: str | Path, writer: Callable[[Path], None]) -> Path:
     os.close(fd)
     try:
         writer(Path(tmp))
+        os.chmod(tmp, file_mode())  # mkstemp makes 0600
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -38,7 +80,7 @@ def write_bytes_atomic(path: str | Path, data: bytes) -> Path:
 OWNED_RECORD = ".weightgraft-files"
 
 
-class OutputExistsError(ValueError):
+class OutputExistsError(UserError, ValueError):
     """The output folder exists and holds files; the user must ask for --overwrite."""
 
 

@@ -39,16 +39,13 @@ def run_command(
     progress: bool = typer.Option(True, help="Show progress bars."),
 ) -> None:
     """Run the experiments of a config file (resuming in an existing run folder) and report."""
-    from weightgraft.experiments.config import ConfigError, load_config
+    from weightgraft.experiments.config import load_config
     from weightgraft.pipelines import run_all
 
     models = {k: v for k, v in (("pre", recipient), ("sft", donor), ("task", task_model),
                                 ("b2a", b2a_model), ("freetext", freetext_model)) if v}
-    try:
-        cfg = load_config(config, device=device, dtype=dtype, models=models or None)
-    except ConfigError as err:
-        typer.echo(str(err), err=True)
-        raise typer.Exit(2) from None
+    # A bad config raises ConfigError, which the CLI's main prints as one line (exit code 2).
+    cfg = load_config(config, device=device, dtype=dtype, models=models or None)
     out = out or Path("runs") / cfg.name
     start = time.perf_counter()
     outcome = run_all(cfg, out, progress=progress)

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import sys
 
+from weightgraft.errors import UserError
 
-class DataError(ValueError):
+
+class DataError(UserError, ValueError):
     """Bad input data or options: the message names the file, line or option and the fix."""
 
 

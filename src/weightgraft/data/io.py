@@ -18,14 +18,14 @@ import hashlib
 import json
 import os
 import shutil
-import tempfile
 from collections.abc import Iterable
 from contextlib import contextmanager
 from pathlib import Path
 
 from pydantic import ValidationError
 
-from weightgraft.atomic import install_folder, refuse_nonempty, write_text_atomic
+from weightgraft.atomic import (follow_umask, install_folder, make_temp_folder, refuse_nonempty,
+                                write_text_atomic)
 from weightgraft.data.errors import DataError, warn
 from weightgraft.data.schema import EvalPrompt, RelationFact
 
@@ -90,9 +90,10 @@ def atomic_directory(final: Path, overwrite: bool = False):
     final.parent.mkdir(parents=True, exist_ok=True)
     for stale in final.parent.glob(f".{final.name}.tmp-*"):
         shutil.rmtree(stale, ignore_errors=True)
-    tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}.tmp-"))
+    tmp = make_temp_folder(final.parent, prefix=f".{final.name}.tmp-")
     try:
         yield tmp
+        follow_umask(tmp)  # tempfile and save_pretrained make private files
         install_folder(tmp, final)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

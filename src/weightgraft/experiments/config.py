@@ -31,6 +31,7 @@ import yaml
 from pydantic import (BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError,
                       field_validator, model_validator)
 
+from weightgraft.errors import UserError
 from weightgraft.experiments.components import parse_components
 from weightgraft.experiments.conditions import (ConditionSpec, LayerSpec, Unembedding,
                                                 check_layers, validate_condition)
@@ -41,7 +42,7 @@ from weightgraft.experiments.vocabulary import SUMMARY_METRICS as METRICS
 PresetName = Literal[tuple(ALL_PRESETS)]
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
     """A configuration problem, worded so that the fix is plain."""
 
 
@@ -190,6 +191,27 @@ class RunConfig(BaseModel):
     max_batch_tokens: int = Field(default=32768, ge=16)
     conditions_per_chunk: int = Field(default=16, ge=1)
 
+    @field_validator("name")
+    @classmethod
+    def _plain_name(cls, value: str) -> str:
+        # The default run folder is runs/NAME: a name must not reach outside it.
+        if (not value.strip() or value in (".", "..") or any(c in value for c in "/\\\0")
+                or value.startswith("~")):
+            raise ValueError(f"{value!r} is not a plain name; use letters, digits, '-', '_' or "
+                             "'.' without path separators (choose the folder with --out)")
+        return value
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, value: str) -> str:
+        import torch
+
+        try:
+            torch.device(value)
+        except (RuntimeError, ValueError):
+            raise ValueError(f"{value!r} is not a device; use cpu, cuda, cuda:N or mps") from None
+        return value
+
     @model_validator(mode="after")
     def _references(self) -> "RunConfig":
         experiments = self.expanded()
@@ -223,26 +245,39 @@ class RunConfig(BaseModel):
         return out
 
 
-def _format_error(err: ValidationError) -> str:
+_MAPPING_EXAMPLES = {"models": "{pre: gpt2, sft: ./ckpt/relation}",
+                     "datasets": "{relation: ./data/relation}"}
+
+
+def _format_error(err: ValidationError, source: str) -> str:
+    """One line per problem, the first naming the source (file) too, each with its field."""
     lines = []
     for item in err.errors():
         loc = [str(p) for p in item["loc"] if p not in ("custom", "preset")]
         where = ".".join(loc) or "config"
         if item["type"] == "extra_forbidden":
             parent = ".".join(loc[:-1]) or "top level"
-            lines.append(f"unknown field {loc[-1]!r} at {parent}")
+            lines.append(f"unknown field {loc[-1]!r} at {parent}; remove it or fix its spelling")
+        elif item["type"] == "dict_type":
+            example = _MAPPING_EXAMPLES.get(where, "{name: value}")
+            lines.append(f"{where}: expected a mapping of `name: value` entries, got "
+                         f"{item.get('input')!r}; write e.g. `{where}: {example}`")
+        elif item["type"] == "missing":
+            lines.append(f"{where}: required field is missing; add it")
         else:
             msg = item["msg"].removeprefix("Value error, ")
             lines.append(f"{where}: {msg}")
-    return "invalid run config:\n  " + "\n  ".join(lines)
+    head = f"invalid run config {source}: " if source else "invalid run config: "
+    return head + "\n  ".join(lines)
 
 
-def parse_config(data: dict) -> RunConfig:
-    """Validate a config dict; raises ConfigError whose text names each bad field or condition."""
+def parse_config(data: dict, source: str = "") -> RunConfig:
+    """Validate a config dict; raises ConfigError whose text names each bad field or condition
+    (and `source`, the config file, when given)."""
     try:
         return RunConfig.model_validate(data)
     except ValidationError as err:
-        raise ConfigError(_format_error(err)) from None
+        raise ConfigError(_format_error(err, source)) from None
 
 
 def load_config(path: str | Path, **overrides: Any) -> RunConfig:
@@ -250,21 +285,34 @@ def load_config(path: str | Path, **overrides: Any) -> RunConfig:
     with `models` merged key by key. Relative paths are taken from the config file's folder."""
     path = Path(path)
     if not path.is_file():
-        raise ConfigError(f"config file {path} does not exist")
-    data = yaml.safe_load(path.read_text()) or {}
+        raise ConfigError(f"config file {path} does not exist; check the path")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start}); save the "
+                          "config as UTF-8") from None
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" line {mark.line + 1} column {mark.column + 1}" if mark else ""
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise ConfigError(f"{path}{where}: bad YAML ({problem}); fix the syntax there (close "
+                          "brackets and quotes; quote values that hold ':' or '#')") from None
     if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected a mapping at the top level")
+        raise ConfigError(f"{path}: expected `field: value` lines at the top level, got a "
+                          f"{type(data).__name__}")
     base = path.resolve().parent
     for section in ("models", "datasets"):
-        for key, value in (data.get(section) or {}).items():
+        if not isinstance(data.get(section), dict):
+            continue  # validation names the field
+        for key, value in data[section].items():
             if isinstance(value, str) and value.startswith((".", "/")) or (
                     isinstance(value, str) and (base / value).exists()):
                 data[section][key] = str((base / value).resolve())
     for key, value in overrides.items():
         if value is None:
             continue
-        if key == "models":
+        if key == "models" and isinstance(data.get("models", {}), dict):
             data.setdefault("models", {}).update(value)
-        else:
+        elif key != "models":
             data[key] = value
-    return parse_config(data)
+    return parse_config(data, str(path))

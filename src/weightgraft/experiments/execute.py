@@ -10,12 +10,13 @@ from __future__ import annotations
 import torch
 
 from weightgraft.data.batching import right_pad
+from weightgraft.errors import UserError
 from weightgraft.experiments.components import resolve_for_model
 from weightgraft.experiments.conditions import Condition, ResolvedGraft
 from weightgraft.experiments.config import ExperimentSpec, RunConfig
 from weightgraft.experiments.metrics import score_rows
 from weightgraft.experiments.models import (fingerprint_model, load_model, load_tokenizer,
-                                            model_dir, vocab_fingerprint)
+                                            model_dir, model_file_hashes, vocab_fingerprint)
 from weightgraft.experiments.patching import patched_logits
 from weightgraft.experiments.plan import engine_layers, layer_indices, select_examples
 from weightgraft.experiments.records import Example, na_record, scored_record
@@ -36,7 +37,8 @@ class Resources:
     def model(self, key: str):
         if key not in self._models:
             self._models[key] = load_model(self.config.models[key], self.config.device,
-                                           self.config.dtype, self.config.trust_remote_code)
+                                           self.config.dtype, self.config.trust_remote_code,
+                                           field=f"models.{key}")
         return self._models[key]
 
     def fingerprint(self, key: str) -> str:
@@ -46,7 +48,8 @@ class Resources:
 
     def model_info(self, key: str) -> dict:
         path = self.config.models[key]
-        return {"path": path, "resolved": str(model_dir(path) or ""), "sha256": self.fingerprint(key)}
+        return {"path": path, "resolved": str(model_dir(path) or ""), "sha256": self.fingerprint(key),
+                "files": model_file_hashes(path)}  # each file's own sha256
 
     def tokenizer(self, keys: list[str]):
         """One tokenizer for the run; every model must share its vocabulary."""
@@ -56,13 +59,14 @@ class Resources:
                 path = self.config.models[key]
                 if path in seen:
                     continue
-                seen[path] = load_tokenizer(path, self.config.trust_remote_code)
+                seen[path] = load_tokenizer(path, self.config.trust_remote_code, f"models.{key}")
             first_path, first = next(iter(seen.items()))
             reference = vocab_fingerprint(first)
             for path, tok in seen.items():
                 if vocab_fingerprint(tok) != reference:
-                    raise ValueError(f"models {first_path!r} and {path!r} have different "
-                                     "tokenizers; grafting needs one shared vocabulary")
+                    raise UserError(f"models {first_path!r} and {path!r} have different "
+                                    "tokenizers; grafting needs one shared vocabulary, so use "
+                                    "finetunes of one base model")
             self._tokenizer = first
         return self._tokenizer
 
@@ -72,11 +76,15 @@ class Resources:
 
         key = (recipient, donors)
         if key not in self._grafters:
-            if len(donors) == 1:
-                grafter = Grafter(self.model(recipient), self.model(donors[0]))
-            else:
-                grafter = Grafter(self.model(recipient),
-                                  donors={k: self.model(k) for k in donors})
+            try:
+                if len(donors) == 1:
+                    grafter = Grafter(self.model(recipient), self.model(donors[0]))
+                else:
+                    grafter = Grafter(self.model(recipient),
+                                      donors={k: self.model(k) for k in donors})
+            except ValueError as err:  # the engine's word on models that do not fit together
+                raise UserError(f"models.{recipient} and models.{'/'.join(donors)} cannot be "
+                                f"grafted: {err}") from err
             # Each row in one pass, whatever else is in its batch: prefix sharing would cut a
             # row's computation where other rows' grafts differ, and a resumed run (with fewer
             # conditions per batch) would then differ from an uninterrupted one in the last bits.

@@ -8,7 +8,9 @@ Layout of a run folder:
   summary.csv, plots/, report.md, report.html   (written by `weightgraft.reporting`)
 
 A result file carries the fingerprint of everything that made it (condition, models, dataset,
-examples, dtype), so that a resumed run recomputes exactly the files whose inputs changed.
+examples, dtype), so that a resumed run recomputes exactly the files whose inputs changed. It is
+written with Parquet page checksums, and its sha256 is kept in the experiment's state file: a
+damaged file is reported by path and recomputed, never trusted.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from weightgraft.atomic import write_atomic, write_text_atomic
+from weightgraft.experiments.models import sha256_file
 
 SCHEMA = pa.schema([
     ("experiment", pa.string()), ("condition", pa.string()), ("template", pa.string()),
@@ -56,8 +59,12 @@ def sha_of(obj) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()
 
 
+def results_folder(out: Path, experiment: str) -> Path:
+    return out / "examples" / experiment
+
+
 def condition_file(out: Path, experiment: str, condition: str) -> Path:
-    return out / "examples" / experiment / f"{slug(condition)}.parquet"
+    return results_folder(out, experiment) / f"{slug(condition)}.parquet"
 
 
 def condition_fingerprint(condition_json: dict, dtype: str, model_fingerprints: dict[str, str],
@@ -97,10 +104,38 @@ def scored_record(experiment: str, condition: str, ex: Example, score: dict, pre
 
 
 # ---- result files ----------------------------------------------------------------------------
-def write_condition(path: Path, rows: list[dict], fingerprint: str) -> None:
+def write_condition(path: Path, rows: list[dict], fingerprint: str) -> str:
+    """Write a result file (with page checksums); returns its sha256 for the state file."""
     table = pa.Table.from_pylist(rows, schema=SCHEMA)
     table = table.replace_schema_metadata({FINGERPRINT_KEY: fingerprint})
-    write_atomic(path, lambda tmp: pq.write_table(table, tmp))
+    write_atomic(path, lambda tmp: pq.write_table(table, tmp, write_page_checksum=True))
+    return sha256_file(path)
+
+
+def reuse_problem(path: Path, fingerprint: str, example_ids: list[str],
+                  sha256: str | None = None) -> tuple[str, str] | None:
+    """Why the result file at `path` cannot be reused, as (kind, reason), kind being `missing`,
+    `stale` (made from other inputs) or `damaged`; None when it can. The whole file is read
+    with page checksums verified, and compared with `sha256` when the state file recorded one."""
+    if not path.is_file():
+        return ("missing", "")
+    try:
+        table = pq.read_table(path, page_checksum_verification=True)
+    except Exception as err:  # any decoding failure means the bytes are not what was written
+        reason = (str(err).splitlines() or [type(err).__name__])[0].replace(f" '{path}'", "")
+        return ("damaged", f"unreadable: {reason}")
+    stored = (table.schema.metadata or {}).get(FINGERPRINT_KEY)
+    if stored is None:
+        return ("damaged", "no weightgraft fingerprint in its metadata")
+    if stored.decode(errors="replace") != fingerprint:
+        return ("stale", "made from other inputs")
+    if sha256 is not None and sha256_file(path) != sha256:
+        return ("damaged", "its sha256 differs from the one recorded when it was written")
+    if not table.schema.remove_metadata().equals(SCHEMA):
+        return ("damaged", "its columns are not the result schema")
+    if table.column("example_id").to_pylist() != list(example_ids):
+        return ("damaged", "its rows are not the experiment's examples")
+    return None
 
 
 def stored_fingerprint(path: Path) -> str | None:
@@ -121,12 +156,26 @@ def read_condition(path: Path) -> dict[str, list]:
     return table
 
 
+def state_file(out: Path, experiment: str) -> Path:
+    return out / "state" / f"{experiment}.json"
+
+
 def write_state(out: Path, state: dict) -> None:
-    write_text_atomic(out / "state" / f"{state['name']}.json", json.dumps(state, indent=2))
+    write_text_atomic(state_file(out, state["name"]), json.dumps(state, indent=2))
 
 
 def read_state(out: Path, experiment: str) -> dict:
-    return json.loads((out / "state" / f"{experiment}.json").read_text())
+    return json.loads(state_file(out, experiment).read_text())
+
+
+def recorded_result_hashes(out: Path, experiment: str) -> dict[str, str] | None:
+    """{result file name: sha256} from the experiment's state file; None when the file is
+    missing or unreadable (results are then checked by their page checksums alone)."""
+    try:
+        hashes = read_state(out, experiment).get("result_sha256", {})
+    except (OSError, ValueError):
+        return None
+    return hashes if isinstance(hashes, dict) else None
 
 
 # ---- provenance ------------------------------------------------------------------------------
@@ -163,12 +212,17 @@ def provenance(config, model_info: dict[str, dict], datasets: set[str]) -> dict:
 
 
 def previous_sessions(out: Path) -> list:
+    """Sessions recorded in run.json; one still `running` was killed, so it reads `interrupted`."""
     path = out / "run.json"
     if path.is_file():
         try:
-            return json.loads(path.read_text()).get("sessions", [])
-        except json.JSONDecodeError:
+            sessions = json.loads(path.read_text()).get("sessions", [])
+        except (json.JSONDecodeError, AttributeError):
             return []
+        for session in sessions:
+            if isinstance(session, dict) and session.get("status") == "running":
+                session["status"] = "interrupted"
+        return sessions
     return []
 
 

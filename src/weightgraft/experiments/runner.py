@@ -18,10 +18,12 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
+from weightgraft.errors import warn
 from weightgraft.experiments import records
 from weightgraft.experiments.config import ExperimentSpec, RunConfig
 from weightgraft.experiments.execute import Resources, compute_chunk, encode_examples
 from weightgraft.experiments.plan import experiment_conditions, layer_indices
+from weightgraft.experiments.preflight import check_before_loading
 from weightgraft.experiments.records import slug  # noqa: F401  (re-exported for callers)
 
 
@@ -30,6 +32,7 @@ class RunResult:
     out: Path
     computed: list[str] = field(default_factory=list)  # "experiment/condition" done this session
     reused: list[str] = field(default_factory=list)
+    damaged: list[Path] = field(default_factory=list)  # files found damaged and recomputed
     seconds: float = 0.0
 
 
@@ -49,6 +52,7 @@ class Runner:
     def run(self) -> RunResult:
         start = time.perf_counter()
         started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        check_before_loading(self.config)  # bad paths, layers, devices fail here, in one line
         self.out.mkdir(parents=True, exist_ok=True)
         experiments = self.config.expanded()
         keys = {k for e in experiments for k in (e.recipient, e.donor)}
@@ -58,18 +62,27 @@ class Runner:
                     keys |= {k for k in (item.recipient, item.donor, *(g.donor for g in item.grafts))
                              if k}
         datasets = {e.dataset for e in experiments}
-        tokenizer = self.resources.tokenizer(sorted(keys))
         body = records.provenance(self.config, {k: self.resources.model_info(k) for k in keys},
                                   datasets)
         result = RunResult(out=self.out)
-        sessions = records.previous_sessions(self.out)
-        for exp in experiments:
-            self.run_experiment(exp, tokenizer, result)
-        result.seconds = time.perf_counter() - start
-        sessions.append({"started": started_at, "seconds": round(result.seconds, 2),
-                         "computed": len(result.computed), "reused": len(result.reused)})
-        body["sessions"] = sessions
+        # run.json first, so that a killed run leaves a record (its session stays `running`).
+        session = {"started": started_at, "status": "running"}
+        body.update(status="running", sessions=[*records.previous_sessions(self.out), session])
         records.write_run_json(self.out, body)
+        try:
+            tokenizer = self.resources.tokenizer(sorted(keys))
+            for exp in experiments:
+                self.run_experiment(exp, tokenizer, result)
+        except BaseException:
+            session.update(status="interrupted", computed=len(result.computed),
+                           reused=len(result.reused))
+            records.write_run_json(self.out, dict(body, status="interrupted"))
+            raise
+        result.seconds = time.perf_counter() - start
+        session.update(status="complete", seconds=round(result.seconds, 2),
+                       finished=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                       computed=len(result.computed), reused=len(result.reused))
+        records.write_run_json(self.out, dict(body, status="complete"))
         return result
 
     def run_experiment(self, exp: ExperimentSpec, tokenizer, result: RunResult) -> None:
@@ -77,7 +90,12 @@ class Runner:
         num_layers = res.model(exp.recipient).config.get_text_config().num_hidden_layers
         conditions = experiment_conditions(exp, num_layers)
         examples, available = encode_examples(res, exp, tokenizer)
-        records.write_state(self.out, {
+        known = records.recorded_result_hashes(self.out, exp.name)
+        if known is None and any(records.results_folder(self.out, exp.name).glob("*.parquet")):
+            warn(f"{records.state_file(self.out, exp.name)} is missing or unreadable; "
+                 "rewriting it, and checking the results by their page checksums alone")
+        known = known or {}
+        state = {
             "name": exp.name, "title": exp.title or exp.name, "description": exp.description,
             "dataset": exp.dataset, "recipient": exp.recipient, "donor": exp.donor,
             "headline": exp.headline, "plot": exp.plot, "num_layers": num_layers,
@@ -85,17 +103,25 @@ class Runner:
             "examples": [e.prompt.id for e in examples],
             "available_examples": available,
             "templates": sorted({e.prompt.template_id for e in examples}),
-        })
+            "result_sha256": {},
+        }
         pending = []
+        example_ids = [e.prompt.id for e in examples]
         for cond in conditions:
             fp = records.condition_fingerprint(
                 cond.to_json(), self.config.dtype,
                 {k: res.fingerprint(k) for k in (cond.recipient, *cond.donors)}, examples)
             path = records.condition_file(self.out, exp.name, cond.name)
-            if path.is_file() and records.stored_fingerprint(path) == fp:
+            problem = records.reuse_problem(path, fp, example_ids, known.get(path.name))
+            if problem is None:
                 result.reused.append(f"{exp.name}/{cond.name}")
+                state["result_sha256"][path.name] = known.get(path.name) or records.sha256_file(path)
             else:
+                if problem[0] == "damaged":
+                    warn(f"{path} is damaged ({problem[1]}); recomputing it")
+                    result.damaged.append(path)
                 pending.append((cond, fp))
+        records.write_state(self.out, state)
         groups: dict[tuple, list] = {}
         for cond, fp in pending:
             groups.setdefault((cond.recipient, cond.donors, cond.method), []).append((cond, fp))
@@ -108,8 +134,10 @@ class Runner:
             for chunk in chunks:
                 rows = compute_chunk(res, exp, [c for c, _ in chunk], examples, tokenizer, bar)
                 for cond, fp in chunk:
-                    records.write_condition(records.condition_file(self.out, exp.name, cond.name),
-                                            rows[cond.name], fp)
+                    path = records.condition_file(self.out, exp.name, cond.name)
+                    state["result_sha256"][path.name] = records.write_condition(
+                        path, rows[cond.name], fp)
+                    records.write_state(self.out, state)
                     result.computed.append(f"{exp.name}/{cond.name}")
 
 
