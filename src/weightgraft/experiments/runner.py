@@ -5,6 +5,12 @@ models, dataset, examples, dtype) is not recomputed. Conditions that share recip
 method are computed together in chunks; rows of one forward pass are (example, condition) pairs,
 so a batch holds every pending condition of the chunk for a handful of examples.
 
+Sharding (`shard=(I, N)`, from `--shard I/N` or torchrun's RANK/WORLD_SIZE): the shard takes
+examples I, I+N, I+2N, ... of the experiment's examples and writes its own files
+(`*.shard-I-of-N.*`); `shards.merge_shards` joins them into the files of a whole run. A row's
+logits depend on its own inputs only (prefix sharing is off, see `execute`), so which shard
+computes an example does not change its result.
+
 The folder layout and file formats are in `records`; the computation is in `execute`. The
 runner knows nothing of summaries or reports: `weightgraft.pipelines` calls it, then them.
 """
@@ -39,10 +45,12 @@ class RunResult:
 class Runner:
     """Runs a validated RunConfig into a folder."""
 
-    def __init__(self, config: RunConfig, out: str | Path, *, progress: bool = True):
+    def __init__(self, config: RunConfig, out: str | Path, *, progress: bool = True,
+                 shard: tuple[int, int] | None = None):
         self.config = config
         self.out = Path(out)
         self.progress = progress
+        self.shard = shard
         if not progress:
             from transformers.utils import logging as hf_logging
 
@@ -67,8 +75,11 @@ class Runner:
         result = RunResult(out=self.out)
         # run.json first, so that a killed run leaves a record (its session stays `running`).
         session = {"started": started_at, "status": "running"}
-        body.update(status="running", sessions=[*records.previous_sessions(self.out), session])
-        records.write_run_json(self.out, body)
+        if self.shard is not None:
+            body["shard"] = list(self.shard)
+        body.update(status="running",
+                    sessions=[*records.previous_sessions(self.out, self.shard), session])
+        records.write_run_json(self.out, body, self.shard)
         try:
             tokenizer = self.resources.tokenizer(sorted(keys))
             for exp in experiments:
@@ -76,13 +87,13 @@ class Runner:
         except BaseException:
             session.update(status="interrupted", computed=len(result.computed),
                            reused=len(result.reused))
-            records.write_run_json(self.out, dict(body, status="interrupted"))
+            records.write_run_json(self.out, dict(body, status="interrupted"), self.shard)
             raise
         result.seconds = time.perf_counter() - start
         session.update(status="complete", seconds=round(result.seconds, 2),
                        finished=datetime.now(timezone.utc).isoformat(timespec="seconds"),
                        computed=len(result.computed), reused=len(result.reused))
-        records.write_run_json(self.out, dict(body, status="complete"))
+        records.write_run_json(self.out, dict(body, status="complete"), self.shard)
         return result
 
     def run_experiment(self, exp: ExperimentSpec, tokenizer, result: RunResult) -> None:
@@ -90,9 +101,13 @@ class Runner:
         num_layers = res.model(exp.recipient).config.get_text_config().num_hidden_layers
         conditions = experiment_conditions(exp, num_layers)
         examples, available = encode_examples(res, exp, tokenizer)
-        known = records.recorded_result_hashes(self.out, exp.name)
-        if known is None and any(records.results_folder(self.out, exp.name).glob("*.parquet")):
-            warn(f"{records.state_file(self.out, exp.name)} is missing or unreadable; "
+        every_example = examples
+        if self.shard is not None:
+            examples = every_example[self.shard[0]::self.shard[1]]
+        known = records.recorded_result_hashes(self.out, exp.name, self.shard)
+        pattern = f"*{records.shard_tag(self.shard)}.parquet" if self.shard else "*.parquet"
+        if known is None and any(records.results_folder(self.out, exp.name).glob(pattern)):
+            warn(f"{records.state_file(self.out, exp.name, self.shard)} is missing or unreadable; "
                  "rewriting it, and checking the results by their page checksums alone")
         known = known or {}
         state = {
@@ -105,13 +120,20 @@ class Runner:
             "templates": sorted({e.prompt.template_id for e in examples}),
             "result_sha256": {},
         }
+        if self.shard is not None:  # what the merged files will be: all examples, their prints
+            state["shard"] = list(self.shard)
+            state["merged"] = {"examples": [e.prompt.id for e in every_example],
+                               "fingerprints": {}}
         pending = []
         example_ids = [e.prompt.id for e in examples]
         for cond in conditions:
-            fp = records.condition_fingerprint(
-                cond.to_json(), self.config.dtype,
-                {k: res.fingerprint(k) for k in (cond.recipient, *cond.donors)}, examples)
-            path = records.condition_file(self.out, exp.name, cond.name)
+            model_prints = {k: res.fingerprint(k) for k in (cond.recipient, *cond.donors)}
+            fp = records.condition_fingerprint(cond.to_json(), self.config.dtype, model_prints,
+                                               examples)
+            if self.shard is not None:
+                state["merged"]["fingerprints"][cond.name] = records.condition_fingerprint(
+                    cond.to_json(), self.config.dtype, model_prints, every_example)
+            path = records.condition_file(self.out, exp.name, cond.name, self.shard)
             problem = records.reuse_problem(path, fp, example_ids, known.get(path.name))
             if problem is None:
                 result.reused.append(f"{exp.name}/{cond.name}")
@@ -121,7 +143,7 @@ class Runner:
                     warn(f"{path} is damaged ({problem[1]}); recomputing it")
                     result.damaged.append(path)
                 pending.append((cond, fp))
-        records.write_state(self.out, state)
+        records.write_state(self.out, state, self.shard)
         groups: dict[tuple, list] = {}
         for cond, fp in pending:
             groups.setdefault((cond.recipient, cond.donors, cond.method), []).append((cond, fp))
@@ -132,12 +154,16 @@ class Runner:
         with tqdm(total=total, desc=exp.name, unit="row", disable=not self.progress or total == 0,
                   leave=False) as bar:
             for chunk in chunks:
-                rows = compute_chunk(res, exp, [c for c, _ in chunk], examples, tokenizer, bar)
+                if examples:
+                    rows = compute_chunk(res, exp, [c for c, _ in chunk], examples, tokenizer,
+                                         bar)
+                else:  # a shard can be left without examples when N exceeds their number
+                    rows = {c.name: [] for c, _ in chunk}
                 for cond, fp in chunk:
-                    path = records.condition_file(self.out, exp.name, cond.name)
+                    path = records.condition_file(self.out, exp.name, cond.name, self.shard)
                     state["result_sha256"][path.name] = records.write_condition(
                         path, rows[cond.name], fp)
-                    records.write_state(self.out, state)
+                    records.write_state(self.out, state, self.shard)
                     result.computed.append(f"{exp.name}/{cond.name}")
 
 
@@ -149,7 +175,9 @@ def condition_state(cond, num_layers: int) -> dict:
     return dict(body, file=f"{slug(cond.name)}.parquet")
 
 
-def run_experiments(config: RunConfig, out: str | Path, *, progress: bool = True) -> RunResult:
-    """Run every experiment of `config` into `out`, resuming what is already there. The
-    summary and report are the reporting layer's (see `weightgraft.pipelines.run_all`)."""
-    return Runner(config, out, progress=progress).run()
+def run_experiments(config: RunConfig, out: str | Path, *, progress: bool = True,
+                    shard: tuple[int, int] | None = None) -> RunResult:
+    """Run every experiment of `config` into `out` (only shard I of N of the examples when
+    `shard=(I, N)`), resuming what is already there. The summary and report are the reporting
+    layer's (see `weightgraft.pipelines.run_all`)."""
+    return Runner(config, out, progress=progress, shard=shard).run()
