@@ -146,3 +146,33 @@ def test_cli_shard_and_merge_commands(setup, tmp_path):
     merged = runner.invoke(app, ["merge", str(out), "--no-report"])
     assert merged.exit_code == 0, merged.output
     _assert_same_results(out, whole)
+
+
+def test_runner_shares_prefixes_one_example_per_forward(setup, tmp_path, monkeypatch):
+    """Prefix sharing is on in the runner, and every grafted forward holds one example's rows
+    only, so that its split of a row cannot depend on other examples (shard, resume)."""
+    import weightgraft.engine.grafter as grafter_module
+
+    real_plan = grafter_module.plan_segments
+    calls = []
+
+    def spy(ids, mask, graft_masks):
+        segments = real_plan(ids, mask, graft_masks)
+        calls.append((ids.clone(), mask.clone(), segments))
+        return segments
+
+    monkeypatch.setattr(grafter_module, "plan_segments", spy)
+    config, whole = setup
+    sweep = {"name": "direct", "dataset": "relation", "recipient": "pre", "donor": "sft",
+             "conditions": ["PRE", "SFT", "FE", "LT", "FE+LT"]}
+    run_all(parse_config({**config, "experiments": [sweep]}), tmp_path, progress=False,
+            report=False)
+    assert len(calls) == 12  # one forward per example (one chunk of five conditions)
+    for ids, mask, _ in calls:
+        assert ids.shape[0] == 5 and bool(mask.all())  # no padding: one example's rows
+        assert bool((ids == ids[0]).all())
+    assert all(segments is not None for _, _, segments in calls)  # they share a prefix
+    for cond in ["PRE", "SFT", "FE+LT"]:  # shared or not, the same numbers as before
+        got, want = _rows(tmp_path, cond), _rows(whole, cond)
+        for g, w in zip(got, want):
+            assert g["rank"] == w["rank"] and g["prob"] == pytest.approx(w["prob"], abs=1e-6)

@@ -1,7 +1,10 @@
 """Execution: models loaded once per run, prompts encoded, and rows scored in batches.
 
 Rows of one forward pass are (example, condition) pairs of conditions that share recipient,
-donors and method; weight grafting goes through the engine's `row_grafts`, activation patching
+donors and method. Weight grafting runs one example per forward, its rows being exactly that
+example's conditions of one chunk (the runner's chunks are fixed): the engine's prefix sharing
+then splits every row's computation the same way whatever else the run holds, so a resumed or
+sharded run equals an uninterrupted one bit for bit, and sweeps get sharing's speed-up. weight grafting goes through the engine's `row_grafts`, activation patching
 through `patching.patched_logits`, and both end in the same per-example scores.
 """
 
@@ -33,6 +36,7 @@ class Resources:
         self._grafters: dict[tuple, object] = {}
         self._tokenizer = None
         self._prompts: dict[str, list] = {}
+        self.share_prefixes = True  # False: every row in full (benchmarks compare the two)
 
     def model(self, key: str):
         if key not in self._models:
@@ -85,10 +89,9 @@ class Resources:
             except ValueError as err:  # the engine's word on models that do not fit together
                 raise UserError(f"models.{recipient} and models.{'/'.join(donors)} cannot be "
                                 f"grafted: {err}") from err
-            # Each row in one pass, whatever else is in its batch: prefix sharing would cut a
-            # row's computation where other rows' grafts differ, and a resumed run (with fewer
-            # conditions per batch) would then differ from an uninterrupted one in the last bits.
-            grafter.share_prefixes = False
+            # Prefix sharing stays on: `compute_chunk` gives it one example's fixed group of
+            # conditions per forward, so how it splits a row does not depend on the batch.
+            grafter.share_prefixes = self.share_prefixes
             self._grafters[key] = grafter
         return self._grafters[key]
 
@@ -129,7 +132,8 @@ def compute_chunk(resources: Resources, exp: ExperimentSpec, chunk: list[Conditi
     # Tokens per forward: the config's cap, and at most ~1 GiB of float32 logits.
     vocab = resources.model(recipient).config.get_text_config().vocab_size
     budget = min(config.max_batch_tokens, 2**28 // vocab)
-    per_batch = max(1, budget // (longest * len(chunk)))
+    # Weight grafting: one example per forward (see the module's docstring).
+    per_batch = 1 if method == "weights" else max(1, budget // (longest * len(chunk)))
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     device = config.device
     if method == "weights":

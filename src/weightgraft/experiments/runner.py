@@ -2,13 +2,15 @@
 
 Resuming: a condition whose result file exists and carries the same fingerprint (condition,
 models, dataset, examples, dtype) is not recomputed. Conditions that share recipient, donor and
-method are computed together in chunks; rows of one forward pass are (example, condition) pairs,
-so a batch holds every pending condition of the chunk for a handful of examples.
+method are computed together in fixed chunks (`conditions_per_chunk`, in the experiment's order);
+rows of one forward pass are (example, condition) pairs: one example's conditions of the chunk
+for weight grafting (so prefix sharing splits them the same way in every run), a handful of
+examples for activation patching.
 
 Sharding (`shard=(I, N)`, from `--shard I/N` or torchrun's RANK/WORLD_SIZE): the shard takes
 examples I, I+N, I+2N, ... of the experiment's examples and writes its own files
-(`*.shard-I-of-N.*`); `shards.merge_shards` joins them into the files of a whole run. A row's
-logits depend on its own inputs only (prefix sharing is off, see `execute`), so which shard
+(`*.shard-I-of-N.*`); `shards.merge_shards` joins them into the files of a whole run. A weight-
+grafting row is computed with its example's chunk alone (see `execute`), so which shard
 computes an example does not change its result.
 
 The folder layout and file formats are in `records`; the computation is in `execute`. The
@@ -124,7 +126,8 @@ class Runner:
             state["shard"] = list(self.shard)
             state["merged"] = {"examples": [e.prompt.id for e in every_example],
                                "fingerprints": {}}
-        pending = []
+        pending = set()
+        fingerprints = {}
         example_ids = [e.prompt.id for e in examples]
         for cond in conditions:
             model_prints = {k: res.fingerprint(k) for k in (cond.recipient, *cond.donors)}
@@ -142,14 +145,20 @@ class Runner:
                 if problem[0] == "damaged":
                     warn(f"{path} is damaged ({problem[1]}); recomputing it")
                     result.damaged.append(path)
-                pending.append((cond, fp))
+                pending.add(cond.name)
+            fingerprints[cond.name] = fp
         records.write_state(self.out, state, self.shard)
+        # Chunks are fixed by the experiment's conditions, not by what is pending: a chunk with
+        # any pending condition is computed whole (the same forwards as an uninterrupted run)
+        # and only its pending conditions are written.
         groups: dict[tuple, list] = {}
-        for cond, fp in pending:
-            groups.setdefault((cond.recipient, cond.donors, cond.method), []).append((cond, fp))
+        for cond in conditions:
+            groups.setdefault((cond.recipient, cond.donors, cond.method), []).append(
+                (cond, fingerprints[cond.name]))
         per_chunk = self.config.conditions_per_chunk
         chunks = [items[i:i + per_chunk] for items in groups.values()
                   for i in range(0, len(items), per_chunk)]
+        chunks = [chunk for chunk in chunks if any(c.name in pending for c, _ in chunk)]
         total = sum(len(chunk) for chunk in chunks) * len(examples)
         with tqdm(total=total, desc=exp.name, unit="row", disable=not self.progress or total == 0,
                   leave=False) as bar:
@@ -160,6 +169,8 @@ class Runner:
                 else:  # a shard can be left without examples when N exceeds their number
                     rows = {c.name: [] for c, _ in chunk}
                 for cond, fp in chunk:
+                    if cond.name not in pending:
+                        continue
                     path = records.condition_file(self.out, exp.name, cond.name, self.shard)
                     state["result_sha256"][path.name] = records.write_condition(
                         path, rows[cond.name], fp)
