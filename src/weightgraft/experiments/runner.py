@@ -3,15 +3,15 @@
 Resuming: a condition whose result file exists and carries the same fingerprint (condition,
 models, dataset, examples, dtype) is not recomputed. Conditions that share recipient, donor and
 method are computed together in fixed chunks (`conditions_per_chunk`, in the experiment's order);
-rows of one forward pass are (example, condition) pairs: one example's conditions of the chunk
-for weight grafting (so prefix sharing splits them the same way in every run), a handful of
-examples for activation patching.
+rows of one forward pass are (example, condition) pairs: every condition of the chunk for one of
+the experiment's fixed batches of examples, so that prefix sharing splits them the same way in
+every run.
 
 Sharding (`shard=(I, N)`, from `--shard I/N` or torchrun's RANK/WORLD_SIZE): the shard takes
-examples I, I+N, I+2N, ... of the experiment's examples and writes its own files
-(`*.shard-I-of-N.*`); `shards.merge_shards` joins them into the files of a whole run. A weight-
-grafting row is computed with its example's chunk alone (see `execute`), so which shard
-computes an example does not change its result.
+batches I, I+N, I+2N, ... of the experiment's fixed example batches (`execute.example_batches`)
+and writes its own files (`*.shard-I-of-N.*`); `shards.merge_shards` joins them into the files
+of a whole run. Every batch is computed as in a single-process run, so the merged results equal
+that run's bit for bit.
 
 The folder layout and file formats are in `records`; the computation is in `execute`. The
 runner knows nothing of summaries or reports: `weightgraft.pipelines` calls it, then them.
@@ -29,7 +29,8 @@ from tqdm.auto import tqdm
 from weightgraft.errors import warn
 from weightgraft.experiments import records
 from weightgraft.experiments.config import ExperimentSpec, RunConfig
-from weightgraft.experiments.execute import Resources, compute_chunk, encode_examples
+from weightgraft.experiments.execute import (Resources, compute_chunk, encode_examples,
+                                             example_batches)
 from weightgraft.experiments.plan import experiment_conditions, layer_indices
 from weightgraft.experiments.preflight import check_before_loading
 from weightgraft.experiments.records import slug  # noqa: F401  (re-exported for callers)
@@ -104,8 +105,12 @@ class Runner:
         conditions = experiment_conditions(exp, num_layers)
         examples, available = encode_examples(res, exp, tokenizer)
         every_example = examples
+        batches = example_batches(res, exp.recipient, every_example,
+                                  min(self.config.conditions_per_chunk, len(conditions)))
         if self.shard is not None:
-            examples = every_example[self.shard[0]::self.shard[1]]
+            batches = batches[self.shard[0]::self.shard[1]]
+            mine = {e.prompt.id for batch in batches for e in batch}
+            examples = [e for e in every_example if e.prompt.id in mine]
         known = records.recorded_result_hashes(self.out, exp.name, self.shard)
         pattern = f"*{records.shard_tag(self.shard)}.parquet" if self.shard else "*.parquet"
         if known is None and any(records.results_folder(self.out, exp.name).glob(pattern)):
@@ -163,11 +168,11 @@ class Runner:
         with tqdm(total=total, desc=exp.name, unit="row", disable=not self.progress or total == 0,
                   leave=False) as bar:
             for chunk in chunks:
-                if examples:
-                    rows = compute_chunk(res, exp, [c for c, _ in chunk], examples, tokenizer,
-                                         bar)
-                else:  # a shard can be left without examples when N exceeds their number
-                    rows = {c.name: [] for c, _ in chunk}
+                # A shard can be left without batches when N exceeds their number.
+                rows = compute_chunk(res, exp, [c for c, _ in chunk], batches, tokenizer, bar)
+                order = {e.prompt.id: i for i, e in enumerate(examples)}
+                for cond, fp in chunk:  # dataset order, whatever the batching did
+                    rows[cond.name].sort(key=lambda r: order[r["example_id"]])
                 for cond, fp in chunk:
                     if cond.name not in pending:
                         continue
