@@ -55,9 +55,11 @@ app = typer.Typer(
 def _register_all() -> None:
     # Imported here so that `import weightgraft` stays light.
     from weightgraft.cli import data_commands, experiment_commands
+    from weightgraft.cli import reproduce_commands
 
     data_commands.register(app)
     experiment_commands.register(app)
+    reproduce_commands.register(app)
 
 
 def user_message(err: BaseException) -> str | None:

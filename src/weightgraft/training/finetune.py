@@ -4,6 +4,11 @@
 best epoch is chosen on validation top-k accuracy (see `weightgraft.data.build` for why that
 validation does not leak facts); its weights are saved as safetensors with
 `training_config.json` recording the options, the data and the validation history.
+
+With `checkpoint_dir`, Trainer saves a checkpoint (safetensors weights, optimizer, scheduler, RNG)
+after every epoch there, keeps only the latest and the best, and a rerun resumes from the latest:
+a killed finetune loses at most one epoch. The best epoch is then tracked by Trainer itself
+(`load_best_model_at_end`) rather than held in memory.
 """
 
 from __future__ import annotations
@@ -84,11 +89,12 @@ class _PadCollator:
 class _AccuracyTrainer(Trainer):
     """Evaluation = validation top-k accuracy; the best weights are kept in memory (on CPU)."""
 
-    def __init__(self, *args, validation, eval_tokenizer, k: int, **kwargs):
+    def __init__(self, *args, validation, eval_tokenizer, k: int, keep_best: bool = True, **kwargs):
         super().__init__(*args, **kwargs)
         self.validation = validation
         self.eval_tokenizer = eval_tokenizer
         self.k = k
+        self.keep_best = keep_best  # False: Trainer's checkpoints keep the best epoch instead
         self.history: list[float] = []
         self.best_state: dict | None = None
         self.best_epoch = -1
@@ -96,13 +102,24 @@ class _AccuracyTrainer(Trainer):
     def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval") -> dict:
         accuracy = topk_accuracy(self.model, self.eval_tokenizer, self.validation, self.k)
         self.history.append(accuracy)
-        if self.best_state is None or accuracy > max(self.history[:-1], default=-1.0):
+        if self.keep_best and (self.best_state is None
+                               or accuracy > max(self.history[:-1], default=-1.0)):
             self.best_state = {n: t.detach().to("cpu", copy=True) for n, t in self.model.state_dict().items()}
             self.best_epoch = len(self.history)
         metrics = {f"{metric_key_prefix}_top{self.k}_accuracy": accuracy}
         self.log(metrics)
         self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, metrics)
         return metrics
+
+
+def last_complete_checkpoint(folder: Path) -> str | None:
+    """The newest `checkpoint-N` whose trainer_state.json (Trainer writes it last) exists: a
+    process killed while saving leaves an incomplete folder that must not be resumed from."""
+    complete = [p for p in Path(folder).glob("checkpoint-*")
+                if p.name.split("-")[-1].isdigit() and (p / "trainer_state.json").is_file()]
+    if not complete:
+        return None
+    return str(max(complete, key=lambda p: int(p.name.split("-")[-1])))
 
 
 @contextmanager
@@ -138,11 +155,14 @@ def finetune(
     progress: bool = True,
     trust_remote_code: bool = False,
     overwrite: bool = False,
+    checkpoint_dir: str | Path | None = None,
 ) -> FinetuneResult:
     """Finetune `model` (hub id or local directory) on `data_dir`'s train.jsonl; save to `out_dir`.
 
     An existing non-empty `out_dir` is refused before any work unless `overwrite`, which then
-    replaces only weightgraft's own files there (a user's other files are kept)."""
+    replaces only weightgraft's own files there (a user's other files are kept).
+    `checkpoint_dir`: save every epoch there and resume from its latest checkpoint (the caller
+    makes sure that a checkpoint found there belongs to this model, data and config)."""
     start = time.time()
     refuse_nonempty(out_dir, overwrite)
     if not 0.0 <= config.mix_ratio < 1.0:
@@ -187,8 +207,18 @@ def finetune(
     is_main = int(os.environ.get("RANK", "0")) == 0
     with (atomic_directory(out_dir, overwrite) if is_main else _scratch_directory()) as tmp:
         steps_per_epoch = -(-len(dataset) // config.batch_size)
+        resume_from = None
+        if checkpoint_dir is not None:
+            checkpoint_dir = Path(checkpoint_dir)
+            if checkpoint_dir.is_dir():
+                resume_from = last_complete_checkpoint(checkpoint_dir)
+            saving = {"save_strategy": "epoch", "save_total_limit": 1,
+                      "load_best_model_at_end": True, "greater_is_better": True,
+                      "metric_for_best_model": f"top{config.eval_k}_accuracy"}
+        else:
+            saving = {"save_strategy": "no"}
         args = TrainingArguments(
-            output_dir=str(tmp / "trainer"),
+            output_dir=str(checkpoint_dir if checkpoint_dir is not None else tmp / "trainer"),
             per_device_train_batch_size=config.batch_size,
             num_train_epochs=config.epochs,
             learning_rate=config.lr,
@@ -199,7 +229,7 @@ def finetune(
             fp16=config.precision == "fp16",
             use_cpu=device == "cpu",
             eval_strategy="epoch",
-            save_strategy="no",
+            **saving,
             logging_steps=max(1, steps_per_epoch // 2),
             report_to="none",
             disable_tqdm=not progress,
@@ -212,11 +242,17 @@ def finetune(
             model=net, args=args, train_dataset=dataset, eval_dataset=dataset,
             data_collator=_PadCollator(tokenizer.pad_token_id),
             validation=validation, eval_tokenizer=tokenizer, k=config.eval_k,
+            keep_best=checkpoint_dir is None,
         )
         if device.startswith("cuda") and device != "cuda":
             torch.cuda.set_device(torch.device(device))
-        trainer.train()
-        net.load_state_dict(trainer.best_state)
+        trainer.train(resume_from_checkpoint=resume_from)
+        if checkpoint_dir is None:
+            net.load_state_dict(trainer.best_state)
+        else:  # Trainer has loaded the best checkpoint; the history spans every session
+            key = f"eval_top{config.eval_k}_accuracy"
+            trainer.history = [e[key] for e in trainer.state.log_history if key in e]
+            trainer.best_epoch = trainer.history.index(max(trainer.history)) + 1
         if is_main:
             net.save_pretrained(tmp, safe_serialization=True)
             tokenizer.save_pretrained(tmp)
@@ -227,6 +263,7 @@ def finetune(
                 **asdict(config), "device_used": device, "n_train_texts": len(train_texts),
                 "n_general_texts": n_general, "n_validation_prompts": len(validation),
                 "validation_top_k_by_epoch": trainer.history, "best_epoch": trainer.best_epoch,
+                "resumed_from": Path(resume_from).name if resume_from else None,
                 "seconds": round(seconds, 1),
             })
         shutil.rmtree(tmp / "trainer", ignore_errors=True)

@@ -1,0 +1,158 @@
+"""The plan a reproduce job prints before it starts: its steps with estimated size and time."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from weightgraft.pipelines import estimate
+from weightgraft.pipelines.reproduce import (
+    Job,
+    finetune_config,
+    resolve_device,
+    run_config,
+)
+
+
+@dataclass
+class PlannedStep:
+    name: str
+    what: str
+    steps: int | None = None  # optimizer steps (finetunes) or scored rows (runs)
+    tokens: int | None = None
+    seconds: float | None = None
+
+
+def _sample_lengths(job: Job) -> tuple[float, float, str]:
+    """Mean tokens of a training text and of an evaluation prompt, from a few generated facts:
+    counted by the model's tokenizer when it is on disk, else estimated at 4 characters a token."""
+    from weightgraft.data.build import template_texts
+    from weightgraft.data.facts import generate_facts, known_film_facts
+    from weightgraft.data.names import NamePool
+    from weightgraft.data.templates import EVAL_TEMPLATES, eval_prompts_for
+    from weightgraft.experiments.models import model_dir
+
+    pool = NamePool(job.options.seed)
+    kind = job.sets[job.options.datasets[0]].kind
+    facts = generate_facts({kind: 8}, job.options.seed, pool, known_film_facts(job.options.seed, pool))
+    texts = template_texts(facts, job.options.seed, 2 * 11)
+    prompts = [p.text for f in facts for p in eval_prompts_for(f, EVAL_TEMPLATES)]
+    folder = model_dir(job.options.model)
+    if folder is not None:
+        try:
+            from transformers import AutoTokenizer
+
+            tok = AutoTokenizer.from_pretrained(folder)
+            count = lambda items: sum(len(ids) for ids in tok(items)["input_ids"]) / len(items)
+            return count(texts) + 1, count(prompts) + 1, "counted with the model's tokenizer"
+        except (OSError, ValueError):
+            pass
+    chars = lambda items: sum(len(t) for t in items) / len(items) / 4
+    return chars(texts) + 1, chars(prompts) + 1, "estimated at 4 characters per token"
+
+
+def plan_steps(job: Job) -> tuple[list[PlannedStep], dict]:
+    """Every step with its estimated size and time, and facts about the estimate."""
+    from weightgraft.data.templates import EVAL_TEMPLATES
+    from weightgraft.experiments.config import parse_config
+    from weightgraft.experiments.plan import experiment_conditions
+
+    options = job.options
+    device = resolve_device(options.device)
+    size = estimate.model_size(options.model)
+    text_tokens, prompt_tokens, token_note = _sample_lengths(job)
+    _, world = _world()
+    config = finetune_config(options, device, size.max_length if size else 512)
+    steps = [PlannedStep("datasets", ", ".join(
+        f"{k} ({s.kind}, {s.n_facts} facts, {s.purpose})" for k, s in job.sets.items()))]
+    total = 0.0
+    for ft in job.finetunes.values():
+        data = job.sets[ft.dataset]
+        texts = data.n_facts * data.texts_per_fact
+        if config.mix_ratio:
+            texts += round(config.mix_ratio / (1 - config.mix_ratio) * texts)
+        optimizer_steps = math.ceil(texts / (config.batch_size * world)) * config.epochs
+        tokens = round(texts * text_tokens * config.epochs)
+        seconds = estimate.finetune_seconds(size, optimizer_steps, tokens, device) if size else None
+        total += seconds or 0.0
+        steps.append(PlannedStep(f"finetune:{ft.name}", f"{ft.purpose}; {texts} texts x "
+                                 f"{config.epochs} epochs", optimizer_steps, tokens, seconds))
+    layers = size.layers if size else 24
+    fake_paths = {k: f"/planned/{k}" for k in ["pre", *job.finetunes]}
+    for group in job.runs.values():
+        cfg = parse_config(run_config(job, group, fake_paths, device))
+        rows, parts = 0, []
+        for exp in cfg.expanded():
+            n_templates = len(exp.templates) if exp.templates else len(EVAL_TEMPLATES)
+            dataset = job.sets[group.datasets[exp.dataset]]
+            examples = dataset.n_facts * n_templates * 2
+            if exp.max_examples is not None:
+                examples = min(examples, exp.max_examples)
+            n_conditions = len(experiment_conditions(exp, layers))
+            rows += n_conditions * examples
+            parts.append(f"{exp.name} {n_conditions}x{examples}")
+        tokens = round(rows * prompt_tokens)
+        seconds = estimate.run_seconds(size, rows, round(prompt_tokens), device) if size else None
+        total += seconds or 0.0
+        steps.append(PlannedStep(f"run:{group.name}", "; ".join(parts) + " (conditions x examples)",
+                                 rows, tokens, seconds))
+    steps.append(PlannedStep("report", "paper vs this run, one table per analysis"))
+    facts = {"device": device, "size": size, "config": config, "token_note": token_note,
+             "world": world, "total_seconds": total if size else None}
+    return steps, facts
+
+
+def _world() -> tuple[int, int]:
+    from weightgraft.pipelines.reproduce import _rank
+
+    return _rank()
+
+
+def _count(value: int | None) -> str:
+    if value is None:
+        return "-"
+    for unit, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if value >= scale:
+            return f"{value / scale:.1f}{unit}"
+    return str(value)
+
+
+def describe_plan(job: Job) -> str:
+    steps, facts = plan_steps(job)
+    options, size, config = job.options, facts["size"], facts["config"]
+    paper = estimate.paper_model_name(options.model)
+    kind = estimate.device_kind(facts["device"])
+    lines = ["weightgraft reproduce: plan", ""]
+    if size:
+        params = (f"{size.params / 1e9:.2f} B" if size.params >= 1e8
+                  else f"{size.params / 1e6:.2f} M")
+        lines.append(f"model      {options.model}: {params} parameters, "
+                     f"{size.layers} layers ({size.source})")
+    else:
+        lines.append(f"model      {options.model}: size unknown (no config on disk and not one of "
+                     "the paper's four models); no time estimate")
+    lines.append(f"published  {'rows of ' + paper if paper else 'not one of the paper models: the report shows all four'}")
+    lines.append(f"device     {facts['device']} x {facts['world']} process(es); assumed throughput: "
+                 f"{estimate.THROUGHPUT[kind].note}")
+    lines.append(f"finetuning {options.setting}: lr {config.lr:g}, weight decay {config.weight_decay:g}, "
+                 f"batch {config.batch_size}, {config.epochs} epochs, {config.precision}, "
+                 f"max length {config.max_length}, general text share {config.mix_ratio:g}; "
+                 "a checkpoint every epoch")
+    lines.append(f"runs       dtype {options.dtype}, examples per experiment "
+                 f"{options.max_examples or 'all'}, bootstrap {options.bootstrap}")
+    lines.append(f"tokens     {facts['token_note']}")
+    lines.append("")
+    width = max(len(s.name) for s in steps)
+    lines.append(f"{'#':>2}  {'step':<{width}}  {'steps/rows':>10}  {'tokens':>8}  {'time':>8}  what")
+    for i, s in enumerate(steps, 1):
+        when = estimate.human_seconds(s.seconds) if s.seconds is not None else "-"
+        lines.append(f"{i:>2}  {s.name:<{width}}  {_count(s.steps):>10}  {_count(s.tokens):>8}  "
+                     f"{when:>8}  {s.what}")
+    lines.append("")
+    if facts["total_seconds"] is not None:
+        lines.append(f"estimated total: {estimate.human_seconds(facts['total_seconds'])} "
+                     f"(finetune memory ~{estimate.train_memory_gib(size):.2g} GiB for weights, "
+                     "gradients and AdamW moments, plus activations)")
+    for note in job.notes:
+        lines.append(f"note: {note}")
+    return "\n".join(lines)

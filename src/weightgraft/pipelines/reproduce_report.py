@@ -1,0 +1,90 @@
+"""The reproduce job's report: what was built (steps, input hashes, times) and, per analysis, a
+"paper vs this run" table of top-5 accuracy per evaluation sentence.
+
+The published figures and the map from presets to the paper's analyses are
+`weightgraft.reporting.published`'s. Unlike a single run's report, a job knows which paper
+dataset each run group reproduces (FMRA, FMFA, RMRA-shuffled, FMRA_B for the hybrid) and, when
+MODEL is one of the paper's four, which published model to set beside it. The per-run reports
+(`runs/<group>/report.md`) keep the full tables with intervals, per-kind tables and plots.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from weightgraft.atomic import write_text_atomic
+from weightgraft.pipelines.estimate import paper_model_name
+
+
+def _fmt(value) -> str:
+    return "–" if value is None else f"{float(value):.2f}"
+
+
+def comparison_table(summary: list[dict], state: dict, dataset: str,
+                     paper_model: str | None) -> str:
+    """Markdown: one row per condition; per sentence the published top-5 beside this run's
+    (every fact kind pooled). `paper_model` None: the four published models."""
+    from weightgraft.reporting.published import (
+        ANALYSIS_OF_EXPERIMENT,
+        MODELS,
+        published,
+    )
+    from weightgraft.reporting.summary import pooled
+
+    analysis = ANALYSIS_OF_EXPERIMENT[state["name"]]
+    ours = {(r["condition"], r["template"]): r["value"] for r in pooled(summary)
+            if r["experiment"] == state["name"] and r["metric"] == "top5"}
+    models = [paper_model] if paper_model else list(MODELS)
+    sentences = [(t, s) for t, s in analysis.sentences.items() if t in state["templates"]]
+    head, rule = ["condition"], ["---"]
+    for template, sentence in sentences:
+        head += [f"paper s{sentence} {m}" for m in models] + [f"this run `{template}`"]
+        rule += ["---:"] * (len(models) + 1)
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join(rule) + "|"]
+    for cond in state["conditions"]:
+        cells = [cond["name"]]
+        for template, sentence in sentences:
+            cells += [_fmt(published(analysis.name, dataset, sentence, cond["name"], m))
+                      for m in models]
+            cells.append(_fmt(ours.get((cond["name"], template))))
+        lines.append("| " + " | ".join(cells) + " |")
+    if analysis.note:
+        lines += ["", f"Published: {analysis.note}."]
+    return "\n".join(lines)
+
+
+def write_reproduce_report(job, ledger_body: dict) -> Path:
+    from weightgraft.experiments.config import parse_config
+    from weightgraft.experiments.records import read_state
+    from weightgraft.reporting.published import ANALYSIS_OF_EXPERIMENT
+    from weightgraft.reporting.summary import read_summary
+
+    out = Path(job.options.out)
+    paper_model = paper_model_name(job.options.model)
+    beside = paper_model or "all four paper models (this model is none of them)"
+    intro = (f"Published numbers beside this run: {beside}. Top-5 accuracy of the target's first "
+             "token, every fact kind pooled; s1, s2, s3 are the paper's evaluation sentences "
+             "(`paper_1..3`); – where there is no published number.")
+    lines = [f"# weightgraft reproduce: {job.options.model}", "", intro,
+             "", "## Steps", "", "| step | seconds | inputs sha256 |", "|---|---:|---|"]
+    for name, record in ledger_body["steps"].items():
+        lines.append(f"| {name} | {record['seconds']} | `{record['inputs_sha256'][:16]}` |")
+    lines += ["", "Every step's inputs and outputs are in `provenance.json`."]
+    lines += [f"\nNote: {note}" for note in job.notes]
+    for group in job.runs.values():
+        summary = read_summary(group.out)
+        hybrid_group = group.name.endswith("_hybrid")
+        code = job.options.datasets[0] if hybrid_group else group.name
+        config = parse_config(ledger_body["steps"][f"run:{group.name}"]["inputs"]["config"])
+        for experiment in config.expanded():
+            state = read_state(group.out, experiment.name)
+            full = f"[full table](runs/{group.name}/report.md)"
+            lines += ["", f"## {state['title']} ({group.name})", ""]
+            if state["name"] not in ANALYSIS_OF_EXPERIMENT:
+                lines.append(f"No published numbers for this analysis; {full}.")
+                continue
+            dataset = f"{code}_B" if hybrid_group else code
+            analysis = ANALYSIS_OF_EXPERIMENT[state["name"]].name
+            lines += [f"Paper vs this run, {analysis} on {dataset} ({full}):", "",
+                      comparison_table(summary, state, dataset, paper_model)]
+    return write_text_atomic(out / "report.md", "\n".join(lines) + "\n")

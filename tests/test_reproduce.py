@@ -1,0 +1,123 @@
+"""`weightgraft reproduce` end to end on the tiny built-in model: killed during its first
+finetune, resumed from the checkpoint, every preset run and reported, then reused whole."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from training_fixtures import tiny_home
+from typer.testing import CliRunner
+
+from weightgraft.cli import _register_all, app
+from weightgraft.experiments.config import parse_config
+from weightgraft.experiments.records import condition_file, read_state
+from weightgraft.reporting.summary import read_summary
+
+EPOCHS = 3
+
+
+def _args(model: Path, out: Path) -> list[str]:
+    return ["reproduce", "--model", str(model), "--out", str(out), "--device", "cpu",
+            "--facts", "6", "--epochs", str(EPOCHS), "--lr", "3e-3", "--max-examples", "6",
+            "--bootstrap", "10", "--no-progress"]
+
+
+def _kill_during_first_finetune(model: Path, out: Path) -> None:
+    """Start the job in a subprocess and SIGKILL it once the first epoch's checkpoint is saved."""
+    checkpoints = out / "checkpoints" / "FMRA_sft"
+    proc = subprocess.Popen([sys.executable, "-c", "from weightgraft.cli import main; main()",
+                             *_args(model, out)], env=dict(os.environ),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.time() + 600
+    try:
+        while not list(checkpoints.glob("checkpoint-*/trainer_state.json")):
+            if proc.poll() is not None:
+                raise AssertionError(f"the job ended before a checkpoint was saved:\n"
+                                     f"{proc.stderr.read().decode()[-3000:]}")
+            assert time.time() < deadline, "no checkpoint within 10 minutes"
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.fixture(scope="module")
+def job(tmp_path_factory):
+    from weightgraft.training.builtin import ensure_builtin
+
+    model = ensure_builtin("tiny", home=tiny_home(), progress=False, finetunes=False).pretrained
+    out = tmp_path_factory.mktemp("reproduce")
+    _kill_during_first_finetune(model, out)
+    assert not (out / "models" / "FMRA_sft").exists(), "killed too late: the finetune had finished"
+    _register_all()
+    resumed = CliRunner().invoke(app, _args(model, out))
+    assert resumed.exit_code == 0, resumed.output
+    again = CliRunner().invoke(app, _args(model, out))
+    assert again.exit_code == 0, again.output
+    return out, json.loads((out / "provenance.json").read_text()), resumed.output, again.output
+
+
+def test_a_killed_finetune_resumes_from_its_checkpoint(job):
+    out, provenance, resumed_output, _ = job
+    first, second = provenance["sessions"][0], provenance["sessions"][1]
+    assert first["computed"] == ["datasets"]  # killed inside the first finetune
+    assert "finetune:FMRA_sft" in second["computed"]
+    sft = provenance["steps"]["finetune:FMRA_sft"]["outputs"]
+    step = int(sft["resumed_from"].split("-")[1])
+    record = json.loads((out / "models" / "FMRA_sft" / "training_config.json").read_text())
+    assert 0 < step < record["n_train_texts"] * EPOCHS / 4
+    assert len(record["validation_top_k_by_epoch"]) == EPOCHS  # both sessions' epochs
+    assert sft["best_epoch"] == record["best_epoch"]
+    assert "resumed from checkpoint-" in resumed_output
+    assert not (out / "checkpoints" / "FMRA_sft").exists()  # removed once the model is saved
+    assert (out / "models" / "FMRA_sft" / "model.safetensors").is_file()
+
+
+def test_every_preset_has_results_and_the_report_compares_with_the_paper(job):
+    out, provenance, _, _ = job
+    expected = {"FMRA": ["position_grafting", "position_relation", "position_title",
+                         "components_reversal", "components_pre", "known_facts", "layer_sweeps"],
+                "FMRA_hybrid": ["hybrid"]}
+    for group, presets in expected.items():
+        config = parse_config(provenance["steps"][f"run:{group}"]["inputs"]["config"])
+        names = [e.name for e in config.expanded()]
+        assert names == presets
+        summary = read_summary(out / "runs" / group)
+        for name in names:
+            state = read_state(out / "runs" / group, name)
+            for cond in state["conditions"]:
+                assert condition_file(out / "runs" / group, name, cond["name"]).is_file()
+            assert {r["experiment"] for r in summary} >= {name}
+    report = (out / "report.md").read_text()
+    for analysis in ("position on FMRA", "components_reversal on FMRA",
+                     "components_pre on FMRA", "hybrid on FMRA_B"):
+        assert f"Paper vs this run, {analysis}" in report
+    # A report cell against the per-example records: SFT's top-5 on sentence 1.
+    rows = pq.read_table(condition_file(out / "runs" / "FMRA", "position_grafting", "SFT")).to_pylist()
+    scored = [r for r in rows if r["template"] == "paper_1" and r["applicable"]]
+    top5 = sum(r["rank"] <= 5 for r in scored) / len(scored)  # ranks count from 1
+    section = report.split("Paper vs this run, position on FMRA")[1]
+    sft_row = next(line for line in section.splitlines() if line.startswith("| SFT |"))
+    cells = [c.strip() for c in sft_row.strip("|").split("|")]
+    # Not a paper model: the four published models' sentence-1 columns, then this run's.
+    assert cells[1:5] == ["0.99", "1.00", "1.00", "0.99"], sft_row
+    assert abs(float(cells[5]) - top5) < 0.006, (sft_row, top5)
+
+
+def test_a_second_invocation_reuses_everything(job):
+    _, provenance, _, again_output = job
+    last = provenance["sessions"][-1]
+    assert last["computed"] == []
+    assert set(last["reused"]) == set(provenance["steps"])
+    assert "0 steps computed" in again_output
