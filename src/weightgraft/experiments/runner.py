@@ -29,8 +29,12 @@ from tqdm.auto import tqdm
 from weightgraft.errors import warn
 from weightgraft.experiments import records
 from weightgraft.experiments.config import ExperimentSpec, RunConfig
-from weightgraft.experiments.execute import (Resources, compute_chunk, encode_examples,
-                                             example_batches)
+from weightgraft.experiments.execute import (
+    Resources,
+    compute_chunk,
+    encode_examples,
+    example_batches,
+)
 from weightgraft.experiments.plan import experiment_conditions, layer_indices
 from weightgraft.experiments.preflight import check_before_loading
 from weightgraft.experiments.records import slug  # noqa: F401  (re-exported for callers)
