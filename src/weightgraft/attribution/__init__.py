@@ -2,5 +2,8 @@
 a finetuning effect, and the smallest graft that carries most of it."""
 
 from weightgraft.attribution.attribute import Attribution, attribute, position_roles
+from weightgraft.attribution.exact import exact_cell_effects, spearman
+from weightgraft.attribution.localize import Example, LocalizeResult, encode_examples, localize
 
-__all__ = ["Attribution", "attribute", "position_roles"]
+__all__ = ["Attribution", "Example", "LocalizeResult", "attribute", "encode_examples", "exact_cell_effects",
+           "localize", "position_roles", "spearman"]

@@ -18,6 +18,9 @@ def _register_all() -> None:
 
     data_commands.register(app)
     experiment_commands.register(app)
+    from weightgraft.cli import localize_commands
+
+    localize_commands.register(app)
 
 
 def main() -> None:
