@@ -26,6 +26,7 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_engine.py
+	$(BIN)/python benchmarks/bench_attribution.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info

@@ -37,7 +37,8 @@ def role_heatmaps(ranking, path: Path) -> Path:
     panels = len(comps) + (1 if model.height else 0)
     rows, cols = _grid(panels)
     limit = float(np.abs(ranking["score"].to_numpy()).max()) or 1.0
-    fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 0.45 * len(roles) * rows + 1.6 * rows), squeeze=False)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 0.45 * len(roles) * rows + 1.6 * rows),
+                             squeeze=False, layout="constrained")
     image = None
     for ax, comp in zip(axes.flat, comps):
         grid = np.zeros((len(roles), num_layers))
@@ -50,7 +51,8 @@ def role_heatmaps(ranking, path: Path) -> Path:
         ax.set_xlabel("layer")
     if model.height:
         ax = axes.flat[len(comps)]
-        model_comps = list(dict.fromkeys(model["component"].to_list()))
+        present = set(model["component"].to_list())
+        model_comps = [c for c in ("embed", "pos_embed", "ln_final", "lm_head") if c in present]
         grid = np.zeros((len(roles), len(model_comps)))
         for role, comp, score in model.select(["role", "component", "score"]).iter_rows():
             grid[roles.index(role), model_comps.index(comp)] = score
@@ -63,7 +65,7 @@ def role_heatmaps(ranking, path: Path) -> Path:
     if image is not None:
         fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.8, label="attribution (mean per prompt)")
     fig.suptitle("Graft attribution by role x layer, per component")
-    fig.savefig(path, dpi=110, bbox_inches="tight")
+    fig.savefig(path, dpi=110)
     plt.close(fig)
     return Path(path)
 
@@ -77,7 +79,8 @@ def position_heatmaps(cells, example_id: str, path: Path) -> Path:
     num_layers = int(one["layer"].max()) + 1
     rows, cols = _grid(len(comps))
     limit = float(np.abs(one["effect"].to_numpy()).max()) or 1.0
-    fig, axes = plt.subplots(rows, cols, figsize=(2.6 * cols, 0.28 * len(tokens) * rows + 1.2 * rows), squeeze=False)
+    fig, axes = plt.subplots(rows, cols, figsize=(2.6 * cols, 0.28 * len(tokens) * rows + 1.2 * rows),
+                             squeeze=False, layout="constrained")
     image = None
     for ax, comp in zip(axes.flat, comps):
         grid = np.zeros((len(tokens), num_layers))
@@ -93,7 +96,7 @@ def position_heatmaps(cells, example_id: str, path: Path) -> Path:
     if image is not None:
         fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.8, label="attribution")
     fig.suptitle(f"Graft attribution by position x layer: {example_id}")
-    fig.savefig(path, dpi=110, bbox_inches="tight")
+    fig.savefig(path, dpi=110)
     plt.close(fig)
     return Path(path)
 
@@ -103,7 +106,7 @@ def recovery_curve(result, path: Path) -> Path:
     order, the paper's FE+LT, and the target."""
     plt = _pyplot()
     ks = [c["k"] for c in result.curve]
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), sharey=True)
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), sharey=True, layout="constrained")
     for ax, metric, label in zip(axes, ("top5", "prob"), ("top-5 accuracy", "target probability")):
         ax.plot(ks, [c[f"recovery_{metric}"] for c in result.curve], marker="o", ms=3, label=f"attribution order ({result.method})")
         ax.plot(ks, [c[f"random_recovery_{metric}"] for c in result.curve], marker="x", ms=3, color="grey", label="random order")
@@ -116,7 +119,7 @@ def recovery_curve(result, path: Path) -> Path:
         ax.set_title(f"recovery of SFT's gain: {label}")
     axes[0].set_ylabel("(set - PRE) / (SFT - PRE)")
     axes[0].legend(fontsize=8)
-    fig.savefig(path, dpi=110, bbox_inches="tight")
+    fig.savefig(path, dpi=110)
     plt.close(fig)
     return Path(path)
 
