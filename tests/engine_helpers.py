@@ -64,13 +64,18 @@ def real_slice(mask_row: torch.Tensor) -> torch.Tensor:
     return mask_row.nonzero().flatten()
 
 
+def to_graft(spec: GraftSpec):
+    from weightgraft import Graft
+    return Graft(spec.positions, spec.layers, spec.components, donor=spec.donor)
+
+
 def to_grafts(specs):
     """GraftSpec / list of GraftSpec / None -> what the engine takes."""
     if specs is None:
         return None
     if isinstance(specs, GraftSpec):
-        return specs.to_graft()
-    return [s.to_graft() for s in specs]
+        return to_graft(specs)
+    return [to_graft(s) for s in specs]
 
 
 def max_diff(a: torch.Tensor, b: torch.Tensor) -> float:

@@ -6,8 +6,10 @@ rows/columns of a fused matrix that belong to the grafted component), and run th
 against the KV cache accumulated so far. This is the paper's method made exact; it shares no code
 with the engine. Its parameter table below was written from the HF modeling files.
 
-A graft is described here by a plain `GraftSpec` (positions, layers, components) that the tests
-turn into a `weightgraft.Graft` and also resolve on their own with `resolve_row`.
+A graft is described here by a plain `GraftSpec` (positions, layers, components, donor) that the
+tests turn into a `weightgraft.Graft` and also resolve on their own with `resolve_row`. Several
+donors: pass `{name: model}` where a donor model is taken; each spec's `donor` names its model
+(None: the only one). This module must not import weightgraft.engine.
 """
 
 from __future__ import annotations
@@ -196,13 +198,7 @@ class GraftSpec:
     positions: Any = "all"
     layers: Any = "all"
     components: Any = "all"
-
-    def to_graft(self):
-        from weightgraft import Graft
-        positions = self.positions
-        if isinstance(positions, list) and positions and isinstance(positions[0], bool):
-            positions = list(positions)
-        return Graft(positions, self.layers, self.components)
+    donor: str | None = None
 
 
 def _bands(num_layers: int) -> dict[str, list[int]]:
@@ -282,22 +278,31 @@ def resolve_components(components, config, layers_is_all: bool) -> tuple[set, se
     return per_layer, model_level
 
 
-def resolve_row(specs, n: int, config) -> list[set]:
-    """For each of the row's n real tokens, the set of (component, layer or None) grafted there."""
+def resolve_row_donors(specs, n: int, config) -> list[dict]:
+    """For each of the row's n real tokens, {(component, layer or None): donor name} grafted
+    there (name None: the only donor). Two donors for one key at one token is an error."""
     if specs is None:
         specs = []
     if isinstance(specs, GraftSpec):
         specs = [specs]
     num_layers = config.get_text_config().num_hidden_layers
-    plan = [set() for _ in range(n)]
+    plan = [{} for _ in range(n)]
     for spec in specs:
         layers_is_all = isinstance(spec.layers, str) and spec.layers == "all"
         per_layer, model_level = resolve_components(spec.components, config, layers_is_all)
-        layer_ids = resolve_layers(spec.layers, num_layers)
+        keys = {(c, i) for c in per_layer for i in resolve_layers(spec.layers, num_layers)}
+        keys |= {(c, None) for c in model_level}
         for t in resolve_positions(spec.positions, n):
-            plan[t] |= {(c, i) for c in per_layer for i in layer_ids}
-            plan[t] |= {(c, None) for c in model_level}
+            for key in keys:
+                if plan[t].get(key, spec.donor) != spec.donor:
+                    raise ValueError(f"reference: {key} at token {t} from {plan[t][key]!r} and {spec.donor!r}")
+                plan[t][key] = spec.donor
     return plan
+
+
+def resolve_row(specs, n: int, config) -> list[set]:
+    """For each of the row's n real tokens, the set of (component, layer or None) grafted there."""
+    return [set(grafted) for grafted in resolve_row_donors(specs, n, config)]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -314,14 +319,30 @@ def untied_copy(model):
     return fresh
 
 
+def _donor_model(donors, name):
+    """The model a spec's donor name means: `donors` is one model or {name: model}."""
+    if isinstance(donors, dict):
+        if name is None:
+            if len(donors) != 1:
+                raise ValueError("reference: a spec names no donor, but there are several")
+            return next(iter(donors.values()))
+        return donors[name]
+    if name is not None:
+        raise ValueError(f"reference: a spec names donor {name!r}, but only one donor model was given")
+    return donors
+
+
 @torch.no_grad()
-def graft_into(model, donor, grafted: set) -> None:
-    """Copy the donor's parameters for every (component, layer) in `grafted` into `model`."""
+def graft_into(model, donors, grafted) -> None:
+    """Copy donor parameters into `model` for every grafted (component, layer): `grafted` is a set
+    (all from the one donor) or {(component, layer): donor name}."""
+    if not isinstance(grafted, dict):
+        grafted = dict.fromkeys(grafted)
     params = dict(model.named_parameters(remove_duplicate=False))
-    donor_params = dict(donor.named_parameters(remove_duplicate=False))
-    for component, layer_index in grafted:
-        for name, dim, rows in parameter_slices(model, component, layer_index):
-            target, source = params[name], donor_params[name]
+    for (component, layer_index), name in grafted.items():
+        donor_params = dict(_donor_model(donors, name).named_parameters(remove_duplicate=False))
+        for pname, dim, rows in parameter_slices(model, component, layer_index):
+            target, source = params[pname], donor_params[pname]
             if rows is None:
                 target.copy_(source)
             else:
@@ -329,9 +350,9 @@ def graft_into(model, donor, grafted: set) -> None:
 
 
 @torch.no_grad()
-def _step(recipient, donor, token: int, t: int, grafted: set, cache):
+def _step(recipient, donors, token: int, t: int, grafted, cache):
     model = untied_copy(recipient)
-    graft_into(model, donor, grafted)
+    graft_into(model, donors, grafted)
     out = model(
         input_ids=torch.tensor([[token]]),
         position_ids=torch.tensor([[t]]),
@@ -343,30 +364,31 @@ def _step(recipient, donor, token: int, t: int, grafted: set, cache):
 
 
 @torch.no_grad()
-def reference_logits(recipient, donor, ids, specs) -> torch.Tensor:
-    """Logits [n, vocab] for one unpadded row `ids` (1-D) under `specs` (GraftSpec(s) or None)."""
+def reference_logits(recipient, donors, ids, specs) -> torch.Tensor:
+    """Logits [n, vocab] for one unpadded row `ids` (1-D) under `specs` (GraftSpec(s) or None);
+    `donors` is the donor model or {name: model}."""
     ids = [int(x) for x in ids]
-    plan = resolve_row(specs, len(ids), recipient.config)
+    plan = resolve_row_donors(specs, len(ids), recipient.config)
     cache = DynamicCache(config=recipient.config)
     rows = []
     for t, token in enumerate(ids):
-        logits, cache = _step(recipient, donor, token, t, plan[t], cache)
+        logits, cache = _step(recipient, donors, token, t, plan[t], cache)
         rows.append(logits)
     return torch.stack(rows)
 
 
 @torch.no_grad()
-def static_graft_logits(recipient, donor, ids, grafted: set) -> torch.Tensor:
+def static_graft_logits(recipient, donors, ids, grafted) -> torch.Tensor:
     """Logits [n, vocab] when the same (component, layer) set is grafted at every token: then the
     per-token reference reduces to one patched copy run over the whole row (a shortcut the
     reference self-tests confirm)."""
     model = untied_copy(recipient)
-    graft_into(model, donor, grafted)
+    graft_into(model, donors, grafted)
     return model(input_ids=torch.as_tensor(ids).view(1, -1)).logits[0]
 
 
 @torch.no_grad()
-def reference_generate(recipient, donor, ids, specs, max_new_tokens: int, generated: str = "none"):
+def reference_generate(recipient, donors, ids, specs, max_new_tokens: int, generated: str = "none"):
     """Greedy continuation (list of new token ids) of one unpadded row, token by token.
 
     generated="none": generated tokens run on the plain recipient; "last": each generated token
@@ -374,17 +396,17 @@ def reference_generate(recipient, donor, ids, specs, max_new_tokens: int, genera
     """
     ids = [int(x) for x in ids]
     n = len(ids)
-    plan = resolve_row(specs, n, recipient.config)
+    plan = resolve_row_donors(specs, n, recipient.config)
     cache = DynamicCache(config=recipient.config)
     logits = None
     for t, token in enumerate(ids):
-        logits, cache = _step(recipient, donor, token, t, plan[t], cache)
+        logits, cache = _step(recipient, donors, token, t, plan[t], cache)
     new_tokens = []
     for j in range(max_new_tokens):
         token = int(torch.argmax(logits))
         new_tokens.append(token)
         if j == max_new_tokens - 1:
             break
-        grafted = set() if generated == "none" else plan[n - 1]
-        logits, cache = _step(recipient, donor, token, n + j, grafted, cache)
+        grafted = {} if generated == "none" else plan[n - 1]
+        logits, cache = _step(recipient, donors, token, n + j, grafted, cache)
     return new_tokens

@@ -42,3 +42,50 @@ def test_decoder_layers_are_the_blocks_and_give_the_residual_stream(arch):
     # hidden_states[i + 1] is the stream after block i (the last entry is after the final norm)
     for i in range(num_layers(recipient) - 1):
         assert max_diff(captured[i], hidden[i + 1]) < 1e-6, f"{arch}: block {i} output is not the residual stream"
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_adapter_paths_exist_and_cover_every_parameter_without_weights(arch):
+    """On the meta device (shapes, no weights): every path the adapter names is a module of the
+    model, every parameter belongs to some named module, and each fused module's split rule
+    gives every output feature to exactly one part."""
+    import transformers as hf
+
+    from weightgraft.adapters import adapter_for
+    from weightgraft.engine.compat import adapter_module_paths, uncovered_parameters
+    from engine_tiny_models import make_config
+
+    config = make_config(arch)
+    with torch.device("meta"):
+        model = hf.AutoModelForCausalLM.from_config(config, attn_implementation="eager")
+    assert all(p.is_meta for p in model.parameters())
+    adapter = adapter_for(model)
+    paths = adapter_module_paths(model, adapter)
+    modules = dict(model.named_modules())
+    missing = [p for p in paths if p not in modules]
+    assert not missing, f"{arch}: the adapter names modules the model lacks: {missing}"
+    assert uncovered_parameters(model, adapter) == [], f"{arch}: parameters no component owns"
+    for local, rule in adapter.splits.items():
+        module = modules[f"{adapter.layers}.0.{local}"]
+        width = getattr(module, "out_features", None) or module.nf  # nn.Linear, or GPT-2's Conv1D
+        parts = torch.cat(list(rule(config).values()))
+        assert sorted(parts.tolist()) == list(range(width)), f"{arch}: split of {local!r} is not a partition"
+
+
+def test_readme_adapter_example_runs_as_written():
+    """The README's "Adding an architecture" snippet imports and registers as shown."""
+    from pathlib import Path
+
+    from weightgraft.adapters import adapter_for, base
+
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    section = readme[readme.index("#### Adding an architecture"):]
+    snippet = section.split("```python", 1)[1].split("```", 1)[0]
+    saved = dict(base._REGISTRY)
+    try:
+        exec(compile(snippet, "README.md", "exec"), {})
+        adapter = adapter_for("my_arch")
+        assert adapter.per_layer["k"].part == "k" and "attn.wqkv" in adapter.splits
+    finally:
+        base._REGISTRY.clear()
+        base._REGISTRY.update(saved)

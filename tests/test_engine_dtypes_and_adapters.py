@@ -99,7 +99,17 @@ class _TinyLM(nn.Module):
         return SimpleNamespace(logits=self.head(x), past_key_values=None)
 
 
-def test_user_adapter_grafts_only_the_named_part_of_a_fused_matrix():
+@pytest.fixture
+def registry_restored():
+    """Adapters a test registers are gone after it, so that no other test sees them."""
+    from weightgraft.adapters import base
+    saved = dict(base._REGISTRY)
+    yield
+    base._REGISTRY.clear()
+    base._REGISTRY.update(saved)
+
+
+def test_user_adapter_grafts_only_the_named_part_of_a_fused_matrix(registry_restored):
     from weightgraft import Part
     from weightgraft.adapters import contiguous_split
 
@@ -135,7 +145,7 @@ def test_user_adapter_grafts_only_the_named_part_of_a_fused_matrix():
     assert (grafted - plain).abs().max().item() > 1e-2  # the graft did something
 
 
-def test_adapter_missing_a_parameter_is_refused():
+def test_adapter_missing_a_parameter_is_refused(registry_restored):
     register_adapter(
         Adapter(
             model_types=("tiny_custom",),
@@ -149,3 +159,8 @@ def test_adapter_missing_a_parameter_is_refused():
     )
     with pytest.raises(ValueError, match="does not cover parameters"):
         Grafter(_TinyLM(0), _TinyLM(1))
+
+
+def test_registered_adapters_are_removed_after_the_tests_that_add_them():
+    from weightgraft.adapters import supported_model_types
+    assert "tiny_custom" not in supported_model_types()

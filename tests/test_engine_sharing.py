@@ -74,3 +74,54 @@ def test_planner_cuts_only_where_histories_split():
 def test_rows_that_differ_from_the_first_token_are_not_planned():
     ids = torch.arange(12).reshape(3, 4)
     assert plan_segments(ids, torch.ones_like(ids), torch.zeros(2, 3, 4, dtype=torch.bool)) is None
+
+
+def test_share_prefixes_is_a_constructor_argument_and_an_attribute():
+    grafter = _grafter()
+    off = Grafter(grafter.recipient, grafter.donors["donor"].model, share_prefixes=False)
+    assert grafter.share_prefixes and not off.share_prefixes
+    prompt = torch.randint(0, 71, (1, 10))
+    conditions = [Graft("last", "all", c) for c in ("o", "mlp", "attn")]
+    ids = prompt.repeat(len(conditions), 1)
+    cost_off, _ = _row_tokens_computed(off, lambda: off.last_logits(ids, row_grafts=conditions))
+    assert cost_off == ids.numel()
+    off.share_prefixes = True
+    cost_on, _ = _row_tokens_computed(off, lambda: off.last_logits(ids, row_grafts=conditions))
+    assert cost_on == 9 + len(conditions)
+
+
+def test_the_graft_cache_forgets_grafts_that_are_gone():
+    import gc
+
+    grafter = _grafter()
+    ids = torch.randint(0, 71, (1, 6))
+    kept = Graft("last", "all", "mlp")
+    for layer in range(4):
+        grafter.logits(ids, grafts=[kept, Graft(0, layer, "o")])
+    gc.collect()
+    assert list(grafter._graft_keys.keys()) == [kept]
+
+
+def test_row_indices_are_found_once_per_call_not_once_per_hooked_module(monkeypatch):
+    """The hooks only index: how often masks are searched (nonzero) does not grow with depth."""
+
+    def searches(n_layer: int) -> int:
+        config = GPT2Config(vocab_size=71, n_embd=32, n_layer=n_layer, n_head=4, n_positions=64)
+        torch.manual_seed(0)
+        grafter = Grafter(GPT2LMHeadModel(config).eval(), GPT2LMHeadModel(config).eval())
+        ids = torch.randint(0, 71, (3, 8))
+        grafts = [Graft("last", "all", "all"), Graft([1, 2], "all", ["q", "mlp"])]
+        count = 0
+        original = torch.Tensor.nonzero
+
+        def counting(self, *args, **kwargs):
+            nonlocal count
+            count += 1
+            return original(self, *args, **kwargs)
+
+        with monkeypatch.context() as patch:
+            patch.setattr(torch.Tensor, "nonzero", counting)
+            grafter.logits(ids, grafts=grafts)
+        return count
+
+    assert searches(2) == searches(8)

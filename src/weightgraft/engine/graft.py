@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Union
 
+import numpy as np
 import torch
 
 from weightgraft.adapters.base import GROUPS, MODEL_LEVEL, PER_LAYER, Adapter
@@ -49,15 +50,18 @@ def band_layers(name: str, num_layers: int) -> list[int]:
 
 @dataclass(frozen=True, eq=False)
 class Graft:
-    """Compute `components` of `layers` with the donor's weights at `positions`.
+    """Compute `components` of `layers` with a donor's weights at `positions`.
 
     `layers` restricts per-layer components. Model-level components (embed, pos_embed, ln_final,
     lm_head) are grafted when named explicitly, or through a group only when layers="all".
+    `donor` names one of the Grafter's donors; None means its only donor.
+    A Graft is hashable by identity (eq=False), so the engine can cache its resolution.
     """
 
     positions: Positions = "all"
     layers: Layers = "all"
     components: Components = "all"
+    donor: str | None = None
 
     def __post_init__(self) -> None:
         names = [self.components] if isinstance(self.components, str) else list(self.components)
@@ -66,13 +70,19 @@ class Graft:
         unknown = [n for n in names if n not in VOCABULARY]
         if unknown:
             raise ValueError(f"unknown component(s) {unknown}; valid names: {list(VOCABULARY)}")
-        if isinstance(self.positions, str) and self.positions not in ("all", "last"):
-            raise ValueError(f"positions must be 'all', 'last', ints, a slice or a mask, not {self.positions!r}")
         if isinstance(self.layers, str) and self.layers != "all" and self.layers not in BANDS:
             raise ValueError(f"unknown layer band {self.layers!r}; use 'all', ints, or one of {sorted(BANDS)}")
+        if not isinstance(self.layers, str):
+            _check_layers(self.layers)
+        if self.donor is not None and not isinstance(self.donor, str):
+            raise TypeError(f"Graft donor must be a donor's name (a str) or None, not {type(self.donor).__name__}")
+        # The positions in one normal form, read once: ("all"|"last", None), ("slice", slice),
+        # ("mask", tuple of bools) or ("list", tuple of ints).
+        object.__setattr__(self, "_positions", _normal_positions(self.positions))
 
     def __repr__(self) -> str:
-        return f"Graft(positions={self.positions!r}, layers={self.layers!r}, components={self.components!r})"
+        donor = "" if self.donor is None else f", donor={self.donor!r}"
+        return f"Graft(positions={self.positions!r}, layers={self.layers!r}, components={self.components!r}{donor})"
 
     # --- resolution against a model -------------------------------------------------------
     def layer_indices(self, num_layers: int) -> list[int]:
@@ -116,27 +126,94 @@ class Graft:
     # --- resolution against a row -----------------------------------------------------------
     def position_indices(self, length: int) -> list[int]:
         """Indices among a row's `length` real tokens."""
-        spec = self.positions
-        if isinstance(spec, str):
-            return list(range(length)) if spec == "all" else [length - 1]
-        if isinstance(spec, slice):
-            return list(range(length))[spec]
-        if isinstance(spec, int):
-            spec = [spec]
-        values = spec.tolist() if isinstance(spec, torch.Tensor) else list(spec)
-        if values and all(isinstance(v, bool) for v in values):
-            if len(values) != length:
+        kind, value = self._positions
+        if kind == "all":
+            return list(range(length))
+        if kind == "last":
+            return [length - 1]
+        if kind == "slice":
+            return list(range(length))[value]
+        if kind == "mask":
+            if len(value) != length:
                 raise ValueError(
-                    f"a boolean position mask has length {len(values)}, but the row has {length} real "
+                    f"a boolean position mask has length {len(value)}, but the row has {length} real "
                     "tokens; give one entry per real token (padding excluded)"
                 )
-            return [i for i, v in enumerate(values) if v]
+            return [i for i, v in enumerate(value) if v]
         out = []
-        for p in values:
-            if not -length <= int(p) < length:
+        for p in value:
+            if not -length <= p < length:
                 raise ValueError(f"position {p} is outside a row of {length} real tokens")
-            out.append(int(p) % length)
+            out.append(p % length)
         return sorted(set(out))
+
+
+_POSITIONS_HELP = (
+    "positions must be 'all', 'last', an int, a sequence/array/tensor of ints, a slice, or a "
+    "boolean mask (list, NumPy array or torch tensor of bools, one per real token)"
+)
+
+
+def _normal_positions(spec: object) -> tuple[str, object]:
+    """Read a positions spec once; anything ambiguous (floats, nested lists, ints mixed with
+    bools, a bare bool) is an error rather than a guess."""
+    if isinstance(spec, str):
+        if spec not in ("all", "last"):
+            raise ValueError(f"{_POSITIONS_HELP}; got the string {spec!r}")
+        return spec, None
+    if isinstance(spec, slice):
+        for part in (spec.start, spec.stop, spec.step):
+            if part is not None and not _is_int(part):
+                raise TypeError(f"{_POSITIONS_HELP}; got a slice with a non-integer bound: {spec!r}")
+        return "slice", spec
+    if isinstance(spec, (bool, np.bool_)):
+        raise TypeError(f"{_POSITIONS_HELP}; got a bare bool {spec!r} (a mask needs one entry per token)")
+    if _is_int(spec):
+        return "list", (int(spec),)
+    if isinstance(spec, torch.Tensor):
+        spec = spec.detach().cpu().numpy()
+    if isinstance(spec, np.ndarray):
+        if spec.ndim > 1:
+            raise ValueError(f"{_POSITIONS_HELP}; got an array of shape {spec.shape} (give one dimension)")
+        if spec.dtype.kind == "b":
+            return "mask", tuple(bool(v) for v in spec.reshape(-1))
+        if spec.dtype.kind in "iu":
+            return "list", tuple(int(v) for v in spec.reshape(-1))
+        raise TypeError(f"{_POSITIONS_HELP}; got an array of dtype {spec.dtype}")
+    if not isinstance(spec, (Sequence, range)):
+        raise TypeError(f"{_POSITIONS_HELP}; got {type(spec).__name__}: {spec!r}")
+    values = list(spec)
+    bools = [isinstance(v, (bool, np.bool_)) for v in values]
+    if values and all(bools):
+        return "mask", tuple(bool(v) for v in values)
+    bad = [v for v, b in zip(values, bools) if b or not _is_int(v)]
+    if bad:
+        raise TypeError(f"{_POSITIONS_HELP}; got {spec!r}, whose entries {bad[:4]} are not all ints or all bools")
+    return "list", tuple(int(v) for v in values)
+
+
+def _check_layers(spec: object) -> None:
+    """Layers are ints (one, or a sequence/range/array of them); bools and floats are refused
+    rather than read as layer numbers."""
+    if isinstance(spec, (Sequence, range, np.ndarray, torch.Tensor)):
+        values = list(spec.reshape(-1)) if isinstance(spec, (np.ndarray, torch.Tensor)) else list(spec)
+    else:
+        values = [spec]
+    bad = [v for v in values if not _is_int(v)]
+    if bad:
+        raise TypeError(
+            f"layers must be 'all', a band name, an int or a sequence of ints; got {spec!r} "
+            f"(entries {bad[:4]} are not ints)"
+        )
+
+
+def _is_int(value: object) -> bool:
+    """An integer that is not a bool: Python ints, NumPy integers, 0-d integer tensors."""
+    if isinstance(value, (bool, np.bool_)):
+        return False
+    if isinstance(value, torch.Tensor):
+        return value.dim() == 0 and not value.dtype.is_floating_point and value.dtype != torch.bool and not value.is_complex()
+    return isinstance(value, (int, np.integer))
 
 
 def as_graft_list(spec: Graft | Sequence[Graft] | None) -> list[Graft]:

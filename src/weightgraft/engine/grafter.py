@@ -1,41 +1,99 @@
-"""`Grafter`: run a recipient model with a donor's weights at chosen positions, in one pass."""
+"""`Grafter`: run a recipient model with donors' weights at chosen positions, in one pass."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+import weakref
+from collections.abc import Collection, Iterator, Mapping, Sequence
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 from typing import Literal
 
+import numpy as np
 import torch
 from torch import nn
 
 from weightgraft.adapters import adapter_for
 from weightgraft.adapters.base import Part
+from weightgraft.donors import DonorSource, as_donor_source
+from weightgraft.engine.compat import check_compatible, uncovered_parameters
 from weightgraft.engine.graft import Graft, Key, as_graft_list
 from weightgraft.engine.hooks import Splice, SpliceHooks
 from weightgraft.engine.sharing import plan_segments
-from weightgraft.engine.models import check_compatible, uncovered_parameters
 
 RowGrafts = Sequence[Graft | Sequence[Graft] | None]
 
+# The name a donor passed as `Grafter(recipient, donor)` goes by.
+DEFAULT_DONOR_NAME = "donor"
+
+
+@dataclass
+class GraftMasks:
+    """Where each donor's (layer, component) keys are grafted in one call.
+
+    Index d * num_keys + k of `masks` is key k from donor d. Keys of one class have equal masks
+    (class -1: grafted nowhere), so per-mask work is done once per class.
+    """
+
+    masks: torch.Tensor  # bool [num_donors * num_keys, batch, seq], on the model's device
+    classes: list[int]
+
+    def chunk(self, rows: torch.Tensor, start: int, end: int) -> GraftMasks:
+        """The masks of some rows over positions [start, end); equal masks stay equal."""
+        return GraftMasks(self.masks[:, rows, start:end], self.classes)
+
+    def last_column(self) -> GraftMasks:
+        return GraftMasks(self.masks[:, :, -1:], self.classes)
+
+    def nothing_at_last_column(self) -> GraftMasks:
+        return GraftMasks(torch.zeros_like(self.masks[:, :, -1:]), [-1] * len(self.classes))
+
+
+def _mask_classes(masks: torch.Tensor) -> list[int]:
+    """For each key's [batch, seq] mask (on the CPU), a class shared by exactly the equal masks;
+    -1 for masks with nothing grafted. Hashing packed bytes costs a few ms for 300 keys x 32k tokens."""
+    packed = np.packbits(masks.flatten(1).numpy(), axis=1)
+    grafted = masks.flatten(1).any(-1).tolist()
+    seen: dict[bytes, int] = {}
+    return [seen.setdefault(row.tobytes(), len(seen)) if on else -1 for row, on in zip(packed, grafted)]
+
 
 class Grafter:
-    """Dynamic weight grafting of `donor` into `recipient`.
+    """Dynamic weight grafting of one or more donors into `recipient`.
+
+    `Grafter(recipient, donor)` grafts one donor; `Grafter(recipient, donors={"sft": m1, "task":
+    m2})` several, and each `Graft` names its donor (`Graft(..., donor="task")`). A donor is a
+    model or any `weightgraft.donors.DonorSource`.
 
     Neither model is modified: grafting works through forward hooks that replace the recipient
     modules' outputs at grafted rows with the donor modules' outputs on the same inputs.
     Swapping the two models grafts in the reverse direction.
 
+    Every donor must match the recipient in architecture, parameter shapes, dtypes and device, and
+    in every config field that changes the computation; `allow_config_differences` names config
+    fields that may differ (for users who mean it, e.g. `("rope_theta",)`).
+
     Rows that agree on their inputs and grafts up to some position share that stretch's
-    computation through the KV cache; set `share_prefixes = False` to run every row in full.
+    computation through the KV cache; `share_prefixes=False` runs every row in full (results then
+    do not depend on what else is in the batch).
     """
 
-    share_prefixes: bool = True
-
-    def __init__(self, recipient: nn.Module, donor: nn.Module):
-        check_compatible(recipient, donor)
+    def __init__(
+        self,
+        recipient: nn.Module,
+        donor: object | None = None,
+        *,
+        donors: Mapping[str, object] | None = None,
+        share_prefixes: bool = True,
+        allow_config_differences: Collection[str] = (),
+    ):
+        if isinstance(allow_config_differences, str):
+            allow_config_differences = (allow_config_differences,)
+        self.donors: dict[str, DonorSource] = _named_donors(donor, donors)
+        self.donor_names = list(self.donors)
+        for name, source in self.donors.items():
+            check_compatible(recipient, source, name, allow_config_differences)
         self.recipient = recipient
-        self.donor = donor
+        self.share_prefixes = share_prefixes
         self.adapter = adapter_for(recipient)
         uncovered = uncovered_parameters(recipient, self.adapter)
         if uncovered:
@@ -49,12 +107,14 @@ class Grafter:
         ]
         self._key_index = {key: i for i, key in enumerate(self.keys)}
         self._targets = self._module_targets()
+        self._lm_head_path = self.adapter.model_level.get("lm_head", "")
         self._seq_dims = {
             f"{self.adapter.layers}.{layer}.{local}": dim
             for local, dim in self.adapter.seq_dims.items()
             for layer in range(self.num_layers)
         }
-        self._graft_keys: dict[int, tuple[Graft, torch.Tensor]] = {}
+        # Per Graft object, the keys it covers; entries go when their Graft is garbage collected.
+        self._graft_keys: weakref.WeakKeyDictionary[Graft, torch.Tensor] = weakref.WeakKeyDictionary()
 
     @property
     def components(self) -> list[str]:
@@ -75,8 +135,8 @@ class Grafter:
     ) -> torch.Tensor:
         """Logits `[batch, seq, vocab]` of the recipient with the grafts applied."""
         ids, mask = self._prepare(input_ids, attention_mask)
-        graft_masks = self._graft_masks(grafts, row_grafts, mask)
-        return self._forward(ids, mask, graft_masks, last_only=False)
+        grafted = self._graft_masks(grafts, row_grafts, mask)
+        return self._forward(ids, mask, grafted, last_only=False)
 
     def last_logits(
         self,
@@ -87,9 +147,9 @@ class Grafter:
     ) -> torch.Tensor:
         """Logits `[batch, vocab]` at each row's last real token: the next-token prediction."""
         ids, mask = self._prepare(input_ids, attention_mask)
-        graft_masks = self._graft_masks(grafts, row_grafts, mask)
+        grafted = self._graft_masks(grafts, row_grafts, mask)
         left_aligned = bool(mask[:, -1].all())
-        logits = self._forward(ids, mask, graft_masks, last_only=left_aligned)
+        logits = self._forward(ids, mask, grafted, last_only=left_aligned)
         if left_aligned:
             return logits[:, -1]
         last = mask.long().cumsum(-1).argmax(-1)
@@ -117,20 +177,20 @@ class Grafter:
         Generated tokens get nothing grafted (`generated="none"`, the recipient computes them), or
         the same grafts as their row's last prompt token (`generated="last"`).
         """
-        if generated not in ("none", "last"):
-            raise ValueError(f"generated must be 'none' or 'last', not {generated!r}")
+        _check_generation_settings(max_new_tokens, do_sample, temperature, top_k, top_p, generated)
         ids, mask = self._prepare(input_ids, attention_mask)
         if not bool(mask[:, -1].all()):
             raise ValueError("generate needs left-padded prompts: set tokenizer.padding_side = 'left'")
-        graft_masks = self._graft_masks(grafts, row_grafts, mask)
-        step_masks = graft_masks[:, :, -1:] if generated == "last" else torch.zeros_like(graft_masks[:, :, -1:])
+        grafted = self._graft_masks(grafts, row_grafts, mask)
+        step = grafted.last_column() if generated == "last" else grafted.nothing_at_last_column()
         eos = _as_id_set(eos_token_id if eos_token_id is not None else self._config_eos())
         pad = pad_token_id if pad_token_id is not None else (min(eos) if eos else 0)
         eos_ids = torch.tensor(sorted(eos), dtype=torch.long, device=ids.device)
         done = torch.zeros(ids.shape[0], dtype=torch.bool, device=ids.device)
         out = ids
-        with self._running(graft_masks) as hooks:
-            logits, cache = self._pass(hooks, ids, mask, graft_masks, None, last_only=True)
+        with self._running(grafted) as hooks:
+            logits, cache = self._pass(hooks, ids, mask, grafted, None, last_only=True)
+            step_splices = self._splices(step, hooks.paths, last_only=True)  # the same for every step
             for _ in range(max_new_tokens):
                 token = _next_token(logits[:, -1].float(), do_sample, temperature, top_k, top_p, generator)
                 token = torch.where(done, torch.full_like(token, pad), token)
@@ -139,12 +199,17 @@ class Grafter:
                 if bool(done.all()):
                     break
                 mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
-                logits, cache = self._pass(hooks, token[:, None], mask, step_masks, cache, last_only=True)
+                logits, cache = self._pass(hooks, token[:, None], mask, step, cache, last_only=True, splices=step_splices)
         return out
 
     # --- input handling -----------------------------------------------------------------------
     def _prepare(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
         ids = torch.as_tensor(input_ids, device=self.device)
+        if ids.dtype == torch.bool or ids.is_floating_point() or ids.is_complex():
+            raise TypeError(
+                f"input_ids must be integer token ids, got dtype {ids.dtype}; pass the tokenizer's "
+                "input_ids (torch.long), not embeddings or probabilities"
+            )
         if ids.dim() == 1:
             ids = ids[None]
         if ids.dim() != 2:
@@ -154,6 +219,12 @@ class Grafter:
             mask = mask[None]
         if mask.shape != ids.shape:
             raise ValueError(f"attention_mask {tuple(mask.shape)} does not match input_ids {tuple(ids.shape)}")
+        if bool(((mask != 0) & (mask != 1)).any()):
+            odd = sorted({float(v) for v in mask[(mask != 0) & (mask != 1)].flatten()[:5].tolist()})
+            raise ValueError(
+                f"attention_mask must hold only 0 (padding) and 1 (real token), found {odd}; "
+                "pass the tokenizer's attention_mask"
+            )
         if bool((mask.sum(-1) == 0).any()):
             raise ValueError("a row has no real tokens (its attention_mask is all zeros)")
         return ids.long(), mask.long()
@@ -169,29 +240,58 @@ class Grafter:
 
     def _keys_of(self, graft: Graft) -> torch.Tensor:
         """Bool [num_keys]: which (layer, component) keys a graft covers (cached per Graft)."""
-        cached = self._graft_keys.get(id(graft))
-        if cached is not None and cached[0] is graft:
-            return cached[1]
-        selected = torch.zeros(len(self.keys), dtype=torch.bool)
-        selected[[self._key_index[k] for k in graft.keys(self.adapter, self.num_layers)]] = True
-        if len(self._graft_keys) >= 4096:  # a long sweep of fresh Graft objects: start over
-            self._graft_keys.clear()
-        self._graft_keys[id(graft)] = (graft, selected)
+        selected = self._graft_keys.get(graft)
+        if selected is None:
+            selected = torch.zeros(len(self.keys), dtype=torch.bool)
+            selected[[self._key_index[k] for k in graft.keys(self.adapter, self.num_layers)]] = True
+            self._graft_keys[graft] = selected
         return selected
 
-    def _graft_masks(self, grafts, row_grafts, mask: torch.Tensor) -> torch.Tensor:
-        """Bool [num_keys, batch, seq]: where each (layer, component) computes with the donor."""
+    def _donor_index(self, graft: Graft) -> int:
+        if graft.donor is None:
+            if len(self.donor_names) == 1:
+                return 0
+            raise ValueError(
+                f"{graft!r} names no donor, but this Grafter has several: {self.donor_names}; "
+                "pass Graft(..., donor=NAME)"
+            )
+        if graft.donor not in self.donors:
+            raise ValueError(f"{graft!r} names donor {graft.donor!r}; this Grafter's donors are {self.donor_names}")
+        return self.donor_names.index(graft.donor)
+
+    def _graft_masks(self, grafts, row_grafts, mask: torch.Tensor) -> GraftMasks:
+        """Where each (layer, component) computes with each donor, for every row and position."""
         batch, seq = mask.shape
         per_row = self._row_graft_lists(grafts, row_grafts, batch)
-        out = torch.zeros(len(self.keys), batch, seq, dtype=torch.bool)
+        num_keys = len(self.keys)
+        out = torch.zeros(len(self.donors) * num_keys, batch, seq, dtype=torch.bool)
         real_positions = [row.nonzero().squeeze(-1) for row in mask.cpu()]
         for b, row in enumerate(per_row):
             for graft in row:
-                keys = self._keys_of(graft).nonzero().squeeze(-1)
+                keys = self._keys_of(graft).nonzero().squeeze(-1) + self._donor_index(graft) * num_keys
                 positions = real_positions[b][graft.position_indices(len(real_positions[b]))]
                 if keys.numel() and positions.numel():
                     out[keys[:, None], b, positions[None, :]] = True
-        return out.to(mask.device)
+        if len(self.donors) > 1:
+            self._refuse_overlaps(out.view(len(self.donors), num_keys, batch, seq), real_positions)
+        return GraftMasks(out.to(mask.device), _mask_classes(out))
+
+    def _refuse_overlaps(self, per_donor: torch.Tensor, real_positions: list[torch.Tensor]) -> None:
+        """Two donors for one (row, position, layer, component) would be a silent choice: refuse."""
+        clashes = (per_donor.sum(0) > 1).nonzero()
+        if clashes.numel() == 0:
+            return
+        k, b, s = (int(v) for v in clashes[0])
+        layer, component = self.keys[k]
+        names = [self.donor_names[d] for d in per_donor[:, k, b, s].nonzero().flatten().tolist()]
+        position = int((real_positions[b] == s).nonzero()[0])
+        where = f"layer {layer}, " if layer is not None else ""
+        raise ValueError(
+            f"grafts of row {b} give position {position} (counting real tokens), {where}component "
+            f"{component!r} to more than one donor: {names}"
+            f"{f' ({len(clashes) - 1} more such overlaps)' if len(clashes) > 1 else ''}; "
+            "each (position, layer, component) of a row can come from one donor only"
+        )
 
     # --- running --------------------------------------------------------------------------------
     def _module_targets(self) -> dict[str, list[tuple[int, torch.Tensor | None]]]:
@@ -212,43 +312,73 @@ class Grafter:
         return targets
 
     @contextmanager
-    def _running(self, graft_masks: torch.Tensor) -> Iterator[SpliceHooks]:
+    def _running(self, grafted: GraftMasks) -> Iterator[SpliceHooks]:
         """Eval mode, no grad, and hooks on the modules that are grafted anywhere in this call."""
-        active = graft_masks.flatten(1).any(-1).tolist()
-        paths = [p for p, served in self._targets.items() if any(active[i] for i, _ in served)]
-        lm_head = self.adapter.model_level.get("lm_head", "")
-        hooks = SpliceHooks(self.recipient, self.donor, paths, self._seq_dims, tail_ok=lm_head)
-        modes = (self.recipient.training, self.donor.training)
+        num_keys = len(self.keys)
+        sources = list(self.donors.values())
+        donor_modules: dict[str, dict[int, nn.Module]] = {}
+        for path, served in self._targets.items():
+            used = [d for d in range(len(sources)) if any(grafted.classes[d * num_keys + k] >= 0 for k, _ in served)]
+            if used:
+                donor_modules[path] = {d: sources[d].module(path) for d in used}
+        hooks = SpliceHooks(self.recipient, donor_modules, self._seq_dims)
+        was_training = self.recipient.training
         self.recipient.eval()
-        self.donor.eval()
         try:
-            with torch.no_grad(), hooks.installed():
+            with ExitStack() as stack:
+                for source in sources:
+                    stack.enter_context(source.running())
+                stack.enter_context(torch.no_grad())
+                stack.enter_context(hooks.installed())
                 yield hooks
         finally:
-            self.recipient.train(modes[0])
-            self.donor.train(modes[1])
+            self.recipient.train(was_training)
 
-    def _splices(self, graft_masks: torch.Tensor, paths: list[str]) -> dict[str, list[Splice]]:
-        """Per hooked module, the row masks (and columns) of this chunk, merging fused parts."""
-        active = graft_masks.flatten(1).any(-1).tolist()
+    def _splices(self, chunk: GraftMasks, paths: list[str], last_only: bool) -> dict[str, list[Splice]]:
+        """Per hooked module, this chunk's splices: for each donor, the output rows (and columns)
+        it replaces. Fused parts that one donor grafts at the same rows merge into one splice.
+
+        The bookkeeping happens here, once per chunk, so that the hooks only index: row indices
+        are computed once per class of equal masks (usually a handful), not once per module.
+        """
+        num_keys = len(self.keys)
+        batch, seq = chunk.masks.shape[1:]
+        found: dict[tuple[int, bool], torch.Tensor] = {}
+
+        def rows_of(index: int, tail: bool) -> torch.Tensor:
+            key = (chunk.classes[index], tail)
+            if key not in found:
+                mask = chunk.masks[index, :, -1:] if tail else chunk.masks[index]
+                found[key] = mask.reshape(-1).nonzero().squeeze(-1)
+            return found[key]
+
         plan: dict[str, list[Splice]] = {}
         for path in paths:
-            served = [(i, cols) for i, cols in self._targets[path] if active[i]]
-            if not served:
-                continue
-            masks = [graft_masks[i] for i, _ in served]
-            whole = len(served) == len(self._targets[path]) and all(torch.equal(masks[0], m) for m in masks[1:])
-            if whole:
-                plan[path] = [Splice(masks[0], None)]
-            else:
-                plan[path] = [Splice(m, cols) for m, (_, cols) in zip(masks, served)]
+            targets = self._targets[path]
+            # With logits_to_keep=1 the unembedding sees only each row's last position.
+            tail = last_only and path == self._lm_head_path
+            splices: list[Splice] = []
+            for d in range(len(self.donors)):
+                served = [(d * num_keys + k, cols) for k, cols in targets if chunk.classes[d * num_keys + k] >= 0]
+                if not served:
+                    continue
+                if len(served) == len(targets) and len({chunk.classes[i] for i, _ in served}) == 1:
+                    served = [(served[0][0], None)]  # every part at the same rows: the whole output
+                for index, cols in served:
+                    rows = {(batch, seq): rows_of(index, False)}
+                    if tail:
+                        rows[(batch, 1)] = rows_of(index, True)
+                    if any(r.numel() for r in rows.values()):
+                        splices.append(Splice(rows, cols, d))
+            if splices:
+                plan[path] = splices
         return plan
 
-    def _pass(self, hooks: SpliceHooks, ids, mask, chunk_masks, cache, last_only: bool):
-        """One forward over `ids` (the chunk after the cached prefix), grafted by `chunk_masks`."""
+    def _pass(self, hooks: SpliceHooks, ids, mask, chunk: GraftMasks, cache, last_only: bool, splices=None):
+        """One forward over `ids` (the chunk after the cached prefix), grafted by `chunk`."""
         past = 0 if cache is None else cache.get_seq_length()
         positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, past : past + ids.shape[1]]
-        hooks.current = self._splices(chunk_masks, hooks.paths)
+        hooks.current = self._splices(chunk, hooks.paths, last_only) if splices is None else splices
         out = self.recipient(
             input_ids=ids,
             attention_mask=mask,
@@ -259,11 +389,11 @@ class Grafter:
         )
         return out.logits, out.past_key_values
 
-    def _forward(self, ids: torch.Tensor, mask: torch.Tensor, graft_masks: torch.Tensor, last_only: bool) -> torch.Tensor:
-        segments = plan_segments(ids, mask, graft_masks) if self.share_prefixes else None
-        with self._running(graft_masks) as hooks:
+    def _forward(self, ids: torch.Tensor, mask: torch.Tensor, grafted: GraftMasks, last_only: bool) -> torch.Tensor:
+        segments = plan_segments(ids, mask, grafted.masks) if self.share_prefixes else None
+        with self._running(grafted) as hooks:
             if segments is None:
-                logits, _ = self._pass(hooks, ids, mask, graft_masks, None, last_only)
+                logits, _ = self._pass(hooks, ids, mask, grafted, None, last_only)
                 return logits
             pieces, cache = [], None
             for seg in segments:
@@ -272,7 +402,7 @@ class Grafter:
                 final = seg.end == ids.shape[1]
                 logits, cache = self._pass(
                     hooks, ids[seg.rows, seg.start : seg.end], mask[seg.rows, : seg.end],
-                    graft_masks[:, seg.rows, seg.start : seg.end], cache, last_only and final,
+                    grafted.chunk(seg.rows, seg.start, seg.end), cache, last_only and final,
                 )  # fmt: skip
                 if final or not last_only:
                     pieces.append(logits[seg.row_to_history])
@@ -284,17 +414,47 @@ class Grafter:
         return eos if eos is not None else getattr(self.recipient.config, "eos_token_id", None)
 
 
+def _named_donors(donor: object | None, donors: Mapping[str, object] | None) -> dict[str, DonorSource]:
+    """One name per donor: `donor` alone is called DEFAULT_DONOR_NAME."""
+    if donor is not None and donors is not None:
+        raise ValueError("pass either donor (one donor) or donors={name: model, ...} (several), not both")
+    if donor is None and donors is None:
+        raise TypeError("Grafter needs a donor: Grafter(recipient, donor) or Grafter(recipient, donors={name: model})")
+    if donors is None:
+        if isinstance(donor, Mapping):
+            raise TypeError("several donors go by keyword: Grafter(recipient, donors={name: model, ...})")
+        return {DEFAULT_DONOR_NAME: as_donor_source(donor)}
+    if not isinstance(donors, Mapping) or not donors:
+        raise ValueError("donors must be a non-empty dict {name: model}")
+    bad = [name for name in donors if not isinstance(name, str) or not name]
+    if bad:
+        raise ValueError(f"donor names must be non-empty strings, got {bad}")
+    return {name: as_donor_source(model) for name, model in donors.items()}
+
+
 def _as_id_set(eos) -> set[int]:
     if eos is None:
         return set()
     return {int(eos)} if isinstance(eos, int) else {int(e) for e in eos}
 
 
+def _check_generation_settings(max_new_tokens, do_sample, temperature, top_k, top_p, generated) -> None:
+    """Refuse settings that would fail later or mean nothing, before any work is done."""
+    if generated not in ("none", "last"):
+        raise ValueError(f"generated must be 'none' or 'last', not {generated!r}")
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens must be an int >= 0, not {max_new_tokens!r}")
+    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k <= 0):
+        raise ValueError(f"top_k must be a positive int (or None for no top-k filter), not {top_k!r}")
+    if top_p is not None and not 0 < top_p <= 1:
+        raise ValueError(f"top_p must be in (0, 1] (or None for no nucleus filter), not {top_p!r}")
+    if do_sample and not temperature > 0:
+        raise ValueError(f"temperature must be > 0 when sampling, not {temperature!r}; use do_sample=False for greedy decoding")
+
+
 def _next_token(logits: torch.Tensor, do_sample: bool, temperature: float, top_k, top_p, generator) -> torch.Tensor:
     if not do_sample:
         return logits.argmax(-1)
-    if temperature <= 0:
-        raise ValueError("temperature must be > 0 when sampling; use do_sample=False for greedy decoding")
     logits = logits / temperature
     if top_k is not None:
         kth = torch.topk(logits, min(top_k, logits.shape[-1])).values[:, -1:]

@@ -1,13 +1,13 @@
-"""Forward hooks that splice the donor's module outputs into the recipient's forward pass.
+"""Forward hooks that splice donor module outputs into the recipient's forward pass.
 
-Every grafted component acts on one position at a time, so computing it with the donor's
-weights at a position equals replacing the recipient module's output row there with the donor
-module's output on the same input row. The donor runs only on the grafted rows.
+Every grafted component acts on one position at a time, so computing it with a donor's weights
+at a position equals replacing the recipient module's output row there with the donor module's
+output on the same input row. A donor runs only on the rows grafted from it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -17,21 +17,28 @@ from torch import nn
 
 @dataclass
 class Splice:
-    """Rows of one module's output that come from the donor; `columns` None means every column."""
+    """Rows of one module's output that come from one donor; `columns` None means every column."""
 
-    mask: torch.Tensor  # bool [batch, seq] for the chunk being computed
+    # Flat row indices into the output's [batch * seq] rows, keyed by the (batch, seq) the module
+    # is expected to see (the unembedding may see only the last position: logits_to_keep).
+    rows: dict[tuple[int, int], torch.Tensor]
     columns: torch.Tensor | None
+    donor: int  # index among the Grafter's donors
 
 
 class SpliceHooks:
     """Holds the splices for the chunk being run; hooks read them by module path."""
 
-    def __init__(self, recipient: nn.Module, donor: nn.Module, paths: list[str], seq_dims: dict[str, int], tail_ok: str):
+    def __init__(
+        self,
+        recipient: nn.Module,
+        donor_modules: Mapping[str, Mapping[int, nn.Module]],
+        seq_dims: dict[str, int],
+    ):
         self.recipient = recipient
-        self.donor = donor
-        self.paths = paths
+        self.donor_modules = donor_modules  # path -> donor index -> the donor's module there
+        self.paths = list(donor_modules)
         self.seq_dims = seq_dims  # modules whose sequence axis is not dim 1 (e.g. [batch, heads, seq, dim])
-        self.tail_ok = tail_ok  # the unembedding may see only the last positions (logits_to_keep)
         self.current: dict[str, list[Splice]] = {}
 
     @contextmanager
@@ -40,7 +47,7 @@ class SpliceHooks:
         try:
             for path in self.paths:
                 module = self.recipient.get_submodule(path)
-                hook = self._make_hook(path, self.donor.get_submodule(path))
+                hook = self._make_hook(path, self.donor_modules[path])
                 handles.append(module.register_forward_hook(hook, with_kwargs=True))
             yield self
         finally:
@@ -48,7 +55,7 @@ class SpliceHooks:
                 handle.remove()
             self.current = {}
 
-    def _make_hook(self, path: str, donor_module: nn.Module):
+    def _make_hook(self, path: str, modules: Mapping[int, nn.Module]):
         def hook(module: nn.Module, args: tuple, kwargs: dict, output: torch.Tensor):
             splices = self.current.get(path)
             if not splices:
@@ -56,8 +63,8 @@ class SpliceHooks:
             x = args[0] if args else next(iter(kwargs.values()))
             seq_dim = self.seq_dims.get(path, 1)
             if seq_dim == 1:
-                return splice_rows(path, donor_module, x, output, splices, path == self.tail_ok)
-            spliced = splice_rows(path, donor_module, x.movedim(seq_dim, 1), output.movedim(seq_dim, 1), splices)
+                return splice_rows(path, modules, x, output, splices)
+            spliced = splice_rows(path, modules, x.movedim(seq_dim, 1), output.movedim(seq_dim, 1), splices)
             return spliced.movedim(1, seq_dim)
 
         return hook
@@ -65,12 +72,12 @@ class SpliceHooks:
 
 def splice_rows(
     path: str,
-    donor_module: nn.Module,
+    modules: Mapping[int, nn.Module],
     x: torch.Tensor,
     output: torch.Tensor,
     splices: list[Splice],
-    tail_ok: bool = False,
 ) -> torch.Tensor:
+    """`output` with the spliced rows (and columns) replaced by their donor module's output."""
     if not isinstance(output, torch.Tensor) or x.shape[:2] != output.shape[:2]:
         raise RuntimeError(
             f"cannot graft {path!r}: it is not a position-wise module with [batch, seq, ...] input and "
@@ -80,18 +87,15 @@ def splice_rows(
     flat_x = x.reshape(batch * seq, *x.shape[2:])
     flat_out = output.reshape(batch * seq, *output.shape[2:])
     for splice in splices:
-        mask = splice.mask
-        fits = mask.shape[0] == batch and (mask.shape[1] == seq or (tail_ok and mask.shape[1] > seq))
-        if not fits:
+        rows = splice.rows.get((batch, seq))
+        if rows is None:
             raise RuntimeError(
-                f"graft mask {tuple(mask.shape)} does not fit the output {tuple(output.shape)} of {path!r}; "
-                "if this module's sequence axis is not dim 1, declare it in the adapter's seq_dims"
+                f"graft rows for {sorted(splice.rows)} (batch, seq) do not fit the output {tuple(output.shape)} "
+                f"of {path!r}; if this module's sequence axis is not dim 1, declare it in the adapter's seq_dims"
             )
-        # The unembedding may compute only the last positions (logits_to_keep).
-        rows = mask[:, mask.shape[1] - seq :].reshape(-1).nonzero().squeeze(-1)
         if rows.numel() == 0:
             continue
-        donor_rows = donor_module(flat_x[rows]).to(flat_out.dtype)
+        donor_rows = modules[splice.donor](flat_x[rows]).to(flat_out.dtype)
         if splice.columns is None:
             flat_out[rows] = donor_rows
         else:
