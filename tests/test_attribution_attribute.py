@@ -36,7 +36,7 @@ def _module_and_columns(grafter: Grafter, layer, component: str):
 def _logprob_with_nudge(grafter, ids, mask, target, path, columns, seq_dim, row, tensor_pos, eps):
     """log p(target) at the last real token, with output <- output + eps*(donor - output) at one
     (row, position) of one module (only `columns`, if given)."""
-    recipient, donor_module = grafter.recipient, grafter.donor.get_submodule(path)
+    recipient, donor_module = grafter.recipient, grafter.donors["donor"].model.get_submodule(path)
 
     def hook(module, args, kwargs, output):
         x = args[0] if args else next(iter(kwargs.values()))
@@ -217,3 +217,19 @@ def test_bad_input_is_refused_with_the_fix():
         attribute(grafter, ids, [1, 2], metric="top5")
     with pytest.raises(ValueError, match="all zeros"):
         attribute(grafter, ids, [1, 2], attention_mask=torch.tensor([[1, 1, 1, 1], [0, 0, 0, 0]]))
+
+
+def test_several_donors_are_attributed_one_at_a_time():
+    recipient, sft = make_pair("llama")
+    _, task = make_pair("llama", seed=1)
+    ids = torch.randint(1, 150, (2, SEQ), generator=torch.Generator().manual_seed(4))
+    both = Grafter(recipient, donors={"sft": sft, "task": task})
+    for name, model in (("sft", sft), ("task", task)):
+        alone = attribute(Grafter(recipient, model), ids, [1, 2], method="integrated", steps=2)
+        named = attribute(both, ids, [1, 2], method="integrated", steps=2, donor=name)
+        torch.testing.assert_close(named.cells, alone.cells)
+        torch.testing.assert_close(named.metric_donor, alone.metric_donor)
+    with pytest.raises(ValueError, match="donor=NAME"):
+        attribute(both, ids, [1, 2])
+    with pytest.raises(ValueError, match="unknown donor 'base'"):
+        attribute(both, ids, [1, 2], donor="base")

@@ -23,6 +23,7 @@ def cell_agreement(
     roles: Sequence[str] = ("FE", "LT"),
     methods: Sequence[str] = ("gradient", "integrated"),
     steps: int = 16,
+    donor: str | None = None,
 ) -> dict:
     """Spearman(attribution, exact single-cell effect) over every cell of `roles`, per method,
     with the seconds each took (exact: the chosen cells only, and extrapolated to every cell)."""
@@ -33,7 +34,8 @@ def cell_agreement(
     attributions = {}
     for method in methods:
         start = time.perf_counter()
-        attributions[method] = attribute(grafter, ids, targets, attention_mask=mask, method=method, steps=steps)
+        attributions[method] = attribute(grafter, ids, targets, attention_mask=mask, method=method, steps=steps,
+                                         donor=donor)
         out[f"seconds_attribute_{method}"] = time.perf_counter() - start
     first = next(iter(attributions.values()))
     cells = []
@@ -45,7 +47,7 @@ def cell_agreement(
     if len(cells) < 2:
         raise ValueError(f"the examples have fewer than two cells at roles {list(roles)}")
     start = time.perf_counter()
-    exact = exact_cell_effects(grafter, ids, targets, cells, attention_mask=mask).numpy()
+    exact = exact_cell_effects(grafter, ids, targets, cells, attention_mask=mask, donor=donor).numpy()
     seconds_exact = time.perf_counter() - start
     all_cells = sum(first.lengths) * (first.cells.shape[2] * first.cells.shape[3] + first.model_level.shape[2])
     out.update(cells=len(cells), seconds_exact_chosen_cells=seconds_exact,

@@ -25,7 +25,9 @@ from typing import Literal, Union
 import torch
 from torch import nn
 
-from weightgraft.attribution.cells import CellLayout, cell_layout, donor_model
+from contextlib import ExitStack
+
+from weightgraft.attribution.cells import CellLayout, cell_layout, donor_source
 
 Metric = Union[Literal["logprob", "prob"], Callable[[torch.Tensor, torch.Tensor], torch.Tensor]]
 PAPER_ROLES = ("FE", "M", "R", "LT", "other")
@@ -136,41 +138,45 @@ def attribute(
 
     `targets[b]` is the token that follows row b's last real token; `metric` is `logprob`,
     `prob`, or a function (last-token logits [batch, vocab], targets [batch]) -> [batch].
-    Rows may be right- or left-padded (`attention_mask`).
+    Rows may be right- or left-padded (`attention_mask`). With several donors, `donor` names the
+    one whose weights a cell would compute with (call once per donor to compare them).
     """
     if method not in ("gradient", "integrated"):
         raise ValueError(f"method must be 'gradient' or 'integrated', not {method!r}")
     if method == "integrated" and steps < 1:
         raise ValueError(f"integrated attribution needs steps >= 1, got {steps}")
     recipient = grafter.recipient
-    donor_net = donor_model(grafter, donor)
+    source = donor_source(grafter, donor)
     device = next(recipient.parameters()).device
     ids, mask = _prepare(input_ids, attention_mask, device)
     target = torch.as_tensor(targets, device=device).long().reshape(-1)
     if target.shape[0] != ids.shape[0]:
         raise ValueError(f"{target.shape[0]} targets for {ids.shape[0]} rows; give one target token per row")
     layout = cell_layout(grafter)
+    donor_modules = {t.path: source.module(t.path) for t in layout.targets}
     score = _metric_fn(metric)
     last = mask.cumsum(-1).argmax(-1)
-    modes = (recipient.training, donor_net.training)
+    was_training = recipient.training
     recipient.eval()
-    donor_net.eval()
     try:
-        alphas = [0.0] if method == "gradient" else [(k + 0.5) / steps for k in range(steps)]
-        effects = None
-        for alpha in alphas:
-            step_effects, value = _effects_at(recipient, donor_net, layout, ids, mask, last, target, score, alpha)
-            effects = step_effects if effects is None else effects + step_effects
-            if method == "gradient":
-                metric_recipient = value
-        effects /= len(alphas)
-        with torch.no_grad():
-            if method == "integrated":
-                metric_recipient = score(_last_logits(recipient, ids, mask, last), target)
-            metric_donor = score(_last_logits(donor_net, ids, mask, last), target)
+        with ExitStack() as stack:
+            stack.enter_context(source.running())
+            alphas = [0.0] if method == "gradient" else [(k + 0.5) / steps for k in range(steps)]
+            effects = None
+            for alpha in alphas:
+                step_effects, value = _effects_at(recipient, donor_modules, layout, ids, mask, last, target, score, alpha)
+                effects = step_effects if effects is None else effects + step_effects
+                if method == "gradient":
+                    metric_recipient = value
+            effects /= len(alphas)
+            with torch.no_grad():
+                if method == "integrated":
+                    metric_recipient = score(_last_logits(recipient, ids, mask, last), target)
+                # The donor everywhere: every module's output replaced by the donor's (alpha = 1).
+                _, metric_donor = _effects_at(recipient, donor_modules, layout, ids, mask, last, target, score,
+                                              1.0, gradients=False)
     finally:
-        recipient.train(modes[0])
-        donor_net.train(modes[1])
+        recipient.train(was_training)
     cells, model_level, lengths = _to_cells(effects, layout, mask)
     return Attribution(
         cells=cells, model_level=model_level, layer_components=layout.layer_components,
@@ -221,10 +227,11 @@ def _last_logits(model, ids, mask, last) -> torch.Tensor:
     return _run(model, ids, mask)[torch.arange(ids.shape[0], device=ids.device), last]
 
 
-def _effects_at(recipient, donor_net, layout: CellLayout, ids, mask, last, target, score, alpha: float):
+def _effects_at(recipient, donor_modules: dict[str, nn.Module], layout: CellLayout, ids, mask, last, target, score,
+                alpha: float, gradients: bool = True):
     """<d metric / d output, donor(x) - recipient(x)> per engine key and token, at mixing `alpha`.
 
-    Returns ([num_keys, batch, seq] float32, metric per row)."""
+    Returns ([num_keys, batch, seq] at least float32, or None without `gradients`; metric per row)."""
     outputs: dict[str, torch.Tensor] = {}
     deltas: dict[str, torch.Tensor] = {}
 
@@ -233,6 +240,8 @@ def _effects_at(recipient, donor_net, layout: CellLayout, ids, mask, last, targe
             if not isinstance(output, torch.Tensor):
                 raise RuntimeError(f"cannot attribute {path!r}: its output is not a tensor; check the adapter")
             x = args[0] if args else next(iter(kwargs.values()))
+            if not gradients:
+                return output + alpha * (donor_module(x).to(output.dtype) - output)
             if alpha == 0.0:
                 with torch.no_grad():
                     deltas[path] = donor_module(x).to(output.dtype) - output
@@ -251,8 +260,12 @@ def _effects_at(recipient, donor_net, layout: CellLayout, ids, mask, last, targe
     try:
         for target_module in layout.targets:
             module = recipient.get_submodule(target_module.path)
-            hook = make_hook(target_module.path, donor_net.get_submodule(target_module.path))
+            hook = make_hook(target_module.path, donor_modules[target_module.path])
             handles.append(module.register_forward_hook(hook, with_kwargs=True))
+        if not gradients:
+            with torch.no_grad():
+                logits = _run(recipient, ids, mask)
+            return None, score(logits[torch.arange(ids.shape[0], device=ids.device), last], target)
         with torch.enable_grad():
             logits = _run(recipient, ids, mask)
             values = score(logits[torch.arange(ids.shape[0], device=ids.device), last], target)

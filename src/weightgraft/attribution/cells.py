@@ -10,8 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from torch import nn
-
 from weightgraft.adapters.base import Part
 
 
@@ -77,21 +75,21 @@ def _resolve_targets(grafter) -> dict[str, list[tuple[int, torch.Tensor | None]]
     return targets
 
 
-def donor_model(grafter, donor: str | None = None) -> nn.Module:
-    """The donor module tree whose outputs a cell's graft splices in.
+def donor_source(grafter, donor: str | None = None):
+    """The grafter's donor (a `weightgraft.donors.DonorSource`) whose module outputs a cell's
+    graft splices in: `donor` names one of several donors; None means the only one."""
+    donors = grafter.donors
+    if donor is None:
+        if len(donors) > 1:
+            raise ValueError(f"this grafter has several donors {sorted(donors)}; attribute one at a time "
+                             "with donor=NAME")
+        return next(iter(donors.values()))
+    if donor not in donors:
+        raise ValueError(f"unknown donor {donor!r}; this grafter has {sorted(donors)}")
+    return donors[donor]
 
-    `donor` names one of several donors when the grafter has them; a single-donor grafter takes
-    None (or its only donor's name)."""
-    donors = getattr(grafter, "donors", None)
-    if isinstance(donors, dict) and donors:
-        if donor is None:
-            if len(donors) > 1:
-                raise ValueError(f"this grafter has several donors {sorted(donors)}; pass donor=NAME")
-            donor = next(iter(donors))
-        if donor not in donors:
-            raise ValueError(f"unknown donor {donor!r}; this grafter has {sorted(donors)}")
-        source = donors[donor]
-        return getattr(source, "model", source)
-    if donor is not None:
-        raise ValueError(f"this grafter has a single donor; drop donor={donor!r}")
-    return grafter.donor
+
+def donor_name(grafter, donor: str | None = None) -> str:
+    """The name a `Graft(..., donor=...)` uses for the donor `donor_source` picks."""
+    donor_source(grafter, donor)
+    return donor if donor is not None else next(iter(grafter.donors))

@@ -17,9 +17,9 @@ from weightgraft.engine.graft import Graft
 Cell = tuple[int, int, "int | None", str]
 
 
-def cell_graft(position: int, layer: int | None, component: str) -> Graft:
+def cell_graft(position: int, layer: int | None, component: str, donor: str | None = None) -> Graft:
     """The graft of one cell (model-level components ignore the layer)."""
-    return Graft(positions=[position], layers=[0 if layer is None else layer], components=[component])
+    return Graft(positions=[position], layers=[0 if layer is None else layer], components=[component], donor=donor)
 
 
 def exact_cell_effects(
@@ -30,6 +30,7 @@ def exact_cell_effects(
     attention_mask: torch.Tensor | None = None,
     metric: str = "logprob",
     rows_per_pass: int = 64,
+    donor: str | None = None,
 ) -> torch.Tensor:
     """metric(cell grafted alone) - metric(recipient) for each cell, by the engine.
 
@@ -48,7 +49,7 @@ def exact_cell_effects(
     for start in range(0, len(order), rows_per_pass):
         chunk = order[start : start + rows_per_pass]
         rows = torch.tensor([cells[i][0] for i in chunk])
-        grafts = [cell_graft(*cells[i][1:]) for i in chunk]
+        grafts = [cell_graft(*cells[i][1:], donor=donor) for i in chunk]
         logits = grafter.last_logits(ids[rows], row_grafts=grafts, attention_mask=mask[rows])
         out[chunk] = (_metric(logits, target[rows].to(logits.device), metric) - base[rows.to(base.device)]).cpu()
     return out

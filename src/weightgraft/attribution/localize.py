@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from weightgraft.attribution.attribute import PAPER_ROLES, Attribution, attribute, position_roles
+from weightgraft.attribution.cells import donor_name
 from weightgraft.data.batching import right_pad
 from weightgraft.engine.graft import Graft
 
@@ -151,9 +152,11 @@ def localize(
     max_groups: int | None = None,
     seed: int = 0,
     progress: bool = False,
+    donor: str | None = None,
 ) -> LocalizeResult:
     """Rank (role, layer, component) groups by attribution and find the smallest top-k set whose
-    exact graft recovers `target` of the SFT gain on top-5 and on probability."""
+    exact graft recovers `target` of the SFT gain on top-5 and on probability. With several
+    donors, `donor` names the one to localize (SFT is that donor everywhere)."""
     if not examples:
         raise ValueError("localize needs at least one example")
     if not 0 < target <= 1:
@@ -161,7 +164,8 @@ def localize(
     examples = list(examples)
     seconds: dict[str, float] = {}
     start = time.perf_counter()
-    attributions = [_attribute_batch(grafter, examples[i : i + batch_size], method, steps)
+    name = donor_name(grafter, donor)
+    attributions = [_attribute_batch(grafter, examples[i : i + batch_size], method, steps, donor)
                     for i in range(0, len(examples), batch_size)]
     seconds["attribute"] = time.perf_counter() - start
     groups, scores = _rank_groups(attributions, examples)
@@ -169,8 +173,8 @@ def localize(
         groups, scores = groups[:max_groups], scores[:max_groups]
 
     start = time.perf_counter()
-    everything = [[Graft()] for _ in examples]
-    fe_lt = [[Graft(e.roles.get("FE", []) + e.roles.get("LT", []))] for e in examples]
+    everything = [[Graft(donor=name)] for _ in examples]
+    fe_lt = [[Graft(e.roles.get("FE", []) + e.roles.get("LT", []), donor=name)] for e in examples]
     (pre, sft, felt) = _evaluate(grafter, examples, [[[] for _ in examples], everything, fe_lt], batch_size)
     baselines = {"PRE": pre, "SFT": sft, "FE+LT": felt}
     notes = []
@@ -188,8 +192,8 @@ def localize(
     chosen_k = None
     for first in range(1, len(groups) + 1, sizes_per_pass):
         sizes = list(range(first, min(first + sizes_per_pass, len(groups) + 1)))
-        sets = [[_grafts_for(e, groups[:k]) for e in examples] for k in sizes]
-        sets += [[_grafts_for(e, shuffled[:k]) for e in examples] for k in sizes]
+        sets = [[_grafts_for(e, groups[:k], name) for e in examples] for k in sizes]
+        sets += [[_grafts_for(e, shuffled[:k], name) for e in examples] for k in sizes]
         results = _evaluate(grafter, examples, sets, batch_size)
         for i, k in enumerate(sizes):
             ours, rand = results[i], results[len(sizes) + i]
@@ -216,9 +220,10 @@ def localize(
 
 
 # --- internals --------------------------------------------------------------------------------
-def _attribute_batch(grafter, batch: list[Example], method: str, steps: int) -> Attribution:
+def _attribute_batch(grafter, batch: list[Example], method: str, steps: int, donor: str | None) -> Attribution:
     ids, mask = right_pad([e.input_ids for e in batch], pad_id=0)
-    return attribute(grafter, ids, [e.target_id for e in batch], attention_mask=mask, method=method, steps=steps)
+    return attribute(grafter, ids, [e.target_id for e in batch], attention_mask=mask, method=method, steps=steps,
+                     donor=donor)
 
 
 def _rank_groups(attributions: list[Attribution], examples: list[Example]) -> tuple[list[Group], list[float]]:
@@ -251,13 +256,13 @@ def _rank_groups(attributions: list[Attribution], examples: list[Example]) -> tu
     return [g for _, g in scored], [s for s, _ in scored]
 
 
-def _grafts_for(example: Example, groups: Sequence[Group]) -> list[Graft]:
+def _grafts_for(example: Example, groups: Sequence[Group], donor: str | None = None) -> list[Graft]:
     """One Graft per (role, component) of the set, over that component's chosen layers."""
     layers: dict[tuple[str, str], list[int]] = {}
     for role, layer, comp in groups:
         if example.roles.get(role):
             layers.setdefault((role, comp), []).append(0 if layer is None else layer)
-    return [Graft(positions=example.roles[role], layers=sorted(set(ls)), components=[comp])
+    return [Graft(positions=example.roles[role], layers=sorted(set(ls)), components=[comp], donor=donor)
             for (role, comp), ls in layers.items()]
 
 
