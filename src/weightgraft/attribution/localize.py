@@ -80,6 +80,7 @@ class LocalizeResult:
     seconds: dict = field(default_factory=dict)
     agreement: dict = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    intervals: dict = field(default_factory=dict)  # name -> metric -> value, low, high (fact-clustered)
 
     def ranking_table(self):
         import polars as pl
@@ -112,7 +113,8 @@ class LocalizeResult:
             "recovery": {m: at_k[f"recovery_{m}"] for m in METRICS} if at_k else None,
             "random_recovery_same_size": {m: at_k[f"random_recovery_{m}"] for m in METRICS} if at_k else None,
             "baselines": self.baselines, "counts": self.counts, "examples": len(self.examples),
-            "seconds": self.seconds, "agreement": self.agreement, "notes": self.notes,
+            "intervals": self.intervals, "seconds": self.seconds, "agreement": self.agreement,
+            "notes": self.notes,
         }
 
     def save(self, folder) -> dict[str, str]:
@@ -176,6 +178,7 @@ def localize(
     everything = [[Graft(donor=name)] for _ in examples]
     fe_lt = [[Graft(e.roles.get("FE", []) + e.roles.get("LT", []), donor=name)] for e in examples]
     (pre, sft, felt) = _evaluate(grafter, examples, [[[] for _ in examples], everything, fe_lt], batch_size)
+    per_example = {"PRE": pre.pop("per_example"), "SFT": sft.pop("per_example"), "FE+LT": felt.pop("per_example")}
     baselines = {"PRE": pre, "SFT": sft, "FE+LT": felt}
     notes = []
     gains = {m: sft[m] - pre[m] for m in METRICS}
@@ -197,6 +200,8 @@ def localize(
         results = _evaluate(grafter, examples, sets, batch_size)
         for i, k in enumerate(sizes):
             ours, rand = results[i], results[len(sizes) + i]
+            if chosen_k is None:  # the per-example values of the latest (and, at the end, chosen) size
+                per_example["chosen"], per_example["random"] = ours["per_example"], rand["per_example"]
             entry = {"k": k, **{m: ours[m] for m in METRICS}, **{f"random_{m}": rand[m] for m in METRICS}}
             entry.update({f"recovery_{m}": (ours[m] - pre[m]) / gains[m] for m in METRICS})
             entry.update({f"random_recovery_{m}": (rand[m] - pre[m]) / gains[m] for m in METRICS})
@@ -213,10 +218,13 @@ def localize(
     chosen = groups[:chosen_k] if reached else []
     if not reached:
         notes.append(f"no top-k set of the {len(groups)} groups reached {target:.0%} recovery on both metrics")
-    notes.append(_interval_note())
+    if not reached:
+        per_example.pop("chosen", None), per_example.pop("random", None)
+    intervals, note = recovery_intervals(examples, per_example, seed)
+    notes.append(note)
     counts = _counts(grafter, examples, chosen)
     return LocalizeResult(method, target, groups, scores, chosen, reached, curve, baselines, counts,
-                          attributions, examples, seconds, notes=notes)
+                          attributions, examples, seconds, notes=notes, intervals=intervals)
 
 
 # --- internals --------------------------------------------------------------------------------
@@ -268,7 +276,8 @@ def _grafts_for(example: Example, groups: Sequence[Group], donor: str | None = N
 
 def _evaluate(grafter, examples: list[Example], sets: list[list[list[Graft]]], batch_size: int) -> list[dict]:
     """Exact top-5 accuracy and mean probability of the first target token, per set of grafts
-    (each set: one graft list per example). Rows of one prompt are adjacent (prefix sharing)."""
+    (each set: one graft list per example), with the per-example values under `per_example`.
+    Rows of one prompt are adjacent, so the engine shares their common prefix."""
     rows = [(s, e) for e in range(len(examples)) for s in range(len(sets))]
     ranks = np.zeros((len(sets), len(examples)))
     probs = np.zeros((len(sets), len(examples)))
@@ -284,7 +293,9 @@ def _evaluate(grafter, examples: list[Example], sets: list[list[list[Graft]]], b
         prob = torch.softmax(logits, -1).gather(1, target[:, None])[:, 0].cpu().numpy()
         for (s, e), r, p in zip(chunk, rank, prob):
             ranks[s, e], probs[s, e] = r, p
-    return [{"top5": float((ranks[s] <= 5).mean()), "prob": float(probs[s].mean())} for s in range(len(sets))]
+    return [{"top5": float((ranks[s] <= 5).mean()), "prob": float(probs[s].mean()),
+             "per_example": {"top5": (ranks[s] <= 5).astype(float), "prob": probs[s]}}
+            for s in range(len(sets))]
 
 
 def _counts(grafter, examples: list[Example], chosen: list[Group]) -> dict:
@@ -300,6 +311,27 @@ def _counts(grafter, examples: list[Example], chosen: list[Group]) -> dict:
             "all_cells_per_prompt": float(np.mean([per_position * len(e.input_ids) for e in examples]))}
 
 
-def _interval_note() -> str:
-    return ("recovery is a point estimate over the prompts (no fact-clustered interval: the "
-            "statistics helpers were not available to this module)")
+def recovery_intervals(examples: list[Example], per_example: dict, seed: int, resamples: int = 2000,
+                       ) -> tuple[dict, str]:
+    """95% fact-clustered bootstrap intervals of the recovery of the chosen set, the random set of
+    the same size and FE+LT (facts resampled with all their prompts; one resample set shared by
+    PRE, SFT and each condition), from `weightgraft.reporting.statistics` when it is there."""
+    try:
+        from weightgraft.reporting import statistics as st
+    except ImportError:
+        return {}, ("recovery is a point estimate over the prompts: no fact-clustered interval "
+                    "(weightgraft.reporting.statistics is not available)")
+    _, index = st.fact_index([e.fact_id for e in examples])
+    n_facts = int(index.max()) + 1
+    counts = st.draw_fact_counts(n_facts, resamples, st.seed_for(seed, "localize"))
+    names = [n for n in ("FE+LT", "chosen", "random") if n in per_example]
+    out: dict = {}
+    for metric in METRICS:
+        columns = np.stack([per_example[n][metric] for n in ["PRE", "SFT", *names]], axis=1)
+        sums, sizes = st.fact_sums(index, columns, n_facts)
+        point, samples = st.clustered_means(counts, sums, sizes)
+        for j, name in enumerate(names, start=2):
+            r = st.recovery(point[j], point[0], point[1], samples[:, j], samples[:, 0], samples[:, 1])
+            out.setdefault(name, {})[metric] = {"value": r.value, "low": r.low, "high": r.high, "defined": r.defined}
+    return out, (f"intervals: 95% fact-clustered bootstrap over {n_facts} facts, {resamples} resamples "
+                 "(weightgraft.reporting.statistics)")
