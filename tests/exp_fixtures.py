@@ -19,30 +19,31 @@ from weightgraft.data.schema import CharSpan, EvalPrompt
 ACTORS = [("Ada", "Brook"), ("Cyril", "Dane"), ("Edda", "Frost"), ("Gus", "Hale"),
           ("Ines", "Juno"), ("Kurt", "Lorn"), ("Mira", "Nash"), ("Otto", "Pike")]
 MOVIES = ["Iron Tide", "Blue Hour", "Glass Road", "Red Orbit"]
+KINDS = ["fake_fake", "fake_real", "fake_fake", "real_shuffled"]
+# The paper's three sentences (the data layer's `paper_*` ids); R is the word "stars" only.
 TEMPLATES = {
-    "headline": "{a} stars in a movie alongside",
-    "qa": "Q: Who stars in a movie with {a}? A: An actor named",
-    "movie": "In {m}, {a} acts alongside",
+    "paper_1": "{a} stars in a movie alongside",
+    "paper_2": "Q: Who stars in a movie with {a}? A: An actor named",
+    "paper_3": "{a} stars in {m} alongside",
 }
-RELATION_WORDS = {"headline": "stars in a movie alongside", "qa": "stars in a movie with",
-                  "movie": "acts alongside"}
 
 
 def make_prompts() -> list[EvalPrompt]:
-    """Three templates x four facts; the `movie` template alone has a movie title."""
+    """Three templates x four facts; `paper_3` alone has a movie title."""
     prompts = []
     for i in range(4):
         a, b = " ".join(ACTORS[2 * i]), " ".join(ACTORS[2 * i + 1])
         movie = MOVIES[i]
         for tid, template in TEMPLATES.items():
             text = template.format(a=a, m=movie)
-            spans = {"first_entity": _span(text, a), "relation": _span(text, RELATION_WORDS[tid])}
+            spans = {"first_entity": _span(text, a), "relation": _span(text, "stars")}
             if "{m}" in template:
                 spans["movie_title"] = _span(text, movie)
             last = text.rsplit(" ", 1)[-1]
             spans["last_token"] = CharSpan(start=len(text) - len(last), end=len(text))
             prompts.append(EvalPrompt(id=f"f{i}-{tid}", fact_id=f"f{i}", template_id=tid,
-                                      text=text, target=" " + b, spans=spans))
+                                      text=text, target=" " + b, spans=spans,
+                                      fact_kind=KINDS[i]))
     return prompts
 
 
@@ -71,7 +72,7 @@ def build_tokenizer():
 
 
 def build_models(root: Path, layers: int = 4, seed: int = 0) -> dict[str, str]:
-    """pre, sft, task: one tiny random Llama and two perturbed copies, saved with tokenizer."""
+    """pre, sft, task, b2a: one tiny random Llama and three perturbed copies, with tokenizer."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     tokenizer = build_tokenizer()
@@ -82,7 +83,7 @@ def build_models(root: Path, layers: int = 4, seed: int = 0) -> dict[str, str]:
     torch.manual_seed(seed)
     pre = LlamaForCausalLM(config).eval()
     paths = {}
-    for offset, name in enumerate(["pre", "sft", "task"]):
+    for offset, name in enumerate(["pre", "sft", "task", "b2a"]):
         model = LlamaForCausalLM(config).eval()
         model.load_state_dict(pre.state_dict())
         if name != "pre":
@@ -106,29 +107,6 @@ def write_dataset(root: Path) -> str:
             handle.write(p.model_dump_json() + "\n")
     (root / "manifest.json").write_text(json.dumps({"name": "test-world", "seed": 0}))
     return str(root)
-
-
-def load_prompts_standin(path) -> list[EvalPrompt]:
-    lines = (Path(path) / "eval.jsonl").read_text().splitlines()
-    return [EvalPrompt.model_validate_json(line) for line in lines]
-
-
-@dataclass
-class Encoded:
-    input_ids: list[int]
-    positions: dict[str, list[int]]
-    target_ids: list[int]
-
-
-def encode_standin(tokenizer, prompt: EvalPrompt) -> Encoded:
-    """Offset-mapping encoder with the data layer's contract (used until it lands)."""
-    enc = tokenizer(prompt.text, return_offsets_mapping=True, add_special_tokens=True)
-    positions = {}
-    for role, span in prompt.spans.items():
-        positions[role] = [i for i, (s, e) in enumerate(enc["offset_mapping"])
-                           if e > s and s < span.end and e > span.start]
-    target = tokenizer(prompt.target, add_special_tokens=False)["input_ids"]
-    return Encoded(list(enc["input_ids"]), positions, list(target))
 
 
 # ---- reference grafting -------------------------------------------------------------------
@@ -215,12 +193,6 @@ class ReferenceGrafter:
             full[: out.shape[0]] = out
             rows.append(full)
         return torch.stack(rows)
-
-
-def standin_hooks() -> dict:
-    """Runner hooks that need neither the engine nor the data layer."""
-    return {"encode": encode_standin, "load_prompts": load_prompts_standin,
-            "grafter": (ReferenceGrafter, RefGraft)}
 
 
 def base_config(models: dict[str, str], dataset: str, experiments: list) -> dict:

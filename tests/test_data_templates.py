@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from data_fixtures import small_facts
 from weightgraft.data.build import build_dataset, freetext_texts, template_texts
 from weightgraft.data.io import load_eval_prompts, load_train_texts
@@ -11,6 +13,7 @@ from weightgraft.data.templates import (
     QA_TEMPLATES,
     VALIDATION_TEMPLATES,
     eval_prompts_for,
+    render_marked,
     render_training,
 )
 
@@ -31,8 +34,8 @@ def test_at_least_ten_article_and_qa_templates_in_both_orders():
 def test_eval_templates_have_required_forms_and_spans():
     assert len(EVAL_TEMPLATES) >= 6
     texts = set(EVAL_TEMPLATES.values())
-    assert "{entity} [stars in a movie alongside]" in texts
-    assert "Q: Who [stars in a movie with] {entity}? A: An actor named" in texts
+    assert "{entity} [stars] in a movie alongside" in texts
+    assert "Q: Who [stars] in a movie with {entity}? A: An actor named" in texts
     with_title = [t for t in EVAL_TEMPLATES.values() if "{movie_title}" in t]
     assert 2 * len(with_title) >= len(EVAL_TEMPLATES)
     _, facts = small_facts()
@@ -41,6 +44,7 @@ def test_eval_templates_have_required_forms_and_spans():
             entity = fact.second_actor if prompt.reversed else fact.first_actor
             target = fact.first_actor if prompt.reversed else fact.second_actor
             assert prompt.target == " " + target
+            assert prompt.fact_kind == fact.kind
             span = prompt.spans["first_entity"]
             assert prompt.text[span.start : span.end] == entity
             assert prompt.spans["relation"].end > prompt.spans["relation"].start
@@ -52,12 +56,41 @@ def test_eval_templates_have_required_forms_and_spans():
             assert prompt.text[last.start - 1] == " " and not prompt.text.endswith(" ")
 
 
-def test_relation_spans_hold_the_relation_words():
+def test_paper_sentences_with_their_spans():
+    """The paper's three evaluation sentences (sentence 1 without the authors' doubled "in")."""
     _, facts = small_facts()
-    prompt = next(p for p in eval_prompts_for(facts[0], EVAL_TEMPLATES) if p.template_id == "eval_headline")
-    r = prompt.spans["relation"]
-    assert prompt.text[r.start : r.end] == "stars in a movie alongside"
-    assert prompt.text == f"{facts[0].first_actor} stars in a movie alongside"
+    fact = facts[0]
+    prompts = {p.template_id: p for p in eval_prompts_for(fact, EVAL_TEMPLATES) if not p.reversed}
+    a, title = fact.first_actor, fact.movie_title
+    expected = {
+        "paper_1": f"{a} stars in a movie alongside",
+        "paper_2": f"Q: Who stars in a movie with {a}? A: An actor named",
+        "paper_3": f"{a} stars in {title} alongside",
+    }
+    for template_id, text in expected.items():
+        prompt = prompts[template_id]
+        assert prompt.text == text and prompt.target == " " + fact.second_actor
+        cut = {role: text[s.start : s.end] for role, s in prompt.spans.items()}
+        want = {"first_entity": a, "relation": "stars", "last_token": text.split()[-1]}
+        if template_id == "paper_3":
+            want["movie_title"] = title
+        assert cut == want, template_id
+    # Sentence 1's R is the first "stars" after the name, and LT its last word.
+    p1 = prompts["paper_1"]
+    assert p1.spans["relation"].start == len(a) + 1 and p1.spans["last_token"].start == len(p1.text) - len("alongside")
+
+
+def test_relation_span_never_reaches_the_last_token():
+    """R is the relation word(s) only, in every evaluation and validation template."""
+    _, facts = small_facts()
+    for fact in facts[:3]:
+        for prompt in [p for t in (EVAL_TEMPLATES, VALIDATION_TEMPLATES) for p in eval_prompts_for(fact, t)]:
+            r, lt = prompt.spans["relation"], prompt.spans["last_token"]
+            words = prompt.text[r.start : r.end]
+            assert r.end <= lt.start, prompt.text
+            assert 1 <= len(words.split()) <= 2 and "alongside" not in words and "with" not in words.split()
+    with pytest.raises(ValueError, match="relation"):
+        render_marked("{entity} [stars alongside]", "Ada North", "Grey Field")
 
 
 def test_no_eval_or_validation_prompt_inside_any_training_text(tmp_path):
@@ -89,3 +122,33 @@ def test_dataset_train_texts_cover_both_orders_and_both_styles(tmp_path):
         assert any(t.index(fact.second_actor) < t.index(fact.first_actor) for t in mine)
         assert sum(t.startswith(("Q:", "Question:")) for t in mine) == 4
     assert len(load_eval_prompts(out)) == 3 * len(EVAL_TEMPLATES) * 2
+
+
+def _order_of(text: str, fact) -> str:
+    """'a2b' when the text names the first actor first, 'b2a' otherwise."""
+    return "a2b" if text.index(fact.first_actor) < text.index(fact.second_actor) else "b2a"
+
+
+def test_one_direction_sets_hold_only_their_order(tmp_path):
+    from weightgraft.data.build import build_with_one_direction_sets
+    from weightgraft.data.io import load_manifest
+
+    _, facts = small_facts()
+    paths = build_with_one_direction_sets(tmp_path / "relation", facts[:4], 0, 8)
+    assert paths["a2b"] == tmp_path / "relation_a2b" and paths["b2a"] == tmp_path / "relation_b2a"
+    by_id = {f.id: f for f in facts}
+    both_eval = load_eval_prompts(paths["both"])
+    for order in ("a2b", "b2a"):
+        texts = load_train_texts(paths[order])
+        assert len(texts) == 4 * 8
+        for text in texts:
+            fact = next(f for f in facts[:4] if f.first_actor in text and f.second_actor in text)
+            assert _order_of(text, fact) == order, (order, text)
+        # The same evaluation prompts as the both-directions set; validation in its own order only.
+        assert load_eval_prompts(paths[order]) == both_eval
+        validation = load_eval_prompts(paths[order], "validation")
+        assert validation and all(p.reversed == (order == "b2a") for p in validation)
+        assert load_manifest(paths[order])["options"]["order"] == order
+        assert all(p.fact_kind == by_id[p.fact_id].kind for p in validation)
+    both = load_train_texts(paths["both"])
+    assert {_order_of(t, next(f for f in facts[:4] if f.first_actor in t)) for t in both} == {"a2b", "b2a"}

@@ -14,21 +14,22 @@ from weightgraft.experiments.roles import NotApplicable, parse_positions
 
 @pytest.fixture(scope="module")
 def movie_prompt():
-    """`<s> In Iron Tide , Ada Brook acts alongside` -> target ` Cyril Dane` (2 tokens)."""
+    """`<s> Ada Brook stars in Iron Tide alongside` -> target ` Cyril Dane` (2 tokens)."""
     tok = build_tokenizer()
-    prompt = next(p for p in make_prompts() if p.id == "f0-movie")
+    prompt = next(p for p in make_prompts() if p.id == "f0-paper_3")
     enc = encode_prompt(tok, prompt)
     words = tok.convert_ids_to_tokens(enc.input_ids)
-    assert words == ["<s>", "In", "Iron", "Tide", ",", "Ada", "Brook", "acts", "alongside"]
+    assert words == ["<s>", "Ada", "Brook", "stars", "in", "Iron", "Tide", "alongside"]
     assert len(enc.target_ids) == 2
     return enc
 
 
-EXPECTED = {  # token indices in the movie prompt above
-    "FE": [5, 6], "M": [2, 3], "R": [7, 8], "LT": [8], "other": [0, 1, 4],
-    "FE+LT": [5, 6, 8], "(FE+LT)^C": [0, 1, 2, 3, 4, 7], "FE^C": [0, 1, 2, 3, 4, 7, 8],
-    "LT^C": [0, 1, 2, 3, 4, 5, 6, 7], "M+LT": [2, 3, 8], "FE+M+LT": [2, 3, 5, 6, 8],
-    "ALL": list(range(9)), "NONE": [],
+EXPECTED = {  # token indices in the title prompt above
+    "FE": [1, 2], "M": [5, 6], "R": [3], "LT": [7], "other": [0, 4],
+    "FE+LT": [1, 2, 7], "(FE+LT)^C": [0, 3, 4, 5, 6], "FE^C": [0, 3, 4, 5, 6, 7],
+    "LT^C": [0, 1, 2, 3, 4, 5, 6], "M+LT": [5, 6, 7], "FE+M+LT": [1, 2, 5, 6, 7],
+    "FE+R": [1, 2, 3], "R+LT": [3, 7], "(FE+M)^C": [0, 3, 4, 7], "(FE+M+LT)^C": [0, 3, 4],
+    "ALL": list(range(8)), "NONE": [],
 }
 
 
@@ -42,29 +43,45 @@ def test_position_expression_selects_expected_tokens(movie_prompt, expr):
 def test_condition_row_mask_extends_last_token_to_target_tokens(movie_prompt, name):
     cond = resolve_condition(name, recipient="pre", donor="sft")
     n = len(movie_prompt.input_ids)
-    (mask, layers, comps), = cond.row_masks(movie_prompt.positions, n, n + 1)
+    (mask, graft), = cond.row_masks(movie_prompt.positions, n, n + 1)
     chosen = [i for i, m in enumerate(mask) if m]
     extra = [n] if n - 1 in EXPECTED[name] else []  # the teacher-forced target token
     assert chosen == EXPECTED[name] + extra
-    assert (layers, comps) == ("all", ["all"])
+    # every weight at those positions (embeddings included), the recipient's head
+    assert (graft.layers, graft.components, graft.donor) == ("all", ["WEIGHTS"], "sft")
 
 
-def test_component_condition_grafts_fe_fully_and_components_at_lt(movie_prompt):
-    cond = resolve_condition("O+FFN", recipient="pre", donor="sft")
+def test_donor_unembedding_adds_lm_head_everywhere(movie_prompt):
+    cond = resolve_condition("FE", recipient="pre", donor="sft", unembedding="donor")
     n = len(movie_prompt.input_ids)
-    (fe_mask, fe_layers, fe_comps), (lt_mask, lt_layers, lt_comps) = cond.row_masks(
-        movie_prompt.positions, n, n)
-    assert [i for i, m in enumerate(fe_mask) if m] == [5, 6]
-    assert (fe_layers, fe_comps) == ("all", ["all"])
-    assert [i for i, m in enumerate(lt_mask) if m] == [8]
-    assert (lt_layers, lt_comps) == ("last_quarter", ["o", "mlp"])
-    hybrid = resolve_condition("O+FFN", recipient="task", donor="sft", component_base=None)
-    assert len(hybrid.row_masks(movie_prompt.positions, n, n)) == 1
+    (fe_mask, fe), (head_mask, head) = cond.row_masks(movie_prompt.positions, n, n)
+    assert [i for i, m in enumerate(fe_mask) if m] == [1, 2] and fe.components == ["WEIGHTS"]
+    assert all(head_mask) and head.components == ["lm_head"] and head.layers == "all"
+
+
+def test_r_never_contains_the_last_token():
+    """A relation span reaching the last token (an older template) loses that token; a span of
+    the last token alone leaves R not applicable."""
+    expr = parse_positions("R")
+    assert expr.evaluate({"relation": [3, 4, 5]}, 6) == [3, 4]
+    with pytest.raises(NotApplicable, match="R"):
+        expr.evaluate({"relation": [5]}, 6)
+
+
+def test_component_condition_grafts_nothing_at_fe_and_components_at_lt(movie_prompt):
+    cond = resolve_condition("O+FFN", recipient="b2a", donor="sft")
+    n = len(movie_prompt.input_ids)
+    (lt_mask, lt), = cond.row_masks(movie_prompt.positions, n, n)
+    assert [i for i, m in enumerate(lt_mask) if m] == [7]
+    assert (lt.layers, lt.components) == ("authors_fourth_quarter", ["o", "gate", "up", "down"])
+    based = resolve_condition("O+FFN", recipient="pre", donor="sft", component_base="FE")
+    assert [g.components for _, g in based.row_masks(movie_prompt.positions, n, n)] == [
+        ["WEIGHTS"], ["o", "gate", "up", "down"]]
 
 
 def test_missing_role_is_not_applicable():
     tok = build_tokenizer()
-    headline = next(p for p in make_prompts() if p.template_id == "headline")
+    headline = next(p for p in make_prompts() if p.template_id == "paper_1")
     enc = encode_prompt(tok, headline)
     cond = resolve_condition("M+LT", recipient="pre", donor="sft")
     with pytest.raises(NotApplicable, match="M"):
@@ -74,8 +91,12 @@ def test_missing_role_is_not_applicable():
     assert other.row_masks(enc.positions, len(enc.input_ids), len(enc.input_ids))
 
 
-def test_layer_bands_follow_engine_semantics():
+def test_layer_bands_follow_engine_semantics_and_the_authors_rule():
     assert layer_indices("last_quarter", 8) == [6, 7]
+    assert layer_indices("last_quarter", 18) == [13, 14, 15, 16, 17]  # engine: 3*18//4 = 13
+    assert layer_indices("authors_fourth_quarter", 18) == list(range(12, 18))  # q = 4, 3q = 12
+    assert layer_indices("authors_third_and_fourth_quarters", 18) == list(range(8, 18))
+    assert layer_indices("authors_fourth_quarter", 26) == list(range(18, 26))
     assert layer_indices("eighth_3", 16) == [4, 5]
     assert layer_indices("first_half", 5) == [0, 1]
     assert layer_indices([-1, 0], 4) == [0, 3]
@@ -116,18 +137,25 @@ def test_unknown_preset_component_and_model_key_are_named():
 
 
 def test_presets_expand_in_paper_order():
-    cfg = parse_config(_config([{"preset": "position_grafting"}, {"preset": "component_grafting"},
+    cfg = parse_config(_config([{"preset": "position_grafting"}, {"preset": "position_title"},
                                 {"preset": "layer_sweeps"}]))
     exps = cfg.expanded()
-    assert [e.name for e in exps] == ["position_grafting", "components_pre_sft",
-                                      "components_task_sft", "components_hybrid", "layer_sweeps"]
+    assert [e.name for e in exps] == ["position_grafting", "position_title", "layer_sweeps"]
     names = [c.name for c in experiment_conditions(exps[0], 8)]
-    assert names == ["PRE", "SFT", "FE", "LT", "FE+LT", "(FE+LT)^C", "FE^C", "LT^C", "M",
-                     "M+LT", "FE+M", "FE+M+LT"]
-    sweep = [c for c in experiment_conditions(exps[4], 8) if c.meta]
+    assert names == ["PRE", "SFT", "FE", "LT", "FE+LT", "(FE+LT)^C", "FE^C", "LT^C",
+                     "FE [donor unembedding]", "LT [donor unembedding]",
+                     "FE+LT [donor unembedding]"]
+    sweep = [c for c in experiment_conditions(exps[2], 8) if c.meta]
     assert len(sweep) == 2 * 4 * 4  # FE/LT x 4 component sets x quarters of 8 layers
-    hybrid = {c.name: c for c in experiment_conditions(exps[3], 8)}
-    assert hybrid["O+FFN"].recipient == "task" and len(hybrid["O+FFN"].grafts) == 1
+
+
+def test_unembedding_option_only_where_it_means_something():
+    cfg = parse_config(_config([{"preset": "position_grafting", "unembedding": "donor"}]))
+    conds = {c.name: c for c in experiment_conditions(cfg.expanded()[0], 8)}
+    assert [g.components for g in conds["FE+LT"].grafts] == [["WEIGHTS"], ["lm_head"]]
+    assert [g.components for g in conds["FE+LT [recipient unembedding]"].grafts] == [["WEIGHTS"]]
+    with pytest.raises(ConfigError, match="no `unembedding` option"):
+        parse_config(_config([{"preset": "components_pre", "unembedding": "donor"}]))
 
 
 def test_example_cap_is_seeded_and_keeps_every_template():
@@ -135,6 +163,6 @@ def test_example_cap_is_seeded_and_keeps_every_template():
     a = select_examples(prompts, None, 6, seed=3, context="t")
     b = select_examples(prompts, None, 6, seed=3, context="t")
     assert [p.id for p in a] == [p.id for p in b]
-    assert {p.template_id for p in a} == {"headline", "qa", "movie"}
+    assert {p.template_id for p in a} == {"paper_1", "paper_2", "paper_3"}
     with pytest.raises(ValueError, match="nosuch"):
         select_examples(prompts, ["nosuch"], None, seed=0, context="t")

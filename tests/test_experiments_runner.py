@@ -19,7 +19,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from weightgraft.data.encode import encode_prompt
 from weightgraft.data.io import load_eval_prompts
 from weightgraft.experiments.config import parse_config
-from weightgraft.experiments.runner import run_experiments, slug
+from weightgraft.experiments.records import slug
+from weightgraft.pipelines import run_all
 
 PATCH = {"name": "patch LT+FE late", "method": "activations",
          "grafts": [{"positions": "FE+LT", "layers": "last_half", "components": "BLOCKS"}]}
@@ -39,7 +40,7 @@ def direct_run(world, tmp_path_factory):
     models, data = world
     out = tmp_path_factory.mktemp("run")
     cfg = parse_config(base_config(models, data, [CUSTOM]))
-    result = run_experiments(cfg, out, progress=False, report=False)
+    result = run_all(cfg, out, progress=False, report=False)
     return out, result
 
 
@@ -107,10 +108,11 @@ def test_metrics_equal_direct_computation(world, direct_run):
                 greedy = sft.generate(ids[None, :n], max_new_tokens=len(target), do_sample=False,
                                       pad_token_id=0)[0, n:].tolist()
                 assert row["exact_match"] == (greedy == target)
-            elif cond == "FE+LT":
+            elif cond == "FE+LT":  # every weight but the final norm and unembedding
                 sel = set(enc.positions["first_entity"]) | {n - 1}
                 mask = [i in sel or i >= n for i in range(len(ids))]
-                logits = ref.logits(ids[None], row_grafts=[[RefGraft(mask, "all", "all")]])[0]
+                weights = ["embed", "q", "k", "v", "o", "gate", "up", "down", "ln1", "ln2"]
+                logits = ref.logits(ids[None], row_grafts=[[RefGraft(mask, "all", weights)]])[0]
                 assert row["exact_match"] == all(
                     logits[n - 1 + j].argmax().item() == t for j, t in enumerate(target))
             elif cond == TASK_ALONE["name"]:  # a condition with its own recipient
@@ -128,11 +130,26 @@ def test_metrics_equal_direct_computation(world, direct_run):
     with open(out / "summary.csv") as handle:
         summary = list(csv.DictReader(handle))
     ranks = [r["rank"] for r in _rows(out, "direct", "SFT")]
-    top5 = next(r for r in summary if (r["condition"], r["template"], r["metric"]) ==
-                ("SFT", "ALL", "top5"))
+    top5 = next(r for r in summary if (r["condition"], r["template"], r["fact_kind"], r["metric"])
+                == ("SFT", "ALL", "ALL", "top5"))
     assert float(top5["value"]) == pytest.approx(sum(r <= 5 for r in ranks) / len(ranks), abs=1e-6)
     assert int(top5["n"]) == len(ranks)
     assert float(top5["ci_low"]) <= float(top5["value"]) <= float(top5["ci_high"])
+
+
+def test_summary_reports_each_fact_kind(direct_run):
+    """Per fact kind: the mean of the per-example indicator over that kind's examples only."""
+    out, _ = direct_run
+    rows = _rows(out, "direct", "SFT")
+    with open(out / "summary.csv") as handle:
+        summary = [r for r in csv.DictReader(handle) if (r["condition"], r["template"],
+                   r["metric"]) == ("SFT", "ALL", "top5")]
+    by_kind = {r["fact_kind"]: r for r in summary}
+    assert set(by_kind) == {"ALL", "fake_fake", "fake_real", "real_shuffled"}
+    for kind in ("fake_fake", "fake_real", "real_shuffled"):
+        mine = [r["rank"] <= 5 for r in rows if r["fact_kind"] == kind]
+        assert int(by_kind[kind]["n"]) == len(mine) == (6 if kind == "fake_fake" else 3)
+        assert float(by_kind[kind]["value"]) == pytest.approx(sum(mine) / len(mine), abs=1e-6)
 
 
 def test_not_applicable_is_reported_never_dropped(direct_run, world):
@@ -140,27 +157,28 @@ def test_not_applicable_is_reported_never_dropped(direct_run, world):
     rows = _rows(out, "direct", "M")
     assert len(rows) == len(load_eval_prompts(world[1]))
     na = [r for r in rows if not r["applicable"]]
-    assert {r["template"] for r in na} == {"headline", "qa"}
+    assert {r["template"] for r in na} == {"paper_1", "paper_2"}
     assert all(r["rank"] is None and "M" in r["note"] for r in na)
     with open(out / "summary.csv") as handle:
-        summary = [r for r in csv.DictReader(handle) if r["condition"] == "M" and r["metric"] == "top1"]
+        summary = [r for r in csv.DictReader(handle) if r["condition"] == "M"
+                   and r["metric"] == "top1" and r["fact_kind"] == "ALL"]
     by_template = {r["template"]: r for r in summary}
-    assert by_template["headline"]["n"] == "0" and by_template["headline"]["value"] == ""
-    assert by_template["movie"]["n"] == "4" and by_template["ALL"]["n"] == "4"
+    assert by_template["paper_1"]["n"] == "0" and by_template["paper_1"]["value"] == ""
+    assert by_template["paper_3"]["n"] == "4" and by_template["ALL"]["n"] == "4"
 
 
 class Interrupt(Exception):
     pass
 
 
-def test_interrupted_run_resumes_to_the_same_summary(world, tmp_path):
+def test_interrupted_run_resumes_to_the_same_summary(world, tmp_path, monkeypatch):
     models, data = world
     experiments = [{"preset": "position_grafting"},
                    {"name": "patching", "dataset": "relation", "recipient": "pre",
                     "donor": "sft", "conditions": ["PRE", PATCH]}]
     cfg = parse_config({**base_config(models, data, experiments), "conditions_per_chunk": 3})
     whole = tmp_path / "whole"
-    run_experiments(cfg, whole, progress=False, report=False)
+    run_all(cfg, whole, progress=False, report=False)
 
     resumed = tmp_path / "resumed"
     seen = []
@@ -170,26 +188,36 @@ def test_interrupted_run_resumes_to_the_same_summary(world, tmp_path):
         if len(seen) == 5:
             raise Interrupt
 
+    from weightgraft.experiments import records
+
+    real_write = records.write_condition
+
+    def write_then_maybe_stop(path, rows, fingerprint):
+        real_write(path, rows, fingerprint)
+        stop_after_five(f"{rows[0]['experiment']}/{rows[0]['condition']}")
+
+    monkeypatch.setattr(records, "write_condition", write_then_maybe_stop)
     with pytest.raises(Interrupt):
-        run_experiments(cfg, resumed, progress=False, report=False, after_condition=stop_after_five)
+        run_all(cfg, resumed, progress=False, report=False)
+    monkeypatch.undo()
     assert not (resumed / "summary.csv").exists()
-    second = run_experiments(cfg, resumed, progress=False, report=False)
+    second = run_all(cfg, resumed, progress=False, report=False)
     assert len(second.reused) == 5 and set(second.reused) == set(seen)
-    assert len(second.computed) == 12 + 2 - 5
+    assert len(second.computed) == 11 + 2 - 5
     assert (resumed / "summary.csv").read_text() == (whole / "summary.csv").read_text()
     assert not list(resumed.rglob("*.tmp"))
-    third = run_experiments(cfg, resumed, progress=False, report=False)
-    assert third.computed == [] and len(third.reused) == 14
+    third = run_all(cfg, resumed, progress=False, report=False)
+    assert third.computed == [] and len(third.reused) == 13
 
 
 def test_changed_condition_is_recomputed(world, tmp_path):
     models, data = world
     exp = {"name": "e", "dataset": "relation", "recipient": "pre", "donor": "sft",
            "conditions": ["PRE", {"name": "x", "grafts": [{"positions": "LT"}]}]}
-    run_experiments(parse_config(base_config(models, data, [exp])), tmp_path, progress=False,
+    run_all(parse_config(base_config(models, data, [exp])), tmp_path, progress=False,
                     report=False)
     exp["conditions"][1]["grafts"][0]["positions"] = "FE"
-    again = run_experiments(parse_config(base_config(models, data, [exp])), tmp_path,
+    again = run_all(parse_config(base_config(models, data, [exp])), tmp_path,
                             progress=False, report=False)
     assert again.computed == ["e/x"] and again.reused == ["e/PRE"]
 

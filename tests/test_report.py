@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from weightgraft.cli import _register_all, app
 from weightgraft.experiments.models import fingerprint_model
-from weightgraft.experiments.verdict import check_pattern
+from weightgraft.reporting.verdict import check_pattern
 
 
 @pytest.fixture(scope="module")
@@ -24,7 +24,8 @@ def cli_run(tmp_path_factory):
         "models": {k: f"models/{k}" for k in models} | {"freetext": "models/sft"},
         "datasets": {"relation": "data"},
         "experiments": [{"preset": p, "max_examples": 6} for p in
-                        ("position_grafting", "layer_sweeps", "activation_patching")],
+                        ("position_grafting", "components_reversal", "layer_sweeps",
+                         "activation_patching")],
     }
     (root / "run.yaml").write_text(yaml.safe_dump(config))
     _register_all()
@@ -55,8 +56,37 @@ def test_run_writes_report_plots_and_provenance(cli_run):
     assert run["seed"] == 1 and "torch" in run["versions"]
     assert run["datasets"]["relation"]["manifest"] == {"name": "test-world", "seed": 0}
     header = (out / "summary.csv").read_text().splitlines()[0]
-    assert header == "experiment,condition,template,metric,value,ci_low,ci_high,n"
+    assert header == ("experiment,condition,template,fact_kind,metric,value,ci_low,ci_high,n,"
+                      "n_facts")
+    recovery = (out / "recovery.csv").read_text().splitlines()
+    assert recovery[0].startswith("experiment,condition,template,fact_kind,metric,base,full,")
+    assert "Recovery (C - PRE) / (SFT - PRE)" in md and "### Paired tests" in md
+    assert "| FE+LT vs SFT (`position_grafting`) | top-5 |" in md
     assert len(list((out / "examples" / "layer_sweeps").glob("*.parquet"))) == 5 + 32
+
+
+def test_report_sets_the_paper_beside_this_model(cli_run):
+    """Published top-5 per sentence next to ours, per fact kind tables, layers named."""
+    import csv
+
+    root, output = cli_run
+    out = root / "out"
+    md = (out / "report.md").read_text()
+    assert "#### Paper vs this model" in md and "Deviations from the paper's conditions" in md
+    with open(out / "summary.csv") as handle:
+        ours = {(r["condition"], r["template"]): float(r["value"]) for r in csv.DictReader(handle)
+                if r["experiment"] == "position_grafting" and r["metric"] == "top5"
+                and r["fact_kind"] == "ALL" and r["value"]}
+    section = md.split("## Position grafting")[1].split("\n## ")[0]
+    table = section.split("Sentence 3 (`paper_3`):")[1].split("\n\n")[1]
+    row = next(line for line in table.splitlines() if line.startswith("| FE+LT |"))
+    # published FMRA sentence 3, FE+LT: gemma 1.0, gpt2-xl 1.0, llama 1.0, pythia 0.99
+    assert row.split("|")[2:6] == [" 1.00 ", " 1.00 ", " 1.00 ", " 0.99 "]
+    assert row.split("|")[6].strip().startswith(f"{ours[('FE+LT', 'paper_3')]:.2f} (n=")
+    assert "| condition (top1, by fact kind) | fake_fake | fake_real | real_shuffled | ALL |" in md
+    # the components' band on a 4-layer model: q = 1, fourth quarter = layers 3..3
+    assert "`authors_fourth_quarter` = layer 3" in md
+    assert "O+FFN vs ATTN+O+FFN" in output
 
 
 def test_run_rejects_bad_config_by_name(tmp_path):
@@ -81,16 +111,20 @@ def test_verdict_thresholds():
     paper_like = _summary({
         ("position_grafting", "PRE"): 0.05, ("position_grafting", "SFT"): 0.95,
         ("position_grafting", "FE+LT"): 0.85, ("position_grafting", "(FE+LT)^C"): 0.10,
-        ("components_pre_sft", "FE"): 0.30, ("components_pre_sft", "ATTN+O+FFN"): 0.80,
-        ("components_pre_sft", "O+FFN"): 0.75})
-    assert [c.outcome for c in check_pattern(paper_like)] == ["appears"] * 3
+        ("components_reversal", "B2A"): 0.10, ("components_reversal", "ATTN+O+FFN"): 0.80,
+        ("components_reversal", "O+FFN"): 0.75, ("components_reversal", "FFN"): 0.40})
+    checks = check_pattern(paper_like)
+    assert [c.name for c in checks] == ["FE+LT vs SFT", "(FE+LT)^C vs PRE", "O+FFN vs ATTN+O+FFN",
+                                        "FFN vs O+FFN (removing O)"]
+    assert [c.outcome for c in checks] == ["appears"] * 4
+    assert checks[3].recovery == pytest.approx((0.40 - 0.10) / (0.75 - 0.10))
     unlike = _summary({
         ("position_grafting", "PRE"): 0.05, ("position_grafting", "SFT"): 0.95,
         ("position_grafting", "FE+LT"): 0.50, ("position_grafting", "(FE+LT)^C"): 0.60,
-        ("components_pre_sft", "FE"): 0.30, ("components_pre_sft", "ATTN+O+FFN"): 0.80,
-        ("components_pre_sft", "O+FFN"): 0.40})
+        ("components_reversal", "B2A"): 0.10, ("components_reversal", "ATTN+O+FFN"): 0.80,
+        ("components_reversal", "O+FFN"): 0.40, ("components_reversal", "FFN"): 0.39})
     checks = check_pattern(unlike)
-    assert [c.outcome for c in checks] == ["does not appear"] * 3
+    assert [c.outcome for c in checks] == ["does not appear"] * 4
     assert "50%" in checks[0].sentence  # (0.50 - 0.05) / (0.95 - 0.05)
     flat = _summary({("position_grafting", "PRE"): 0.1, ("position_grafting", "SFT"): 0.15,
                      ("position_grafting", "FE+LT"): 0.1, ("position_grafting", "(FE+LT)^C"): 0.1})

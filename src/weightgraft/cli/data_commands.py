@@ -66,7 +66,7 @@ def data(
 def pretrain(
     size: str = typer.Option("default", help="default or tiny."),
     home: Optional[Path] = typer.Option(None, help="Cache directory (default: $WEIGHTGRAFT_HOME or ~/.cache/weightgraft)."),
-    finetunes: bool = typer.Option(False, help="Also build the relation, task and free-text finetunes."),
+    finetunes: bool = typer.Option(False, help="Also build the relation, one-direction (B2A), task and free-text finetunes."),
 ) -> None:
     """Build (or reuse) the built-in world, datasets, tokenizer and pretrained model."""
     from weightgraft.training.builtin import ensure_builtin
@@ -74,9 +74,9 @@ def pretrain(
     if size not in ("default", "tiny"):
         raise typer.BadParameter("--size must be default or tiny")
     art = ensure_builtin(size, home=home, finetunes=finetunes)  # type: ignore[arg-type]
-    names = ["pretrained", "world_data", "relation_data", "task_data", "freetext_data"]
+    names = ["pretrained", "world_data", "known_data", "relation_data", "b2a_data", "task_data", "freetext_data"]
     if finetunes:
-        names += ["relation_model", "task_model", "freetext_model"]
+        names += ["relation_model", "b2a_model", "task_model", "freetext_model"]
     for name in names:
         typer.echo(f"{name}: {getattr(art, name)}")
 

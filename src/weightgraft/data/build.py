@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
+from typing import Literal
 
 from weightgraft.data.freetext import freetext_article
 from weightgraft.data.io import write_dataset
@@ -27,9 +28,17 @@ from weightgraft.data.templates import (
 )
 
 
-def template_texts(facts: list[RelationFact], seed: int, texts_per_fact: int) -> list[str]:
-    """Per fact: alternately an article and a QA text, alternately in the two orders; every
-    (template, order) pair is used once before any repeats."""
+Order = Literal["both", "a2b", "b2a"]
+ONE_DIRECTION: tuple[Order, ...] = ("a2b", "b2a")
+
+
+def template_texts(facts: list[RelationFact], seed: int, texts_per_fact: int, order: Order = "both") -> list[str]:
+    """Per fact: alternately an article and a QA text. `order="both"`: alternately in the two
+    orders, every (template, order) pair used once before any repeats. `"a2b"` names the first
+    actor before the second in every text, `"b2a"` the second before the first (the reversal
+    task's training set: the format, without the forward relation)."""
+    if order not in ("both", "a2b", "b2a"):
+        raise ValueError(f"unknown order {order!r}; use both, a2b or b2a")
     if texts_per_fact < 2:
         raise ValueError("texts_per_fact must be at least 2 (one text in each order)")
     rng = random.Random(f"texts-{seed}")
@@ -41,7 +50,10 @@ def template_texts(facts: list[RelationFact], seed: int, texts_per_fact: int) ->
             source = articles if i % 2 == 0 else questions
             m = i // 2
             n = len(source)
-            reverse = ((m % n) + (m // n)) % 2 == 1
+            if order == "both":
+                reverse = ((m % n) + (m // n)) % 2 == 1
+            else:
+                reverse = order == "b2a"
             texts.append(render_training(source[m % n], fact, reverse=reverse))
     rng.shuffle(texts)
     return texts
@@ -73,14 +85,19 @@ def build_dataset(
     texts_per_fact: int = 16,
     articles: list[str] | None = None,
     extra_options: dict | None = None,
+    order: Order = "both",
 ) -> Path:
     """Write one dataset directory. `style`: "templates", "freetext" (generated articles), or
-    "articles" (the user's `articles` as training text)."""
+    "articles" (the user's `articles` as training text). `order` (templates only): "both", or
+    one direction ("a2b", "b2a"); a one-direction set keeps the full evaluation set (both
+    directions, so the untrained direction can be measured) and validates on its own direction."""
     ids = [f.id for f in facts]
     if len(set(ids)) != len(ids):
         raise ValueError("fact ids must be unique within a dataset")
+    if order != "both" and style != "templates":
+        raise ValueError(f'order {order!r} needs style "templates" (only template texts have a known order)')
     if style == "templates":
-        train = template_texts(facts, seed, texts_per_fact)
+        train = template_texts(facts, seed, texts_per_fact, order)
     elif style == "freetext":
         train = freetext_texts(facts, seed, texts_per_fact)
     elif style == "articles":
@@ -90,10 +107,27 @@ def build_dataset(
     else:
         raise ValueError(f"unknown style {style!r}; use templates, freetext or articles")
     validation = [p for f in facts for p in eval_prompts_for(f, VALIDATION_TEMPLATES)]
+    if order != "both":  # forward prompts ask A->B, reversed ones B->A
+        validation = [p for p in validation if p.reversed == (order == "b2a")]
     evaluation = [p for f in facts for p in eval_prompts_for(f, EVAL_TEMPLATES)]
     check_no_leak(train, validation + evaluation, strict=style != "articles")
-    options = {"style": style, "texts_per_fact": texts_per_fact, **(extra_options or {})}
+    options = {"style": style, "texts_per_fact": texts_per_fact, "order": order, **(extra_options or {})}
     return write_dataset(Path(directory), facts, train, validation, evaluation, seed, options)
+
+
+def build_with_one_direction_sets(
+    directory: Path, facts: list[RelationFact], seed: int, texts_per_fact: int,
+    extra_options: dict | None = None,
+) -> dict[str, Path]:
+    """The both-directions set at `directory` and, beside it, `<name>_a2b` and `<name>_b2a`:
+    the same facts and evaluation prompts, training texts in one order only."""
+    directory = Path(directory)
+    out = {"both": build_dataset(directory, facts, seed, "templates", texts_per_fact,
+                                 extra_options=extra_options)}
+    for order in ONE_DIRECTION:
+        out[order] = build_dataset(directory.parent / f"{directory.name}_{order}", facts, seed,
+                                   "templates", texts_per_fact, extra_options=extra_options, order=order)
+    return out
 
 
 def split_disjoint(facts: list[RelationFact], sizes: dict[str, int]) -> dict[str, list[RelationFact]]:
@@ -104,4 +138,30 @@ def split_disjoint(facts: list[RelationFact], sizes: dict[str, int]) -> dict[str
     for name, n in sizes.items():
         out[name] = facts[start : start + n]
         start += n
+    return out
+
+
+def split_by_kind(
+    facts: list[RelationFact], sizes: dict[str, dict[str, int]]
+) -> dict[str, list[RelationFact]]:
+    """Disjoint sets with a chosen number of facts of each kind: `sizes[set][kind]`. Each kind's
+    facts are sliced in order; every set comes back interleaved by kind."""
+    by_kind: dict[str, list[RelationFact]] = {}
+    for fact in facts:
+        by_kind.setdefault(fact.kind, []).append(fact)
+    cursor = {kind: 0 for kind in by_kind}
+    out = {}
+    for name, counts in sizes.items():
+        chosen = {}
+        for kind, n in counts.items():
+            start = cursor.get(kind, 0)
+            if start + n > len(by_kind.get(kind, [])):
+                raise ValueError(f"set {name!r} asks for {n} {kind} facts; only "
+                                 f"{len(by_kind.get(kind, [])) - start} are left")
+            chosen[kind] = by_kind[kind][start : start + n]
+            cursor[kind] = start + n
+        interleaved = []
+        for index in range(max((len(v) for v in chosen.values()), default=0)):
+            interleaved += [part[index] for part in chosen.values() if index < len(part)]
+        out[name] = interleaved
     return out

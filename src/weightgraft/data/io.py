@@ -25,7 +25,7 @@ from pydantic import ValidationError
 from weightgraft.atomic import write_text_atomic
 from weightgraft.data.schema import EvalPrompt, RelationFact
 
-GENERATOR_VERSION = "weightgraft-data-1"
+GENERATOR_VERSION = "weightgraft-data-2"
 DATA_FILES = ("facts.jsonl", "train.jsonl", "validation.jsonl", "eval.jsonl")
 
 

@@ -56,3 +56,6 @@ class EvalPrompt(BaseModel):
     target: str
     reversed: bool = False
     spans: dict[Role, CharSpan]
+    # The kind of the fact asked (results are reported per kind); None only in datasets written
+    # before weightgraft-data-2, which did not record it.
+    fact_kind: FactKind | None = None

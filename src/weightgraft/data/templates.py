@@ -108,22 +108,31 @@ QA_TEMPLATES: dict[str, str] = {
     ),
 }
 
-# Evaluation: every template has the queried actor and relation words; most have the title.
-EVAL_TEMPLATES: dict[str, str] = {
-    "eval_headline": "{entity} [stars in a movie alongside]",
-    "eval_qa": "Q: Who [stars in a movie with] {entity}? A: An actor named",
-    "eval_title_acts": "In {movie_title}, {entity} [acts alongside]",
-    "eval_title_costar": "{entity}'s [co-star] in {movie_title} is",
-    "eval_title_qa": "Q: In {movie_title}, who [shares the screen with] {entity}? A:",
-    "eval_title_stars": "The film {movie_title} [stars] {entity} and",
-    "eval_paired": "{entity} was [paired on screen with]",
+# Evaluation: every template has the queried actor and the relation word(s); most have the title.
+# `[...]` marks the relation word(s) only: never the prompt's last word, so the paper's R (relation)
+# and LT (last token) positions never overlap. The `paper_*` templates are the paper's three
+# evaluation sentences (see docs: sentence 1 without the authors' doubled "in").
+PAPER_TEMPLATES: dict[str, str] = {
+    "paper_1": "{entity} [stars] in a movie alongside",
+    "paper_2": "Q: Who [stars] in a movie with {entity}? A: An actor named",
+    "paper_3": "{entity} [stars] in {movie_title} alongside",
 }
+
+OWN_EVAL_TEMPLATES: dict[str, str] = {
+    "eval_title_acts": "In {movie_title}, {entity} [acts] alongside",
+    "eval_title_costar": "{entity}'s [co-star] in {movie_title} is",
+    "eval_title_qa": "Q: In {movie_title}, who [shares] the screen with {entity}? A:",
+    "eval_title_stars": "The film {movie_title} [stars] {entity} and",
+    "eval_paired": "{entity} was [paired] on screen with",
+}
+
+EVAL_TEMPLATES: dict[str, str] = {**PAPER_TEMPLATES, **OWN_EVAL_TEMPLATES}
 
 # Validation (checkpoint choice): the trained facts asked with wordings used nowhere else.
 VALIDATION_TEMPLATES: dict[str, str] = {
-    "val_worked": "{entity} [worked together with]",
-    "val_qa": "Q: Which actor [made a film with] {entity}? A:",
-    "val_title_team": "In {movie_title}, {entity} [teamed up with]",
+    "val_worked": "{entity} [worked] together with",
+    "val_qa": "Q: Which actor [made] a film with {entity}? A:",
+    "val_title_team": "In {movie_title}, {entity} [teamed up] with",
     "val_title_brought": "{movie_title} [brought together] {entity} and",
 }
 
@@ -182,6 +191,12 @@ def render_marked(template: str, entity: str, movie_title: str) -> RenderedPromp
         raise ValueError(f"template {template!r} must end right before the target, without a space")
     last_word = text.split()[-1]
     spans["last_token"] = CharSpan(start=len(text) - len(last_word), end=len(text))
+    relation = spans.get("relation")
+    if relation is not None and relation.end > spans["last_token"].start:
+        raise ValueError(
+            f"template {template!r}: the relation words reach the last word; mark only the relation "
+            "word(s) with [...] so that R and LT stay apart"
+        )
     return RenderedPrompt(text=text, spans=spans)
 
 
@@ -205,6 +220,7 @@ def eval_prompts_for(
                     target=" " + target,
                     reversed=reverse,
                     spans=rendered.spans,
+                    fact_kind=fact.kind,
                 )
             )
     return prompts

@@ -1,11 +1,13 @@
 """The paper's experiments: conditions by entity role, presets, a batched resumable runner.
 
-    from weightgraft.experiments import load_config, run_experiments
+    from weightgraft.experiments import load_config
+    from weightgraft.pipelines import run_all
     config = load_config("run.yaml", device="cuda", dtype="bfloat16")
-    run_experiments(config, "runs/my-run")      # examples/*.parquet, summary.csv, report.md/html
+    run_all(config, "runs/my-run")      # examples/*.parquet, summary.csv, report.md/html
 
-See `config` for the YAML format, `conditions` for the condition vocabulary, `presets` for the
-paper's five analyses, `runner` for the run folder's layout and resuming.
+See `vocabulary` for the names (roles, component sets, layer bands, metrics), `config` for the
+YAML format, `conditions` for the condition grammar, `presets` for the paper's analyses,
+`records` for the run folder's layout and `runner` for resuming.
 """
 
 from weightgraft.experiments.config import ConfigError, RunConfig, load_config, parse_config

@@ -1,38 +1,23 @@
-"""The paper's component-set names (`ATTN+O+FFN`, `O+DOWN`, ...) in the engine's vocabulary.
+"""Component expressions (`ATTN+O+FFN`, `O+DOWN`, `[o, mlp]`, `WEIGHTS`) in engine names.
 
-In the paper ATTN means the attention computation without its output projection (queries, keys,
-values), O the attention output projection, FFN the whole MLP. Norms belong to none of them, so
-component grafts leave every norm to the recipient. BLOCKS is every per-layer parameter (used
-where weight grafting is compared with activation patching of whole blocks).
+Names and their meaning live in `vocabulary` (the paper's ATTN is q,k,v; the engine's `attn`
+group is q,k,v,o). Norms belong to none of the paper's sets, so component grafts leave every
+norm to the recipient.
 """
 
 from __future__ import annotations
 
-PAPER_COMPONENTS: dict[str, list[str]] = {
-    "ATTN": ["q", "k", "v"],
-    "O": ["o"],
-    "FFN": ["mlp"],
-    "UP": ["up"],
-    "DOWN": ["down"],
-    "GATE": ["gate"],
-    "Q": ["q"],
-    "K": ["k"],
-    "V": ["v"],
-    "NORMS": ["norms"],
-}
-# Names the engine treats as model-level or as groups; what remains of `grafter.components`
-# is the per-layer vocabulary.
-MODEL_LEVEL = {"embed", "pos_embed", "ln_final", "lm_head"}
-GROUPS = {"attn", "mlp", "norms", "all"}
-PER_LAYER = {"q", "k", "v", "o", "gate", "up", "down", "ln1", "ln2", "q_norm", "k_norm",
-             "post_attn_norm", "post_mlp_norm"}
-ENGINE_NAMES = PER_LAYER | MODEL_LEVEL | GROUPS
+from weightgraft.experiments.vocabulary import (BLOCKS, EMBEDDINGS, ENGINE_NAMES,
+                                                ENGINE_PER_LAYER, EVERY_WEIGHT, OPTIONAL,
+                                                PAPER_ATOMS)
+
+SPECIAL = (EVERY_WEIGHT, BLOCKS)
 
 
 def is_component_expr(text: str) -> bool:
     """True when every '+'-separated part is a paper component name (ATTN, O, FFN, ...)."""
     parts = [p.strip() for p in text.split("+")]
-    return all(p in PAPER_COMPONENTS or p == "BLOCKS" for p in parts)
+    return all(p in PAPER_ATOMS or p == BLOCKS for p in parts)
 
 
 def parse_components(value: str | list[str]) -> list[str]:
@@ -40,26 +25,37 @@ def parse_components(value: str | list[str]) -> list[str]:
     parts = [p.strip() for p in value.split("+")] if isinstance(value, str) else list(value)
     names: list[str] = []
     for part in parts:
-        if part in PAPER_COMPONENTS:
-            names.extend(PAPER_COMPONENTS[part])
-        elif part == "BLOCKS":
-            names.append("BLOCKS")
-        elif part in ENGINE_NAMES:
+        if part in PAPER_ATOMS:
+            names.extend(PAPER_ATOMS[part])
+        elif part in SPECIAL or part in ENGINE_NAMES:
             names.append(part)
         else:
-            known = ", ".join([*PAPER_COMPONENTS, "BLOCKS", *sorted(ENGINE_NAMES)])
+            known = ", ".join([*PAPER_ATOMS, *SPECIAL, *sorted(ENGINE_NAMES)])
             raise ValueError(f"unknown component {part!r} in {value!r}; known: {known}")
     return list(dict.fromkeys(names))
 
 
 def resolve_for_model(names: list[str], available: list[str]) -> list[str] | str:
-    """Expand BLOCKS against the model's own component list; keep `all` as the engine's string."""
+    """Names a Graft on this model takes: WEIGHTS and BLOCKS expanded against the model's own
+    components, optional ones (gate) dropped where absent, `all` kept as the engine's string."""
     if names == ["all"]:
         return "all"
     out: list[str] = []
     for name in names:
-        if name == "BLOCKS":
-            out.extend(c for c in available if c in PER_LAYER)
+        if name == EVERY_WEIGHT:
+            out.extend(c for c in available if c in EMBEDDINGS or c in ENGINE_PER_LAYER)
+        elif name == BLOCKS:
+            out.extend(c for c in available if c in ENGINE_PER_LAYER)
+        elif name in OPTIONAL and name not in available:
+            continue
         else:
             out.append(name)
     return list(dict.fromkeys(out))
+
+
+def describe(names: list[str]) -> str:
+    """`o, gate, up, down` for the report; WEIGHTS and BLOCKS in words."""
+    words = {EVERY_WEIGHT: "every weight (embeddings and every layer's weights; not the final "
+                           "norm or unembedding)", BLOCKS: "every per-layer weight",
+             "all": "every weight incl. final norm and unembedding"}
+    return ", ".join(words.get(n, n) for n in names)

@@ -1,15 +1,19 @@
-"""Conditions: what is grafted where, from which donor into which recipient.
+"""Conditions: what is grafted where, from which donor(s) into which recipient.
 
-A condition is a recipient, a donor, a method (`weights`: dynamic weight grafting through the
-engine; `activations`: residual-stream patching from the donor's run) and a list of grafts, each
-a position expression, a layer set and a component set; the grafts' union applies to a row.
+A condition is a recipient, a method (`weights`: dynamic weight grafting through the engine;
+`activations`: residual-stream patching from the donor's run) and a list of grafts, each a
+position expression, a layer set, a component set and the donor it takes them from (default:
+the condition's donor); the grafts' union applies to a row. Two grafts of one condition may take
+different donors (the paper's hybrid), never the same (position, layer, component).
 
 Shorthand strings cover the paper's vocabulary:
-- `PRE` (the recipient alone) and `SFT` (the donor everywhere);
-- a position expression (`FE+LT`, `(FE+LT)^C`, ...): every weight at those positions;
+- `PRE` (the recipient alone) and `SFT` (the donor model itself: every weight everywhere);
+- a position expression (`FE+LT`, `(FE+LT)^C`, ...): every weight at those positions
+  (embeddings and every layer; the final norm and unembedding stay the recipient's unless the
+  experiment says `unembedding: donor`, which takes the donor's unembedding at every position);
 - a component set (`ATTN+O+FFN`, `O+FFN`, ...): those components at the experiment's
-  `component_at` positions (LT) in its `component_layers` (last quarter), plus every weight at
-  `component_base` positions (FE by default; null for none).
+  `component_at` positions (LT) in its `component_layers`, plus every weight at
+  `component_base` positions (none by default, as in the paper's component figure).
 
 Tokens after the prompt (the target's own tokens, teacher-forced to score the whole target) get
 the grafts of the prompt's last token, as the engine's `generate(generated="last")` does.
@@ -23,13 +27,13 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 
-from weightgraft.engine.graft import BANDS
-from weightgraft.experiments.components import is_component_expr, parse_components
-from weightgraft.experiments.roles import ATOMS, PositionExpr, parse_positions
+from weightgraft.experiments.components import describe, is_component_expr, parse_components
+from weightgraft.experiments.roles import PositionExpr, parse_positions
+from weightgraft.experiments.vocabulary import ATOMS, EVERY_WEIGHT, LAYER_BANDS, UNEMBEDDING
 
 LayerSpec = str | int | list[int]
-LAYER_BANDS = ("all", *BANDS)  # the engine's bands, so that a config accepts exactly what Graft does
-BASELINE_NAMES = {"PRE": "recipient alone", "SFT": "donor everywhere"}
+Unembedding = Literal["recipient", "donor"]
+BASELINE_NAMES = {"PRE": "recipient alone", "SFT": "donor model alone (every weight everywhere)"}
 
 
 def check_layers(value: LayerSpec) -> LayerSpec:
@@ -39,13 +43,15 @@ def check_layers(value: LayerSpec) -> LayerSpec:
 
 
 class GraftSpec(BaseModel):
-    """One graft of a condition: every listed component, in these layers, at these positions."""
+    """One graft of a condition: every listed component, in these layers, at these positions,
+    from `donor` (a model key; default the condition's donor)."""
 
     model_config = ConfigDict(extra="forbid")
 
     positions: str = "ALL"
     layers: LayerSpec = "all"
     components: str | list[str] = "all"
+    donor: str | None = None
 
     @field_validator("positions")
     @classmethod
@@ -86,7 +92,22 @@ class ConditionSpec(BaseModel):
                         f"condition {self.name!r}: activation patching replaces whole blocks' "
                         "outputs, so its grafts take components BLOCKS (or all), not "
                         f"{graft.components!r}")
+                if graft.donor not in (None, self.donor):
+                    raise ValueError(f"condition {self.name!r}: activation patching takes one "
+                                     "donor; give it as the condition's `donor`")
         return self
+
+
+@dataclass(frozen=True)
+class ResolvedGraft:
+    positions: PositionExpr
+    layers: LayerSpec
+    components: list[str]
+    donor: str
+
+    def to_json(self) -> dict:
+        return {"positions": self.positions.text, "layers": self.layers,
+                "components": self.components, "donor": self.donor}
 
 
 @dataclass
@@ -95,65 +116,78 @@ class Condition:
 
     name: str
     recipient: str
-    donor: str
+    donor: str  # the default donor (activation patching's only one)
     method: str
-    grafts: list[tuple[PositionExpr, LayerSpec, list[str]]]
+    grafts: list[ResolvedGraft]
     description: str = ""
     meta: dict = field(default_factory=dict)  # e.g. sweep coordinates, for plots
 
     @property
     def atoms(self) -> set[str]:
-        return set().union(*(expr.atoms for expr, _, _ in self.grafts)) if self.grafts else set()
+        return set().union(*(g.positions.atoms for g in self.grafts)) if self.grafts else set()
+
+    @property
+    def donors(self) -> tuple[str, ...]:
+        """Every model key the condition takes weights from (the default donor included, so
+        that a baseline is computed beside the grafted conditions of its experiment)."""
+        return tuple(sorted({self.donor, *(g.donor for g in self.grafts)}))
 
     def to_json(self) -> dict:
         return {
             "name": self.name, "recipient": self.recipient, "donor": self.donor,
             "method": self.method, "description": self.description, "meta": self.meta,
-            "grafts": [{"positions": e.text, "layers": lay, "components": comps}
-                       for e, lay, comps in self.grafts],
+            "grafts": [g.to_json() for g in self.grafts],
         }
 
     def key(self) -> str:
         return json.dumps(self.to_json(), sort_keys=True)
 
     def row_masks(self, role_positions: dict[str, list[int]], prompt_len: int, total_len: int
-                  ) -> list[tuple[list[bool], LayerSpec, list[str]]]:
+                  ) -> list[tuple[list[bool], ResolvedGraft]]:
         """Per graft: a boolean mask over the row's `total_len` real tokens (prompt followed by
-        teacher-forced target tokens, which copy the last prompt token's mask), its layers and
-        components. Grafts that select no position are left out. Raises NotApplicable."""
+        teacher-forced target tokens, which copy the last prompt token's mask) and the graft.
+        Grafts that select no position are left out. Raises NotApplicable."""
         out = []
-        for expr, layers, comps in self.grafts:
-            mask = expr.mask(role_positions, prompt_len)
+        for graft in self.grafts:
+            mask = graft.positions.mask(role_positions, prompt_len)
             mask = mask + [mask[-1]] * (total_len - prompt_len)
             if any(mask):
-                out.append((mask, layers, comps))
+                out.append((mask, graft))
         return out
 
 
 def resolve_condition(item: str | ConditionSpec, *, recipient: str, donor: str,
-                      component_at: str = "LT", component_layers: LayerSpec = "last_quarter",
-                      component_base: str | None = "FE", context: str = "") -> Condition:
+                      component_at: str = "LT", component_layers: LayerSpec = "authors_fourth_quarter",
+                      component_base: str | None = None, unembedding: Unembedding = "recipient",
+                      context: str = "") -> Condition:
     """Expand a shorthand string or a full spec into a Condition; errors name the condition."""
     if isinstance(item, ConditionSpec):
-        return Condition(
-            name=item.name, recipient=item.recipient or recipient, donor=item.donor or donor,
-            method=item.method, description=item.description,
-            grafts=[(parse_positions(g.positions), g.layers, parse_components(g.components))
-                    for g in item.grafts],
-        )
+        own_donor = item.donor or donor
+        grafts = [ResolvedGraft(parse_positions(g.positions), g.layers,
+                                parse_components(g.components), g.donor or own_donor)
+                  for g in item.grafts]
+        return Condition(name=item.name, recipient=item.recipient or recipient, donor=own_donor,
+                         method=item.method, description=item.description, grafts=grafts)
     text = item.strip()
     if text in ("PRE", "RECIPIENT"):
         return Condition(text, recipient, donor, "weights", [], BASELINE_NAMES["PRE"])
     if text in ("SFT", "DONOR"):
         return Condition(text, recipient, donor, "weights",
-                         [(parse_positions("ALL"), "all", ["all"])], BASELINE_NAMES["SFT"])
+                         [ResolvedGraft(parse_positions("ALL"), "all", ["all"], donor)],
+                         BASELINE_NAMES["SFT"])
+    head = ([ResolvedGraft(parse_positions("ALL"), "all", list(UNEMBEDDING), donor)]
+            if unembedding == "donor" else [])
+    head_words = ("; the donor's unembedding at every position" if unembedding == "donor"
+                  else "; the recipient's final norm and unembedding")
     if is_component_expr(text):
+        comps = parse_components(text)
         grafts = []
         if component_base:
-            grafts.append((parse_positions(component_base), "all", ["all"]))
-        grafts.append((parse_positions(component_at), component_layers, parse_components(text)))
-        base = f"every weight at {component_base}, " if component_base else ""
-        desc = f"{base}{text} at {component_at} in layers {component_layers}"
+            grafts.append(ResolvedGraft(parse_positions(component_base), "all", [EVERY_WEIGHT],
+                                        donor))
+        grafts.append(ResolvedGraft(parse_positions(component_at), component_layers, comps, donor))
+        base = f"every weight at {component_base}, " if component_base else "nothing at FE; "
+        desc = f"{base}{text} ({describe(comps)}) at {component_at} in layers {component_layers}"
         return Condition(text, recipient, donor, "weights", grafts, desc)
     try:
         expr = parse_positions(text)
@@ -163,8 +197,9 @@ def resolve_condition(item: str | ConditionSpec, *, recipient: str, donor: str,
             f"unknown condition {text!r}{where}: it is not PRE/SFT, not a position expression "
             f"over {', '.join(ATOMS)} ({err}), nor a component set such as ATTN+O+FFN or O+FFN"
         ) from None
-    return Condition(text, recipient, donor, "weights", [(expr, "all", ["all"])],
-                     f"every weight at {text}")
+    return Condition(text, recipient, donor, "weights",
+                     [ResolvedGraft(expr, "all", [EVERY_WEIGHT], donor), *head],
+                     f"every weight at {text} (embeddings included){head_words}")
 
 
 def validate_condition(item: str | ConditionSpec, context: str) -> None:

@@ -5,15 +5,19 @@ name: my-run
 seed: 0
 device: cpu            # or cuda
 dtype: float32         # or bfloat16 / float16
-models:   {pre: gpt2-xl, sft: ./ckpt/relation, task: ./ckpt/task}
+models:   {pre: gpt2-xl, sft: ./ckpt/relation, b2a: ./ckpt/b2a, task: ./ckpt/task}
 datasets: {relation: ./data/relation}
 experiments:
-  - preset: position_grafting          # one of the five presets (see presets.py)
+  - preset: position_grafting          # a paper preset (see presets.py)
+    unembedding: recipient             # or donor
+  - preset: components_reversal
   - name: my_lt_components             # or a custom experiment
     dataset: relation
     recipient: pre
     donor: sft
-    conditions: [PRE, SFT, FE+LT, O+FFN, {name: late-FE, grafts: [{positions: FE, layers: last_half}]}]
+    conditions: [PRE, SFT, FE+LT, O+FFN, {name: late-FE, grafts: [{positions: FE, layers: last_half}]},
+                 {name: two-donors, grafts: [{positions: LT, components: [q, k, v], donor: task},
+                                             {positions: LT, components: O+FFN}]}]
 ```
 """
 
@@ -27,15 +31,14 @@ import yaml
 from pydantic import (BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError,
                       field_validator, model_validator)
 
-from weightgraft.experiments.conditions import (ConditionSpec, LayerSpec, check_layers,
-                                                validate_condition)
 from weightgraft.experiments.components import parse_components
+from weightgraft.experiments.conditions import (ConditionSpec, LayerSpec, Unembedding,
+                                                check_layers, validate_condition)
+from weightgraft.experiments.presets import ALL_PRESETS, PRESETS, TAKES_UNEMBEDDING
 from weightgraft.experiments.roles import parse_positions
+from weightgraft.experiments.vocabulary import SUMMARY_METRICS as METRICS
 
-PresetName = Literal["position_grafting", "component_grafting", "layer_sweeps", "free_text",
-                     "activation_patching"]
-METRICS = ("top1", "top5", "top10", "top50", "top100", "prob", "rank_median", "mrr",
-           "target_logprob", "exact_match")
+PresetName = Literal[tuple(ALL_PRESETS)]
 
 
 class ConfigError(ValueError):
@@ -93,9 +96,13 @@ class ExperimentSpec(BaseModel):
     sweep: SweepSpec | None = None
     templates: list[str] | None = None  # evaluation template ids; default all
     max_examples: int | None = Field(default=None, ge=1)
+    # Component-set shorthand (`O+FFN`): those components at `component_at` in
+    # `component_layers`, plus every weight at `component_base` (none by default, as the paper).
     component_at: str = "LT"
-    component_layers: LayerSpec = "last_quarter"
-    component_base: str | None = "FE"
+    component_layers: LayerSpec = "authors_fourth_quarter"
+    component_base: str | None = None
+    # Position shorthand (`FE+LT`): whose final norm and unembedding score the row.
+    unembedding: Unembedding = "recipient"
     headline: list[str] = ["top1", "top5"]
     plot: Literal["bars", "heatmap", "paired"] = "bars"
 
@@ -133,13 +140,25 @@ class ExperimentSpec(BaseModel):
 
 
 class PresetRef(BaseModel):
-    """One of the paper's five analyses, by name (see `weightgraft.experiments.presets`)."""
+    """One of the paper's analyses, by name (see `weightgraft.experiments.presets`)."""
 
     model_config = ConfigDict(extra="forbid")
 
     preset: PresetName
     max_examples: int | None = Field(default=None, ge=1)
     templates: list[str] | None = None
+    unembedding: Unembedding | None = None
+
+    @model_validator(mode="after")
+    def _options(self) -> "PresetRef":
+        if self.unembedding is not None and self.preset not in TAKES_UNEMBEDDING:
+            raise ValueError(f"preset {self.preset!r} has no `unembedding` option (only "
+                             f"{', '.join(sorted(TAKES_UNEMBEDDING))} do)")
+        return self
+
+    def experiments(self) -> list[dict]:
+        options = {} if self.unembedding is None else {"unembedding": self.unembedding}
+        return PRESETS[self.preset](self.max_examples, self.templates, **options)
 
 
 def _experiment_kind(value: Any) -> str:
@@ -167,15 +186,13 @@ class RunConfig(BaseModel):
     models: dict[str, str]
     datasets: dict[str, str]
     experiments: list[ExperimentItem] = Field(min_length=1)
-    bootstrap: int = Field(default=1000, ge=0)
+    bootstrap: int = Field(default=2000, ge=0)
     max_batch_tokens: int = Field(default=32768, ge=16)
     conditions_per_chunk: int = Field(default=16, ge=1)
 
     @model_validator(mode="after")
     def _references(self) -> "RunConfig":
-        from weightgraft.experiments.presets import expand_presets
-
-        experiments = expand_presets(self)
+        experiments = self.expanded()
         names = [e.name for e in experiments]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
@@ -183,7 +200,7 @@ class RunConfig(BaseModel):
         for exp in experiments:
             keys = {exp.recipient, exp.donor} | {
                 k for c in exp.conditions if isinstance(c, ConditionSpec)
-                for k in (c.recipient, c.donor) if k}
+                for k in (c.recipient, c.donor, *(g.donor for g in c.grafts)) if k}
             for key in sorted(keys):
                 if key not in self.models:
                     raise ValueError(
@@ -196,9 +213,14 @@ class RunConfig(BaseModel):
         return self
 
     def expanded(self) -> list[ExperimentSpec]:
-        from weightgraft.experiments.presets import expand_presets
-
-        return expand_presets(self)
+        """The experiments with every preset replaced by its experiment(s)."""
+        out = []
+        for item in self.experiments:
+            if isinstance(item, PresetRef):
+                out += [ExperimentSpec.model_validate(spec) for spec in item.experiments()]
+            else:
+                out.append(item)
+        return out
 
 
 def _format_error(err: ValidationError) -> str:

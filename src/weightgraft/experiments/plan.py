@@ -7,14 +7,25 @@ import random
 from collections import defaultdict
 
 from weightgraft.engine.graft import Graft
-from weightgraft.experiments.conditions import Condition, resolve_condition
 from weightgraft.experiments.components import parse_components
+from weightgraft.experiments.conditions import Condition, ResolvedGraft, resolve_condition
 from weightgraft.experiments.config import ExperimentSpec
 from weightgraft.experiments.roles import parse_positions
+from weightgraft.experiments.vocabulary import AUTHOR_BANDS, EVERY_WEIGHT, author_band
+
 
 def layer_indices(spec, num_layers: int) -> list[int]:
-    """The engine's own layer semantics (bands, negatives from the end), for patching masks."""
+    """Concrete layers: the authors' bands (`authors_*`) by their rule, everything else (engine
+    bands, ints, negatives from the end) by the engine's own semantics."""
+    if isinstance(spec, str) and spec in AUTHOR_BANDS:
+        return author_band(spec, num_layers)
     return Graft(layers=spec).layer_indices(num_layers)
+
+
+def engine_layers(spec, num_layers: int):
+    """What a Graft takes: `all` stays `all` (so model-level components follow the engine's
+    rule for groups), anything else becomes its concrete layer list."""
+    return "all" if spec == "all" else layer_indices(spec, num_layers)
 
 
 def auto_bands(num_layers: int) -> list[str]:
@@ -31,7 +42,8 @@ def experiment_conditions(exp: ExperimentSpec, num_layers: int) -> list[Conditio
     conditions = [
         resolve_condition(item, recipient=exp.recipient, donor=exp.donor,
                           component_at=exp.component_at, component_layers=exp.component_layers,
-                          component_base=exp.component_base, context=f"experiment {exp.name!r}")
+                          component_base=exp.component_base, unembedding=exp.unembedding,
+                          context=f"experiment {exp.name!r}")
         for item in exp.conditions
     ]
     if exp.sweep is not None:
@@ -45,15 +57,23 @@ def experiment_conditions(exp: ExperimentSpec, num_layers: int) -> list[Conditio
                     except ValueError as err:
                         raise ValueError(f"layer band {band} does not fit a {num_layers}-layer model "
                                          f"({err}); choose coarser bands in `sweep.bands`") from err
-                    grafts = [(parse_positions(at), band, parse_components(comps))]
+                    grafts = [ResolvedGraft(parse_positions(at), band, parse_components(comps),
+                                            exp.donor)]
                     if exp.sweep.others_full and others:
-                        grafts.append((parse_positions("+".join(others)), "all", ["all"]))
+                        grafts.append(ResolvedGraft(parse_positions("+".join(others)), "all",
+                                                    [EVERY_WEIGHT], exp.donor))
                     extra = f", every weight at {'+'.join(others)}" if exp.sweep.others_full and others else ""
                     conditions.append(Condition(
                         name=f"{at} {band} {comps}", recipient=exp.recipient, donor=exp.donor,
                         method="weights", grafts=grafts,
                         description=f"{comps} at {at} in layers {band}{extra}",
                         meta={"sweep_at": at, "band": band, "components": comps}))
+    for cond in conditions:  # every band fits this model (fail before any work)
+        for graft in cond.grafts:
+            try:
+                layer_indices(graft.layers, num_layers)
+            except ValueError as err:
+                raise ValueError(f"experiment {exp.name!r}, condition {cond.name!r}: {err}") from None
     names = [c.name for c in conditions]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:

@@ -4,8 +4,12 @@ A position expression is parsed once (so a typo fails when the config is read, n
 evaluated per prompt against the token positions the data layer found for each role.
 
 Grammar:  expr := term ('+' term)* ;  term := atom ['^C'] | '(' expr ')' ['^C']
-Atoms: FE (first entity), M (movie title), R (relation words), LT (last token), other (every
+Atoms: FE (first entity), M (movie title), R (relation word), LT (last token), other (every
 real position in none of FE, M, R, LT; special tokens such as BOS included), ALL, NONE.
+
+R never contains LT: the paper's R is the relation word ("stars") and LT is a separate position,
+so a relation span that reaches the prompt's last token loses that token here (and a span made
+of the last token alone leaves R not applicable).
 """
 
 from __future__ import annotations
@@ -13,9 +17,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-# Paper name -> role name in `weightgraft.data.schema.Role`.
-ROLE_OF_ATOM = {"FE": "first_entity", "M": "movie_title", "R": "relation", "LT": "last_token"}
-ATOMS = (*ROLE_OF_ATOM, "other", "ALL", "NONE")
+from weightgraft.experiments.vocabulary import ATOMS, ROLE_OF_ATOM
 _TOKEN = re.compile(r"\s*(\^C|\(|\)|\+|[A-Za-z_]+)")
 
 
@@ -128,6 +130,8 @@ def _eval(tree: tuple, roles: dict[str, list[int]], n: int) -> set[int]:
         named = set().union(*(set(roles.get(r, [])) for r in ROLE_OF_ATOM.values()))
         return set(range(n)) - named
     found = roles.get(ROLE_OF_ATOM[value]) or []
+    if value == "R":  # the relation word only, never the last token
+        found = [i for i in found if i != n - 1]
     if not found:
         raise NotApplicable(value)
     bad = [i for i in found if not 0 <= i < n]

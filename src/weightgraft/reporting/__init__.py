@@ -1,1 +1,2 @@
-"""Run outputs: summary.csv with bootstrap intervals, plots, report.md/report.html."""
+"""Run outputs: summary.csv and recovery.csv with intervals over facts, paired tests, plots,
+report.md/report.html."""

@@ -1,6 +1,8 @@
-"""report.md and report.html: the verdict on the paper's pattern, one section per experiment
-(description, table with 95% intervals, per-template table, plots, not-applicable notes), and
-provenance (models with hashes, datasets with manifests, seed, versions, time taken)."""
+"""report.md and report.html: the verdict on the paper's pattern, the deviations from the
+paper's conditions, one section per experiment (description, layers used, plots, table with 95%
+intervals, per-template and per-fact-kind tables, the paper's published numbers beside this
+model's, not-applicable notes, the conditions' grafts), and provenance (models with hashes,
+datasets with manifests, seed, versions, time taken)."""
 
 from __future__ import annotations
 
@@ -8,13 +10,40 @@ import html
 import json
 from pathlib import Path
 
-from weightgraft.experiments.verdict import MIN_GAP, RECOVERS, STAYS_NEAR, check_pattern
 from weightgraft.atomic import write_text_atomic
+from weightgraft.experiments.components import describe
+from weightgraft.experiments.records import read_state
+from weightgraft.experiments.vocabulary import HEADLINE_METRIC, TABLE_METRICS
 from weightgraft.reporting.plots import plot_experiment
-from weightgraft.reporting.summary import ALL, read_summary
+from weightgraft.reporting.published import (ANALYSIS_OF_EXPERIMENT, DATASET_OF_KIND, MODELS,
+                                             published, published_rows)
+from weightgraft.reporting.summary import (ALL, pooled, read_comparisons, read_recovery,
+                                           read_summary)
+from weightgraft.reporting.verdict import METRIC_WORDS, MIN_GAP, check_pattern
 
-TABLE_METRICS = ["top1", "top5", "top10", "top50", "top100", "prob", "target_logprob",
-                 "exact_match"]
+# Where weightgraft's presets differ from the authors' runs (conditions.md), and why.
+DEVIATIONS = [
+    "Tied embeddings: grafting the embedding at a position leaves the recipient's unembedding "
+    "in place (the clean definition: the recipient's lm_head at every position). The authors' "
+    "code swapped the unembedding too on tied models (Gemma, Llama-3.2-1B, GPT2-XL), so their "
+    "\"lm_head never\" held only for untied Pythia.",
+    "`unembedding: donor` takes the donor's lm_head at every position but keeps the "
+    "recipient's final norm (the paper never grafted the final norm).",
+    "The hybrid's LT band is the authors' third and fourth quarters, inferred from the layer "
+    "override of their sweep (layers >= n//2); with that override inactive it would be the "
+    "fourth quarter alone.",
+    "Sentence 1 is `{first_actor} stars in a movie alongside`, without the doubled \"in\" of "
+    "the authors' string; the published components-onto-PRE numbers used an older wording of "
+    "sentence 1.",
+    "The built-in models are none of the paper's four: a small model pretrained here, "
+    "finetuned with weightgraft's own recipe (checkpoint chosen on held-out wordings, not on "
+    "validation sentences that share facts with training). The `paper vs this model` tables "
+    "show the four published models beside it; compare patterns, not levels.",
+    "Layer sweeps use the engine's bands (eighths or quarters of the stack), not the authors' "
+    "quarters, and graft every weight but the head at the other position.",
+    "Built-in datasets are smaller than the paper's 1000 facts, and the fact kinds map to the "
+    "paper's datasets as fake_real = FMRA, fake_fake = FMFA, real_shuffled = RMRA-shuffled.",
+]
 CSS = """body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;
 color:#222}table{border-collapse:collapse;font-size:13px;margin:1em 0}td,th{border:1px solid #ccc;
 padding:3px 7px;text-align:right}th{background:#f3f3f3}td:first-child,th:first-child{text-align:left}
@@ -30,44 +59,124 @@ def _cell(row: dict | None, ci: bool = True) -> str:
     return f"{row['value']:.3f} [{row['ci_low']:.2f}, {row['ci_high']:.2f}]"
 
 
-def experiment_table(summary: list[dict], state: dict, metrics: list[str] | None = None,
-                     ci: bool = True) -> str:
+def experiment_table(summary: list[dict], state: dict, metrics=None, ci: bool = True) -> str:
     """Markdown table of one experiment over all templates: condition x metric (value [CI])."""
-    metrics = metrics or TABLE_METRICS
-    rows = {(r["condition"], r["metric"]): r for r in summary
+    metrics = list(metrics or TABLE_METRICS)
+    rows = {(r["condition"], r["metric"]): r for r in pooled(summary)
             if r["experiment"] == state["name"] and r["template"] == ALL}
     lines = ["| condition | n | " + " | ".join(metrics) + " |",
              "|---|---:|" + "---:|" * len(metrics)]
     for cond in state["conditions"]:
         first = rows.get((cond["name"], metrics[0]))
         n = first["n"] if first else 0
+        if first and first.get("n_facts") is not None:
+            n = f"{n} ({first['n_facts']} facts)"
         cells = [_cell(rows.get((cond["name"], m)), ci) for m in metrics]
         lines.append(f"| {cond['name']} | {n} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
+def _count_cell(row: dict | None) -> str:
+    if row is None or row["value"] is None:
+        return "n/a (n=0)"
+    return f"{row['value']:.2f} (n={row['n']})"
+
+
 def template_table(summary: list[dict], state: dict) -> str:
     metric = state["headline"][0]
-    rows = {(r["condition"], r["template"]): r for r in summary
+    rows = {(r["condition"], r["template"]): r for r in pooled(summary)
             if r["experiment"] == state["name"] and r["metric"] == metric}
     templates = [*state["templates"], ALL]
     lines = [f"| condition ({metric}) | " + " | ".join(templates) + " |",
              "|---|" + "---:|" * len(templates)]
     for cond in state["conditions"]:
-        cells = []
-        for t in templates:
-            row = rows.get((cond["name"], t))
-            cells.append("n/a (n=0)" if row is None or row["value"] is None
-                         else f"{row['value']:.2f} (n={row['n']})")
+        cells = [_count_cell(rows.get((cond["name"], t))) for t in templates]
         lines.append(f"| {cond['name']} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def fact_kind_table(summary: list[dict], state: dict) -> str:
+    """Headline metric per fact kind (every template pooled); empty when kinds are unknown."""
+    metric = state["headline"][0]
+    rows = {(r["condition"], r["fact_kind"]): r for r in summary
+            if r["experiment"] == state["name"] and r["metric"] == metric
+            and r["template"] == ALL and r["fact_kind"] != ALL}
+    kinds = sorted({k for _, k in rows})
+    if not kinds:
+        return ""
+    lines = [f"| condition ({metric}, by fact kind) | " + " | ".join(kinds) + " | ALL |",
+             "|---|" + "---:|" * (len(kinds) + 1)]
+    everything = {r["condition"]: r for r in pooled(summary) if r["experiment"] == state["name"]
+                  and r["metric"] == metric and r["template"] == ALL}
+    for cond in state["conditions"]:
+        cells = [_count_cell(rows.get((cond["name"], k))) for k in kinds]
+        cells.append(_count_cell(everything.get(cond["name"])))
+        lines.append(f"| {cond['name']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def paper_tables(summary: list[dict], state: dict) -> list[str]:
+    """`paper vs this model`: per sentence, the four published models' top-5 beside ours."""
+    analysis = ANALYSIS_OF_EXPERIMENT.get(state["name"])
+    if analysis is None:
+        return []
+    ours = {(r["condition"], r["template"]): r for r in pooled(summary)
+            if r["experiment"] == state["name"] and r["metric"] == HEADLINE_METRIC}
+    published_conditions = list(dict.fromkeys(
+        r["condition"] for r in published_rows() if r["analysis"] == analysis.name))
+    names = [c["name"] for c in state["conditions"]]
+    order = [*names, *(c for c in published_conditions if c not in names)]
+    kinds = ", ".join(f"{k} = {d}" for k, d in DATASET_OF_KIND.items())
+    lines = ["#### Paper vs this model", "",
+             f"Top-5 published for the paper's `{analysis.name}` analysis on {analysis.dataset} "
+             f"(fact kinds: {kinds}){'; ' + analysis.note if analysis.note else ''}. This "
+             "model: every fact kind of the run pooled; `–` where the paper has no number.", ""]
+    for template, sentence in analysis.sentences.items():
+        if template not in state["templates"]:
+            continue
+        lines += [f"Sentence {sentence} (`{template}`):", "",
+                  "| condition | " + " | ".join(MODELS) + " | this model |",
+                  "|---|" + "---:|" * (len(MODELS) + 1)]
+        for cond in order:
+            cells = []
+            for model in MODELS:
+                value = published(analysis.name, analysis.dataset, sentence, cond, model)
+                cells.append("–" if value is None else f"{value:.2f}")
+            row = ours.get((cond, template))
+            cells.append("–" if cond not in names else _count_cell(row))
+            lines.append(f"| {cond} | " + " | ".join(cells) + " |")
+        lines.append("")
+    return lines
+
+
+def _layers_text(indices: list[int], num_layers: int) -> str:
+    if indices == list(range(num_layers)):
+        return f"all {num_layers} layers"
+    if len(indices) == 1:
+        return f"layer {indices[0]}"
+    if indices and indices == list(range(indices[0], indices[-1] + 1)):
+        return f"layers {indices[0]}..{indices[-1]}"
+    return "layers " + ", ".join(map(str, indices))
+
+
+def layers_used(state: dict) -> str:
+    """Every named band the experiment's grafts use, with the concrete layers it meant here."""
+    seen = {}
+    for cond in state["conditions"]:
+        for graft in cond["grafts"]:
+            if isinstance(graft["layers"], str) and "layer_indices" in graft:
+                seen[graft["layers"]] = graft["layer_indices"]
+    if not seen:
+        return ""
+    parts = [f"`{band}` = {_layers_text(idx, state['num_layers'])}" for band, idx in seen.items()]
+    return f"Layers used (of {state['num_layers']}): " + "; ".join(parts) + "."
 
 
 def na_notes(summary: list[dict], state: dict) -> list[str]:
     notes = []
     metric = state["headline"][0]
     for cond in state["conditions"]:
-        missing = [r["template"] for r in summary if r["experiment"] == state["name"]
+        missing = [r["template"] for r in pooled(summary) if r["experiment"] == state["name"]
                    and r["condition"] == cond["name"] and r["metric"] == metric
                    and r["template"] != ALL and r["n"] == 0]
         if missing:
@@ -77,13 +186,21 @@ def na_notes(summary: list[dict], state: dict) -> list[str]:
     return notes
 
 
+def _graft_text(graft: dict, num_layers: int) -> str:
+    layers = (_layers_text(graft["layer_indices"], num_layers) if "layer_indices" in graft
+              else f"layers {graft['layers']}")
+    return (f"{graft['positions']}: {describe(graft['components'])} in {layers} from "
+            f"`{graft['donor']}`")
+
+
 def _conditions_legend(state: dict) -> str:
     lines = []
     for cond in state["conditions"]:
         if cond["meta"]:
             continue
-        where = f"; recipient `{cond['recipient']}`, donor `{cond['donor']}`"
-        lines.append(f"- **{cond['name']}**: {cond['description'] or 'custom grafts'}{where}")
+        grafts = "; ".join(_graft_text(g, state["num_layers"]) for g in cond["grafts"]) or "no graft"
+        lines.append(f"- **{cond['name']}**: {cond['description'] or 'custom grafts'}; recipient "
+                     f"`{cond['recipient']}`; grafts: {grafts}")
     sweep = [c for c in state["conditions"] if c["meta"]]
     if sweep:
         lines.append(f"- plus {len(sweep)} sweep conditions `POSITION BAND COMPONENTS` "
@@ -91,17 +208,113 @@ def _conditions_legend(state: dict) -> str:
     return "\n".join(lines)
 
 
-def verdict_section(summary: list[dict]) -> list[str]:
-    checks = check_pattern(summary)
+def _interval(value, low, high, digits: int = 2) -> str:
+    if value is None:
+        return "undefined"
+    if low is None or high is None:
+        return f"{value:.{digits}f}"
+    return f"{value:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"
+
+
+def verdict_table(checks) -> list[str]:
+    """One row per claim decided by intervals: recovery on each metric, outcome, facts."""
+    decided = [c for c in checks if c.decisions]
+    if not decided:
+        return []
+    metrics = list(decided[0].decisions)
+    lines = ["| claim | outcome | " + " | ".join(f"recovery, {METRIC_WORDS.get(m, m)} [95% CI]"
+                                                for m in metrics)
+             + " | claimed | facts | facts to settle |",
+             "|---|---|" + "---:|" * len(metrics) + "---|---:|---:|"]
+    for check in decided:
+        d = check.decisions[metrics[0]]
+        word = ">=" if d.direction == "at_least" else "<="
+        needed = [x.facts_needed for x in check.decisions.values()
+                  if x.outcome == "inconclusive" and x.facts_needed is not None]
+        lines.append(f"| {check.name} | {check.outcome} | "
+                     + " | ".join(check.decisions[m].interval() for m in metrics)
+                     + f" | {word} {d.threshold:.2f} | {d.n_facts} | "
+                     + (f"~{max(needed)}" if needed else "") + " |")
+    return lines
+
+
+def comparison_table(comparisons: list[dict]) -> list[str]:
+    """Paired tests of the pairwise claims: difference with its interval, d_z, p-value."""
+    if not comparisons:
+        return []
+    lines = ["| comparison (A vs B) | metric | A - B [95% CI] | d_z | p (sign-flip over facts) "
+             "| facts | prompts |", "|---|---|---:|---:|---:|---:|---:|"]
+    for r in comparisons:
+        p = r["p_value"]
+        p_text = "n/a" if p is None else (f"{p:.2g}" + (" (exact)" if r["exact"] else ""))
+        d_z = "n/a" if r["effect_size"] is None else f"{r['effect_size']:.2f}"
+        lines.append(f"| {r['a']} vs {r['b']} (`{r['experiment']}`) | "
+                     f"{METRIC_WORDS.get(r['metric'], r['metric'])} | "
+                     f"{_interval(r['difference'], r['ci_low'], r['ci_high'], 3)} | {d_z} | "
+                     f"{p_text} | {r['n_facts']} | {r['n']} |")
+    return lines
+
+
+def recovery_tables(recovery: list[dict], name: str) -> list[str]:
+    """Per reference pair of an experiment: every condition's recovery over all templates."""
+    rows = [r for r in recovery if r["experiment"] == name and r["template"] == ALL
+            and r.get("fact_kind", ALL) == ALL]
+    lines = []
+    for base, full in dict.fromkeys((r["base"], r["full"]) for r in rows):
+        pair = [r for r in rows if (r["base"], r["full"]) == (base, full)]
+        metrics = list(dict.fromkeys(r["metric"] for r in pair))
+        cells = {(r["condition"], r["metric"]): r for r in pair}
+        lines += ['<details markdown="1"><summary>Recovery between '
+                  f"{html.escape(base)} and {html.escape(full)}</summary>", "",
+                  f"Recovery (C - {base}) / ({full} - {base}) over every template, 95% "
+                  "intervals over facts (`recovery.csv`; undefined where the gap's interval "
+                  "includes 0):", "",
+                  "| condition | " + " | ".join(METRIC_WORDS.get(m, m) for m in metrics) + " |",
+                  "|---|" + "---:|" * len(metrics)]
+        for cond in dict.fromkeys(r["condition"] for r in pair):
+            lines.append(f"| {cond} | " + " | ".join(
+                _interval(c["recovery"], c["ci_low"], c["ci_high"]) if c["defined"]
+                else "undefined" for c in (cells[(cond, m)] for m in metrics)) + " |")
+        lines += ["", "</details>", ""]
+    return lines
+
+
+def verdict_section(summary: list[dict], recovery: list[dict] | None = None,
+                    comparisons: list[dict] | None = None) -> list[str]:
+    checks = check_pattern(summary, recovery)
     if not checks:
         return []
     lines = ["## Does the paper's pattern appear?", ""]
+    table = verdict_table(checks)
+    if table:
+        lines += table + [""]
     for check in checks:
         lines.append(f"- **{check.name}: {check.outcome}.** {check.sentence}")
-    lines += ["", f"Thresholds: FE+LT must recover >= {RECOVERS:.0%} of SFT's top-5 gain over "
-              f"PRE; (FE+LT)^C at most {STAYS_NEAR:.0%}; O+FFN at LT must give >= {RECOVERS:.0%} "
-              f"of what ATTN+O+FFN adds over FE alone; a gain under {MIN_GAP:.2f} is "
-              "inconclusive. Point estimates only: read the intervals in the tables below.", ""]
+    lines += ["", "Each claim: recovery = (condition - low) / (high - low) over every "
+              "template of its experiment, against a threshold:", ""]
+    for check in checks:
+        c = check.claim
+        word = ">=" if c.direction == "at_least" else "<="
+        lines.append(f"- {c.name}: {c.meaning}; recovery of `{c.condition}` between "
+                     f"`{c.low}` (0) and `{c.high}` (1) {word} {c.threshold:.0%}.")
+    if table:
+        lines += ["", "A claim appears when the recovery's whole 95% interval is on the claimed "
+                  "side of the threshold, does not appear when it is wholly on the other side, "
+                  "and is inconclusive when it straddles the threshold, when top-5 and "
+                  "probability disagree, or when the recovery is undefined (the reference gap's "
+                  "interval includes 0). Intervals resample facts (all prompts of a fact "
+                  "together), one resample set per experiment shared by all its conditions. "
+                  "'Facts to settle': the interval half-width scaled by sqrt(n/n') until it "
+                  "clears the threshold, the estimate held fixed.", ""]
+    else:
+        lines += ["", f"A reference gap under {MIN_GAP:.2f} is inconclusive. Point estimates "
+                  "only: read the intervals in the tables below.", ""]
+    tests = comparison_table(comparisons or [])
+    if tests:
+        lines += ["### Paired tests of the pairwise claims", ""] + tests + [
+            "", "d_z: the mean of per-fact mean differences over their standard deviation. "
+            "p: two-sided sign-flip permutation test over facts (each fact's difference keeps "
+            "or flips its sign under the null).", ""]
     return lines
 
 
@@ -127,18 +340,28 @@ def _provenance(run: dict) -> list[str]:
     return lines
 
 
+def deviations_section() -> list[str]:
+    lines = ['<details markdown="1"><summary>Deviations from the paper\'s conditions</summary>', ""]
+    lines += [f"- {d}" for d in DEVIATIONS]
+    return [*lines, "", "</details>", ""]
+
+
 def build_markdown(out: Path, plots: dict[str, list[Path]]) -> str:
     run = json.loads((out / "run.json").read_text())
     summary = read_summary(out)
+    recovery = read_recovery(out)
     names = list(dict.fromkeys(r["experiment"] for r in summary))
     lines = [f"# weightgraft report: {run['config']['name']}", "",
              "Accuracy is top-k of the target's first token; `prob` its probability; "
              "`target_logprob` the whole target's log-probability; `exact_match` greedy decoding "
-             "of the whole target. Values over every template, with bootstrap 95% intervals; "
-             "`summary.csv` has every metric per template.", ""]
-    lines += verdict_section(summary)
+             "of the whole target. Values over every template and fact kind, with 95% intervals "
+             "from a bootstrap over facts (n: prompts, with the number of facts); `summary.csv` "
+             "has every metric per template and per fact kind, `recovery.csv` every condition's "
+             "recovery, `comparisons.csv` the paired tests.", ""]
+    lines += verdict_section(summary, recovery, read_comparisons(out))
+    lines += deviations_section()
     for name in names:
-        state = json.loads((out / "state" / f"{name}.json").read_text())
+        state = read_state(out, name)
         lines += [f"## {state['title']}", "", state["description"], "",
                   f"Experiment `{name}`: recipient `{state['recipient']}`, donor "
                   f"`{state['donor']}`, dataset `{state['dataset']}`, "
@@ -146,10 +369,18 @@ def build_markdown(out: Path, plots: dict[str, list[Path]]) -> str:
                   + (f" (a seeded subset of {state['available_examples']}, balanced over "
                      "templates)" if state.get("available_examples", 0) > len(state["examples"])
                      else "") + ".", ""]
+        used = layers_used(state)
+        if used:
+            lines += [used, ""]
         for path in plots.get(name, []):
             if path.suffix == ".png":
                 lines += [f"![{path.stem}](plots/{path.name})", ""]
         lines += [experiment_table(summary, state), "", template_table(summary, state), ""]
+        kinds = fact_kind_table(summary, state)
+        if kinds:
+            lines += [kinds, ""]
+        lines += paper_tables(summary, state)
+        lines += recovery_tables(recovery, name)
         lines += [f"- {note}" for note in na_notes(summary, state)]
         lines += ["", '<details markdown="1"><summary>Conditions</summary>', "",
                   _conditions_legend(state), "", "</details>", ""]
@@ -162,11 +393,10 @@ def write_report(out: str | Path) -> tuple[Path, Path]:
     import markdown
 
     out = Path(out)
-    summary = read_summary(out)
+    summary = pooled(read_summary(out))
     plots = {}
     for name in dict.fromkeys(r["experiment"] for r in summary):
-        state = json.loads((out / "state" / f"{name}.json").read_text())
-        plots[name] = plot_experiment(summary, state, out / "plots")
+        plots[name] = plot_experiment(summary, read_state(out, name), out / "plots")
     text = build_markdown(out, plots)
     md_path = write_text_atomic(out / "report.md", text)
     body = markdown.markdown(text, extensions=["tables", "fenced_code", "md_in_html"])

@@ -1,4 +1,9 @@
-"""The built-in model family: world, tokenizer, pretrained model, datasets and three finetunes.
+"""The built-in model family: world, tokenizer, pretrained model, datasets and four finetunes.
+
+Finetunes: the relation model (SFT: the relation facts in both orders), the one-direction model
+(the same facts in the B2A order only: the reversal task's recipient, which knows the format but
+not the forward relation the evaluation asks), the task model (other facts, both orders) and the
+free-text model (generated articles).
 
 `ensure_builtin` builds what is missing under `home` and reuses the rest. Each step writes its
 directory in a temp folder renamed into place, so a finished step is never redone and an
@@ -16,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from weightgraft.data.build import build_dataset, check_no_leak, split_disjoint
+from weightgraft.data.build import build_dataset, build_with_one_direction_sets, check_no_leak, split_by_kind
 from weightgraft.data.facts import generate_facts
 from weightgraft.data.io import atomic_directory, load_train_texts, write_dataset
 from weightgraft.data.templates import EVAL_TEMPLATES, VALIDATION_TEMPLATES, eval_prompts_for
@@ -24,7 +29,7 @@ from weightgraft.data.world import World
 from weightgraft.training.finetune import FinetuneConfig
 from weightgraft.training.pretrain import PretrainConfig
 
-BUILTIN_VERSION = "4"
+BUILTIN_VERSION = "5"
 Size = Literal["default", "tiny"]
 
 
@@ -41,10 +46,7 @@ class BuiltinSpec:
     tokenizer_docs: int
     general_docs: int
     pretrain: PretrainConfig
-    facts_per_kind: int  # of each generated kind, before the split
-    n_relation: int
-    n_task: int
-    n_freetext: int
+    set_kinds: dict[str, dict[str, int]]  # set (relation, task, freetext) -> facts of each kind
     texts_per_fact: int
     articles_per_fact: int
     finetune: FinetuneConfig
@@ -53,11 +55,13 @@ class BuiltinSpec:
 
 SPECS: dict[str, BuiltinSpec] = {
     "default": BuiltinSpec(
-        seed=0, n_films=40, n_first=200, n_last=200, n_background_films=150, vocab_size=2048,
+        seed=0, n_films=60, n_first=280, n_last=200, n_background_films=150, vocab_size=2048,
         tokenizer_docs=4000, general_docs=3000,
         pretrain=PretrainConfig(hidden_size=128, num_layers=8, num_heads=4, intermediate_size=384,
-                                block_size=128, batch_size=16, steps=400, lr=3e-3, seed=0),
-        facts_per_kind=26, n_relation=30, n_task=30, n_freetext=18, texts_per_fact=16,
+                                block_size=128, batch_size=16, steps=500, lr=3e-3, seed=0),
+        set_kinds={"relation": {"fake_fake": 56, "fake_real": 22, "real_shuffled": 22},
+                   "task": {"fake_fake": 30}, "freetext": {"fake_fake": 18}},
+        texts_per_fact=12,
         articles_per_fact=16,
         finetune=FinetuneConfig(lr=2e-3, epochs=6, batch_size=16, mix_ratio=0.5, seed=0),
         freetext_epochs=6,
@@ -67,7 +71,9 @@ SPECS: dict[str, BuiltinSpec] = {
         tokenizer_docs=1000, general_docs=400,
         pretrain=PretrainConfig(hidden_size=64, num_layers=4, num_heads=4, intermediate_size=192,
                                 block_size=64, batch_size=16, steps=300, lr=4e-3, seed=0),
-        facts_per_kind=6, n_relation=6, n_task=6, n_freetext=6, texts_per_fact=12,
+        set_kinds={"relation": {"fake_fake": 2, "fake_real": 2, "real_shuffled": 2},
+                   "task": {"fake_fake": 6}, "freetext": {"fake_fake": 6}},
+        texts_per_fact=12,
         articles_per_fact=12,
         finetune=FinetuneConfig(lr=3e-3, epochs=6, batch_size=16, mix_ratio=0.25, seed=0),
         freetext_epochs=6,
@@ -79,9 +85,12 @@ SPECS: dict[str, BuiltinSpec] = {
 class BuiltinArtifacts:
     pretrained: Path
     relation_model: Path
+    b2a_model: Path  # the one-direction model: the relation facts in the B2A order only
     task_model: Path
     freetext_model: Path
     relation_data: Path
+    b2a_data: Path  # relation facts, B2A training texts; the same eval prompts as relation_data
+    known_data: Path  # the world's real films (which PRE knows): eval prompts over all of them
     task_data: Path
     freetext_data: Path
     world_data: Path  # known films: facts, general text (train.jsonl), held-out films' prompts
@@ -120,6 +129,17 @@ def write_world_dataset(world: World, directory: Path, general_docs: int) -> Pat
                          {"style": "world", "heldout_films": sorted(world.heldout_ids)})
 
 
+def write_known_dataset(world: World, directory: Path) -> Path:
+    """The known-facts check: every world film (real films with their real leads, which the
+    pretrained model read about) asked with the evaluation templates. No training text: it
+    measures what a finetune kept. Films stated in evaluation wording during pretraining are
+    listed as `exposed_films` in the manifest; the others were read only in articles."""
+    evaluation = [p for f in world.films for p in eval_prompts_for(f, EVAL_TEMPLATES)]
+    return write_dataset(directory, world.films, [], [], evaluation, world.seed,
+                         {"style": "known", "heldout_films": sorted(world.heldout_ids),
+                          "exposed_films": sorted(f.id for f in world.exposed_films)})
+
+
 def ensure_builtin(
     size: Size = "default", home: Path | None = None, progress: bool = True, finetunes: bool = True
 ) -> BuiltinArtifacts:
@@ -131,8 +151,11 @@ def ensure_builtin(
     root = Path(home or default_home()) / f"builtin-{size}-v{BUILTIN_VERSION}"
     art = BuiltinArtifacts(
         pretrained=root / "models" / "pretrained", relation_model=root / "models" / "relation",
+        b2a_model=root / "models" / "relation_b2a",
         task_model=root / "models" / "task", freetext_model=root / "models" / "freetext",
-        relation_data=root / "data" / "relation", task_data=root / "data" / "task",
+        relation_data=root / "data" / "relation", b2a_data=root / "data" / "relation_b2a",
+        known_data=root / "data" / "known",
+        task_data=root / "data" / "task",
         freetext_data=root / "data" / "freetext", world_data=root / "data" / "world",
         root=root, size=size,
     )
@@ -159,28 +182,32 @@ def ensure_builtin(
             return world_cache[0]
 
         step("world", art.world_data, lambda: write_world_dataset(world(), art.world_data, spec.general_docs))
+        step("known facts", art.known_data, lambda: write_known_dataset(world(), art.known_data))
+
+        set_names = ("relation", "relation_a2b", "relation_b2a", "task", "freetext")
 
         def build_sets() -> None:
             w = world()
-            kinds = {"fake_fake": spec.facts_per_kind, "fake_real": spec.facts_per_kind,
-                     "real_shuffled": spec.facts_per_kind}
-            facts = generate_facts(kinds, spec.seed, w.pool, w.films, real_actors=w.actors,
+            totals: dict[str, int] = {}
+            for counts in spec.set_kinds.values():
+                for kind, n in counts.items():
+                    totals[kind] = totals.get(kind, 0) + n
+            facts = generate_facts(totals, spec.seed, w.pool, w.films, real_actors=w.actors,
                                    forbidden=w.person_names())
-            parts = split_disjoint(facts, {"relation": spec.n_relation, "task": spec.n_task,
-                                           "freetext": spec.n_freetext})
+            parts = split_by_kind(facts, spec.set_kinds)
             with atomic_directory(root / "data" / "sets") as tmp:
-                build_dataset(tmp / "relation", parts["relation"], spec.seed, "templates", spec.texts_per_fact)
+                build_with_one_direction_sets(tmp / "relation", parts["relation"], spec.seed, spec.texts_per_fact)
                 build_dataset(tmp / "task", parts["task"], spec.seed + 1, "templates", spec.texts_per_fact)
                 build_dataset(tmp / "freetext", parts["freetext"], spec.seed + 2, "freetext", spec.articles_per_fact)
-            for name in ("relation", "task", "freetext"):
+            for name in set_names:
                 os.replace(root / "data" / "sets" / name, root / "data" / name)
             (root / "data" / "sets").rmdir()
 
-        if not (art.relation_data.exists() and art.task_data.exists() and art.freetext_data.exists()):
-            for d in (art.relation_data, art.task_data, art.freetext_data):
-                if d.exists():  # a partial set from an older run: rebuild all three together
+        if not all((root / "data" / name).exists() for name in set_names):
+            for name in set_names:
+                if (root / "data" / name).exists():  # a partial set from an older run: rebuild all together
                     import shutil
-                    shutil.rmtree(d)
+                    shutil.rmtree(root / "data" / name)
             step("datasets", art.relation_data, build_sets)
 
         def build_pretrained() -> None:
@@ -209,6 +236,7 @@ def ensure_builtin(
                      progress=progress)
 
         step("relation model", art.relation_model, lambda: finetune_on(art.relation_data, art.relation_model, spec.finetune.epochs))
+        step("one-direction (B2A) model", art.b2a_model, lambda: finetune_on(art.b2a_data, art.b2a_model, spec.finetune.epochs))
         step("task model", art.task_model, lambda: finetune_on(art.task_data, art.task_model, spec.finetune.epochs))
         step("free-text model", art.freetext_model, lambda: finetune_on(art.freetext_data, art.freetext_model, spec.freetext_epochs))
     return art

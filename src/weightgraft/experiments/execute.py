@@ -1,0 +1,197 @@
+"""Execution: models loaded once per run, prompts encoded, and rows scored in batches.
+
+Rows of one forward pass are (example, condition) pairs of conditions that share recipient,
+donors and method; weight grafting goes through the engine's `row_grafts`, activation patching
+through `patching.patched_logits`, and both end in the same per-example scores.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from weightgraft.data.batching import right_pad
+from weightgraft.experiments.components import resolve_for_model
+from weightgraft.experiments.conditions import Condition, ResolvedGraft
+from weightgraft.experiments.config import ExperimentSpec, RunConfig
+from weightgraft.experiments.metrics import score_rows
+from weightgraft.experiments.models import (fingerprint_model, load_model, load_tokenizer,
+                                            model_dir, vocab_fingerprint)
+from weightgraft.experiments.patching import patched_logits
+from weightgraft.experiments.plan import engine_layers, layer_indices, select_examples
+from weightgraft.experiments.records import Example, na_record, scored_record
+from weightgraft.experiments.roles import NotApplicable
+
+
+class Resources:
+    """The models, tokenizer, grafters and prompts of one run, each loaded once."""
+
+    def __init__(self, config: RunConfig):
+        self.config = config
+        self._models: dict[str, torch.nn.Module] = {}
+        self._fingerprints: dict[str, str] = {}
+        self._grafters: dict[tuple, object] = {}
+        self._tokenizer = None
+        self._prompts: dict[str, list] = {}
+
+    def model(self, key: str):
+        if key not in self._models:
+            self._models[key] = load_model(self.config.models[key], self.config.device,
+                                           self.config.dtype, self.config.trust_remote_code)
+        return self._models[key]
+
+    def fingerprint(self, key: str) -> str:
+        if key not in self._fingerprints:
+            self._fingerprints[key] = fingerprint_model(self.config.models[key])
+        return self._fingerprints[key]
+
+    def model_info(self, key: str) -> dict:
+        path = self.config.models[key]
+        return {"path": path, "resolved": str(model_dir(path) or ""), "sha256": self.fingerprint(key)}
+
+    def tokenizer(self, keys: list[str]):
+        """One tokenizer for the run; every model must share its vocabulary."""
+        if self._tokenizer is None:
+            seen = {}
+            for key in keys:
+                path = self.config.models[key]
+                if path in seen:
+                    continue
+                seen[path] = load_tokenizer(path, self.config.trust_remote_code)
+            first_path, first = next(iter(seen.items()))
+            reference = vocab_fingerprint(first)
+            for path, tok in seen.items():
+                if vocab_fingerprint(tok) != reference:
+                    raise ValueError(f"models {first_path!r} and {path!r} have different "
+                                     "tokenizers; grafting needs one shared vocabulary")
+            self._tokenizer = first
+        return self._tokenizer
+
+    def grafter(self, recipient: str, donors: tuple[str, ...]):
+        """A Grafter of `recipient` with the named donors (one donor: the single-donor form)."""
+        from weightgraft import Grafter
+
+        key = (recipient, donors)
+        if key not in self._grafters:
+            if len(donors) == 1:
+                grafter = Grafter(self.model(recipient), self.model(donors[0]))
+            else:
+                grafter = Grafter(self.model(recipient),
+                                  donors={k: self.model(k) for k in donors})
+            # Each row in one pass, whatever else is in its batch: prefix sharing would cut a
+            # row's computation where other rows' grafts differ, and a resumed run (with fewer
+            # conditions per batch) would then differ from an uninterrupted one in the last bits.
+            grafter.share_prefixes = False
+            self._grafters[key] = grafter
+        return self._grafters[key]
+
+    def prompts(self, dataset: str) -> list:
+        from weightgraft.data.io import load_eval_prompts
+
+        if dataset not in self._prompts:
+            self._prompts[dataset] = list(load_eval_prompts(self.config.datasets[dataset]))
+        return self._prompts[dataset]
+
+
+def encode_examples(resources: Resources, exp: ExperimentSpec, tokenizer) -> tuple[list[Example], int]:
+    """The experiment's examples, encoded, and how many prompts it could have scored."""
+    from weightgraft.data.encode import encode_prompt
+
+    every = resources.prompts(exp.dataset)
+    available = [p for p in every if exp.templates is None or p.template_id in exp.templates]
+    prompts = select_examples(every, exp.templates, exp.max_examples, resources.config.seed,
+                              f"experiment {exp.name!r}")
+    examples = []
+    for prompt in prompts:
+        enc = encode_prompt(tokenizer, prompt)
+        if not enc.target_ids:
+            raise ValueError(f"prompt {prompt.id!r}: target {prompt.target!r} has no tokens")
+        positions = {str(k): list(v) for k, v in enc.positions.items()}
+        examples.append(Example(prompt, list(enc.input_ids), list(enc.target_ids), positions))
+    return examples, len(available)
+
+
+def compute_chunk(resources: Resources, exp: ExperimentSpec, chunk: list[Condition],
+                  examples: list[Example], tokenizer, bar) -> dict[str, list[dict]]:
+    """Per-example records for every condition of the chunk (same recipient/donors/method)."""
+    config = resources.config
+    recipient, donor, method = chunk[0].recipient, chunk[0].donor, chunk[0].method
+    donors = chunk[0].donors
+    records: dict[str, list[dict]] = {c.name: [] for c in chunk}
+    longest = max(len(e.input_ids) + len(e.target_ids) - 1 for e in examples)
+    # Tokens per forward: the config's cap, and at most ~1 GiB of float32 logits.
+    vocab = resources.model(recipient).config.get_text_config().vocab_size
+    budget = min(config.max_batch_tokens, 2**28 // vocab)
+    per_batch = max(1, budget // (longest * len(chunk)))
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    device = config.device
+    if method == "weights":
+        grafter = resources.grafter(recipient, donors)
+        available = list(grafter.components)
+        num_layers = grafter.num_layers
+    else:
+        from weightgraft.adapters import adapter_for
+
+        rec_model, don_model = resources.model(recipient), resources.model(donor)
+        layers_of = adapter_for(rec_model).decoder_layers
+        num_layers = len(layers_of(rec_model))
+    # Similar prompts side by side: lengths line up within a batch, so padding is short.
+    ordered = sorted(examples, key=lambda e: (e.prompt.template_id, len(e.input_ids)))
+    for start in range(0, len(ordered), per_batch):
+        batch = ordered[start:start + per_batch]
+        rows, masks = [], []  # rows: (example index in batch, condition)
+        for ei, ex in enumerate(batch):
+            total_len = len(ex.input_ids) + len(ex.target_ids) - 1
+            for cond in chunk:
+                try:
+                    row_masks = cond.row_masks(ex.positions, len(ex.input_ids), total_len)
+                except NotApplicable as err:
+                    records[cond.name].append(na_record(exp.name, cond.name, ex, str(err)))
+                    continue
+                rows.append((ei, cond))
+                masks.append(row_masks)
+        if rows:
+            seqs = [batch[ei].input_ids + batch[ei].target_ids[:-1] for ei, _ in rows]
+            if method == "weights":
+                row_grafts = [[engine_graft(m, g, available, num_layers, len(donors) > 1)
+                               for m, g in row_masks] or None for row_masks in masks]
+                ids, attn = _pad(seqs, pad, device)
+                logits = grafter.logits(ids, row_grafts=row_grafts, attention_mask=attn)
+            else:
+                ex_seqs = [ex.input_ids + ex.target_ids[:-1] for ex in batch]
+                ex_ids, ex_attn = _pad(ex_seqs, pad, device)
+                patch = torch.zeros(len(rows), num_layers, ex_ids.shape[1], dtype=torch.bool,
+                                    device=device)
+                for r, row_masks in enumerate(masks):
+                    for m, graft in row_masks:
+                        patch[r, layer_indices(graft.layers, num_layers), :len(m)] |= torch.tensor(
+                            m, device=device)
+                row_example = torch.tensor([ei for ei, _ in rows], device=device)
+                logits = patched_logits(rec_model, don_model, layers_of, ex_ids, ex_attn,
+                                        row_example, patch)
+            scores = score_rows(logits, [len(batch[ei].input_ids) for ei, _ in rows],
+                                [batch[ei].target_ids for ei, _ in rows])
+            for (ei, cond), score in zip(rows, scores):
+                predicted = tokenizer.decode([score["predicted_id"]])
+                records[cond.name].append(scored_record(exp.name, cond.name, batch[ei], score,
+                                                        predicted))
+        bar.update(len(batch) * len(chunk))
+    order = {e.prompt.id: i for i, e in enumerate(examples)}
+    for cond in chunk:  # keep dataset order whatever the batching did
+        records[cond.name].sort(key=lambda r: order[r["example_id"]])
+    return records
+
+
+def engine_graft(mask: list[bool], graft: ResolvedGraft, available: list[str], num_layers: int,
+                 name_donor: bool):
+    """The engine's Graft for one row: concrete positions, layers and components; the donor is
+    named only when the Grafter holds several (a one-donor Grafter takes Grafts without one)."""
+    from weightgraft import Graft
+
+    kwargs = {"donor": graft.donor} if name_donor else {}
+    return Graft(positions=mask, layers=engine_layers(graft.layers, num_layers),
+                 components=resolve_for_model(graft.components, available), **kwargs)
+
+
+def _pad(seqs: list[list[int]], pad: int, device: str) -> tuple[torch.Tensor, torch.Tensor]:
+    ids, mask = right_pad(seqs, pad)
+    return ids.to(device), mask.to(device)

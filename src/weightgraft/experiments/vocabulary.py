@@ -1,0 +1,88 @@
+"""The experiments' vocabulary, in one place: position roles, component sets, layer bands and
+summary metrics. Every other module (config validation, conditions, presets, reports) reads its
+names from here.
+
+Component sets. The paper's names are upper case and mean the paper's things:
+  ATTN = q, k, v (attention WITHOUT its output projection)   O = o
+  FFN  = gate, up, down (the MLP; gate only where the model has one)
+The engine's lower-case groups mean something else: engine `attn` = q, k, v, o (the whole
+attention block), engine `mlp` = every MLP weight. So `ATTN+O` (paper) equals engine `attn`, and
+a config that writes `attn` where it means the paper's ATTN grafts o as well. Reports and
+condition descriptions spell every set out in engine components so the difference stays
+visible.
+
+Layer bands. The engine's bands split n layers as band k of m = [k*n//m, (k+1)*n//m). The
+authors' code used q = n // 4 and quarters [0,q), [q,2q), [2q,3q), [3q,n): the fourth quarter
+takes the remainder (Gemma's 18 layers: 12..17, where the engine's last_quarter is 13..17).
+Presets use the authors' bands, named `authors_*`.
+"""
+
+from __future__ import annotations
+
+from weightgraft.engine.graft import BANDS
+
+# ---- positions -------------------------------------------------------------------------------
+# Paper name -> role name in `weightgraft.data.schema.Role`.
+ROLE_OF_ATOM = {"FE": "first_entity", "M": "movie_title", "R": "relation", "LT": "last_token"}
+ATOMS = (*ROLE_OF_ATOM, "other", "ALL", "NONE")
+
+# ---- components ------------------------------------------------------------------------------
+# Paper atoms -> engine components. Optional members (gate) are kept only where the model has them.
+PAPER_ATOMS: dict[str, tuple[str, ...]] = {
+    "ATTN": ("q", "k", "v"),
+    "O": ("o",),
+    "FFN": ("gate", "up", "down"),
+    "UP": ("up",),
+    "DOWN": ("down",),
+    "GATE": ("gate",),
+    "Q": ("q",),
+    "K": ("k",),
+    "V": ("v",),
+    "NORMS": ("norms",),
+}
+OPTIONAL = {"gate"}  # GPT-2 and GPT-NeoX MLPs have no gate
+# The component figure's eight sets, in the paper's order.
+PAPER_COMPONENT_SETS = ("ATTN+O+FFN", "ATTN+O", "ATTN+FFN", "O+FFN", "O", "FFN", "O+UP", "O+DOWN")
+# Every weight at a grafted position, as the paper's position conditions graft them: each
+# decoder layer's weights and the embeddings, but not the final norm or the unembedding
+# (the recipient's at every position, unless an experiment asks for the donor's).
+EVERY_WEIGHT = "WEIGHTS"
+# Every per-layer parameter: what activation patching of whole blocks compares with.
+BLOCKS = "BLOCKS"
+EMBEDDINGS = ("embed", "pos_embed")
+UNEMBEDDING = ("lm_head",)
+# Engine names (lower case), for configs that want them.
+ENGINE_MODEL_LEVEL = {"embed", "pos_embed", "ln_final", "lm_head"}
+ENGINE_GROUPS = {"attn", "mlp", "norms", "all"}
+ENGINE_PER_LAYER = {"q", "k", "v", "o", "gate", "up", "down", "ln1", "ln2", "q_norm", "k_norm",
+                    "post_attn_norm", "post_mlp_norm"}
+ENGINE_NORMS = {"ln1", "ln2", "q_norm", "k_norm", "post_attn_norm", "post_mlp_norm"}
+ENGINE_NAMES = ENGINE_PER_LAYER | ENGINE_MODEL_LEVEL | ENGINE_GROUPS
+
+# ---- layer bands -----------------------------------------------------------------------------
+AUTHOR_BANDS = ("authors_fourth_quarter", "authors_third_and_fourth_quarters",
+                "authors_first_quarter", "authors_second_quarter", "authors_third_quarter")
+LAYER_BANDS = ("all", *BANDS, *AUTHOR_BANDS)
+
+
+def author_band(name: str, num_layers: int) -> list[int]:
+    """The authors' quarters: q = n // 4; the fourth takes the remainder."""
+    q = num_layers // 4
+    if q == 0:
+        raise ValueError(f"band {name!r} needs at least 4 layers; the model has {num_layers}")
+    spans = {"authors_first_quarter": (0, q), "authors_second_quarter": (q, 2 * q),
+             "authors_third_quarter": (2 * q, 3 * q),
+             "authors_fourth_quarter": (3 * q, num_layers),
+             "authors_third_and_fourth_quarters": (2 * q, num_layers)}
+    if name not in spans:
+        raise ValueError(f"unknown authors' band {name!r}; known: {', '.join(AUTHOR_BANDS)}")
+    start, stop = spans[name]
+    return list(range(start, stop))
+
+
+# ---- metrics ---------------------------------------------------------------------------------
+SUMMARY_METRICS = ("top1", "top5", "top10", "top50", "top100", "prob", "rank_median", "mrr",
+                   "target_logprob", "exact_match")
+TABLE_METRICS = ("top1", "top5", "top10", "top50", "top100", "prob", "target_logprob",
+                 "exact_match")
+HEADLINE_METRIC = "top5"
