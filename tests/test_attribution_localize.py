@@ -145,3 +145,39 @@ def test_localize_command_writes_results_and_pictures(world, tmp_path):
     assert ">Who</span>" in (out / "tokens.html").read_text()
     missing = subprocess.run(cmd[:4] + ["--recipient", "x"], capture_output=True, text=True, env=os.environ.copy())
     assert missing.returncode == 2 and "--builtin default" in missing.stderr
+
+
+def test_localize_experiment_in_a_run_config_reports_and_is_reused(world, tmp_path):
+    from weightgraft.attribution.experiment import localize_section
+    from weightgraft.experiments.config import ConfigError, parse_config
+    from weightgraft.pipelines.run import run_all
+
+    tokenizer, examples, recipient = world
+    donor = _unembedding_donor(recipient, examples)
+    for name, model in (("pre", recipient), ("sft", donor)):
+        model.save_pretrained(tmp_path / name)
+        tokenizer.save_pretrained(tmp_path / name)
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "eval.jsonl").write_text("".join(p.model_dump_json() + "\n" for p in make_prompts()))
+    config = parse_config({
+        "models": {"pre": str(tmp_path / "pre"), "sft": str(tmp_path / "sft")},
+        "datasets": {"relation": str(data)}, "bootstrap": 50,
+        "experiments": [{"name": "baseline", "dataset": "relation", "recipient": "pre", "donor": "sft",
+                         "conditions": ["PRE", "SFT"], "max_examples": 3},
+                        {"localize": "minimal", "dataset": "relation", "max_examples": 6}],
+    })
+    with pytest.raises(ConfigError, match="beside at least one grafting experiment"):
+        parse_config({**config.model_dump(exclude_defaults=True), "experiments": [{"localize": "x", "dataset": "relation"}]})
+    out = tmp_path / "run"
+    run_all(config, out, progress=False)
+    summary = json.loads((out / "localize" / "minimal" / "localize.json").read_text())
+    assert summary["chosen"] == [{"role": "LT", "layer": None, "component": "lm_head"}]
+    assert summary["examples"] == 6
+    assert summary["intervals"]["chosen"]["prob"]["low"] <= summary["recovery"]["prob"] <= summary["intervals"]["chosen"]["prob"]["high"]
+    report = (out / "report.md").read_text()
+    assert "## Minimal graft: minimal" in report and "localize/minimal/recovery.png" in report
+    assert localize_section(out)[0] == "## Minimal graft: minimal"
+    stamp = (out / "localize" / "minimal" / "localize.json").stat().st_mtime_ns
+    run_all(config, out, progress=False)  # same settings and models: reused, not recomputed
+    assert (out / "localize" / "minimal" / "localize.json").stat().st_mtime_ns == stamp

@@ -35,6 +35,10 @@ def run_all(config: RunConfig, out: str | Path, *, progress: bool = True,
     plots, report.md and report.html; returns what was computed and the verdict's checks."""
     out = Path(out)
     result = run_experiments(config, out, progress=progress)
+    for spec in config.localizations():
+        from weightgraft.attribution.experiment import run_localize
+
+        run_localize(config, spec, out, progress=progress)
     write_summary(out, [e.name for e in config.expanded()], config.bootstrap, config.seed)
     checks = check_pattern(read_summary(out), read_recovery(out))
     if report:
