@@ -14,7 +14,7 @@ import torch
 from exp_fixtures import build_tokenizer, make_prompts
 from weightgraft import Graft, Grafter
 from weightgraft.attribution import attribute, encode_examples, exact_cell_effects, localize, spearman
-from weightgraft.attribution.localize import _evaluate
+from weightgraft.attribution.localize import _evaluate, _size_schedule
 
 
 def _llama(seed: int, vocab: int):
@@ -91,6 +91,8 @@ def test_localize_curve_equals_independent_exact_grafts(world):
         assert entry["top5"] == pytest.approx(np.mean(np.array(ranks) <= 5))
         assert entry["prob"] == pytest.approx(np.mean(probs), rel=1e-5)
         assert entry["recovery_prob"] == pytest.approx((np.mean(probs) - pre["prob"]) / (sft["prob"] - pre["prob"]), rel=1e-4)
+    assert _size_schedule(40, 16) == list(range(1, 17)) + [20, 25, 31, 39, 40]
+    assert _size_schedule(5, 16) == [1, 2, 3, 4, 5]
     # The stopping rule: the chosen size is the first that reaches the target on both metrics.
     passing = [e["k"] for e in result.curve if min(e["recovery_top5"], e["recovery_prob"]) >= 0.999]
     assert result.reached == bool(passing)

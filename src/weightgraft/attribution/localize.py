@@ -5,7 +5,9 @@ finetuning effect.
    of each role (FE, M, R, LT, other), and average over prompts: one score per group.
 2. Graft the top-1, top-2, ... groups exactly with the engine, and stop at the smallest set whose
    recovery of the SFT gain, (set - PRE) / (SFT - PRE), reaches the target on top-5 accuracy and on
-   the target's probability (both at the prompt's last token, as in the paper).
+   the target's probability (both at the prompt's last token, as in the paper). Sizes 1..16 are
+   tried one by one, then sizes growing by a quarter up to every group (which is the donor
+   everywhere: recovery 1); the first passing size is refined one by one from the last failing.
 3. For comparison: the same nested sizes in a seeded random order, and the paper's FE+LT
    (every layer and component at the first entity and the last token).
 """
@@ -151,6 +153,7 @@ def localize(
     target: float = 0.9,
     batch_size: int = 16,
     sizes_per_pass: int = 8,
+    dense_sizes: int = 16,
     max_groups: int | None = None,
     seed: int = 0,
     progress: bool = False,
@@ -191,35 +194,48 @@ def localize(
 
     shuffled = list(groups)
     random.Random(seed).shuffle(shuffled)
-    curve: list[dict] = []
-    chosen_k = None
-    for first in range(1, len(groups) + 1, sizes_per_pass):
-        sizes = list(range(first, min(first + sizes_per_pass, len(groups) + 1)))
-        sets = [[_grafts_for(e, groups[:k], name) for e in examples] for k in sizes]
-        sets += [[_grafts_for(e, shuffled[:k], name) for e in examples] for k in sizes]
-        results = _evaluate(grafter, examples, sets, batch_size)
-        for i, k in enumerate(sizes):
-            ours, rand = results[i], results[len(sizes) + i]
-            if chosen_k is None:  # the per-example values of the latest (and, at the end, chosen) size
-                per_example["chosen"], per_example["random"] = ours["per_example"], rand["per_example"]
-            entry = {"k": k, **{m: ours[m] for m in METRICS}, **{f"random_{m}": rand[m] for m in METRICS}}
-            entry.update({f"recovery_{m}": (ours[m] - pre[m]) / gains[m] for m in METRICS})
-            entry.update({f"random_recovery_{m}": (rand[m] - pre[m]) / gains[m] for m in METRICS})
-            curve.append(entry)
-            if chosen_k is None and all(entry[f"recovery_{m}"] >= target for m in METRICS):
-                chosen_k = k
-        if progress:
-            print(f"localize: sizes {sizes[0]}-{sizes[-1]} of {len(groups)}: recovery top5 "
-                  f"{curve[-1]['recovery_top5']:.2f}, prob {curve[-1]['recovery_prob']:.2f}", flush=True)
-        if chosen_k is not None:
-            break
+    curve: dict[int, dict] = {}
+    values: dict[int, tuple[dict, dict]] = {}  # per-example values of each size, for intervals
+
+    def measure(sizes: list[int]) -> int | None:
+        """Graft the top-k (and random-k) sets of these sizes; the first size reaching the target."""
+        for i in range(0, len(sizes), sizes_per_pass):
+            part = sizes[i : i + sizes_per_pass]
+            sets = [[_grafts_for(e, groups[:k], name) for e in examples] for k in part]
+            sets += [[_grafts_for(e, shuffled[:k], name) for e in examples] for k in part]
+            results = _evaluate(grafter, examples, sets, batch_size)
+            for j, k in enumerate(part):
+                ours, rand = results[j], results[len(part) + j]
+                values[k] = (ours.pop("per_example"), rand.pop("per_example"))
+                entry = {"k": k, **{m: ours[m] for m in METRICS}, **{f"random_{m}": rand[m] for m in METRICS}}
+                entry.update({f"recovery_{m}": (ours[m] - pre[m]) / gains[m] for m in METRICS})
+                entry.update({f"random_recovery_{m}": (rand[m] - pre[m]) / gains[m] for m in METRICS})
+                curve[k] = entry
+            if progress:
+                last = curve[part[-1]]
+                print(f"localize: sizes {part[0]}-{part[-1]} of {len(groups)}: recovery top5 "
+                      f"{last['recovery_top5']:.2f}, prob {last['recovery_prob']:.2f}", flush=True)
+            passing = [k for k in part if all(curve[k][f"recovery_{m}"] >= target for m in METRICS)]
+            if passing:
+                return passing[0]
+        return None
+
+    # Sizes 1..dense_sizes one by one, then growing by a quarter up to every group; the first
+    # passing size is then refined one by one from the last size that did not pass.
+    schedule = _size_schedule(len(groups), dense_sizes)
+    chosen_k = measure(schedule)
+    if chosen_k is not None:
+        below = max([k for k in curve if k < chosen_k], default=0)
+        if chosen_k - below > 1:
+            chosen_k = measure(list(range(below + 1, chosen_k))) or chosen_k
+    curve = [curve[k] for k in sorted(curve)]
+    if chosen_k is not None:
+        per_example["chosen"], per_example["random"] = values[chosen_k]
     seconds["search"] = time.perf_counter() - start
     reached = chosen_k is not None
     chosen = groups[:chosen_k] if reached else []
     if not reached:
         notes.append(f"no top-k set of the {len(groups)} groups reached {target:.0%} recovery on both metrics")
-    if not reached:
-        per_example.pop("chosen", None), per_example.pop("random", None)
     intervals, note = recovery_intervals(examples, per_example, seed)
     notes.append(note)
     counts = _counts(grafter, examples, chosen)
@@ -228,6 +244,14 @@ def localize(
 
 
 # --- internals --------------------------------------------------------------------------------
+def _size_schedule(count: int, dense: int) -> list[int]:
+    """1..dense, then each size a quarter above the previous, ending at `count` (every group)."""
+    sizes = list(range(1, min(dense, count) + 1))
+    while sizes[-1] < count:
+        sizes.append(min(count, max(sizes[-1] + 1, round(sizes[-1] * 1.25))))
+    return sizes
+
+
 def _attribute_batch(grafter, batch: list[Example], method: str, steps: int, donor: str | None) -> Attribution:
     ids, mask = right_pad([e.input_ids for e in batch], pad_id=0)
     return attribute(grafter, ids, [e.target_id for e in batch], attention_mask=mask, method=method, steps=steps,
@@ -281,7 +305,7 @@ def _evaluate(grafter, examples: list[Example], sets: list[list[list[Graft]]], b
     rows = [(s, e) for e in range(len(examples)) for s in range(len(sets))]
     ranks = np.zeros((len(sets), len(examples)))
     probs = np.zeros((len(sets), len(examples)))
-    per_pass = max(1, batch_size * 4)
+    per_pass = max(1, batch_size * 16)
     for start in range(0, len(rows), per_pass):
         chunk = rows[start : start + per_pass]
         ids, mask = right_pad([examples[e].input_ids for _, e in chunk], pad_id=0)
