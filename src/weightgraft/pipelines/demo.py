@@ -63,7 +63,8 @@ def demo_config(artifacts, *, size: str = "default", recipient: str | None = Non
     config = parse_config({
         "name": f"demo-{size}", "seed": 0, "device": device, "dtype": dtype,
         "models": models, "datasets": datasets,
-        "experiments": [{"preset": name, "max_examples": cap} for name in presets],
+        "experiments": [{"preset": name, "max_examples": cap} for name in presets]
+        + ([{"localize": "relation-minimal", "dataset": "relation", "max_examples": cap}] if size == "default" else []),
         "bootstrap": bootstrap,
     })
     return config, notes
