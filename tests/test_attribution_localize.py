@@ -55,6 +55,8 @@ def test_localize_finds_the_one_group_that_carries_a_known_gain(world):
     donor = _unembedding_donor(recipient, examples)
     grafter = Grafter(recipient, donor)
     result = localize(grafter, examples, target=0.9, sizes_per_pass=4)
+    with pytest.raises(ValueError, match="stop_on must name"):
+        localize(grafter, examples, stop_on=["top1"])
     assert result.groups[0] == ("LT", None, "lm_head")
     assert result.reached and result.chosen == [("LT", None, "lm_head")]
     first = result.curve[0]
@@ -78,7 +80,7 @@ def test_localize_curve_equals_independent_exact_grafts(world):
     grafter = Grafter(recipient, donor)
     pre, sft = _evaluate(grafter, examples, [[[] for _ in examples], [[Graft()] for _ in examples]], 8)
     assert sft["top5"] > pre["top5"] and sft["prob"] > pre["prob"]
-    result = localize(grafter, examples, target=0.999, sizes_per_pass=16, max_groups=12)
+    result = localize(grafter, examples, target=0.999, sizes_per_pass=16, max_groups=12, stop_on=["prob"])
     for entry in result.curve[:12:5]:
         k = entry["k"]
         ranks, probs = [], []
@@ -94,7 +96,7 @@ def test_localize_curve_equals_independent_exact_grafts(world):
     assert _size_schedule(40, 16) == list(range(1, 17)) + [20, 25, 31, 39, 40]
     assert _size_schedule(5, 16) == [1, 2, 3, 4, 5]
     # The stopping rule: the chosen size is the first that reaches the target on both metrics.
-    passing = [e["k"] for e in result.curve if min(e["recovery_top5"], e["recovery_prob"]) >= 0.999]
+    passing = [e["k"] for e in result.curve if e["recovery_prob"] >= 0.999]
     assert result.reached == bool(passing)
     assert result.chosen == (result.groups[: passing[0]] if passing else [])
     assert not result.reached or result.curve[-1]["k"] < passing[0] + 16

@@ -37,6 +37,7 @@ class LocalizeSpec(BaseModel):
     method: Literal["gradient", "integrated"] = "gradient"
     steps: int = Field(default=16, ge=1)
     target: float = Field(default=0.9, gt=0, le=1)
+    stop_on: list[Literal["top5", "prob"]] = Field(default=["top5", "prob"], min_length=1)
     max_examples: int | None = Field(default=None, ge=1)
     check_cells: int = Field(default=0, ge=0)
     batch_size: int = Field(default=16, ge=1)
@@ -75,7 +76,7 @@ def run_localize(config, spec: LocalizeSpec, out: str | Path, progress: bool = T
                               config.seed, f"localize experiment {spec.name!r}")
     examples = encode_examples(tokenizer, prompts)
     result = localize(grafter, examples, method=spec.method, steps=spec.steps, target=spec.target,
-                      batch_size=spec.batch_size, seed=config.seed, progress=progress)
+                      batch_size=spec.batch_size, seed=config.seed, progress=progress, stop_on=spec.stop_on)
     if spec.check_cells:
         from weightgraft.attribution.agreement import cell_agreement
 
@@ -97,7 +98,7 @@ def localize_section(out: str | Path) -> list[str]:
         lines += [f"## Minimal graft: {name}", "",
                   f"{s['examples']} prompts; groups (role x layer x component) ranked by {s['method']} "
                   f"attribution, grafted top-1, top-2, ... exactly until the set recovers "
-                  f"{s['target_recovery']:.0%} of SFT's gain over PRE on top-5 and on probability.", ""]
+                  f"{s['target_recovery']:.0%} of SFT's gain over PRE on {' and '.join(s.get('stop_on', ['top5', 'prob']))}.", ""]
         felt = base["FE+LT"]
         if s["reached"]:
             chosen = ", ".join(f"{c['role']}/{'model' if c['layer'] is None else 'L' + str(c['layer'])}/{c['component']}"

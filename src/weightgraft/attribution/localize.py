@@ -83,6 +83,7 @@ class LocalizeResult:
     agreement: dict = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     intervals: dict = field(default_factory=dict)  # name -> metric -> value, low, high (fact-clustered)
+    stop_on: tuple[str, ...] = METRICS  # the metrics whose recovery must reach the target
 
     def ranking_table(self):
         import polars as pl
@@ -110,7 +111,8 @@ class LocalizeResult:
         chosen_k = len(self.chosen)
         at_k = next((c for c in self.curve if c["k"] == chosen_k), None)
         return {
-            "method": self.method, "target_recovery": self.target, "reached": self.reached,
+            "method": self.method, "target_recovery": self.target, "stop_on": list(self.stop_on),
+            "reached": self.reached,
             "chosen": [{"role": r, "layer": l, "component": c} for r, l, c in self.chosen],
             "recovery": {m: at_k[f"recovery_{m}"] for m in METRICS} if at_k else None,
             "random_recovery_same_size": {m: at_k[f"random_recovery_{m}"] for m in METRICS} if at_k else None,
@@ -158,6 +160,7 @@ def localize(
     seed: int = 0,
     progress: bool = False,
     donor: str | None = None,
+    stop_on: Sequence[str] = METRICS,
 ) -> LocalizeResult:
     """Rank (role, layer, component) groups by attribution and find the smallest top-k set whose
     exact graft recovers `target` of the SFT gain on top-5 and on probability. With several
@@ -166,6 +169,9 @@ def localize(
         raise ValueError("localize needs at least one example")
     if not 0 < target <= 1:
         raise ValueError(f"target recovery must be in (0, 1], got {target}")
+    stop_on = tuple(stop_on)
+    if not stop_on or any(m not in METRICS for m in stop_on):
+        raise ValueError(f"stop_on must name one or more of {list(METRICS)}, not {list(stop_on)}")
     examples = list(examples)
     seconds: dict[str, float] = {}
     start = time.perf_counter()
@@ -215,7 +221,7 @@ def localize(
                 last = curve[part[-1]]
                 print(f"localize: sizes {part[0]}-{part[-1]} of {len(groups)}: recovery top5 "
                       f"{last['recovery_top5']:.2f}, prob {last['recovery_prob']:.2f}", flush=True)
-            passing = [k for k in part if all(curve[k][f"recovery_{m}"] >= target for m in METRICS)]
+            passing = [k for k in part if all(curve[k][f"recovery_{m}"] >= target for m in stop_on)]
             if passing:
                 return passing[0]
         return None
@@ -235,12 +241,12 @@ def localize(
     reached = chosen_k is not None
     chosen = groups[:chosen_k] if reached else []
     if not reached:
-        notes.append(f"no top-k set of the {len(groups)} groups reached {target:.0%} recovery on both metrics")
+        notes.append(f"no top-k set of the {len(groups)} groups reached {target:.0%} recovery on {' and '.join(stop_on)}")
     intervals, note = recovery_intervals(examples, per_example, seed)
     notes.append(note)
     counts = _counts(grafter, examples, chosen)
     return LocalizeResult(method, target, groups, scores, chosen, reached, curve, baselines, counts,
-                          attributions, examples, seconds, notes=notes, intervals=intervals)
+                          attributions, examples, seconds, notes=notes, intervals=intervals, stop_on=stop_on)
 
 
 # --- internals --------------------------------------------------------------------------------

@@ -21,7 +21,9 @@ def localize_command(
     out: Path = typer.Option(Path("runs/localize"), "--out", help="Folder for results and pictures."),
     method: str = typer.Option("gradient", help="Attribution: gradient or integrated."),
     steps: int = typer.Option(16, help="Path points of integrated attribution."),
-    target: float = typer.Option(0.9, help="Recovery of the SFT gain to reach, on top-5 and probability."),
+    target: float = typer.Option(0.9, help="Recovery of the SFT gain to reach (on every --stop-on metric)."),
+    stop_on: list[str] = typer.Option(["top5", "prob"], "--stop-on", help="Metric whose recovery must reach "
+                                      "--target: top5, prob (repeat the option for both; default both)."),
     max_examples: Optional[int] = typer.Option(None, help="Use at most this many prompts (seeded, templates in turn)."),
     check_cells: int = typer.Option(0, help="On this many prompts, graft every FE and LT cell alone and "
                                     "report Spearman(attribution, exact effect) and the times; 0 skips."),
@@ -65,7 +67,7 @@ def localize_command(
     examples = encode_examples(tokenizer, prompts)
     start = time.perf_counter()
     result = localize(grafter, examples, method=method, steps=steps, target=target, batch_size=batch_size,
-                      seed=seed, progress=progress)
+                      seed=seed, progress=progress, stop_on=stop_on)
     if check_cells:
         from weightgraft.attribution.agreement import cell_agreement
 
