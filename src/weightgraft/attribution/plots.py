@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
+from weightgraft.adapters.base import PER_LAYER
 from weightgraft.attribution.attribute import PAPER_ROLES
 
 
@@ -32,7 +33,8 @@ def role_heatmaps(ranking, path: Path) -> Path:
     per_layer = ranking.filter(ranking["layer"].is_not_null())
     model = ranking.filter(ranking["layer"].is_null())
     roles = [r for r in PAPER_ROLES if r in set(ranking["role"].to_list())]
-    comps = list(dict.fromkeys(per_layer["component"].to_list()))
+    present = set(per_layer["component"].to_list())
+    comps = [c for c in PER_LAYER if c in present]
     num_layers = int(per_layer["layer"].max()) + 1 if per_layer.height else 0
     panels = len(comps) + (1 if model.height else 0)
     rows, cols = _grid(panels)
@@ -75,7 +77,8 @@ def position_heatmaps(cells, example_id: str, path: Path) -> Path:
     plt = _pyplot()
     one = cells.filter((cells["example_id"] == example_id) & cells["layer"].is_not_null())
     tokens = one.filter((one["layer"] == 0) & (one["component"] == one["component"][0])).sort("position")["token"].to_list()
-    comps = list(dict.fromkeys(one["component"].to_list()))
+    present = set(one["component"].to_list())
+    comps = [c for c in PER_LAYER if c in present]
     num_layers = int(one["layer"].max()) + 1
     rows, cols = _grid(len(comps))
     limit = float(np.abs(one["effect"].to_numpy()).max()) or 1.0
