@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 import torch
 
 from exp_fixtures import build_tokenizer, make_prompts
+from typer.testing import CliRunner
 from weightgraft import Graft, Grafter
 from weightgraft.attribution import attribute, encode_examples, exact_cell_effects, localize, spearman
 from weightgraft.attribution.localize import _evaluate, _size_schedule
+from weightgraft.cli import _register_all, app
 
 
 def _llama(seed: int, vocab: int):
@@ -135,20 +134,20 @@ def test_localize_command_writes_results_and_pictures(world, tmp_path):
     data.mkdir()
     (data / "eval.jsonl").write_text("".join(p.model_dump_json() + "\n" for p in make_prompts()))
     out = tmp_path / "out"
-    cmd = [sys.executable, "-c", "from weightgraft.cli import main; main()", "localize",
-           "--recipient", str(tmp_path / "pre"), "--donor", str(tmp_path / "sft"), "--data", str(data),
-           "--out", str(out), "--check-cells", "3", "--no-progress"]
-    done = subprocess.run(cmd, capture_output=True, text=True, env=os.environ.copy(), timeout=300)
-    assert done.returncode == 0, done.stderr
-    assert "minimal set: 1 groups" in done.stdout
+    _register_all()
+    args = ["localize", "--recipient", str(tmp_path / "pre"), "--donor", str(tmp_path / "sft"),
+            "--data", str(data), "--out", str(out), "--check-cells", "2", "--no-progress"]
+    done = CliRunner().invoke(app, args)
+    assert done.exit_code == 0, done.output
+    assert "minimal set: 1 groups" in done.output
     summary = json.loads((out / "localize.json").read_text())
     assert summary["chosen"] == [{"role": "LT", "layer": None, "component": "lm_head"}]
     assert summary["agreement"]["cells"] > 10
     for name in ("heatmaps.png", "recovery.png", "positions.png", "tokens.html", "cells.parquet"):
         assert (out / name).stat().st_size > 0, name
     assert ">Who</span>" in (out / "tokens.html").read_text()
-    missing = subprocess.run(cmd[:4] + ["--recipient", "x"], capture_output=True, text=True, env=os.environ.copy())
-    assert missing.returncode == 2 and "--builtin default" in missing.stderr
+    missing = CliRunner().invoke(app, ["localize", "--recipient", "x"])
+    assert missing.exit_code == 2 and "--builtin default" in missing.output
 
 
 def test_localize_experiment_in_a_run_config_reports_and_is_reused(world, tmp_path):
