@@ -5,18 +5,17 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Optional
 
 import typer
 
 
 def localize_command(
-    recipient: Optional[str] = typer.Option(None, help="Recipient (pretrained) model: folder or cached hub id."),
-    donor: Optional[str] = typer.Option(None, help="Donor (finetuned) model: folder or cached hub id."),
-    data: Optional[Path] = typer.Option(None, help="A weightgraft dataset folder (eval.jsonl with role spans)."),
-    builtin: Optional[str] = typer.Option(None, help="Use the built-in pretrained and relation models and "
+    recipient: str | None = typer.Option(None, help="Recipient (pretrained) model: folder or cached hub id."),
+    donor: str | None = typer.Option(None, help="Donor (finetuned) model: folder or cached hub id."),
+    data: Path | None = typer.Option(None, help="A weightgraft dataset folder (eval.jsonl with role spans)."),
+    builtin: str | None = typer.Option(None, help="Use the built-in pretrained and relation models and "
                                           "relation data: default or tiny (built or reused)."),
-    home: Optional[str] = typer.Option(None, help="Where built-in data and models are cached."),
+    home: str | None = typer.Option(None, help="Where built-in data and models are cached."),
     split: str = typer.Option("eval", help="Dataset split: eval or validation."),
     out: Path = typer.Option(Path("runs/localize"), "--out", help="Folder for results and pictures."),
     method: str = typer.Option("gradient", help="Attribution: gradient or integrated."),
@@ -24,7 +23,7 @@ def localize_command(
     target: float = typer.Option(0.9, help="Recovery of the SFT gain to reach (on every --stop-on metric)."),
     stop_on: list[str] = typer.Option(["top5", "prob"], "--stop-on", help="Metric whose recovery must reach "
                                       "--target: top5, prob (repeat the option for both; default both)."),
-    max_examples: Optional[int] = typer.Option(None, help="Use at most this many prompts (seeded, templates in turn)."),
+    max_examples: int | None = typer.Option(None, help="Use at most this many prompts (seeded, templates in turn)."),
     check_cells: int = typer.Option(0, help="On this many prompts, graft every FE and LT cell alone and "
                                     "report Spearman(attribution, exact effect) and the times; 0 skips."),
     batch_size: int = typer.Option(16, help="Prompts per attribution pass."),
