@@ -40,6 +40,10 @@ def run_all(config: RunConfig, out: str | Path, *, progress: bool = True,
     result = run_experiments(config, out, progress=progress, shard=shard)
     if shard is not None:
         return RunOutcome(result, [])
+    for spec in config.localizations():
+        from weightgraft.attribution.experiment import run_localize
+
+        run_localize(config, spec, out, progress=progress)
     return RunOutcome(result, summarize(config, out, report))
 
 
