@@ -39,6 +39,7 @@ from weightgraft.experiments.conditions import (ConditionSpec, LayerSpec, Unembe
 from weightgraft.experiments.presets import ALL_PRESETS, PRESETS, TAKES_UNEMBEDDING
 from weightgraft.experiments.roles import parse_positions
 from weightgraft.experiments.vocabulary import SUMMARY_METRICS as METRICS
+from weightgraft.experiments.vocabulary import Direction
 
 PresetName = Literal[tuple(ALL_PRESETS)]
 
@@ -97,6 +98,9 @@ class ExperimentSpec(BaseModel):
     conditions: list[str | ConditionSpec] = []
     sweep: SweepSpec | None = None
     templates: list[str] | None = None  # evaluation template ids; default all
+    # Which prompts by direction: `forward` asks the first actor for the second (the paper's
+    # only direction), `reversed` the second for the first, `both` all of them.
+    directions: Direction = "both"
     max_examples: int | None = Field(default=None, ge=1)
     # Component-set shorthand (`O+FFN`): those components at `component_at` in
     # `component_layers`, plus every weight at `component_base` (none by default, as the paper).

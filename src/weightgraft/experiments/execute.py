@@ -110,9 +110,10 @@ def encode_examples(resources: Resources, exp: ExperimentSpec, tokenizer) -> tup
     from weightgraft.data.encode import encode_prompt
 
     every = resources.prompts(exp.dataset)
-    available = [p for p in every if exp.templates is None or p.template_id in exp.templates]
+    available = select_examples(every, exp.templates, None, resources.config.seed,
+                                f"experiment {exp.name!r}", exp.directions)
     prompts = select_examples(every, exp.templates, exp.max_examples, resources.config.seed,
-                              f"experiment {exp.name!r}")
+                              f"experiment {exp.name!r}", exp.directions)
     examples = []
     for prompt in prompts:
         enc = encode_prompt(tokenizer, prompt)
