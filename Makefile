@@ -32,6 +32,8 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_engine.py
 	$(BIN)/python benchmarks/bench_scale.py
+	$(BIN)/python benchmarks/bench_runner.py
+	$(BIN)/python benchmarks/bench_attribution.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info

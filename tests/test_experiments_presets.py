@@ -143,3 +143,29 @@ def test_known_facts_compares_pre_and_sft_on_the_known_dataset(grafter, prompt):
     exp, got = resolve("known_facts", grafter, prompt)
     assert exp.dataset == "known" and list(got) == ["PRE", "SFT"]
     assert got["PRE"] == ("pre", []) and got["SFT"][1][0][:2] == (ALL, "sft")
+
+
+PAPER_PRESETS = ["position_grafting", "position_relation", "position_title", "components_reversal",
+                 "components_pre", "hybrid"]
+
+
+@pytest.mark.parametrize("preset", PAPER_PRESETS)
+def test_paper_presets_score_the_forward_direction_only(preset, grafter, prompt):
+    """The paper asks the first actor for the second; reversed prompts are what the B2A
+    recipient was trained on, so pooling them would lift its baseline."""
+    exp, _ = resolve(preset, grafter, prompt)
+    assert exp.directions == "forward"
+
+
+def test_directions_select_prompts_by_their_order():
+    from weightgraft.experiments.plan import select_examples
+
+    forward = make_prompts()
+    backward = [p.model_copy(update={"id": p.id + "-r", "reversed": True}) for p in forward]
+    mixed = forward + backward
+    picked = {d: select_examples(mixed, None, None, 0, "test", d) for d in ("forward", "reversed", "both")}
+    assert [p.id for p in picked["forward"]] == [p.id for p in forward]
+    assert [p.id for p in picked["reversed"]] == [p.id for p in backward]
+    assert len(picked["both"]) == len(mixed)
+    capped = select_examples(mixed, None, 5, 0, "test", "forward")
+    assert len(capped) == 5 and not any(p.reversed for p in capped)

@@ -118,27 +118,28 @@ def test_second_call_reuses_and_a_removed_step_alone_is_rebuilt():
     accuracy.cache_clear()
 
 
-def _hits_by_direction(model_dir, prompts) -> dict[bool, float]:
+def _hits_by_direction(model_dir, prompts, k: int) -> dict[bool, float]:
     model = AutoModelForCausalLM.from_pretrained(model_dir)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    hits = topk_hits(model, tokenizer, prompts)
+    hits = topk_hits(model, tokenizer, prompts, k=k)
     return {rev: sum(h for h, p in zip(hits, prompts) if p.reversed == rev)
             / sum(p.reversed == rev for p in prompts) for rev in (False, True)}
 
 
 def test_b2a_model_learns_the_reversed_order_but_not_the_forward_relation():
     """The one-direction model read the relation facts only as "second actor ... first actor": it
-    answers the reversed prompts (second -> first) and not the forward ones the paper evaluates."""
+    answers the reversed prompts (second -> first) and not the forward ones the paper evaluates.
+    Top-1: the tiny set has 12 actors, so top-5 is close to picking any of the set's names."""
     art = tiny_artifacts()
     assert load_facts(art.b2a_data) == load_facts(art.relation_data)
     prompts = load_eval_prompts(art.relation_data)
     assert load_eval_prompts(art.b2a_data) == prompts
     record = json.loads((art.b2a_model / "training_config.json").read_text())
     assert record["data_dir"] == str(art.b2a_data)
-    b2a = _hits_by_direction(art.b2a_model, prompts)
-    sft = _hits_by_direction(art.relation_model, prompts)
-    assert b2a[True] >= b2a[False] + 0.2, b2a
-    assert sft[False] >= b2a[False] + 0.2, (sft, b2a)
+    b2a = _hits_by_direction(art.b2a_model, prompts, k=1)
+    sft = _hits_by_direction(art.relation_model, prompts, k=1)
+    assert b2a[True] >= b2a[False] + 0.12, b2a
+    assert sft[False] >= b2a[False] + 0.12, (sft, b2a)
 
 
 def test_known_facts_dataset_asks_every_world_film():

@@ -16,12 +16,16 @@ _EXPORTS = {
     "adapter_for": "weightgraft.adapters",
     "register_adapter": "weightgraft.adapters",
     "supported_model_types": "weightgraft.adapters",
+    "attribute": "weightgraft.attribution",
+    "localize": "weightgraft.attribution",
 }
 
-__all__ = ["Adapter", "Graft", "Grafter", "Part", "adapter_for", "register_adapter", "supported_model_types"]
+__all__ = ["Adapter", "Graft", "Grafter", "Part", "adapter_for", "attribute", "localize", "register_adapter",
+           "supported_model_types"]
 
 if TYPE_CHECKING:
     from weightgraft.adapters import Adapter, Part, adapter_for, register_adapter, supported_model_types
+    from weightgraft.attribution import attribute, localize
     from weightgraft.engine.graft import Graft
     from weightgraft.engine.grafter import Grafter
 

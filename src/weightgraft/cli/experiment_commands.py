@@ -8,6 +8,8 @@ from typing import Literal, Optional
 
 import typer
 
+from weightgraft.errors import UserError
+
 DEVICE_HELP = "Device for every model: cpu, cuda, cuda:1, mps."
 DTYPE_HELP = "float32, bfloat16 or float16."
 # Options with a fixed set of values: typer checks them and lists them in --help.
@@ -39,10 +41,14 @@ def run_command(
     device: Optional[str] = typer.Option(None, help=DEVICE_HELP),
     dtype: Optional[Dtype] = typer.Option(None, help=DTYPE_HELP),
     progress: bool = typer.Option(True, help="Show progress bars."),
+    shard: Optional[str] = typer.Option(None, help="I/N: run only shard I of N of the examples "
+                                        "(e.g. a SLURM array task); `weightgraft merge` joins "
+                                        "the shards. Under torchrun the rank sets it."),
 ) -> None:
     """Run the experiments of a config file (resuming in an existing run folder) and report."""
     from weightgraft.experiments.config import load_config
-    from weightgraft.pipelines import run_all
+    from weightgraft.experiments.shards import parse_shard, shard_from_env
+    from weightgraft.pipelines import run_all, run_ranks
 
     models = {k: v for k, v in (("pre", recipient), ("sft", donor), ("task", task_model),
                                 ("b2a", b2a_model), ("freetext", freetext_model)) if v}
@@ -50,11 +56,36 @@ def run_command(
     cfg = load_config(config, device=device, dtype=dtype, models=models or None)
     out = out or Path("runs") / cfg.name
     start = time.perf_counter()
-    outcome = run_all(cfg, out, progress=progress)
+    if shard is not None:
+        if shard_from_env() is not None:
+            raise UserError("--shard and a multi-process launch (WORLD_SIZE > 1) both split the "
+                            "examples; use one of them")
+        part = parse_shard(shard)
+        outcome = run_all(cfg, out, progress=progress, shard=part)
+        typer.echo(f"shard {part[0]}/{part[1]}: {len(outcome.computed)} conditions computed, "
+                   f"{len(outcome.reused)} reused in {time.perf_counter() - start:.1f} s; "
+                   f"when every shard is done: weightgraft merge {out}")
+        return
+    outcome = run_ranks(cfg, out, progress=progress)
+    if (shard_from_env() or (0, 1))[0] != 0:
+        return  # rank 0 merged and reports
     _print_checks(outcome.checks)
     typer.echo(f"{len(outcome.computed)} conditions computed, {len(outcome.reused)} reused in "
                f"{time.perf_counter() - start:.1f} s; report: {out / 'report.md'} "
                f"and {out / 'report.html'}")
+
+
+def merge_command(
+    run_dir: Path = typer.Argument(..., help="Run folder whose shards (--shard I/N) are all done."),
+    report: bool = typer.Option(True, help="Write report.md and report.html as well."),
+) -> None:
+    """Join the shards of a run folder, then write its summary and report."""
+    from weightgraft.pipelines import merge_run
+
+    checks = merge_run(run_dir, report=report)
+    _print_checks(checks)
+    typer.echo(f"shards merged; summary: {run_dir / 'summary.csv'}"
+               + (f"; report: {run_dir / 'report.md'}" if report else ""))
 
 
 def demo_command(
@@ -88,4 +119,5 @@ def demo_command(
 
 def register(app: typer.Typer) -> None:
     app.command("run")(run_command)
+    app.command("merge")(merge_command)
     app.command("demo")(demo_command)

@@ -32,12 +32,14 @@ from pydantic import (BaseModel, ConfigDict, Discriminator, Field, Tag, Validati
                       field_validator, model_validator)
 
 from weightgraft.errors import UserError
+from weightgraft.attribution.experiment import LocalizeSpec
 from weightgraft.experiments.components import parse_components
 from weightgraft.experiments.conditions import (ConditionSpec, LayerSpec, Unembedding,
                                                 check_layers, validate_condition)
 from weightgraft.experiments.presets import ALL_PRESETS, PRESETS, TAKES_UNEMBEDDING
 from weightgraft.experiments.roles import parse_positions
 from weightgraft.experiments.vocabulary import SUMMARY_METRICS as METRICS
+from weightgraft.experiments.vocabulary import Direction
 
 PresetName = Literal[tuple(ALL_PRESETS)]
 
@@ -96,6 +98,9 @@ class ExperimentSpec(BaseModel):
     conditions: list[str | ConditionSpec] = []
     sweep: SweepSpec | None = None
     templates: list[str] | None = None  # evaluation template ids; default all
+    # Which prompts by direction: `forward` asks the first actor for the second (the paper's
+    # only direction), `reversed` the second for the first, `both` all of them.
+    directions: Direction = "both"
     max_examples: int | None = Field(default=None, ge=1)
     # Component-set shorthand (`O+FFN`): those components at `component_at` in
     # `component_layers`, plus every weight at `component_base` (none by default, as the paper).
@@ -164,12 +169,15 @@ class PresetRef(BaseModel):
 
 def _experiment_kind(value: Any) -> str:
     if isinstance(value, dict):
-        return "preset" if "preset" in value else "custom"
+        return "preset" if "preset" in value else "localize" if "localize" in value else "custom"
+    if isinstance(value, LocalizeSpec):
+        return "localize"
     return "preset" if isinstance(value, PresetRef) else "custom"
 
 
 ExperimentItem = Annotated[
-    Annotated[ExperimentSpec, Tag("custom")] | Annotated[PresetRef, Tag("preset")],
+    Annotated[ExperimentSpec, Tag("custom")] | Annotated[PresetRef, Tag("preset")]
+    | Annotated[LocalizeSpec, Tag("localize")],
     Discriminator(_experiment_kind),
 ]
 
@@ -214,7 +222,21 @@ class RunConfig(BaseModel):
 
     @model_validator(mode="after")
     def _references(self) -> "RunConfig":
+        for spec in self.localizations():
+            for key in (spec.recipient, spec.donor):
+                if key not in self.models:
+                    raise ValueError(f"localize experiment {spec.name!r} uses model {key!r}, which is not "
+                                     f"under `models:` (have: {sorted(self.models)})")
+            if spec.dataset not in self.datasets:
+                raise ValueError(f"localize experiment {spec.name!r} uses dataset {spec.dataset!r}, which is "
+                                 f"not under `datasets:` (have: {sorted(self.datasets)})")
         experiments = self.expanded()
+        if not experiments:
+            spec = self.localizations()[0]
+            raise ValueError(
+                "a localize experiment runs beside at least one grafting experiment (the run's report "
+                f"and provenance come from those); add e.g. {{name: baseline, dataset: {spec.dataset}, "
+                f"recipient: {spec.recipient}, donor: {spec.donor}, conditions: [PRE, SFT]}}")
         names = [e.name for e in experiments]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
@@ -240,9 +262,13 @@ class RunConfig(BaseModel):
         for item in self.experiments:
             if isinstance(item, PresetRef):
                 out += [ExperimentSpec.model_validate(spec) for spec in item.experiments()]
-            else:
+            elif isinstance(item, ExperimentSpec):
                 out.append(item)
         return out
+
+    def localizations(self) -> list[LocalizeSpec]:
+        """The `localize` experiments (minimal graft searches; see weightgraft.attribution)."""
+        return [item for item in self.experiments if isinstance(item, LocalizeSpec)]
 
 
 _MAPPING_EXAMPLES = {"models": "{pre: gpt2, sft: ./ckpt/relation}",
@@ -253,7 +279,7 @@ def _format_error(err: ValidationError, source: str) -> str:
     """One line per problem, the first naming the source (file) too, each with its field."""
     lines = []
     for item in err.errors():
-        loc = [str(p) for p in item["loc"] if p not in ("custom", "preset")]
+        loc = [str(p) for p in item["loc"] if p not in ("custom", "preset", "localize")]
         where = ".".join(loc) or "config"
         if item["type"] == "extra_forbidden":
             parent = ".".join(loc[:-1]) or "top level"

@@ -1,7 +1,12 @@
 """Execution: models loaded once per run, prompts encoded, and rows scored in batches.
 
 Rows of one forward pass are (example, condition) pairs of conditions that share recipient,
-donors and method; weight grafting goes through the engine's `row_grafts`, activation patching
+donors and method. Batches are fixed: the runner's chunks of conditions are fixed, and the
+examples are cut into batches once per experiment (`example_batches`, from all its examples),
+which shards take whole. Every forward therefore holds the same rows in every run, and the
+engine's prefix sharing (which splits rows by what the whole batch has in common) computes each
+row the same way: a resumed or sharded run equals an uninterrupted one bit for bit, and sweeps
+get sharing's speed-up. weight grafting goes through the engine's `row_grafts`, activation patching
 through `patching.patched_logits`, and both end in the same per-example scores.
 """
 
@@ -33,6 +38,7 @@ class Resources:
         self._grafters: dict[tuple, object] = {}
         self._tokenizer = None
         self._prompts: dict[str, list] = {}
+        self.share_prefixes = True  # False: every row in full (benchmarks compare the two)
 
     def model(self, key: str):
         if key not in self._models:
@@ -85,10 +91,9 @@ class Resources:
             except ValueError as err:  # the engine's word on models that do not fit together
                 raise UserError(f"models.{recipient} and models.{'/'.join(donors)} cannot be "
                                 f"grafted: {err}") from err
-            # Each row in one pass, whatever else is in its batch: prefix sharing would cut a
-            # row's computation where other rows' grafts differ, and a resumed run (with fewer
-            # conditions per batch) would then differ from an uninterrupted one in the last bits.
-            grafter.share_prefixes = False
+            # Prefix sharing stays on: batches are fixed (see the module's docstring), so how
+            # it splits a row does not depend on what is pending or on the shard.
+            grafter.share_prefixes = self.share_prefixes
             self._grafters[key] = grafter
         return self._grafters[key]
 
@@ -105,9 +110,10 @@ def encode_examples(resources: Resources, exp: ExperimentSpec, tokenizer) -> tup
     from weightgraft.data.encode import encode_prompt
 
     every = resources.prompts(exp.dataset)
-    available = [p for p in every if exp.templates is None or p.template_id in exp.templates]
+    available = select_examples(every, exp.templates, None, resources.config.seed,
+                                f"experiment {exp.name!r}", exp.directions)
     prompts = select_examples(every, exp.templates, exp.max_examples, resources.config.seed,
-                              f"experiment {exp.name!r}")
+                              f"experiment {exp.name!r}", exp.directions)
     examples = []
     for prompt in prompts:
         enc = encode_prompt(tokenizer, prompt)
@@ -118,18 +124,31 @@ def encode_examples(resources: Resources, exp: ExperimentSpec, tokenizer) -> tup
     return examples, len(available)
 
 
+def example_batches(resources: Resources, recipient: str, examples: list[Example],
+                    rows_per_example: int) -> list[list[Example]]:
+    """The experiment's examples cut into the batches every chunk runs (at most
+    `rows_per_example` conditions each): similar prompts side by side, so that lengths line up
+    and padding is short. A function of all the examples and the config alone, so that a
+    resumed run and every shard form the same batches."""
+    if not examples:
+        return []
+    longest = max(len(e.input_ids) + len(e.target_ids) - 1 for e in examples)
+    # Tokens per forward: the config's cap, and at most ~1 GiB of float32 logits.
+    vocab = resources.model(recipient).config.get_text_config().vocab_size
+    budget = min(resources.config.max_batch_tokens, 2**28 // vocab)
+    per_batch = max(1, budget // (longest * rows_per_example))
+    ordered = sorted(examples, key=lambda e: (e.prompt.template_id, len(e.input_ids)))
+    return [ordered[i:i + per_batch] for i in range(0, len(ordered), per_batch)]
+
+
 def compute_chunk(resources: Resources, exp: ExperimentSpec, chunk: list[Condition],
-                  examples: list[Example], tokenizer, bar) -> dict[str, list[dict]]:
-    """Per-example records for every condition of the chunk (same recipient/donors/method)."""
+                  batches: list[list[Example]], tokenizer, bar) -> dict[str, list[dict]]:
+    """Per-example records for every condition of the chunk (same recipient/donors/method),
+    in the order of the batches' examples."""
     config = resources.config
     recipient, donor, method = chunk[0].recipient, chunk[0].donor, chunk[0].method
     donors = chunk[0].donors
     records: dict[str, list[dict]] = {c.name: [] for c in chunk}
-    longest = max(len(e.input_ids) + len(e.target_ids) - 1 for e in examples)
-    # Tokens per forward: the config's cap, and at most ~1 GiB of float32 logits.
-    vocab = resources.model(recipient).config.get_text_config().vocab_size
-    budget = min(config.max_batch_tokens, 2**28 // vocab)
-    per_batch = max(1, budget // (longest * len(chunk)))
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     device = config.device
     if method == "weights":
@@ -142,10 +161,7 @@ def compute_chunk(resources: Resources, exp: ExperimentSpec, chunk: list[Conditi
         rec_model, don_model = resources.model(recipient), resources.model(donor)
         layers_of = adapter_for(rec_model).decoder_layers
         num_layers = len(layers_of(rec_model))
-    # Similar prompts side by side: lengths line up within a batch, so padding is short.
-    ordered = sorted(examples, key=lambda e: (e.prompt.template_id, len(e.input_ids)))
-    for start in range(0, len(ordered), per_batch):
-        batch = ordered[start:start + per_batch]
+    for batch in batches:
         rows, masks = [], []  # rows: (example index in batch, condition)
         for ei, ex in enumerate(batch):
             total_len = len(ex.input_ids) + len(ex.target_ids) - 1
@@ -183,9 +199,6 @@ def compute_chunk(resources: Resources, exp: ExperimentSpec, chunk: list[Conditi
                 records[cond.name].append(scored_record(exp.name, cond.name, batch[ei], score,
                                                         predicted))
         bar.update(len(batch) * len(chunk))
-    order = {e.prompt.id: i for i, e in enumerate(examples)}
-    for cond in chunk:  # keep dataset order whatever the batching did
-        records[cond.name].sort(key=lambda r: order[r["example_id"]])
     return records
 
 

@@ -11,7 +11,7 @@ from weightgraft.experiments.components import parse_components
 from weightgraft.experiments.conditions import Condition, ResolvedGraft, resolve_condition
 from weightgraft.experiments.config import ExperimentSpec
 from weightgraft.experiments.roles import parse_positions
-from weightgraft.experiments.vocabulary import AUTHOR_BANDS, EVERY_WEIGHT, author_band
+from weightgraft.experiments.vocabulary import AUTHOR_BANDS, EVERY_WEIGHT, Direction, author_band
 
 
 def layer_indices(spec, num_layers: int) -> list[int]:
@@ -82,9 +82,11 @@ def experiment_conditions(exp: ExperimentSpec, num_layers: int) -> list[Conditio
 
 
 def select_examples(prompts: list, templates: list[str] | None, max_examples: int | None,
-                    seed: int, context: str) -> list:
-    """The prompts an experiment scores: a template filter, then (if capped) a seeded subset
-    taking templates in turn so each stays represented. Order follows the dataset."""
+                    seed: int, context: str, directions: Direction = "both") -> list:
+    """The prompts an experiment scores: a direction and template filter, then (if capped) a
+    seeded subset taking templates in turn so each stays represented. Order follows the dataset."""
+    if directions != "both":
+        prompts = [p for p in prompts if p.reversed == (directions == "reversed")]
     if templates is not None:
         known = sorted({p.template_id for p in prompts})
         unknown = [t for t in templates if t not in known]

@@ -146,7 +146,7 @@ def check_datasets(config: RunConfig) -> None:
                 raise UserError(f"{field}: {err}; rebuild the dataset with `weightgraft data`") from err
         try:
             select_examples(prompts[key], exp.templates, exp.max_examples, config.seed,
-                            f"experiment {exp.name!r}")
+                            f"experiment {exp.name!r}", exp.directions)
         except ValueError as err:
             raise UserError(f"{err}; fix `templates` of experiment {exp.name!r} "
                             f"(or the dataset {field})") from err

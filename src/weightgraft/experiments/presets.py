@@ -71,7 +71,8 @@ def position_grafting(max_examples=None, templates=None, unembedding="recipient"
                     f"[{OTHER[unembedding]} unembedding] use the other).",
         dataset="relation", recipient="pre", donor="sft", unembedding=unembedding,
         conditions=[*POSITION_CONDITIONS, *others], headline=["top1", "top5"],
-        max_examples=max_examples, templates=templates or PAPER_TEMPLATES)]
+        max_examples=max_examples, directions="forward",
+        templates=templates or PAPER_TEMPLATES)]
 
 
 def position_relation(max_examples=None, templates=None, unembedding="recipient") -> list[dict]:
@@ -81,6 +82,7 @@ def position_relation(max_examples=None, templates=None, unembedding="recipient"
                     "last token).",
         dataset="relation", recipient="pre", donor="sft", unembedding=unembedding,
         conditions=RELATION_CONDITIONS, headline=["top1", "top5"], max_examples=max_examples,
+        directions="forward",
         templates=templates or PAPER_TEMPLATES)]
 
 
@@ -91,6 +93,7 @@ def position_title(max_examples=None, templates=None, unembedding="recipient") -
                     "{movie_title} alongside` (FE, then M, then LT).",
         dataset="relation", recipient="pre", donor="sft", unembedding=unembedding,
         conditions=TITLE_CONDITIONS, headline=["top1", "top5"], max_examples=max_examples,
+        directions="forward",
         templates=templates or TITLE_TEMPLATES)]
 
 
@@ -101,7 +104,8 @@ def _components(name, title, recipient, baseline, description, max_examples, tem
         component_base=None,
         conditions=[ConditionSpec(name=baseline, description="recipient alone"), "SFT",
                     *PAPER_COMPONENT_SETS],
-        headline=["top1", "top5"], max_examples=max_examples, templates=templates or PAPER_TEMPLATES)
+        headline=["top1", "top5"], max_examples=max_examples, directions="forward",
+        templates=templates or PAPER_TEMPLATES)
 
 
 def components_reversal(max_examples=None, templates=None) -> list[dict]:
@@ -142,6 +146,7 @@ def hybrid(max_examples=None, templates=None) -> list[dict]:
                     "Scored on the relation model's facts.",
         dataset="relation", recipient="pre", donor="sft", conditions=conditions,
         headline=["top1", "top5"], max_examples=max_examples,
+        directions="forward",
         templates=templates or PAPER_TEMPLATES)]
 
 

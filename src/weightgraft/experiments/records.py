@@ -5,6 +5,8 @@ Layout of a run folder:
                                  seed, versions, sessions with their time
   examples/<exp>/<cond>.parquet  one row per example (N/A examples included, flagged)
   state/<exp>.json               the experiment's conditions and examples (for the report)
+  *.shard-I-of-N.*               a shard's own run.json, state and result files (its share of
+                                 the examples), until `weightgraft merge` joins them
   summary.csv, plots/, report.md, report.html   (written by `weightgraft.reporting`)
 
 A result file carries the fingerprint of everything that made it (condition, models, dataset,
@@ -63,8 +65,14 @@ def results_folder(out: Path, experiment: str) -> Path:
     return out / "examples" / experiment
 
 
-def condition_file(out: Path, experiment: str, condition: str) -> Path:
-    return results_folder(out, experiment) / f"{slug(condition)}.parquet"
+def shard_tag(shard: tuple[int, int] | None) -> str:
+    """The infix of a shard's files (`.shard-0-of-2`); empty for a whole run."""
+    return "" if shard is None else f".shard-{shard[0]}-of-{shard[1]}"
+
+
+def condition_file(out: Path, experiment: str, condition: str,
+                   shard: tuple[int, int] | None = None) -> Path:
+    return results_folder(out, experiment) / f"{slug(condition)}{shard_tag(shard)}.parquet"
 
 
 def condition_fingerprint(condition_json: dict, dtype: str, model_fingerprints: dict[str, str],
@@ -156,23 +164,24 @@ def read_condition(path: Path) -> dict[str, list]:
     return table
 
 
-def state_file(out: Path, experiment: str) -> Path:
-    return out / "state" / f"{experiment}.json"
+def state_file(out: Path, experiment: str, shard: tuple[int, int] | None = None) -> Path:
+    return out / "state" / f"{experiment}{shard_tag(shard)}.json"
 
 
-def write_state(out: Path, state: dict) -> None:
-    write_text_atomic(state_file(out, state["name"]), json.dumps(state, indent=2))
+def write_state(out: Path, state: dict, shard: tuple[int, int] | None = None) -> None:
+    write_text_atomic(state_file(out, state["name"], shard), json.dumps(state, indent=2))
 
 
-def read_state(out: Path, experiment: str) -> dict:
-    return json.loads(state_file(out, experiment).read_text())
+def read_state(out: Path, experiment: str, shard: tuple[int, int] | None = None) -> dict:
+    return json.loads(state_file(out, experiment, shard).read_text())
 
 
-def recorded_result_hashes(out: Path, experiment: str) -> dict[str, str] | None:
+def recorded_result_hashes(out: Path, experiment: str,
+                           shard: tuple[int, int] | None = None) -> dict[str, str] | None:
     """{result file name: sha256} from the experiment's state file; None when the file is
     missing or unreadable (results are then checked by their page checksums alone)."""
     try:
-        hashes = read_state(out, experiment).get("result_sha256", {})
+        hashes = read_state(out, experiment, shard).get("result_sha256", {})
     except (OSError, ValueError):
         return None
     return hashes if isinstance(hashes, dict) else None
@@ -211,9 +220,13 @@ def provenance(config, model_info: dict[str, dict], datasets: set[str]) -> dict:
     }
 
 
-def previous_sessions(out: Path) -> list:
+def run_json_file(out: Path, shard: tuple[int, int] | None = None) -> Path:
+    return out / f"run{shard_tag(shard)}.json"
+
+
+def previous_sessions(out: Path, shard: tuple[int, int] | None = None) -> list:
     """Sessions recorded in run.json; one still `running` was killed, so it reads `interrupted`."""
-    path = out / "run.json"
+    path = run_json_file(out, shard)
     if path.is_file():
         try:
             sessions = json.loads(path.read_text()).get("sessions", [])
@@ -226,5 +239,5 @@ def previous_sessions(out: Path) -> list:
     return []
 
 
-def write_run_json(out: Path, body: dict) -> None:
-    write_text_atomic(out / "run.json", json.dumps(body, indent=2))
+def write_run_json(out: Path, body: dict, shard: tuple[int, int] | None = None) -> None:
+    write_text_atomic(run_json_file(out, shard), json.dumps(body, indent=2))

@@ -2,8 +2,16 @@
 
 Resuming: a condition whose result file exists and carries the same fingerprint (condition,
 models, dataset, examples, dtype) is not recomputed. Conditions that share recipient, donor and
-method are computed together in chunks; rows of one forward pass are (example, condition) pairs,
-so a batch holds every pending condition of the chunk for a handful of examples.
+method are computed together in fixed chunks (`conditions_per_chunk`, in the experiment's order);
+rows of one forward pass are (example, condition) pairs: every condition of the chunk for one of
+the experiment's fixed batches of examples, so that prefix sharing splits them the same way in
+every run.
+
+Sharding (`shard=(I, N)`, from `--shard I/N` or torchrun's RANK/WORLD_SIZE): the shard takes
+batches I, I+N, I+2N, ... of the experiment's fixed example batches (`execute.example_batches`)
+and writes its own files (`*.shard-I-of-N.*`); `shards.merge_shards` joins them into the files
+of a whole run. Every batch is computed as in a single-process run, so the merged results equal
+that run's bit for bit.
 
 The folder layout and file formats are in `records`; the computation is in `execute`. The
 runner knows nothing of summaries or reports: `weightgraft.pipelines` calls it, then them.
@@ -21,7 +29,12 @@ from tqdm.auto import tqdm
 from weightgraft.errors import warn
 from weightgraft.experiments import records
 from weightgraft.experiments.config import ExperimentSpec, RunConfig
-from weightgraft.experiments.execute import Resources, compute_chunk, encode_examples
+from weightgraft.experiments.execute import (
+    Resources,
+    compute_chunk,
+    encode_examples,
+    example_batches,
+)
 from weightgraft.experiments.plan import experiment_conditions, layer_indices
 from weightgraft.experiments.preflight import check_before_loading
 from weightgraft.experiments.records import slug  # noqa: F401  (re-exported for callers)
@@ -39,10 +52,12 @@ class RunResult:
 class Runner:
     """Runs a validated RunConfig into a folder."""
 
-    def __init__(self, config: RunConfig, out: str | Path, *, progress: bool = True):
+    def __init__(self, config: RunConfig, out: str | Path, *, progress: bool = True,
+                 shard: tuple[int, int] | None = None):
         self.config = config
         self.out = Path(out)
         self.progress = progress
+        self.shard = shard
         if not progress:
             from transformers.utils import logging as hf_logging
 
@@ -67,8 +82,11 @@ class Runner:
         result = RunResult(out=self.out)
         # run.json first, so that a killed run leaves a record (its session stays `running`).
         session = {"started": started_at, "status": "running"}
-        body.update(status="running", sessions=[*records.previous_sessions(self.out), session])
-        records.write_run_json(self.out, body)
+        if self.shard is not None:
+            body["shard"] = list(self.shard)
+        body.update(status="running",
+                    sessions=[*records.previous_sessions(self.out, self.shard), session])
+        records.write_run_json(self.out, body, self.shard)
         try:
             tokenizer = self.resources.tokenizer(sorted(keys))
             for exp in experiments:
@@ -76,13 +94,13 @@ class Runner:
         except BaseException:
             session.update(status="interrupted", computed=len(result.computed),
                            reused=len(result.reused))
-            records.write_run_json(self.out, dict(body, status="interrupted"))
+            records.write_run_json(self.out, dict(body, status="interrupted"), self.shard)
             raise
         result.seconds = time.perf_counter() - start
         session.update(status="complete", seconds=round(result.seconds, 2),
                        finished=datetime.now(timezone.utc).isoformat(timespec="seconds"),
                        computed=len(result.computed), reused=len(result.reused))
-        records.write_run_json(self.out, dict(body, status="complete"))
+        records.write_run_json(self.out, dict(body, status="complete"), self.shard)
         return result
 
     def run_experiment(self, exp: ExperimentSpec, tokenizer, result: RunResult) -> None:
@@ -90,9 +108,17 @@ class Runner:
         num_layers = res.model(exp.recipient).config.get_text_config().num_hidden_layers
         conditions = experiment_conditions(exp, num_layers)
         examples, available = encode_examples(res, exp, tokenizer)
-        known = records.recorded_result_hashes(self.out, exp.name)
-        if known is None and any(records.results_folder(self.out, exp.name).glob("*.parquet")):
-            warn(f"{records.state_file(self.out, exp.name)} is missing or unreadable; "
+        every_example = examples
+        batches = example_batches(res, exp.recipient, every_example,
+                                  min(self.config.conditions_per_chunk, len(conditions)))
+        if self.shard is not None:
+            batches = batches[self.shard[0]::self.shard[1]]
+            mine = {e.prompt.id for batch in batches for e in batch}
+            examples = [e for e in every_example if e.prompt.id in mine]
+        known = records.recorded_result_hashes(self.out, exp.name, self.shard)
+        pattern = f"*{records.shard_tag(self.shard)}.parquet" if self.shard else "*.parquet"
+        if known is None and any(records.results_folder(self.out, exp.name).glob(pattern)):
+            warn(f"{records.state_file(self.out, exp.name, self.shard)} is missing or unreadable; "
                  "rewriting it, and checking the results by their page checksums alone")
         known = known or {}
         state = {
@@ -105,13 +131,21 @@ class Runner:
             "templates": sorted({e.prompt.template_id for e in examples}),
             "result_sha256": {},
         }
-        pending = []
+        if self.shard is not None:  # what the merged files will be: all examples, their prints
+            state["shard"] = list(self.shard)
+            state["merged"] = {"examples": [e.prompt.id for e in every_example],
+                               "fingerprints": {}}
+        pending = set()
+        fingerprints = {}
         example_ids = [e.prompt.id for e in examples]
         for cond in conditions:
-            fp = records.condition_fingerprint(
-                cond.to_json(), self.config.dtype,
-                {k: res.fingerprint(k) for k in (cond.recipient, *cond.donors)}, examples)
-            path = records.condition_file(self.out, exp.name, cond.name)
+            model_prints = {k: res.fingerprint(k) for k in (cond.recipient, *cond.donors)}
+            fp = records.condition_fingerprint(cond.to_json(), self.config.dtype, model_prints,
+                                               examples)
+            if self.shard is not None:
+                state["merged"]["fingerprints"][cond.name] = records.condition_fingerprint(
+                    cond.to_json(), self.config.dtype, model_prints, every_example)
+            path = records.condition_file(self.out, exp.name, cond.name, self.shard)
             problem = records.reuse_problem(path, fp, example_ids, known.get(path.name))
             if problem is None:
                 result.reused.append(f"{exp.name}/{cond.name}")
@@ -120,24 +154,36 @@ class Runner:
                 if problem[0] == "damaged":
                     warn(f"{path} is damaged ({problem[1]}); recomputing it")
                     result.damaged.append(path)
-                pending.append((cond, fp))
-        records.write_state(self.out, state)
+                pending.add(cond.name)
+            fingerprints[cond.name] = fp
+        records.write_state(self.out, state, self.shard)
+        # Chunks are fixed by the experiment's conditions, not by what is pending: a chunk with
+        # any pending condition is computed whole (the same forwards as an uninterrupted run)
+        # and only its pending conditions are written.
         groups: dict[tuple, list] = {}
-        for cond, fp in pending:
-            groups.setdefault((cond.recipient, cond.donors, cond.method), []).append((cond, fp))
+        for cond in conditions:
+            groups.setdefault((cond.recipient, cond.donors, cond.method), []).append(
+                (cond, fingerprints[cond.name]))
         per_chunk = self.config.conditions_per_chunk
         chunks = [items[i:i + per_chunk] for items in groups.values()
                   for i in range(0, len(items), per_chunk)]
+        chunks = [chunk for chunk in chunks if any(c.name in pending for c, _ in chunk)]
         total = sum(len(chunk) for chunk in chunks) * len(examples)
         with tqdm(total=total, desc=exp.name, unit="row", disable=not self.progress or total == 0,
                   leave=False) as bar:
             for chunk in chunks:
-                rows = compute_chunk(res, exp, [c for c, _ in chunk], examples, tokenizer, bar)
+                # A shard can be left without batches when N exceeds their number.
+                rows = compute_chunk(res, exp, [c for c, _ in chunk], batches, tokenizer, bar)
+                order = {e.prompt.id: i for i, e in enumerate(examples)}
+                for cond, fp in chunk:  # dataset order, whatever the batching did
+                    rows[cond.name].sort(key=lambda r: order[r["example_id"]])
                 for cond, fp in chunk:
-                    path = records.condition_file(self.out, exp.name, cond.name)
+                    if cond.name not in pending:
+                        continue
+                    path = records.condition_file(self.out, exp.name, cond.name, self.shard)
                     state["result_sha256"][path.name] = records.write_condition(
                         path, rows[cond.name], fp)
-                    records.write_state(self.out, state)
+                    records.write_state(self.out, state, self.shard)
                     result.computed.append(f"{exp.name}/{cond.name}")
 
 
@@ -149,7 +195,9 @@ def condition_state(cond, num_layers: int) -> dict:
     return dict(body, file=f"{slug(cond.name)}.parquet")
 
 
-def run_experiments(config: RunConfig, out: str | Path, *, progress: bool = True) -> RunResult:
-    """Run every experiment of `config` into `out`, resuming what is already there. The
-    summary and report are the reporting layer's (see `weightgraft.pipelines.run_all`)."""
-    return Runner(config, out, progress=progress).run()
+def run_experiments(config: RunConfig, out: str | Path, *, progress: bool = True,
+                    shard: tuple[int, int] | None = None) -> RunResult:
+    """Run every experiment of `config` into `out` (only shard I of N of the examples when
+    `shard=(I, N)`), resuming what is already there. The summary and report are the reporting
+    layer's (see `weightgraft.pipelines.run_all`)."""
+    return Runner(config, out, progress=progress, shard=shard).run()

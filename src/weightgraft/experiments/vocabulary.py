@@ -19,7 +19,12 @@ Presets use the authors' bands, named `authors_*`.
 
 from __future__ import annotations
 
+from typing import Literal
+
 from weightgraft.engine.graft import BANDS
+
+# Prompt directions: `forward` asks the first actor for the second (the paper's only direction).
+Direction = Literal["forward", "reversed", "both"]
 
 # ---- positions -------------------------------------------------------------------------------
 # Paper name -> role name in `weightgraft.data.schema.Role`.

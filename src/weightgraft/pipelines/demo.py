@@ -44,7 +44,8 @@ def demo_config(artifacts, *, size: str = "default", recipient: str | None = Non
                    "freetext": freetext_model or str(artifacts.freetext_model)},
         "datasets": {"relation": str(artifacts.relation_data), "known": str(artifacts.known_data),
                      "freetext": str(artifacts.freetext_data)},
-        "experiments": [{"preset": name, "max_examples": cap} for name in ALL_PRESETS],
+        "experiments": [{"preset": name, "max_examples": cap} for name in ALL_PRESETS]
+        + ([{"localize": "relation-minimal", "dataset": "relation", "max_examples": cap}] if size == "default" else []),
         "bootstrap": bootstrap,
     })
 

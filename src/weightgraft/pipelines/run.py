@@ -6,6 +6,7 @@ reads the summary; the report reads the summary and the verdict.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,15 +31,73 @@ class RunOutcome:
 
 
 def run_all(config: RunConfig, out: str | Path, *, progress: bool = True,
-            report: bool = True) -> RunOutcome:
+            report: bool = True, shard: tuple[int, int] | None = None) -> RunOutcome:
     """Run `config` into `out` (resuming), write summary.csv, and unless `report=False` the
-    plots, report.md and report.html; returns what was computed and the verdict's checks."""
+    plots, report.md and report.html; returns what was computed and the verdict's checks.
+    With `shard=(I, N)` only that shard's examples are run, and nothing is summarized until
+    `merge_run` joins the shards (no checks then)."""
     out = Path(out)
-    result = run_experiments(config, out, progress=progress)
+    result = run_experiments(config, out, progress=progress, shard=shard)
+    if shard is not None:
+        return RunOutcome(result, [])
+    for spec in config.localizations():
+        from weightgraft.attribution.experiment import run_localize
+
+        run_localize(config, spec, out, progress=progress)
+    return RunOutcome(result, summarize(config, out, report))
+
+
+def summarize(config: RunConfig, out: Path, report: bool = True) -> list[Check]:
+    """summary.csv, the verdict's checks and (unless `report=False`) the report of a run."""
     write_summary(out, [e.name for e in config.expanded()], config.bootstrap, config.seed)
     checks = check_pattern(read_summary(out), read_recovery(out))
     if report:
         from weightgraft.reporting.report import write_report
 
         write_report(out)
-    return RunOutcome(result, checks)
+    return checks
+
+
+def merge_run(out: str | Path, *, report: bool = True) -> list[Check]:
+    """Join the shards of the run in `out`, then write its summary and report as `run_all`."""
+    from weightgraft.experiments.config import parse_config
+    from weightgraft.experiments.shards import merge_shards
+
+    out = Path(out)
+    config = parse_config(merge_shards(out))
+    return summarize(config, out, report)
+
+
+def run_ranks(config: RunConfig, out: str | Path, *, progress: bool = True,
+              report: bool = True) -> RunOutcome:
+    """One process of `torchrun`/`accelerate launch`: run this rank's shard, wait for every
+    rank, and on rank 0 merge the shards and write the summary and report."""
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    from weightgraft.experiments.shards import shard_from_env
+
+    shard = shard_from_env()
+    if shard is None:
+        return run_all(config, out, progress=progress, report=report)
+    if config.device.startswith("cuda"):  # one GPU per rank
+        import torch
+
+        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        torch.cuda.set_device(local_rank)
+        config = config.model_copy(update={"device": f"cuda:{local_rank}"})
+    started_here = not dist.is_initialized()
+    if started_here:  # long runs: ranks may finish hours apart before the barrier
+        backend = "nccl" if config.device.startswith("cuda") else "gloo"
+        dist.init_process_group(backend, timeout=timedelta(days=7))
+    try:
+        outcome = run_all(config, out, progress=progress and shard[0] == 0, shard=shard)
+        dist.barrier()
+        if shard[0] == 0:
+            outcome = RunOutcome(outcome.run, merge_run(out, report=report))
+        dist.barrier()  # the merged files exist for every rank once this returns
+        return outcome
+    finally:
+        if started_here:
+            dist.destroy_process_group()

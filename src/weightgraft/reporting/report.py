@@ -10,6 +10,7 @@ import html
 import json
 from pathlib import Path
 
+from weightgraft.attribution.experiment import localize_section
 from weightgraft.atomic import write_text_atomic
 from weightgraft.experiments.components import describe
 from weightgraft.experiments.records import read_state
@@ -417,6 +418,7 @@ def build_markdown(out: Path, plots: dict[str, list[Path]]) -> str:
         lines += [f"- {note}" for note in na_notes(summary, state)]
         lines += ["", '<details markdown="1"><summary>Conditions</summary>', "",
                   _conditions_legend(state), "", "</details>", ""]
+    lines += localize_section(out)
     lines += _provenance(run)
     return "\n".join(lines)
 

@@ -1,0 +1,95 @@
+"""The runner's time on the component and layer-sweep presets, prefix sharing on vs off.
+
+Sharing on is the runner as it is: fixed batches (a chunk of conditions x a few examples) whose
+rows share what they have in common through the KV cache. Sharing off runs the same batches with
+every row computed in full (the runner as it was before). Both runs are fresh (nothing to resume), on
+random-weight Llama models of one shape (no download), CPU fp32, with the tests' tiny world of
+prompts; the ratio is measured in one run on this machine (medians of --repeats runs).
+
+Usage: python benchmarks/bench_runner.py [--quick] [--out benchmarks/results/runner.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))  # the tiny world of prompts lives with the tests
+
+from exp_fixtures import base_config, build_tokenizer, write_dataset
+
+from weightgraft.experiments.config import parse_config
+from weightgraft.experiments.runner import Runner
+
+PRESETS = ["components_pre", "components_reversal", "layer_sweeps"]
+
+
+def build_models(root: Path, quick: bool) -> dict[str, str]:
+    """pre and two perturbed copies (sft, b2a), saved as Hugging Face folders."""
+    layers, hidden = (4, 128) if quick else (8, 512)
+    tokenizer = build_tokenizer()
+    config = LlamaConfig(vocab_size=8192, hidden_size=hidden, intermediate_size=hidden * 8 // 3,
+                         num_hidden_layers=layers, num_attention_heads=8, num_key_value_heads=4,
+                         max_position_embeddings=128, bos_token_id=1, pad_token_id=0,
+                         eos_token_id=None)
+    paths = {}
+    for seed, name in enumerate(["pre", "sft", "b2a"]):
+        torch.manual_seed(seed)
+        model = LlamaForCausalLM(config).eval()
+        model.save_pretrained(root / name)
+        tokenizer.save_pretrained(root / name)
+        paths[name] = str(root / name)
+    return paths
+
+
+def time_run(config, share: bool, root: Path) -> float:
+    out = Path(tempfile.mkdtemp(dir=root))
+    runner = Runner(config, out, progress=False)
+    runner.resources.share_prefixes = share
+    for key in config.models:  # loading is not what is compared
+        runner.resources.model(key)
+    start = time.perf_counter()
+    runner.run()
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="smaller models, one repeat")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "runner.json")
+    args = parser.parse_args()
+    repeats = 1 if args.quick else args.repeats
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        models = build_models(root / "models", args.quick)
+        data = write_dataset(root / "data")
+        for preset in PRESETS:
+            config = parse_config(base_config(models, data, [{"preset": preset}]))
+            times = {share: [] for share in (True, False)}
+            for _ in range(repeats):
+                for share in (False, True):
+                    times[share].append(time_run(config, share, root))
+            on, off = statistics.median(times[True]), statistics.median(times[False])
+            rows.append({"preset": preset, "seconds_sharing_on": round(on, 3),
+                         "seconds_sharing_off": round(off, 3), "speedup": round(off / on, 2)})
+            print(f"{preset:22s} sharing off {off:7.2f} s   on {on:7.2f} s   {off / on:5.2f}x",
+                  flush=True)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"quick": args.quick, "repeats": repeats,
+                                    "threads": torch.get_num_threads(), "results": rows},
+                                   indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,10 @@
+"""Graft attribution and minimal graft search: which cells (position x layer x component) carry
+a finetuning effect, and the smallest graft that carries most of it."""
+
+from weightgraft.attribution.agreement import cell_agreement
+from weightgraft.attribution.attribute import Attribution, attribute, position_roles
+from weightgraft.attribution.exact import exact_cell_effects, spearman
+from weightgraft.attribution.localize import Example, LocalizeResult, encode_examples, localize
+
+__all__ = ["Attribution", "Example", "LocalizeResult", "attribute", "cell_agreement", "encode_examples",
+           "exact_cell_effects", "localize", "position_roles", "spearman"]

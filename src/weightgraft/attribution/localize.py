@@ -1,0 +1,367 @@
+"""Minimal graft search: the smallest set of (role, layer, component) groups that carries the
+finetuning effect.
+
+1. Attribute every cell of every prompt (`attribute`), sum each prompt's cells over the positions
+   of each role (FE, M, R, LT, other), and average over prompts: one score per group.
+2. Graft the top-1, top-2, ... groups exactly with the engine, and stop at the smallest set whose
+   recovery of the SFT gain, (set - PRE) / (SFT - PRE), reaches the target on top-5 accuracy and on
+   the target's probability (both at the prompt's last token, as in the paper). Sizes 1..16 are
+   tried one by one, then sizes growing by a quarter up to every group (which is the donor
+   everywhere: recovery 1); the first passing size is refined one by one from the last failing.
+3. For comparison: the same nested sizes in a seeded random order, and the paper's FE+LT
+   (every layer and component at the first entity and the last token).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from weightgraft.attribution.attribute import PAPER_ROLES, Attribution, attribute, position_roles
+from weightgraft.attribution.cells import donor_name
+from weightgraft.data.batching import right_pad
+from weightgraft.engine.graft import Graft
+
+# A group: (role, layer or None for a model-level component, component).
+Group = tuple[str, "int | None", str]
+METRICS = ("top5", "prob")
+
+
+@dataclass
+class Example:
+    """One prompt, encoded: its tokens, the first target token, and each role's positions."""
+
+    id: str
+    fact_id: str
+    template: str
+    input_ids: list[int]
+    target_id: int
+    roles: dict[str, list[int]]  # paper role -> real-token positions (other included)
+    tokens: list[str]
+    target: str = ""  # the first target token, as text
+
+
+def encode_examples(tokenizer, prompts) -> list[Example]:
+    """EvalPrompts of a weightgraft dataset -> Examples (roles from the prompts' character spans)."""
+    from weightgraft.data.encode import encode_prompt
+
+    out = []
+    for prompt in prompts:
+        enc = encode_prompt(tokenizer, prompt)
+        if not enc.target_ids:
+            raise ValueError(f"prompt {prompt.id!r}: target {prompt.target!r} has no tokens")
+        named = position_roles({str(k): v for k, v in enc.positions.items()}, len(enc.input_ids))
+        roles = {role: [p for p, r in enumerate(named) if r == role] for role in PAPER_ROLES}
+        tokens = [tokenizer.decode([i]) for i in enc.input_ids]
+        out.append(Example(prompt.id, prompt.fact_id, prompt.template_id, list(enc.input_ids),
+                           int(enc.target_ids[0]), {r: p for r, p in roles.items() if p}, tokens,
+                           tokenizer.decode([enc.target_ids[0]])))
+    return out
+
+
+@dataclass
+class LocalizeResult:
+    """What `localize` found; `save` writes it with its pictures."""
+
+    method: str
+    target: float
+    groups: list[Group]  # every group, best-scored first
+    scores: list[float]  # their mean attribution per prompt
+    chosen: list[Group]  # the minimal set (empty when not reached)
+    reached: bool
+    curve: list[dict]  # one entry per evaluated size k: recovery for attribution and random order
+    baselines: dict  # PRE, SFT and FE+LT: top5 and prob
+    counts: dict  # groups and cells of the chosen set vs FE+LT-all
+    attributions: list[Attribution]  # per batch, in example order
+    examples: list[Example]
+    seconds: dict = field(default_factory=dict)
+    agreement: dict = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    intervals: dict = field(default_factory=dict)  # name -> metric -> value, low, high (fact-clustered)
+    stop_on: tuple[str, ...] = METRICS  # the metrics whose recovery must reach the target
+
+    def ranking_table(self):
+        import polars as pl
+
+        return pl.DataFrame({
+            "rank": list(range(1, len(self.groups) + 1)),
+            "role": [g[0] for g in self.groups], "layer": [g[1] for g in self.groups],
+            "component": [g[2] for g in self.groups], "score": self.scores,
+            "chosen": [i < len(self.chosen) for i in range(len(self.groups))],
+        }, schema_overrides={"layer": pl.Int64})
+
+    def cell_table(self):
+        """Every example's every cell: example_id, position, token, role, layer, component, effect."""
+        import polars as pl
+
+        frames, start = [], 0
+        for attr in self.attributions:
+            rows = self.examples[start : start + len(attr.lengths)]
+            start += len(rows)
+            frames.append(attr.table(
+                roles=[e.roles for e in rows], tokens=[e.tokens for e in rows], row_ids=[e.id for e in rows]))
+        return pl.concat(frames).drop("row")
+
+    def summary(self) -> dict:
+        chosen_k = len(self.chosen)
+        at_k = next((c for c in self.curve if c["k"] == chosen_k), None)
+        return {
+            "method": self.method, "target_recovery": self.target, "stop_on": list(self.stop_on),
+            "reached": self.reached,
+            "chosen": [{"role": r, "layer": l, "component": c} for r, l, c in self.chosen],
+            "recovery": {m: at_k[f"recovery_{m}"] for m in METRICS} if at_k else None,
+            "random_recovery_same_size": {m: at_k[f"random_recovery_{m}"] for m in METRICS} if at_k else None,
+            "baselines": self.baselines, "counts": self.counts, "examples": len(self.examples),
+            "intervals": self.intervals, "seconds": self.seconds, "agreement": self.agreement,
+            "notes": self.notes,
+        }
+
+    def save(self, folder) -> dict[str, str]:
+        """localize.json, ranking/curve/cells parquet, and the pictures; returns name -> path."""
+        import json
+        from pathlib import Path
+
+        import polars as pl
+
+        from weightgraft.atomic import write_text_atomic
+        from weightgraft.attribution import plots
+
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        written = {"summary": folder / "localize.json", "ranking": folder / "ranking.parquet",
+                   "curve": folder / "curve.parquet", "cells": folder / "cells.parquet"}
+        write_text_atomic(written["summary"], json.dumps(self.summary(), indent=2) + "\n")
+        self.ranking_table().write_parquet(written["ranking"])
+        pl.DataFrame(self.curve).write_parquet(written["curve"])
+        cells = self.cell_table()
+        cells.write_parquet(written["cells"])
+        written["heatmaps"] = plots.role_heatmaps(self.ranking_table(), folder / "heatmaps.png")
+        written["recovery"] = plots.recovery_curve(self, folder / "recovery.png")
+        written["positions"] = plots.position_heatmaps(cells, self.examples[0].id, folder / "positions.png")
+        written["tokens"] = plots.token_view(cells, self.examples, set(self.chosen), folder / "tokens.html")
+        return {k: str(v) for k, v in written.items()}
+
+
+def localize(
+    grafter,
+    examples: Sequence[Example],
+    method: str = "gradient",
+    steps: int = 16,
+    target: float = 0.9,
+    batch_size: int = 16,
+    sizes_per_pass: int = 8,
+    dense_sizes: int = 16,
+    max_groups: int | None = None,
+    seed: int = 0,
+    progress: bool = False,
+    donor: str | None = None,
+    stop_on: Sequence[str] = METRICS,
+) -> LocalizeResult:
+    """Rank (role, layer, component) groups by attribution and find the smallest top-k set whose
+    exact graft recovers `target` of the SFT gain on top-5 and on probability. With several
+    donors, `donor` names the one to localize (SFT is that donor everywhere)."""
+    if not examples:
+        raise ValueError("localize needs at least one example")
+    if not 0 < target <= 1:
+        raise ValueError(f"target recovery must be in (0, 1], got {target}")
+    stop_on = tuple(stop_on)
+    if not stop_on or any(m not in METRICS for m in stop_on):
+        raise ValueError(f"stop_on must name one or more of {list(METRICS)}, not {list(stop_on)}")
+    examples = list(examples)
+    seconds: dict[str, float] = {}
+    start = time.perf_counter()
+    name = donor_name(grafter, donor)
+    attributions = [_attribute_batch(grafter, examples[i : i + batch_size], method, steps, donor)
+                    for i in range(0, len(examples), batch_size)]
+    seconds["attribute"] = time.perf_counter() - start
+    groups, scores = _rank_groups(attributions, examples)
+    if max_groups is not None:
+        groups, scores = groups[:max_groups], scores[:max_groups]
+
+    start = time.perf_counter()
+    everything = [[Graft(donor=name)] for _ in examples]
+    fe_lt = [[Graft(e.roles.get("FE", []) + e.roles.get("LT", []), donor=name)] for e in examples]
+    (pre, sft, felt) = _evaluate(grafter, examples, [[[] for _ in examples], everything, fe_lt], batch_size)
+    per_example = {"PRE": pre.pop("per_example"), "SFT": sft.pop("per_example"), "FE+LT": felt.pop("per_example")}
+    baselines = {"PRE": pre, "SFT": sft, "FE+LT": felt}
+    notes = []
+    gains = {m: sft[m] - pre[m] for m in METRICS}
+    for m, gain in gains.items():
+        if gain <= 0:
+            raise ValueError(
+                f"the donor does not improve on the recipient in {m} (PRE {pre[m]:.3f}, SFT {sft[m]:.3f}) "
+                "on these prompts: there is no gain to localize; check the models' order and the dataset")
+    baselines["FE+LT"].update({f"recovery_{m}": (felt[m] - pre[m]) / gains[m] for m in METRICS})
+
+    shuffled = list(groups)
+    random.Random(seed).shuffle(shuffled)
+    curve: dict[int, dict] = {}
+    values: dict[int, tuple[dict, dict]] = {}  # per-example values of each size, for intervals
+
+    def measure(sizes: list[int]) -> int | None:
+        """Graft the top-k (and random-k) sets of these sizes; the first size reaching the target."""
+        for i in range(0, len(sizes), sizes_per_pass):
+            part = sizes[i : i + sizes_per_pass]
+            sets = [[_grafts_for(e, groups[:k], name) for e in examples] for k in part]
+            sets += [[_grafts_for(e, shuffled[:k], name) for e in examples] for k in part]
+            results = _evaluate(grafter, examples, sets, batch_size)
+            for j, k in enumerate(part):
+                ours, rand = results[j], results[len(part) + j]
+                values[k] = (ours.pop("per_example"), rand.pop("per_example"))
+                entry = {"k": k, **{m: ours[m] for m in METRICS}, **{f"random_{m}": rand[m] for m in METRICS}}
+                entry.update({f"recovery_{m}": (ours[m] - pre[m]) / gains[m] for m in METRICS})
+                entry.update({f"random_recovery_{m}": (rand[m] - pre[m]) / gains[m] for m in METRICS})
+                curve[k] = entry
+            if progress:
+                last = curve[part[-1]]
+                print(f"localize: sizes {part[0]}-{part[-1]} of {len(groups)}: recovery top5 "
+                      f"{last['recovery_top5']:.2f}, prob {last['recovery_prob']:.2f}", flush=True)
+            passing = [k for k in part if all(curve[k][f"recovery_{m}"] >= target for m in stop_on)]
+            if passing:
+                return passing[0]
+        return None
+
+    # Sizes 1..dense_sizes one by one, then growing by a quarter up to every group; the first
+    # passing size is then refined one by one from the last size that did not pass.
+    schedule = _size_schedule(len(groups), dense_sizes)
+    chosen_k = measure(schedule)
+    if chosen_k is not None:
+        below = max([k for k in curve if k < chosen_k], default=0)
+        if chosen_k - below > 1:
+            chosen_k = measure(list(range(below + 1, chosen_k))) or chosen_k
+    curve = [curve[k] for k in sorted(curve)]
+    if chosen_k is not None:
+        per_example["chosen"], per_example["random"] = values[chosen_k]
+    seconds["search"] = time.perf_counter() - start
+    reached = chosen_k is not None
+    chosen = groups[:chosen_k] if reached else []
+    if not reached:
+        notes.append(f"no top-k set of the {len(groups)} groups reached {target:.0%} recovery on {' and '.join(stop_on)}")
+    intervals, note = recovery_intervals(examples, per_example, seed)
+    notes.append(note)
+    counts = _counts(grafter, examples, chosen)
+    return LocalizeResult(method, target, groups, scores, chosen, reached, curve, baselines, counts,
+                          attributions, examples, seconds, notes=notes, intervals=intervals, stop_on=stop_on)
+
+
+# --- internals --------------------------------------------------------------------------------
+def _size_schedule(count: int, dense: int) -> list[int]:
+    """1..dense, then each size a quarter above the previous, ending at `count` (every group)."""
+    sizes = list(range(1, min(dense, count) + 1))
+    while sizes[-1] < count:
+        sizes.append(min(count, max(sizes[-1] + 1, round(sizes[-1] * 1.25))))
+    return sizes
+
+
+def _attribute_batch(grafter, batch: list[Example], method: str, steps: int, donor: str | None) -> Attribution:
+    ids, mask = right_pad([e.input_ids for e in batch], pad_id=0)
+    return attribute(grafter, ids, [e.target_id for e in batch], attention_mask=mask, method=method, steps=steps,
+                     donor=donor)
+
+
+def _rank_groups(attributions: list[Attribution], examples: list[Example]) -> tuple[list[Group], list[float]]:
+    """Mean over prompts of each group's attribution summed over the role's positions."""
+    first = attributions[0]
+    num_layers, comps, model_comps = first.cells.shape[2], first.layer_components, first.model_components
+    layer_total = torch.zeros(len(PAPER_ROLES), num_layers, len(comps), dtype=torch.float64)
+    model_total = torch.zeros(len(PAPER_ROLES), len(model_comps), dtype=torch.float64)
+    present = torch.zeros(len(PAPER_ROLES), dtype=torch.bool)
+    index = 0
+    for attr in attributions:
+        for b, length in enumerate(attr.lengths):
+            example = examples[index]
+            index += 1
+            onehot = torch.zeros(len(PAPER_ROLES), length, dtype=torch.float64)
+            for r, role in enumerate(PAPER_ROLES):
+                onehot[r, example.roles.get(role, [])] = 1.0
+            present |= onehot.sum(1) > 0
+            layer_total += torch.einsum("rp,plc->rlc", onehot, attr.cells[b, :length].double())
+            model_total += onehot @ attr.model_level[b, :length].double()
+    scored: list[tuple[float, Group]] = []
+    n = len(examples)
+    for r, role in enumerate(PAPER_ROLES):
+        if not present[r]:
+            continue
+        scored += [(float(model_total[r, c]) / n, (role, None, comp)) for c, comp in enumerate(model_comps)]
+        scored += [(float(layer_total[r, l, c]) / n, (role, l, comp))
+                   for l in range(num_layers) for c, comp in enumerate(comps)]
+    scored.sort(key=lambda item: -item[0])  # stable: ties keep role, layer, component order
+    return [g for _, g in scored], [s for s, _ in scored]
+
+
+def _grafts_for(example: Example, groups: Sequence[Group], donor: str | None = None) -> list[Graft]:
+    """One Graft per (role, component) of the set, over that component's chosen layers."""
+    layers: dict[tuple[str, str], list[int]] = {}
+    for role, layer, comp in groups:
+        if example.roles.get(role):
+            layers.setdefault((role, comp), []).append(0 if layer is None else layer)
+    return [Graft(positions=example.roles[role], layers=sorted(set(ls)), components=[comp], donor=donor)
+            for (role, comp), ls in layers.items()]
+
+
+def _evaluate(grafter, examples: list[Example], sets: list[list[list[Graft]]], batch_size: int) -> list[dict]:
+    """Exact top-5 accuracy and mean probability of the first target token, per set of grafts
+    (each set: one graft list per example), with the per-example values under `per_example`.
+    Rows of one prompt are adjacent, so the engine shares their common prefix."""
+    rows = [(s, e) for e in range(len(examples)) for s in range(len(sets))]
+    ranks = np.zeros((len(sets), len(examples)))
+    probs = np.zeros((len(sets), len(examples)))
+    per_pass = max(1, batch_size * 16)
+    for start in range(0, len(rows), per_pass):
+        chunk = rows[start : start + per_pass]
+        ids, mask = right_pad([examples[e].input_ids for _, e in chunk], pad_id=0)
+        grafts = [sets[s][e] or None for s, e in chunk]
+        logits = grafter.last_logits(ids, row_grafts=grafts, attention_mask=mask).float()
+        target = torch.tensor([examples[e].target_id for _, e in chunk], device=logits.device)
+        chosen = logits.gather(1, target[:, None])
+        rank = ((logits > chosen).sum(-1) + 1).cpu().numpy()
+        prob = torch.softmax(logits, -1).gather(1, target[:, None])[:, 0].cpu().numpy()
+        for (s, e), r, p in zip(chunk, rank, prob):
+            ranks[s, e], probs[s, e] = r, p
+    return [{"top5": float((ranks[s] <= 5).mean()), "prob": float(probs[s].mean()),
+             "per_example": {"top5": (ranks[s] <= 5).astype(float), "prob": probs[s]}}
+            for s in range(len(sets))]
+
+
+def _counts(grafter, examples: list[Example], chosen: list[Group]) -> dict:
+    """The chosen set against FE+LT-all, in groups and in cells (position x layer x component)."""
+    adapter = grafter.adapter
+    per_position = grafter.num_layers * len(adapter.per_layer) + len(adapter.model_level)
+    fe_lt_groups = 2 * per_position
+    chosen_cells = [sum(len(e.roles.get(role, [])) for role, _, _ in chosen) for e in examples]
+    fe_lt_cells = [per_position * (len(e.roles.get("FE", [])) + len(e.roles.get("LT", []))) for e in examples]
+    return {"chosen_groups": len(chosen), "fe_lt_groups": fe_lt_groups,
+            "chosen_cells_per_prompt": float(np.mean(chosen_cells)),
+            "fe_lt_cells_per_prompt": float(np.mean(fe_lt_cells)),
+            "all_cells_per_prompt": float(np.mean([per_position * len(e.input_ids) for e in examples]))}
+
+
+def recovery_intervals(examples: list[Example], per_example: dict, seed: int, resamples: int = 2000,
+                       ) -> tuple[dict, str]:
+    """95% fact-clustered bootstrap intervals of the recovery of the chosen set, the random set of
+    the same size and FE+LT (facts resampled with all their prompts; one resample set shared by
+    PRE, SFT and each condition), from `weightgraft.reporting.statistics` when it is there."""
+    try:
+        from weightgraft.reporting import statistics as st
+    except ImportError:
+        return {}, ("recovery is a point estimate over the prompts: no fact-clustered interval "
+                    "(weightgraft.reporting.statistics is not available)")
+    _, index = st.fact_index([e.fact_id for e in examples])
+    n_facts = int(index.max()) + 1
+    counts = st.draw_fact_counts(n_facts, resamples, st.seed_for(seed, "localize"))
+    names = [n for n in ("FE+LT", "chosen", "random") if n in per_example]
+    out: dict = {}
+    for metric in METRICS:
+        columns = np.stack([per_example[n][metric] for n in ["PRE", "SFT", *names]], axis=1)
+        sums, sizes = st.fact_sums(index, columns, n_facts)
+        point, samples = st.clustered_means(counts, sums, sizes)
+        for j, name in enumerate(names, start=2):
+            r = st.recovery(point[j], point[0], point[1], samples[:, j], samples[:, 0], samples[:, 1])
+            out.setdefault(name, {})[metric] = {"value": r.value, "low": r.low, "high": r.high, "defined": r.defined}
+    return out, (f"intervals: 95% fact-clustered bootstrap over {n_facts} facts, {resamples} resamples "
+                 "(weightgraft.reporting.statistics)")
