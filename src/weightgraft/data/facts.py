@@ -27,7 +27,7 @@ GENERATED_KINDS: tuple[FactKind, ...] = ("fake_fake", "fake_real", "real_shuffle
 def _details(rng: random.Random, factory: NameFactory) -> dict:
     return dict(
         main_character=factory.person(),
-        release_year=rng.randint(1950, 2024),
+        release_year=rng.randint(*words.RELEASE_YEARS),
         genre=rng.choice(words.GENRES),
         city=rng.choice(words.CITIES),
         director=factory.person(),

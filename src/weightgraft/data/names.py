@@ -15,6 +15,9 @@ from faker.providers.person.en_US import Provider as PersonProvider
 from weightgraft.data import words
 from weightgraft.data.real_entities import REAL_ACTORS, REAL_FILMS
 
+# Draws before a name factory gives up on finding an unused name (then an error says what to change).
+MAX_DRAWS = 10_000
+
 
 @lru_cache(maxsize=1)
 def _faker_name_lists() -> tuple[list[str], list[str]]:
@@ -58,7 +61,7 @@ class NameFactory:
         self.used_first: set[str] = set()
 
     def person(self, unique_first: bool = False) -> str:
-        for _ in range(10_000):
+        for _ in range(MAX_DRAWS):
             first = self.rng.choice(self.pool.first_names)
             if unique_first and first in self.used_first:
                 continue
@@ -73,7 +76,7 @@ class NameFactory:
         )
 
     def title(self) -> str:
-        for _ in range(10_000):
+        for _ in range(MAX_DRAWS):
             pattern = self.rng.choice(words.TITLE_PATTERNS)
             title = pattern.format(
                 adj=self.rng.choice(words.TITLE_ADJECTIVES),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+RELEASE_YEARS = (1950, 2024)  # fake films' release years, both ends included
+
 GENRES = (
     "drama", "comedy", "thriller", "romance", "western", "musical", "mystery", "adventure",
     "war", "science fiction", "horror", "crime", "fantasy", "biographical", "sports", "family",

@@ -28,6 +28,16 @@ from weightgraft.data.templates import (
     with_article,
 )
 
+# The pretraining mixture, as cumulative bounds on one uniform roll per document (the share of
+# each kind in brackets). These exact numbers fix the built-in world's bytes: change them and the
+# built-in models change.
+MIX_ARTICLES = 0.20  # templated articles about a film [20%]
+MIX_QA = 0.42  # templated questions and answers [22%]
+MIX_FREETEXT = 0.52  # free-text articles [10%]
+MIX_EVAL_PROMPTS = 0.80  # evaluation-style sentences with their answer, exposed films only [28%]
+MIX_ACTOR_BIOS = 0.88  # one-line actor biographies [8%]; the rest [12%] is background text
+EVAL_TEMPLATE_SHARE = 0.75  # among the evaluation-style documents: evaluation vs validation sentences
+
 
 @dataclass
 class World:
@@ -107,7 +117,7 @@ class World:
             title = factory.title()
             self._background_titles.add(title)
             sentences.append(
-                f"{title} is a {rng.randint(1950, 2024)} {rng.choice(words.GENRES)} film"
+                f"{title} is a {rng.randint(*words.RELEASE_YEARS)} {rng.choice(words.GENRES)} film"
                 f" directed by {rng.choice(people)}."
             )
         for adj in words.TITLE_ADJECTIVES:
@@ -118,22 +128,22 @@ class World:
     def document(self, rng: random.Random) -> str:
         """One pretraining document, drawn from the world's mixture of text kinds."""
         roll = rng.random()
-        if roll < 0.20:
+        if roll < MIX_ARTICLES:
             return render_training(rng.choice(list(ARTICLE_TEMPLATES.values())),
                                    rng.choice(self.films), reverse=rng.random() < 0.5)
-        if roll < 0.42:
+        if roll < MIX_QA:
             return render_training(rng.choice(list(QA_TEMPLATES.values())),
                                    rng.choice(self.films), reverse=rng.random() < 0.5)
-        if roll < 0.52:
+        if roll < MIX_FREETEXT:
             return freetext_article(rng.choice(self.films), rng)
-        if roll < 0.80:
+        if roll < MIX_EVAL_PROMPTS:
             film = rng.choice(self.exposed_films)
-            templates = EVAL_TEMPLATES if rng.random() < 0.75 else VALIDATION_TEMPLATES
+            templates = EVAL_TEMPLATES if rng.random() < EVAL_TEMPLATE_SHARE else VALIDATION_TEMPLATES
             reverse = rng.random() < 0.5
             entity, target = (film.second_actor, film.first_actor) if reverse else (film.first_actor, film.second_actor)
             prompt = render_marked(rng.choice(list(templates.values())), entity, film.movie_title)
             return f"{prompt.text} {target}."
-        if roll < 0.88:
+        if roll < MIX_ACTOR_BIOS:
             film = rng.choice(self.films)
             actor = film.first_actor if rng.random() < 0.5 else film.second_actor
             return (f"{actor} is a film actor. {actor} is best known for {film.movie_title},"

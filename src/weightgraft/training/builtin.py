@@ -31,6 +31,9 @@ from weightgraft.training.finetune import FinetuneConfig
 from weightgraft.training.pretrain import PretrainConfig
 
 BUILTIN_VERSION = "5"
+# Pretraining draws (tokens it trains on) / TOKENS_PER_DOCUMENT documents from the world: a rough
+# average document length in tokens. Part of the built-in models' bytes: changing it changes them.
+TOKENS_PER_DOCUMENT = 25
 Size = Literal["default", "tiny"]
 
 
@@ -219,7 +222,7 @@ def ensure_builtin(
             w = world()
             tokenizer = train_bpe_tokenizer(w.documents(spec.tokenizer_docs, "tokenizer"), spec.vocab_size)
             cfg = spec.pretrain
-            docs = w.documents(cfg.steps * cfg.batch_size * cfg.block_size // 25, "pretrain")
+            docs = w.documents(cfg.steps * cfg.batch_size * cfg.block_size // TOKENS_PER_DOCUMENT, "pretrain")
             pretrain(docs, tokenizer, cfg, art.pretrained, progress=progress,
                      extra_record={"world_seed": spec.seed, "n_films": spec.n_films, "size": size,
                                    "vocab_size": spec.vocab_size})
