@@ -25,10 +25,10 @@ from transformers import LlamaConfig, LlamaForCausalLM
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))  # the tiny world of prompts lives with the tests
 
-from exp_fixtures import base_config, build_tokenizer, write_dataset
+from exp_fixtures import base_config, build_tokenizer, write_dataset  # noqa: E402  (after the sys.path line above)
 
-from weightgraft.experiments.config import parse_config
-from weightgraft.experiments.runner import Runner
+from weightgraft.experiments.config import parse_config  # noqa: E402
+from weightgraft.experiments.runner import Runner  # noqa: E402
 
 PRESETS = ["components_pre", "components_reversal", "layer_sweeps"]
 

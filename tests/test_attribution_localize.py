@@ -84,8 +84,8 @@ def test_localize_curve_equals_independent_exact_grafts(world):
         k = entry["k"]
         ranks, probs = [], []
         for example in examples:  # one Graft per group, built here, not by localize
-            grafts = [Graft(example.roles[r], [0 if l is None else l], [c])
-                      for r, l, c in result.groups[:k] if r in example.roles]
+            grafts = [Graft(example.roles[r], [0 if layer is None else layer], [c])
+                      for r, layer, c in result.groups[:k] if r in example.roles]
             logits = grafter.last_logits(torch.tensor([example.input_ids]), grafts=grafts or None)[0]
             ranks.append(int((logits > logits[example.target_id]).sum()) + 1)
             probs.append(float(torch.softmax(logits, -1)[example.target_id]))

@@ -91,7 +91,7 @@ class Attribution:
             model = self.model_level[b, :length].reshape(-1).tolist()
             positions = [p for p in range(length) for _ in range(num_layers * n_comp)]
             positions += [p for p in range(length) for _ in range(n_model)]
-            layers = [l for _ in range(length) for l in range(num_layers) for _ in range(n_comp)]
+            layers = [layer for _ in range(length) for layer in range(num_layers) for _ in range(n_comp)]
             layers += [None] * (length * n_model)
             comps = [c for _ in range(length * num_layers) for c in self.layer_components]
             comps += [c for _ in range(length) for c in self.model_components]

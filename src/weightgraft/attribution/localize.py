@@ -113,7 +113,7 @@ class LocalizeResult:
         return {
             "method": self.method, "target_recovery": self.target, "stop_on": list(self.stop_on),
             "reached": self.reached,
-            "chosen": [{"role": r, "layer": l, "component": c} for r, l, c in self.chosen],
+            "chosen": [{"role": r, "layer": layer, "component": c} for r, layer, c in self.chosen],
             "recovery": {m: at_k[f"recovery_{m}"] for m in METRICS} if at_k else None,
             "random_recovery_same_size": {m: at_k[f"random_recovery_{m}"] for m in METRICS} if at_k else None,
             "baselines": self.baselines, "counts": self.counts, "examples": len(self.examples),
@@ -288,8 +288,8 @@ def _rank_groups(attributions: list[Attribution], examples: list[Example]) -> tu
         if not present[r]:
             continue
         scored += [(float(model_total[r, c]) / n, (role, None, comp)) for c, comp in enumerate(model_comps)]
-        scored += [(float(layer_total[r, l, c]) / n, (role, l, comp))
-                   for l in range(num_layers) for c, comp in enumerate(comps)]
+        scored += [(float(layer_total[r, layer, c]) / n, (role, layer, comp))
+                   for layer in range(num_layers) for c, comp in enumerate(comps)]
     scored.sort(key=lambda item: -item[0])  # stable: ties keep role, layer, component order
     return [g for _, g in scored], [s for s, _ in scored]
 

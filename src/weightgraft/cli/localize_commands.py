@@ -81,7 +81,7 @@ def localize_command(
                   f"{base['FE+LT']['recovery_top5']:.0%} (top-5), {base['FE+LT']['recovery_prob']:.0%} (prob) "
                   f"with {result.counts['fe_lt_groups']} groups")
     if result.reached:
-        names = ", ".join(f"{r}/{'model' if l is None else f'L{l}'}/{c}" for r, l, c in result.chosen)
+        names = ", ".join(f"{r}/{'model' if layer is None else f'L{layer}'}/{c}" for r, layer, c in result.chosen)
         console.print(f"[green]minimal set: {len(result.chosen)} groups[/green] recovering "
                       f"{summary['recovery']['top5']:.0%} (top-5), {summary['recovery']['prob']:.0%} (prob); "
                       f"random order at that size: {summary['random_recovery_same_size']['top5']:.0%}, "

@@ -175,7 +175,7 @@ class Runner:
                 # A shard can be left without batches when N exceeds their number.
                 rows = compute_chunk(res, exp, [c for c, _ in chunk], batches, tokenizer, bar)
                 order = {e.prompt.id: i for i, e in enumerate(examples)}
-                for cond, fp in chunk:  # dataset order, whatever the batching did
+                for cond, _ in chunk:  # dataset order, whatever the batching did
                     rows[cond.name].sort(key=lambda r: order[r["example_id"]])
                 for cond, fp in chunk:
                     if cond.name not in pending:
