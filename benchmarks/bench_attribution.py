@@ -100,17 +100,24 @@ def main() -> None:
     params = sum(p.numel() for p in recipient.parameters())
     results = {
         "model": f"GPT-2-small-shaped random, {params / 1e6:.0f}M parameters" + (" (quick)" if args.quick else ""),
-        "batch": BATCH, "seq": SEQ, "steps": STEPS, "cells": all_cells,
+        "batch": BATCH,
+        "seq": SEQ,
+        "steps": STEPS,
+        "cells": all_cells,
         "plain_forward_backward_s": statistics.median(plain_times),
-        "gradient_s": gradient, "integrated_s": integrated_time,
-        "exhaustive_single_cell_s_estimated": exhaustive, "sampled_cells": len(sample),
+        "gradient_s": gradient,
+        "integrated_s": integrated_time,
+        "exhaustive_single_cell_s_estimated": exhaustive,
+        "sampled_cells": len(sample),
         "a_gradient_over_forward_backward": statistics.median(grad_ratios),
         "b_integrated_over_forward_backward": integrated_ratio,
         "c_exhaustive_over_gradient": exhaustive / gradient,
         "c_exhaustive_over_integrated": exhaustive / integrated_time,
     }
-    print(f"\n{results['model']}; batch {BATCH} x {SEQ} tokens = {all_cells} cells; torch {torch.__version__}, "
-          f"{torch.get_num_threads()} threads, CPU")
+    print(
+        f"\n{results['model']}; batch {BATCH} x {SEQ} tokens = {all_cells} cells; torch {torch.__version__}, "
+        f"{torch.get_num_threads()} threads, CPU"
+    )
     rows = [
         ("a_gradient_over_forward_backward", "(a) gradient attribution / plain fwd+bwd", "<= 3"),
         ("b_integrated_over_forward_backward", f"(b) integrated ({STEPS} steps) / plain fwd+bwd", f"~ {STEPS}"),

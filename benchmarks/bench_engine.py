@@ -27,7 +27,6 @@ import torch
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
 from reference_grafter import GraftSpec, reference_logits  # the per-token method, beside this script
-
 from weightgraft import Graft, Grafter
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -26,7 +26,6 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))  # the tiny world of prompts lives with the tests
 
 from exp_fixtures import base_config, build_tokenizer, write_dataset  # noqa: E402  (after the sys.path line above)
-
 from weightgraft.experiments.config import parse_config  # noqa: E402
 from weightgraft.experiments.runner import Runner  # noqa: E402
 
@@ -37,10 +36,18 @@ def build_models(root: Path, quick: bool) -> dict[str, str]:
     """pre and two perturbed copies (sft, b2a), saved as Hugging Face folders."""
     layers, hidden = (4, 128) if quick else (8, 512)
     tokenizer = build_tokenizer()
-    config = LlamaConfig(vocab_size=8192, hidden_size=hidden, intermediate_size=hidden * 8 // 3,
-                         num_hidden_layers=layers, num_attention_heads=8, num_key_value_heads=4,
-                         max_position_embeddings=128, bos_token_id=1, pad_token_id=0,
-                         eos_token_id=None)
+    config = LlamaConfig(
+        vocab_size=8192,
+        hidden_size=hidden,
+        intermediate_size=hidden * 8 // 3,
+        num_hidden_layers=layers,
+        num_attention_heads=8,
+        num_key_value_heads=4,
+        max_position_embeddings=128,
+        bos_token_id=1,
+        pad_token_id=0,
+        eos_token_id=None,
+    )
     paths = {}
     for seed, name in enumerate(["pre", "sft", "b2a"]):
         torch.manual_seed(seed)
@@ -81,14 +88,21 @@ def main() -> None:
                 for share in (False, True):
                     times[share].append(time_run(config, share, root))
             on, off = statistics.median(times[True]), statistics.median(times[False])
-            rows.append({"preset": preset, "seconds_sharing_on": round(on, 3),
-                         "seconds_sharing_off": round(off, 3), "speedup": round(off / on, 2)})
-            print(f"{preset:22s} sharing off {off:7.2f} s   on {on:7.2f} s   {off / on:5.2f}x",
-                  flush=True)
+            rows.append(
+                {
+                    "preset": preset,
+                    "seconds_sharing_on": round(on, 3),
+                    "seconds_sharing_off": round(off, 3),
+                    "speedup": round(off / on, 2),
+                }
+            )
+            print(f"{preset:22s} sharing off {off:7.2f} s   on {on:7.2f} s   {off / on:5.2f}x", flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"quick": args.quick, "repeats": repeats,
-                                    "threads": torch.get_num_threads(), "results": rows},
-                                   indent=2))
+    args.out.write_text(
+        json.dumps(
+            {"quick": args.quick, "repeats": repeats, "threads": torch.get_num_threads(), "results": rows}, indent=2
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -29,12 +29,21 @@ def synthetic_frame(seed: int = 0) -> pl.DataFrame:
     n = FACTS * PROMPTS
     parts = []
     for c in ["PRE", "SFT"] + [f"C{i}" for i in range(CONDITIONS - 2)]:
-        parts.append(pl.DataFrame({
-            "condition": [c] * n, "example_id": [f"e{i}" for i in range(n)],
-            "fact_id": [f"f{i // PROMPTS}" for i in range(n)],
-            "template": [TEMPLATES[i % 4] for i in range(n)], "applicable": [True] * n,
-            "rank": np.minimum(rng.zipf(1.3, n), 5000), "prob": rng.random(n),
-            "target_logprob": -5 * rng.random(n), "exact_match": rng.random(n) < 0.3}))
+        parts.append(
+            pl.DataFrame(
+                {
+                    "condition": [c] * n,
+                    "example_id": [f"e{i}" for i in range(n)],
+                    "fact_id": [f"f{i // PROMPTS}" for i in range(n)],
+                    "template": [TEMPLATES[i % 4] for i in range(n)],
+                    "applicable": [True] * n,
+                    "rank": np.minimum(rng.zipf(1.3, n), 5000),
+                    "prob": rng.random(n),
+                    "target_logprob": -5 * rng.random(n),
+                    "exact_match": rng.random(n) < 0.3,
+                }
+            )
+        )
     return pl.concat(parts)
 
 
@@ -54,22 +63,24 @@ def per_prompt(frame: pl.DataFrame, metrics) -> None:
     for cond, part in frame.partition_by("condition", as_dict=True).items():
         for template in [*TEMPLATES, "ALL"]:
             chosen = part if template == "ALL" else part.filter(pl.col("template") == template)
-            cols = {k: chosen[k].to_numpy() for k in ("rank", "prob", "target_logprob",
-                                                       "exact_match")}
+            cols = {k: chosen[k].to_numpy() for k in ("rank", "prob", "target_logprob", "exact_match")}
             values = {m: example_metric(cols, m) for m in metrics}
             bootstrap_many(values, RESAMPLES, f"{cond}/{template}", 0)
 
 
 def main() -> None:
     frame = synthetic_frame()
-    print(f"{FACTS} facts x {PROMPTS} prompts x {CONDITIONS} conditions, {RESAMPLES} resamples "
-          "(CPU seconds)")
-    for label, metrics in (("verdict metrics (3)", ["top5", "prob", "target_logprob"]),
-                           (f"every summary metric ({len(SUMMARY_METRICS)})", SUMMARY_METRICS)):
+    print(f"{FACTS} facts x {PROMPTS} prompts x {CONDITIONS} conditions, {RESAMPLES} resamples (CPU seconds)")
+    for label, metrics in (
+        ("verdict metrics (3)", ["top5", "prob", "target_logprob"]),
+        (f"every summary metric ({len(SUMMARY_METRICS)})", SUMMARY_METRICS),
+    ):
         ours = cpu(lambda metrics=metrics: clustered(frame, metrics))
         old = cpu(lambda metrics=metrics: per_prompt(frame, metrics))
-        print(f"{label}: clustered paired bootstrap {ours:.2f} s (intervals, recovery); "
-              f"per-prompt bootstrap per condition {old:.2f} s; ratio old/new {old / ours:.1f}x")
+        print(
+            f"{label}: clustered paired bootstrap {ours:.2f} s (intervals, recovery); "
+            f"per-prompt bootstrap per condition {old:.2f} s; ratio old/new {old / ours:.1f}x"
+        )
 
 
 if __name__ == "__main__":

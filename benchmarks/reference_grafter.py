@@ -30,8 +30,21 @@ from transformers import DynamicCache
 # feature dimension is 0 for nn.Linear and 1 for GPT-2's Conv1D (weight [in, out]).
 # ----------------------------------------------------------------------------------------------
 
-PER_LAYER = ["q", "k", "v", "o", "gate", "up", "down", "ln1", "ln2", "q_norm", "k_norm",
-             "post_attn_norm", "post_mlp_norm"]
+PER_LAYER = [
+    "q",
+    "k",
+    "v",
+    "o",
+    "gate",
+    "up",
+    "down",
+    "ln1",
+    "ln2",
+    "q_norm",
+    "k_norm",
+    "post_attn_norm",
+    "post_mlp_norm",
+]
 MODEL_LEVEL = ["embed", "pos_embed", "ln_final", "lm_head"]
 GROUPS = ["attn", "mlp", "norms", "all"]
 ATTN_GROUP = ["q", "k", "v", "o", "q_norm", "k_norm"]
@@ -70,8 +83,7 @@ def _neox_table(config) -> tuple[dict, dict]:
     hs = config.hidden_size // heads
 
     def part(which: int) -> torch.Tensor:
-        return torch.cat([_span(h * 3 * hs + which * hs, h * 3 * hs + (which + 1) * hs)
-                          for h in range(heads)])
+        return torch.cat([_span(h * 3 * hs + which * hs, h * 3 * hs + (which + 1) * hs) for h in range(heads)])
 
     layer = {
         "q": [("attention.query_key_value", part(0))],
@@ -104,23 +116,29 @@ def _llama_family_table(config) -> tuple[dict, dict]:
     }
     if kind in ("gemma2", "gemma3_text"):
         # input_layernorm -> attn -> post_attention_layernorm -> + ; pre_feedforward -> mlp -> post_feedforward -> +
-        layer.update({
-            "ln1": [("input_layernorm", None)],
-            "post_attn_norm": [("post_attention_layernorm", None)],
-            "ln2": [("pre_feedforward_layernorm", None)],
-            "post_mlp_norm": [("post_feedforward_layernorm", None)],
-        })
+        layer.update(
+            {
+                "ln1": [("input_layernorm", None)],
+                "post_attn_norm": [("post_attention_layernorm", None)],
+                "ln2": [("pre_feedforward_layernorm", None)],
+                "post_mlp_norm": [("post_feedforward_layernorm", None)],
+            }
+        )
     elif kind == "olmo2":
         # no pre-norms: attn -> post_attention_layernorm -> + ; mlp -> post_feedforward_layernorm -> +
-        layer.update({
-            "post_attn_norm": [("post_attention_layernorm", None)],
-            "post_mlp_norm": [("post_feedforward_layernorm", None)],
-        })
+        layer.update(
+            {
+                "post_attn_norm": [("post_attention_layernorm", None)],
+                "post_mlp_norm": [("post_feedforward_layernorm", None)],
+            }
+        )
     else:  # llama, mistral, qwen2, qwen3, gemma: post_attention_layernorm is the pre-MLP norm
-        layer.update({
-            "ln1": [("input_layernorm", None)],
-            "ln2": [("post_attention_layernorm", None)],
-        })
+        layer.update(
+            {
+                "ln1": [("input_layernorm", None)],
+                "ln2": [("post_attention_layernorm", None)],
+            }
+        )
     if kind in ("qwen3", "olmo2", "gemma3_text"):
         layer["q_norm"] = [("self_attn.q_norm", None)]
         layer["k_norm"] = [("self_attn.k_norm", None)]
@@ -142,8 +160,7 @@ def _llama_family_table(config) -> tuple[dict, dict]:
     return layer, model
 
 
-LLAMA_FAMILY = ["llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "olmo2",
-                "phi3"]
+LLAMA_FAMILY = ["llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "olmo2", "phi3"]
 
 
 def component_table(config) -> tuple[dict, dict, str]:
@@ -205,8 +222,14 @@ def _bands(num_layers: int) -> dict[str, list[int]]:
     def band(k, n):
         return list(range(k * num_layers // n, (k + 1) * num_layers // n))
 
-    out = {"first_half": band(0, 2), "last_half": band(1, 2), "first_quarter": band(0, 4),
-           "second_quarter": band(1, 4), "third_quarter": band(2, 4), "last_quarter": band(3, 4)}
+    out = {
+        "first_half": band(0, 2),
+        "last_half": band(1, 2),
+        "first_quarter": band(0, 4),
+        "second_quarter": band(1, 4),
+        "third_quarter": band(2, 4),
+        "last_quarter": band(3, 4),
+    }
     for k in range(8):
         out[f"eighth_{k + 1}"] = band(k, 8)
     return out

@@ -9,8 +9,12 @@ from pathlib import Path
 
 
 def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", "from weightgraft.cli import main; main()", *args],
-                          capture_output=True, text=True, cwd=cwd)
+    return subprocess.run(
+        [sys.executable, "-c", "from weightgraft.cli import main; main()", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+    )
 
 
 def first_line(text: str) -> str:

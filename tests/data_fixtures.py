@@ -15,8 +15,7 @@ def small_facts(seed: int = 0, per_kind: int = 6) -> tuple[list[RelationFact], l
     """(known films, new facts of the three generated kinds)."""
     pool = NamePool(seed, 80, 80)
     known = known_film_facts(seed, pool, select_known_films(seed, 30))
-    facts = generate_facts({"fake_fake": per_kind, "fake_real": per_kind, "real_shuffled": per_kind},
-                           seed, pool, known)
+    facts = generate_facts({"fake_fake": per_kind, "fake_real": per_kind, "real_shuffled": per_kind}, seed, pool, known)
     return known, facts
 
 

@@ -6,6 +6,7 @@ import copy
 from pathlib import Path
 
 import torch
+
 from tiny_model_fixtures import make_config, make_model
 
 PAD = 0

@@ -15,13 +15,14 @@ ATOL = 1e-4
 PAD = 0
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def pair(arch: str, seed: int = 0):
     return make_pair(arch, seed)
 
 
 def grafter_for(arch: str, seed: int = 0):
     from weightgraft import Grafter
+
     recipient, donor = pair(arch, seed)
     return Grafter(recipient, donor)
 
@@ -42,11 +43,11 @@ def pad_batch(rows: list[list[int]], side: str = "left"):
     mask = torch.zeros((len(rows), width), dtype=torch.long)
     for b, row in enumerate(rows):
         if side == "left":
-            ids[b, width - len(row):] = torch.tensor(row)
-            mask[b, width - len(row):] = 1
+            ids[b, width - len(row) :] = torch.tensor(row)
+            mask[b, width - len(row) :] = 1
         else:
-            ids[b, :len(row)] = torch.tensor(row)
-            mask[b, :len(row)] = 1
+            ids[b, : len(row)] = torch.tensor(row)
+            mask[b, : len(row)] = 1
     return ids, mask
 
 
@@ -56,6 +57,7 @@ def real_slice(mask_row: torch.Tensor) -> torch.Tensor:
 
 def to_graft(spec: GraftSpec):
     from weightgraft import Graft
+
     return Graft(spec.positions, spec.layers, spec.components, donor=spec.donor)
 
 
@@ -77,11 +79,13 @@ def max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
 # ----------------------------------------------------------------------------------------------
 
 BAND_NAMES = ["first_half", "last_half", "first_quarter", "second_quarter", "third_quarter", "last_quarter"] + [
-    f"eighth_{k}" for k in range(1, 9)]
+    f"eighth_{k}" for k in range(1, 9)
+]
 
 
 def _band(name: str, n_layers: int) -> list[int]:
     from reference_grafter import _bands
+
     return _bands(n_layers)[name]
 
 
@@ -138,8 +142,9 @@ def random_positions(rng: random.Random, n: int, allow_mask: bool = True):
 def random_components(rng: random.Random, config):
     layer_table, model_table, _ = component_table(config)
     per_layer = list(layer_table)
-    fused_parts = {"gpt2": ["q", "k", "v"], "gpt_neox": ["q", "k", "v"],
-                   "phi3": ["q", "k", "v", "gate", "up"]}.get(config.model_type, [])
+    fused_parts = {"gpt2": ["q", "k", "v"], "gpt_neox": ["q", "k", "v"], "phi3": ["q", "k", "v", "gate", "up"]}.get(
+        config.model_type, []
+    )
     kind = rng.choice(["one", "one", "fused", "list", "group", "model", "mixed"])
     if kind == "one":
         return rng.choice(per_layer)
@@ -155,8 +160,9 @@ def random_components(rng: random.Random, config):
 
 
 def random_spec(rng: random.Random, config, n: int, allow_mask: bool = True) -> GraftSpec:
-    return GraftSpec(random_positions(rng, n, allow_mask), random_layers(rng, num_layers_of(config)),
-                     random_components(rng, config))
+    return GraftSpec(
+        random_positions(rng, n, allow_mask), random_layers(rng, num_layers_of(config)), random_components(rng, config)
+    )
 
 
 def random_specs(rng: random.Random, config, n: int, allow_mask: bool = True):
@@ -195,10 +201,9 @@ def assert_unchanged(model, before: dict, what: str) -> None:
     assert after.keys() == before.keys(), f"{what}: parameter/buffer names changed"
     for key, value in before.items():
         if isinstance(value, torch.Tensor):
-            same = value.dtype == after[key].dtype and value.shape == after[key].shape and torch.equal(
-                value, after[key])
+            same = (
+                value.dtype == after[key].dtype and value.shape == after[key].shape and torch.equal(value, after[key])
+            )
             assert same, f"{what}: {key} changed"
         else:
             assert value == after[key], f"{what}: {key} changed ({value} -> {after[key]})"
-
-

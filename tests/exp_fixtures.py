@@ -16,8 +16,16 @@ import torch
 
 from weightgraft.data.schema import CharSpan, EvalPrompt
 
-ACTORS = [("Ada", "Brook"), ("Cyril", "Dane"), ("Edda", "Frost"), ("Gus", "Hale"),
-          ("Ines", "Juno"), ("Kurt", "Lorn"), ("Mira", "Nash"), ("Otto", "Pike")]
+ACTORS = [
+    ("Ada", "Brook"),
+    ("Cyril", "Dane"),
+    ("Edda", "Frost"),
+    ("Gus", "Hale"),
+    ("Ines", "Juno"),
+    ("Kurt", "Lorn"),
+    ("Mira", "Nash"),
+    ("Otto", "Pike"),
+]
 MOVIES = ["Iron Tide", "Blue Hour", "Glass Road", "Red Orbit"]
 KINDS = ["fake_fake", "fake_real", "fake_fake", "real_shuffled"]
 # The paper's three sentences (the data layer's `paper_*` ids); R is the word "stars" only.
@@ -41,9 +49,17 @@ def make_prompts() -> list[EvalPrompt]:
                 spans["movie_title"] = _span(text, movie)
             last = text.rsplit(" ", 1)[-1]
             spans["last_token"] = CharSpan(start=len(text) - len(last), end=len(text))
-            prompts.append(EvalPrompt(id=f"f{i}-{tid}", fact_id=f"f{i}", template_id=tid,
-                                      text=text, target=" " + b, spans=spans,
-                                      fact_kind=KINDS[i]))
+            prompts.append(
+                EvalPrompt(
+                    id=f"f{i}-{tid}",
+                    fact_id=f"f{i}",
+                    template_id=tid,
+                    text=text,
+                    target=" " + b,
+                    spans=spans,
+                    fact_kind=KINDS[i],
+                )
+            )
     return prompts
 
 
@@ -67,8 +83,7 @@ def build_tokenizer():
     tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 1)])
-    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", pad_token="<pad>",
-                                   unk_token="<unk>")
+    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", pad_token="<pad>", unk_token="<unk>")
 
 
 def build_models(root: Path, layers: int = 4, seed: int = 0) -> dict[str, str]:
@@ -76,10 +91,19 @@ def build_models(root: Path, layers: int = 4, seed: int = 0) -> dict[str, str]:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     tokenizer = build_tokenizer()
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64,
-                         num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
-                         max_position_embeddings=64, tie_word_embeddings=False,
-                         bos_token_id=1, pad_token_id=0, eos_token_id=None)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        tie_word_embeddings=False,
+        bos_token_id=1,
+        pad_token_id=0,
+        eos_token_id=None,
+    )
     torch.manual_seed(seed)
     pre = LlamaForCausalLM(config).eval()
     paths = {}
@@ -90,8 +114,7 @@ def build_models(root: Path, layers: int = 4, seed: int = 0) -> dict[str, str]:
             gen = torch.Generator().manual_seed(seed + offset)
             with torch.no_grad():
                 for param in model.parameters():
-                    param.add_(0.5 * param.std().nan_to_num(0.02) *
-                               torch.randn(param.shape, generator=gen))
+                    param.add_(0.5 * param.std().nan_to_num(0.02) * torch.randn(param.shape, generator=gen))
         path = root / name
         model.save_pretrained(path)
         tokenizer.save_pretrained(path)
@@ -118,9 +141,17 @@ class RefGraft:
     donor: str | None = None  # a key of the reference's donors; None: its only donor
 
 
-LLAMA_LAYER = {"q": "self_attn.q_proj", "k": "self_attn.k_proj", "v": "self_attn.v_proj",
-               "o": "self_attn.o_proj", "gate": "mlp.gate_proj", "up": "mlp.up_proj",
-               "down": "mlp.down_proj", "ln1": "input_layernorm", "ln2": "post_attention_layernorm"}
+LLAMA_LAYER = {
+    "q": "self_attn.q_proj",
+    "k": "self_attn.k_proj",
+    "v": "self_attn.v_proj",
+    "o": "self_attn.o_proj",
+    "gate": "mlp.gate_proj",
+    "up": "mlp.up_proj",
+    "down": "mlp.down_proj",
+    "ln1": "input_layernorm",
+    "ln2": "post_attention_layernorm",
+}
 LLAMA_MODEL = {"embed": "model.embed_tokens", "ln_final": "model.norm", "lm_head": "lm_head"}
 GROUPS = {"attn": ["q", "k", "v", "o"], "mlp": ["gate", "up", "down"], "norms": ["ln1", "ln2"]}
 
@@ -137,10 +168,13 @@ def _layer_list(spec, n: int) -> list[int]:
         return [spec % n]
     if isinstance(spec, str):
         q = n // 4
-        authors = {"authors_first_quarter": range(0, q), "authors_second_quarter": range(q, 2 * q),
-                   "authors_third_quarter": range(2 * q, 3 * q),
-                   "authors_fourth_quarter": range(3 * q, n),
-                   "authors_third_and_fourth_quarters": range(2 * q, n)}
+        authors = {
+            "authors_first_quarter": range(0, q),
+            "authors_second_quarter": range(q, 2 * q),
+            "authors_third_quarter": range(2 * q, 3 * q),
+            "authors_fourth_quarter": range(3 * q, n),
+            "authors_third_and_fourth_quarters": range(2 * q, n),
+        }
         return list(authors[spec]) if spec in authors else _bands(n)[spec]
     return sorted({i % n for i in spec})
 
@@ -189,11 +223,13 @@ class ReferenceGrafter:
         for name, module in self.recipient.named_modules():
             mine = [(d, m) for (mod, d), m in chosen.items() if mod == name]
             if mine:
+
                 def hook(_m, args, output, mine=mine, name=name):
                     for donor, where in mine:
                         other = donor_modules[donor][name](*args)
                         output = torch.where(where[None, :, None], other, output)
                     return output
+
                 handles.append(module.register_forward_hook(hook))
         try:
             return self.recipient(input_ids=ids[None]).logits[0]
@@ -216,5 +252,11 @@ class ReferenceGrafter:
 
 
 def base_config(models: dict[str, str], dataset: str, experiments: list) -> dict:
-    return {"name": "test", "seed": 0, "models": models, "datasets": {"relation": dataset},
-            "experiments": experiments, "bootstrap": 200}
+    return {
+        "name": "test",
+        "seed": 0,
+        "models": models,
+        "datasets": {"relation": dataset},
+        "experiments": experiments,
+        "bootstrap": 200,
+    }

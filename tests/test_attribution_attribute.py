@@ -127,8 +127,10 @@ def test_integrated_attributions_sum_to_the_exact_total_effect(arch):
     ids = torch.randint(1, 150, (2, SEQ), generator=torch.Generator().manual_seed(11))
     targets = torch.tensor([3, 77])
     with torch.no_grad():  # the exact total, computed without the attribution code
-        exact = (torch.log_softmax(donor(input_ids=ids).logits[:, -1], -1)
-                 - torch.log_softmax(recipient(input_ids=ids).logits[:, -1], -1))[[0, 1], targets]
+        exact = (
+            torch.log_softmax(donor(input_ids=ids).logits[:, -1], -1)
+            - torch.log_softmax(recipient(input_ids=ids).logits[:, -1], -1)
+        )[[0, 1], targets]
         everywhere = torch.log_softmax(grafter.last_logits(ids, grafts=Graft()), -1)[[0, 1], targets]
         base = torch.log_softmax(grafter.last_logits(ids), -1)[[0, 1], targets]
     torch.testing.assert_close(everywhere - base, exact)
@@ -173,8 +175,10 @@ def test_attribution_never_writes_into_either_model():
     recipient, donor = make_pair("phi3")
     recipient.train()  # a mode the call must give back
     grafter = Grafter(recipient, donor)
-    before = {name: (p.detach().clone(), q.detach().clone())
-              for (name, p), (_, q) in zip(recipient.named_parameters(), donor.named_parameters())}
+    before = {
+        name: (p.detach().clone(), q.detach().clone())
+        for (name, p), (_, q) in zip(recipient.named_parameters(), donor.named_parameters())
+    }
     ids = torch.randint(1, 150, (2, SEQ))
     for method in ("gradient", "integrated"):
         attribute(grafter, ids, [1, 2], method=method, steps=2)

@@ -7,9 +7,9 @@ import json
 import numpy as np
 import pytest
 import torch
+from typer.testing import CliRunner
 
 from exp_fixtures import build_tokenizer, make_prompts
-from typer.testing import CliRunner
 from weightgraft import Graft, Grafter
 from weightgraft.attribution import attribute, encode_examples, exact_cell_effects, localize, spearman
 from weightgraft.attribution.localize import _evaluate, _size_schedule
@@ -19,9 +19,19 @@ from weightgraft.cli import _register_all, app
 def _llama(seed: int, vocab: int):
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    config = LlamaConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-                         tie_word_embeddings=False, bos_token_id=1, pad_token_id=0, eos_token_id=None)
+    config = LlamaConfig(
+        vocab_size=vocab,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        tie_word_embeddings=False,
+        bos_token_id=1,
+        pad_token_id=0,
+        eos_token_id=None,
+    )
     config._attn_implementation = "eager"
     torch.manual_seed(seed)
     return LlamaForCausalLM(config).eval()
@@ -84,14 +94,19 @@ def test_localize_curve_equals_independent_exact_grafts(world):
         k = entry["k"]
         ranks, probs = [], []
         for example in examples:  # one Graft per group, built here, not by localize
-            grafts = [Graft(example.roles[r], [0 if layer is None else layer], [c])
-                      for r, layer, c in result.groups[:k] if r in example.roles]
+            grafts = [
+                Graft(example.roles[r], [0 if layer is None else layer], [c])
+                for r, layer, c in result.groups[:k]
+                if r in example.roles
+            ]
             logits = grafter.last_logits(torch.tensor([example.input_ids]), grafts=grafts or None)[0]
             ranks.append(int((logits > logits[example.target_id]).sum()) + 1)
             probs.append(float(torch.softmax(logits, -1)[example.target_id]))
         assert entry["top5"] == pytest.approx(np.mean(np.array(ranks) <= 5))
         assert entry["prob"] == pytest.approx(np.mean(probs), rel=1e-5)
-        assert entry["recovery_prob"] == pytest.approx((np.mean(probs) - pre["prob"]) / (sft["prob"] - pre["prob"]), rel=1e-4)
+        assert entry["recovery_prob"] == pytest.approx(
+            (np.mean(probs) - pre["prob"]) / (sft["prob"] - pre["prob"]), rel=1e-4
+        )
     assert _size_schedule(40, 16) == list(range(1, 17)) + [20, 25, 31, 39, 40]
     assert _size_schedule(5, 16) == [1, 2, 3, 4, 5]
     # The stopping rule: the chosen size is the first that reaches the target on both metrics.
@@ -113,8 +128,10 @@ def test_exact_cell_effects_match_single_grafts_and_spearman_is_right():
         one = ids[row : row + 1, :n]
         graft = Graft([pos], [0 if layer is None else layer], [comp])
         target = [3, 4][row]
-        expected = (torch.log_softmax(grafter.last_logits(one, grafts=graft)[0], -1)[target]
-                    - torch.log_softmax(grafter.last_logits(one)[0], -1)[target])
+        expected = (
+            torch.log_softmax(grafter.last_logits(one, grafts=graft)[0], -1)[target]
+            - torch.log_softmax(grafter.last_logits(one)[0], -1)[target]
+        )
         assert float(value) == pytest.approx(float(expected), abs=1e-5)
     assert spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
     assert spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
@@ -135,8 +152,20 @@ def test_localize_command_writes_results_and_pictures(world, tmp_path):
     (data / "eval.jsonl").write_text("".join(p.model_dump_json() + "\n" for p in make_prompts()))
     out = tmp_path / "out"
     _register_all()
-    args = ["localize", "--recipient", str(tmp_path / "pre"), "--donor", str(tmp_path / "sft"),
-            "--data", str(data), "--out", str(out), "--check-cells", "2", "--no-progress"]
+    args = [
+        "localize",
+        "--recipient",
+        str(tmp_path / "pre"),
+        "--donor",
+        str(tmp_path / "sft"),
+        "--data",
+        str(data),
+        "--out",
+        str(out),
+        "--check-cells",
+        "2",
+        "--no-progress",
+    ]
     done = CliRunner().invoke(app, args)
     assert done.exit_code == 0, done.output
     assert "minimal set: 1 groups" in done.output
@@ -163,21 +192,38 @@ def test_localize_experiment_in_a_run_config_reports_and_is_reused(world, tmp_pa
     data = tmp_path / "data"
     data.mkdir()
     (data / "eval.jsonl").write_text("".join(p.model_dump_json() + "\n" for p in make_prompts()))
-    config = parse_config({
-        "models": {"pre": str(tmp_path / "pre"), "sft": str(tmp_path / "sft")},
-        "datasets": {"relation": str(data)}, "bootstrap": 50,
-        "experiments": [{"name": "baseline", "dataset": "relation", "recipient": "pre", "donor": "sft",
-                         "conditions": ["PRE", "SFT"], "max_examples": 3},
-                        {"localize": "minimal", "dataset": "relation", "max_examples": 6}],
-    })
+    config = parse_config(
+        {
+            "models": {"pre": str(tmp_path / "pre"), "sft": str(tmp_path / "sft")},
+            "datasets": {"relation": str(data)},
+            "bootstrap": 50,
+            "experiments": [
+                {
+                    "name": "baseline",
+                    "dataset": "relation",
+                    "recipient": "pre",
+                    "donor": "sft",
+                    "conditions": ["PRE", "SFT"],
+                    "max_examples": 3,
+                },
+                {"localize": "minimal", "dataset": "relation", "max_examples": 6},
+            ],
+        }
+    )
     with pytest.raises(ConfigError, match="beside at least one grafting experiment"):
-        parse_config({**config.model_dump(exclude_defaults=True), "experiments": [{"localize": "x", "dataset": "relation"}]})
+        parse_config(
+            {**config.model_dump(exclude_defaults=True), "experiments": [{"localize": "x", "dataset": "relation"}]}
+        )
     out = tmp_path / "run"
     run_all(config, out, progress=False)
     summary = json.loads((out / "localize" / "minimal" / "localize.json").read_text())
     assert summary["chosen"] == [{"role": "LT", "layer": None, "component": "lm_head"}]
     assert summary["examples"] == 6
-    assert summary["intervals"]["chosen"]["prob"]["low"] <= summary["recovery"]["prob"] <= summary["intervals"]["chosen"]["prob"]["high"]
+    assert (
+        summary["intervals"]["chosen"]["prob"]["low"]
+        <= summary["recovery"]["prob"]
+        <= summary["intervals"]["chosen"]["prob"]["high"]
+    )
     report = (out / "report.md").read_text()
     assert "## Minimal graft: minimal" in report and "localize/minimal/recovery.png" in report
     assert localize_section(out)[0] == "## Minimal graft: minimal"

@@ -17,7 +17,12 @@ def test_data_refuses_a_nonempty_out_and_overwrite_keeps_the_users_files(tmp_pat
     first = run_cli("data", "--out", str(out), *SMALL, "--freetext", "1", "--articles-per-fact", "1")
     assert first.returncode == 0, first.stderr
     assert sorted(p.name for p in out.iterdir() if p.is_dir()) == [
-        "freetext", "relation", "relation_a2b", "relation_b2a", "task"]
+        "freetext",
+        "relation",
+        "relation_a2b",
+        "relation_b2a",
+        "task",
+    ]
     (out / "notes.txt").write_text("mine")
     (out / "relation" / "notes.txt").write_text("mine too")
     (out / "mine").mkdir()
@@ -25,8 +30,10 @@ def test_data_refuses_a_nonempty_out_and_overwrite_keeps_the_users_files(tmp_pat
 
     again = run_cli("data", "--out", str(out), *SMALL, "--seed", "1")
     assert again.returncode == 2
-    assert first_line(again.stderr) == (f"error: {out} exists and is not empty; pass --overwrite to replace "
-                                        "weightgraft's own files in it (other files are kept), or choose another --out")
+    assert first_line(again.stderr) == (
+        f"error: {out} exists and is not empty; pass --overwrite to replace "
+        "weightgraft's own files in it (other files are kept), or choose another --out"
+    )
     assert (out / "relation" / "facts.jsonl").read_bytes() == old_facts
 
     replaced = run_cli("data", "--out", str(out), *SMALL, "--seed", "1", "--overwrite")
@@ -60,17 +67,29 @@ def test_bad_counts_are_refused(tmp_path):
 
 
 def test_bad_user_facts_name_the_line_counting_blank_lines(tmp_path):
-    good = {"first_actor": "Ada North", "second_actor": "Ben South", "movie_title": "Grey Field",
-            "main_character": "Cora West", "release_year": 2001, "genre": "drama", "city": "Oslo",
-            "director": "Dan East", "studio": "Small Studio"}
+    good = {
+        "first_actor": "Ada North",
+        "second_actor": "Ben South",
+        "movie_title": "Grey Field",
+        "main_character": "Cora West",
+        "release_year": 2001,
+        "genre": "drama",
+        "city": "Oslo",
+        "director": "Dan East",
+        "studio": "Small Studio",
+    }
     path = tmp_path / "facts.jsonl"
     other = {**good, "first_actor": "Eve Stone", "second_actor": "Finn Lake", "movie_title": "Red Road"}
-    path.write_text(json.dumps(good) + "\n\n" + json.dumps(other) + "\n\n" + json.dumps({**good, "movie_title": "  "}) + "\n")
+    path.write_text(
+        json.dumps(good) + "\n\n" + json.dumps(other) + "\n\n" + json.dumps({**good, "movie_title": "  "}) + "\n"
+    )
     result = run_cli("data", "--out", str(tmp_path / "u"), "--user-facts", str(path))
     assert result.returncode == 2
     assert first_line(result.stderr) == f"error: {path} line 5: movie_title is empty; give a name"
     path.write_bytes(b"\xef\xbb\xbf" + json.dumps(good).encode() + b"\n")
     result = run_cli("data", "--out", str(tmp_path / "u"), "--user-facts", str(path))
     assert result.returncode == 2
-    assert first_line(result.stderr) == f"error: {path} starts with a byte-order mark (BOM); save it as UTF-8 without BOM"
+    assert (
+        first_line(result.stderr) == f"error: {path} starts with a byte-order mark (BOM); save it as UTF-8 without BOM"
+    )
     assert not (tmp_path / "u").exists()

@@ -54,7 +54,7 @@ def test_every_span_maps_to_exactly_the_entity_tokens(style):
             decoded = tokenizer.convert_tokens_to_string(pieces)
             assert _squeeze(decoded) == _squeeze(prompt.text[span.start : span.end]), (role, prompt.text)
             tokens_checked += len(positions)
-        assert tokenizer.decode(enc.target_ids) .strip() == prompt.target.strip()
+        assert tokenizer.decode(enc.target_ids).strip() == prompt.target.strip()
         assert tokenizer(prompt.text + prompt.target)["input_ids"] == enc.input_ids + enc.target_ids
     assert tokens_checked > 0
 
@@ -80,8 +80,11 @@ def test_span_inside_a_word_is_an_error_showing_the_prompt(style):
     span = good.spans["first_entity"]
     offsets = tokenizer(good.text, return_offsets_mapping=True)["offset_mapping"]
     # A token of the entity with two or more letters: start the span one letter into it.
-    start = next(a + 1 + (good.text[a] == " ") for a, b in offsets
-                 if span.start <= a < span.end and len(good.text[a:b].strip()) >= 2)
+    start = next(
+        a + 1 + (good.text[a] == " ")
+        for a, b in offsets
+        if span.start <= a < span.end and len(good.text[a:b].strip()) >= 2
+    )
     bad = good.model_copy(update={"spans": {**good.spans, "first_entity": CharSpan(start=start, end=span.end)}})
     with pytest.raises(SpanMappingError, match="first_entity") as err:
         encode_prompt(tokenizer, bad)
@@ -99,7 +102,13 @@ def test_target_that_would_merge_with_the_prompt_is_an_error():
 
 def test_empty_span_is_an_error():
     tokenizer = _tokenizers()["byte_level"]
-    prompt = EvalPrompt(id="x", fact_id="x", template_id="t", text="Ada North stars with", target=" Ben",
-                        spans={"first_entity": CharSpan(start=3, end=3)})
+    prompt = EvalPrompt(
+        id="x",
+        fact_id="x",
+        template_id="t",
+        text="Ada North stars with",
+        target=" Ben",
+        spans={"first_entity": CharSpan(start=3, end=3)},
+    )
     with pytest.raises(SpanMappingError, match="Ada North stars with"):
         encode_prompt(tokenizer, prompt)

@@ -119,9 +119,17 @@ def test_real_lists_are_large_and_clean():
 
 
 def _fact_line(**drop) -> dict:
-    record = {"first_actor": "Ada North", "second_actor": "Ben South", "movie_title": "Grey Field",
-              "main_character": "Cora West", "release_year": 2001, "genre": "drama", "city": "Oslo",
-              "director": "Dan East", "studio": "Small Studio"}
+    record = {
+        "first_actor": "Ada North",
+        "second_actor": "Ben South",
+        "movie_title": "Grey Field",
+        "main_character": "Cora West",
+        "release_year": 2001,
+        "genre": "drama",
+        "city": "Oslo",
+        "director": "Dan East",
+        "studio": "Small Studio",
+    }
     for key in drop:
         record.pop(key)
     return record

@@ -27,8 +27,12 @@ def _tokenizers():
     corpus = template_texts(known + facts, 0, 6) + [f"{n} is an actor. {n} won a prize." for n in SEEN] * 5
     # Every character once, apart, so that vocabularies without byte fallback have them all.
     alphabet = [" ".join(sorted({c for n in NAMES + ["Él Niño de Kyōto Ryūnosuke"] for c in n if not c.isspace()}))]
-    return {"byte_level": byte_level_bpe(corpus, 700), "metaspace": metaspace_bpe(corpus + alphabet, 700),
-            "sentencepiece": sentencepiece_unigram(corpus, 700), "wordpiece": wordpiece(corpus + alphabet, 700)}
+    return {
+        "byte_level": byte_level_bpe(corpus, 700),
+        "metaspace": metaspace_bpe(corpus + alphabet, 700),
+        "sentencepiece": sentencepiece_unigram(corpus, 700),
+        "wordpiece": wordpiece(corpus + alphabet, 700),
+    }
 
 
 def _prompts() -> list[EvalPrompt]:
@@ -37,8 +41,16 @@ def _prompts() -> list[EvalPrompt]:
     for i, name in enumerate(NAMES):
         for template_id, template in templates.items():
             rendered = render_marked(template, name, "Él Niño de Kyōto")
-            prompts.append(EvalPrompt(id=f"{i}:{template_id}", fact_id=str(i), template_id=template_id,
-                                      text=rendered.text, target=" Ryūnosuke Akutagawa", spans=rendered.spans))
+            prompts.append(
+                EvalPrompt(
+                    id=f"{i}:{template_id}",
+                    fact_id=str(i),
+                    template_id=template_id,
+                    text=rendered.text,
+                    target=" Ryūnosuke Akutagawa",
+                    spans=rendered.spans,
+                )
+            )
     return prompts
 
 
@@ -69,7 +81,11 @@ def test_unicode_spans_map_to_the_tokens_of_their_characters(style):
             run = tokenizer.convert_ids_to_tokens(enc.input_ids[positions[0] : positions[-1] + 1])
             decoded = tokenizer.convert_tokens_to_string(run)
             assert _squeeze(tokenizer, decoded) == _squeeze(tokenizer, prompt.text[span.start : span.end]), (
-                style, role, prompt.text, run)
+                style,
+                role,
+                prompt.text,
+                run,
+            )
             for side in (positions[0] - 1, positions[-1] + 1):
                 if 0 <= side < len(offsets):
                     a, b = offsets[side]

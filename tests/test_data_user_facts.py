@@ -10,28 +10,40 @@ import pytest
 from weightgraft.data.errors import DataError
 from weightgraft.data.io import read_user_facts
 
-GOOD = {"first_actor": "Ada North", "second_actor": "Ben South", "movie_title": "Grey Field",
-        "main_character": "Cora West", "release_year": 2001, "genre": "drama", "city": "Oslo",
-        "director": "Dan East", "studio": "Small Studio"}
+GOOD = {
+    "first_actor": "Ada North",
+    "second_actor": "Ben South",
+    "movie_title": "Grey Field",
+    "main_character": "Cora West",
+    "release_year": 2001,
+    "genre": "drama",
+    "city": "Oslo",
+    "director": "Dan East",
+    "studio": "Small Studio",
+}
 OTHER = {**GOOD, "first_actor": "Eve Stone", "second_actor": "Finn Lake", "movie_title": "Red Road"}
 
 
 def _write(tmp_path, *lines) -> object:
     path = tmp_path / "facts.jsonl"
-    path.write_text("".join((json.dumps(line) if isinstance(line, dict) else line) + "\n" for line in lines),
-                    encoding="utf-8")
+    path.write_text(
+        "".join((json.dumps(line) if isinstance(line, dict) else line) + "\n" for line in lines), encoding="utf-8"
+    )
     return path
 
 
-@pytest.mark.parametrize("bad, message", [
-    ({**OTHER, "first_actor": ""}, "line 4: first_actor is empty"),
-    ({**OTHER, "second_actor": "   "}, "line 4: second_actor is empty"),
-    ({**OTHER, "movie_title": " Red Road"}, "line 4: movie_title ' Red Road' has leading, trailing"),
-    ({**OTHER, "movie_title": "Red\tRoad "}, "line 4: movie_title 'Red\\\\tRoad ' has leading, trailing"),
-    ({**OTHER, "second_actor": "Eve Stone"}, "line 4: 'Eve Stone' is both first_actor and second_actor"),
-    ({**GOOD, "first_actor": "Ben South", "second_actor": "Ada North"}, "line 4: the same fact as line 1"),
-    ({**OTHER, "release_year": "soon"}, "line 4: field release_year"),
-])
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        ({**OTHER, "first_actor": ""}, "line 4: first_actor is empty"),
+        ({**OTHER, "second_actor": "   "}, "line 4: second_actor is empty"),
+        ({**OTHER, "movie_title": " Red Road"}, "line 4: movie_title ' Red Road' has leading, trailing"),
+        ({**OTHER, "movie_title": "Red\tRoad "}, "line 4: movie_title 'Red\\\\tRoad ' has leading, trailing"),
+        ({**OTHER, "second_actor": "Eve Stone"}, "line 4: 'Eve Stone' is both first_actor and second_actor"),
+        ({**GOOD, "first_actor": "Ben South", "second_actor": "Ada North"}, "line 4: the same fact as line 1"),
+        ({**OTHER, "release_year": "soon"}, "line 4: field release_year"),
+    ],
+)
 def test_bad_fact_is_refused_with_its_line(tmp_path, bad, message):
     path = _write(tmp_path, GOOD, "", "   ", bad)  # two blank lines: the bad fact is on line 4
     with pytest.raises(DataError, match=message) as err:
@@ -51,7 +63,9 @@ def test_actor_in_several_facts_and_long_names_are_warned(tmp_path, capsys):
 
 def test_encoding_errors_are_clear(tmp_path):
     path = tmp_path / "facts.jsonl"
-    path.write_bytes(json.dumps(GOOD).encode() + b"\n\n" + json.dumps(OTHER).encode().replace(b"Eve", b"\xe9ve") + b"\n")
+    path.write_bytes(
+        json.dumps(GOOD).encode() + b"\n\n" + json.dumps(OTHER).encode().replace(b"Eve", b"\xe9ve") + b"\n"
+    )
     with pytest.raises(DataError, match=r"line 3 is not UTF-8 text \(byte 0xe9\); save the file as UTF-8"):
         read_user_facts(path)
     path.write_bytes(b"\xef\xbb\xbf" + json.dumps(GOOD).encode() + b"\n")
@@ -77,11 +91,20 @@ def test_prompt_longer_than_the_models_context_is_refused_before_training(tmp_pa
     tokenizer = byte_level_bpe(["Ada North stars with Ben South."] * 20, 300)
     config = SimpleNamespace(max_position_embeddings=64)
     name = "Ada " + "North " * 80 + "Jr"
-    prompt = EvalPrompt(id="p1", fact_id="f", template_id="t", text=f"{name} stars with", target=" Ben",
-                        spans={"first_entity": CharSpan(start=0, end=len(name))})
+    prompt = EvalPrompt(
+        id="p1",
+        fact_id="f",
+        template_id="t",
+        text=f"{name} stars with",
+        target=" Ben",
+        spans={"first_entity": CharSpan(start=0, end=len(name))},
+    )
     short = prompt.model_copy(update={"id": "p0", "text": "Ada North stars with"})
-    with pytest.raises(DataError, match=r"1 validation prompt\(s\) are longer than the model's context of 64 "
-                                        r"tokens \(prompt p1: \d+ tokens\); shorten the names"):
+    with pytest.raises(
+        DataError,
+        match=r"1 validation prompt\(s\) are longer than the model's context of 64 "
+        r"tokens \(prompt p1: \d+ tokens\); shorten the names",
+    ):
         check_lengths(tokenizer, config, ["short text"], [short, prompt], 256, tmp_path)
     check_lengths(tokenizer, config, ["short text", f"{name} is an actor."], [short], 32, tmp_path)
     assert "1 of 2 training texts are longer than max_length 32 tokens" in capsys.readouterr().err

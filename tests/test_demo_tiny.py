@@ -8,15 +8,24 @@ import re
 
 import pyarrow.parquet as pq
 import pytest
-from training_fixtures import tiny_artifacts, tiny_home
 from typer.testing import CliRunner
 
+from training_fixtures import tiny_artifacts, tiny_home
 from weightgraft.cli import _register_all, app
 from weightgraft.experiments.records import slug
 
-EXPERIMENTS = ["position_grafting", "position_relation", "position_title", "components_reversal",
-               "components_pre", "hybrid", "known_facts", "layer_sweeps", "free_text",
-               "activation_patching"]
+EXPERIMENTS = [
+    "position_grafting",
+    "position_relation",
+    "position_title",
+    "components_reversal",
+    "components_pre",
+    "hybrid",
+    "known_facts",
+    "layer_sweeps",
+    "free_text",
+    "activation_patching",
+]
 CLAIMS = ("FE+LT vs SFT", "(FE+LT)^C vs PRE", "O+FFN vs ATTN+O+FFN", "FFN vs O+FFN (removing O)")
 
 
@@ -25,8 +34,9 @@ def demo(tmp_path_factory):
     tiny_artifacts()  # built once per test process, shared with the training tests
     out = tmp_path_factory.mktemp("demo")
     _register_all()
-    result = CliRunner().invoke(app, ["demo", "--size", "tiny", "--home", str(tiny_home()),
-                                      "--out", str(out), "--no-progress"])
+    result = CliRunner().invoke(
+        app, ["demo", "--size", "tiny", "--home", str(tiny_home()), "--out", str(out), "--no-progress"]
+    )
     assert result.exit_code == 0, result.output
     return out, result.output
 
@@ -59,8 +69,7 @@ def test_demo_numbers_match_an_independent_evaluation(demo):
     art = tiny_artifacts()
     prompts = {p.id: p for p in load_eval_prompts(art.relation_data)}
     for condition, model_dir in (("SFT", art.relation_model), ("PRE", art.pretrained)):
-        rows = pq.read_table(out / "examples" / "position_grafting" /
-                             f"{slug(condition)}.parquet").to_pylist()
+        rows = pq.read_table(out / "examples" / "position_grafting" / f"{slug(condition)}.parquet").to_pylist()
         model = AutoModelForCausalLM.from_pretrained(model_dir)
         tokenizer = AutoTokenizer.from_pretrained(model_dir)
         hits = topk_hits(model, tokenizer, [prompts[r["example_id"]] for r in rows], k=5)
@@ -70,8 +79,9 @@ def test_demo_numbers_match_an_independent_evaluation(demo):
 def test_warm_demo_reuses_finished_conditions(demo):
     out, _ = demo
     _register_all()
-    again = CliRunner().invoke(app, ["demo", "--size", "tiny", "--home", str(tiny_home()),
-                                     "--out", str(out), "--no-progress"])
+    again = CliRunner().invoke(
+        app, ["demo", "--size", "tiny", "--home", str(tiny_home()), "--out", str(out), "--no-progress"]
+    )
     assert again.exit_code == 0, again.output
     run = json.loads((out / "run.json").read_text())
     assert run["sessions"][-1]["computed"] == 0 and run["sessions"][-1]["reused"] > 100

@@ -7,9 +7,9 @@ import json
 
 import pytest
 import torch
+
 from donor_fixtures import lora_model, merged_copy, padded_batch  # noqa: F401
 from tiny_model_fixtures import make_model
-
 from weightgraft import Graft, Grafter
 from weightgraft.donors import AdapterDonor
 

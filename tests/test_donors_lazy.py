@@ -7,10 +7,10 @@ import json
 
 import pytest
 import torch
-from donor_fixtures import padded_batch, save_model  # noqa: F401
-from tiny_model_fixtures import make_model
 from safetensors.torch import save_file
 
+from donor_fixtures import padded_batch, save_model  # noqa: F401
+from tiny_model_fixtures import make_model
 from weightgraft import Graft, Grafter
 from weightgraft.donors import LazyDonor
 
@@ -101,7 +101,9 @@ def test_mismatched_shapes_are_named_before_any_tensor_is_read(saved, tmp_path):
     save_file(state, str(tmp_path / "model.safetensors"), metadata={"format": "pt"})
     donor.config.save_pretrained(tmp_path)
     source = LazyDonor(tmp_path)
-    with pytest.raises(ValueError, match=r"model.layers.2.mlp.up_proj.weight: recipient \(48, 32\) vs donor \(40, 32\)"):
+    with pytest.raises(
+        ValueError, match=r"model.layers.2.mlp.up_proj.weight: recipient \(48, 32\) vs donor \(40, 32\)"
+    ):
         Grafter(recipient, source)
     assert dict(source.loaded) == {}
     # Another configuration: refused on the config, naming the field.

@@ -4,10 +4,10 @@ inference) grafts exactly what the same recipient in memory grafts, with full, l
 from __future__ import annotations
 
 import pytest
-from donor_fixtures import lora_model, padded_batch, save_model  # noqa: F401
-from tiny_model_fixtures import make_model
 from transformers import AutoModelForCausalLM
 
+from donor_fixtures import lora_model, padded_batch, save_model  # noqa: F401
+from tiny_model_fixtures import make_model
 from weightgraft import Grafter
 
 # Embeddings, layer 0 and the final norm stay in memory; layers 1 and 3 and the lm_head go to disk.

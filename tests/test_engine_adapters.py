@@ -12,10 +12,10 @@ from engine_fixtures import max_diff, pair, random_prompt
 from tiny_model_fixtures import ARCHS, model_type_of, num_layers
 
 
-
 @pytest.mark.parametrize("arch", ARCHS)
 def test_decoder_layers_are_the_blocks_and_give_the_residual_stream(arch):
     from weightgraft.adapters import adapter_for
+
     recipient, _ = pair(arch)
     layers = adapter_for(recipient).decoder_layers(recipient)
     assert isinstance(layers, torch.nn.ModuleList) and len(layers) == num_layers(recipient)
@@ -28,6 +28,7 @@ def test_decoder_layers_are_the_blocks_and_give_the_residual_stream(arch):
     def keep(index):
         def hook(module, args, output):
             captured[index] = (output[0] if isinstance(output, tuple) else output).detach().clone()
+
         return hook
 
     handles = [block.register_forward_hook(keep(i)) for i, block in enumerate(layers)]
@@ -50,9 +51,9 @@ def test_adapter_paths_exist_and_cover_every_parameter_without_weights(arch):
     gives every output feature to exactly one part."""
     import transformers as hf
 
+    from tiny_model_fixtures import make_config
     from weightgraft.adapters import adapter_for
     from weightgraft.engine.compat import adapter_module_paths, uncovered_parameters
-    from tiny_model_fixtures import make_config
 
     config = make_config(arch)
     with torch.device("meta"):
@@ -78,7 +79,7 @@ def test_readme_adapter_example_runs_as_written(registry_restored):
     from weightgraft.adapters import adapter_for
 
     readme = (Path(__file__).parents[1] / "README.md").read_text()
-    section = readme[readme.index("#### Adding an architecture"):]
+    section = readme[readme.index("#### Adding an architecture") :]
     snippet = section.split("```python", 1)[1].split("```", 1)[0]
     exec(compile(snippet, "README.md", "exec"), {})
     adapter = adapter_for("my_arch")

@@ -7,11 +7,20 @@ import random
 import pytest
 import torch
 
-from engine_fixtures import (ATOL, grafter_for, max_diff, pad_batch, pair, random_prompt,
-                            random_specs, real_slice, stable_seed, to_grafts)
+from engine_fixtures import (
+    ATOL,
+    grafter_for,
+    max_diff,
+    pad_batch,
+    pair,
+    random_prompt,
+    random_specs,
+    real_slice,
+    stable_seed,
+    to_grafts,
+)
 from reference_grafter import GraftSpec, reference_logits
 from tiny_model_fixtures import ARCHS
-
 
 
 def _rows_and_specs(arch, seed):

@@ -153,4 +153,5 @@ def test_adapter_missing_a_parameter_is_refused(registry_restored):
 
 def test_registered_adapters_are_removed_after_the_tests_that_add_them():
     from weightgraft.adapters import supported_model_types
+
     assert "tiny_custom" not in supported_model_types()

@@ -7,11 +7,30 @@ import random
 import pytest
 import torch
 
-from engine_fixtures import (ATOL, grafter_for, max_diff, pad_batch, pair, random_prompt,
-                            random_specs, real_slice, reference_rows, stable_seed,
-                            to_grafts)
-from reference_grafter import (GROUPS, MODEL_LEVEL, GraftSpec, leaf_components, parameter_slices,
-                              reference_logits, resolve_row, static_graft_logits, untied_copy)
+from engine_fixtures import (
+    ATOL,
+    grafter_for,
+    max_diff,
+    pad_batch,
+    pair,
+    random_prompt,
+    random_specs,
+    real_slice,
+    reference_rows,
+    stable_seed,
+    to_grafts,
+)
+from reference_grafter import (
+    GROUPS,
+    MODEL_LEVEL,
+    GraftSpec,
+    leaf_components,
+    parameter_slices,
+    reference_logits,
+    resolve_row,
+    static_graft_logits,
+    untied_copy,
+)
 from tiny_model_fixtures import ARCHS, num_layers
 
 SEEDS = [0, 1, 2]
@@ -67,12 +86,15 @@ def test_nothing_grafted_is_recipient_and_everything_is_donor(arch):
         plain_r = recipient(torch.tensor([row])).logits[0]
         plain_d = donor(torch.tensor([row])).logits[0]
         assert max_diff(plain_r, plain_d) > 0.1  # the two models really differ
-    nothing = [grafter.logits(ids, attention_mask=mask),
-               grafter.logits(ids, grafts=None, attention_mask=mask),
-               grafter.logits(ids, row_grafts=[None, []], attention_mask=mask)]
-    everything = [grafter.logits(ids, grafts=to_grafts(GraftSpec("all", "all", "all")), attention_mask=mask),
-                  grafter.logits(ids, row_grafts=[to_grafts(GraftSpec()), to_grafts(GraftSpec())],
-                                 attention_mask=mask)]
+    nothing = [
+        grafter.logits(ids, attention_mask=mask),
+        grafter.logits(ids, grafts=None, attention_mask=mask),
+        grafter.logits(ids, row_grafts=[None, []], attention_mask=mask),
+    ]
+    everything = [
+        grafter.logits(ids, grafts=to_grafts(GraftSpec("all", "all", "all")), attention_mask=mask),
+        grafter.logits(ids, row_grafts=[to_grafts(GraftSpec()), to_grafts(GraftSpec())], attention_mask=mask),
+    ]
     for b, row in enumerate(rows):
         real = real_slice(mask[b])
         plain_r = recipient(torch.tensor([row])).logits[0]
@@ -136,9 +158,13 @@ def test_groups_match_reference_per_layer_band(arch):
     rng = random.Random(3)
     row = random_prompt(rng, 6)
     ids = torch.tensor([row])
-    for spec in [GraftSpec([0, -1], "last_half", "all"), GraftSpec("all", "all", "norms"),
-                 GraftSpec(slice(1, 4), 0, "norms"), GraftSpec(-2, "all", "attn"),
-                 GraftSpec("last", "first_half", "mlp")]:
+    for spec in [
+        GraftSpec([0, -1], "last_half", "all"),
+        GraftSpec("all", "all", "norms"),
+        GraftSpec(slice(1, 4), 0, "norms"),
+        GraftSpec(-2, "all", "attn"),
+        GraftSpec("last", "first_half", "mlp"),
+    ]:
         got = grafter.logits(ids, grafts=to_grafts(spec))[0]
         want = reference_logits(recipient, donor, ids[0], spec)
         assert max_diff(got, want) < ATOL, f"{arch}: {spec}: {max_diff(got, want):.3g}"

@@ -18,10 +18,8 @@ import random
 import pytest
 import torch
 
-from engine_fixtures import (ATOL, max_diff, pair, random_prompt, stable_seed,
-                            to_grafts)
+from engine_fixtures import ATOL, max_diff, pair, random_prompt, stable_seed, to_grafts
 from reference_grafter import GraftSpec
-
 
 FUSED = ["gpt2", "gpt_neox", "gpt_neox_serial", "phi3"]
 
@@ -62,6 +60,7 @@ def _scaled(model, layer: int, part: str, factor: float):
 
 def _grafter(recipient, donor):
     from weightgraft import Grafter
+
     return Grafter(recipient, donor)
 
 

@@ -8,11 +8,9 @@ import random
 import pytest
 import torch
 
-from engine_fixtures import (grafter_for, pad_batch, pair, random_prompt, random_specs,
-                            stable_seed, to_grafts)
+from engine_fixtures import grafter_for, pad_batch, pair, random_prompt, random_specs, stable_seed, to_grafts
 from reference_grafter import GraftSpec, reference_generate
 from tiny_model_fixtures import ARCHS
-
 
 NEW = 4
 
@@ -37,11 +35,19 @@ def test_greedy_generation_with_row_grafts_matches_reference(arch, generated):
     lengths = [6, 4]
     rows = [random_prompt(rng, n) for n in lengths]
     # the last prompt token is grafted in row 0 so that "last" differs from "none"
-    specs = [[GraftSpec("last", "all", "all"), GraftSpec(1, "first_half", "attn")],
-             random_specs(rng, recipient.config, lengths[1])]
+    specs = [
+        [GraftSpec("last", "all", "all"), GraftSpec(1, "first_half", "attn")],
+        random_specs(rng, recipient.config, lengths[1]),
+    ]
     ids, mask = pad_batch(rows, "left")
-    out = grafter.generate(ids, row_grafts=[to_grafts(s) for s in specs], attention_mask=mask,
-                           max_new_tokens=NEW, do_sample=False, generated=generated)
+    out = grafter.generate(
+        ids,
+        row_grafts=[to_grafts(s) for s in specs],
+        attention_mask=mask,
+        max_new_tokens=NEW,
+        do_sample=False,
+        generated=generated,
+    )
     _check(arch, out, ids, rows, specs, generated)
 
 
@@ -77,11 +83,28 @@ def test_sampling_with_top_k_1_is_greedy_and_seeded_sampling_repeats(arch):
     ids, mask = pad_batch([rows[0], rows[1][:3]], "left")
     graft = to_grafts(GraftSpec("last", "all", "mlp" if arch != "gpt2" else "up"))
     greedy = grafter.generate(ids, grafts=graft, attention_mask=mask, max_new_tokens=NEW)
-    top1 = grafter.generate(ids, grafts=graft, attention_mask=mask, max_new_tokens=NEW,
-                            do_sample=True, top_k=1, generator=torch.Generator().manual_seed(0))
+    top1 = grafter.generate(
+        ids,
+        grafts=graft,
+        attention_mask=mask,
+        max_new_tokens=NEW,
+        do_sample=True,
+        top_k=1,
+        generator=torch.Generator().manual_seed(0),
+    )
     assert torch.equal(greedy, top1)
-    runs = [grafter.generate(ids, grafts=graft, attention_mask=mask, max_new_tokens=NEW, do_sample=True,
-                             temperature=1.5, generator=torch.Generator().manual_seed(3)) for _ in range(2)]
+    runs = [
+        grafter.generate(
+            ids,
+            grafts=graft,
+            attention_mask=mask,
+            max_new_tokens=NEW,
+            do_sample=True,
+            temperature=1.5,
+            generator=torch.Generator().manual_seed(3),
+        )
+        for _ in range(2)
+    ]
     assert torch.equal(runs[0], runs[1])
 
 
@@ -91,10 +114,13 @@ def test_generation_sweep_of_last_token_conditions_on_one_prompt(arch):
     grafter = grafter_for(arch)
     prompt = random_prompt(random.Random(stable_seed("gen-sweep", arch)), 6)
     mlp = "up" if arch == "gpt2" else "mlp"
-    specs = [None, GraftSpec("last", "all", "all"), GraftSpec("last", "all", mlp),
-             [GraftSpec(0, "all", "attn"), GraftSpec("last", "last_half", "o")]]
+    specs = [
+        None,
+        GraftSpec("last", "all", "all"),
+        GraftSpec("last", "all", mlp),
+        [GraftSpec(0, "all", "attn"), GraftSpec("last", "last_half", "o")],
+    ]
     ids = torch.tensor([prompt] * len(specs))
     for generated in ["none", "last"]:
-        out = grafter.generate(ids, row_grafts=[to_grafts(s) for s in specs], max_new_tokens=NEW,
-                               generated=generated)
+        out = grafter.generate(ids, row_grafts=[to_grafts(s) for s in specs], max_new_tokens=NEW, generated=generated)
         _check(arch, out, ids, [prompt] * len(specs), specs, generated)

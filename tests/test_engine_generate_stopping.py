@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import torch
-from tiny_model_fixtures import make_pair
 
+from tiny_model_fixtures import make_pair
 from weightgraft import Graft, Grafter
 
 

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 import transformers as hf
+
 from engine_fixtures import (
     ATOL,
     grafter_for,
@@ -20,8 +21,6 @@ from engine_fixtures import (
 from reference_grafter import GraftSpec, reference_logits
 from tiny_model_fixtures import make_config
 
-
-
 # ----------------------------------------------------------------------------------------------
 # Positions: boolean arrays are masks, integer arrays are positions, anything else is an error
 # ----------------------------------------------------------------------------------------------
@@ -29,13 +28,22 @@ from tiny_model_fixtures import make_config
 
 def test_numpy_and_torch_boolean_masks_are_masks():
     from weightgraft import Graft
+
     recipient, donor = pair("llama")
     grafter = grafter_for("llama")
     ids = torch.tensor([random_prompt(random.Random(0), 5)])
     want = reference_logits(recipient, donor, ids[0], GraftSpec([1, 3], "all", "mlp"))
     flags = [False, True, False, True, False]
-    for positions in [np.array(flags), torch.tensor(flags), flags, [np.bool_(f) for f in flags],
-                      np.array([1, 3]), torch.tensor([1, 3]), [np.int64(1), 3], np.array([-4, -2], dtype=np.int8)]:
+    for positions in [
+        np.array(flags),
+        torch.tensor(flags),
+        flags,
+        [np.bool_(f) for f in flags],
+        np.array([1, 3]),
+        torch.tensor([1, 3]),
+        [np.int64(1), 3],
+        np.array([-4, -2], dtype=np.int8),
+    ]:
         got = grafter.logits(ids, grafts=Graft(positions, "all", "mlp"))[0]
         assert max_diff(got, want) < ATOL, f"positions {positions!r} read wrongly"
     one = grafter.logits(ids, grafts=Graft(np.int64(3), "all", "mlp"))[0]
@@ -57,6 +65,7 @@ def test_numpy_and_torch_boolean_masks_are_masks():
 ])  # fmt: skip
 def test_other_positions_are_errors_at_construction(positions, kind, message):
     from weightgraft import Graft
+
     with pytest.raises(kind, match=message):
         Graft(positions)
 
@@ -64,12 +73,14 @@ def test_other_positions_are_errors_at_construction(positions, kind, message):
 @pytest.mark.parametrize("layers", [[True, False], 1.0, [0, 1.5], np.array([0.0, 1.0]), torch.tensor([True]), None])
 def test_layers_that_are_not_ints_are_errors(layers):
     from weightgraft import Graft
+
     with pytest.raises(TypeError, match="layers must be 'all', a band name, an int or a sequence of ints"):
         Graft("last", layers)
 
 
 def test_layers_as_arrays_and_tensors_of_ints_work():
     from weightgraft import Graft
+
     for layers in [np.array([0, 2]), torch.tensor([0, 2]), (0, np.int32(2)), range(0, 3, 2)]:
         assert Graft("last", layers).layer_indices(4) == [0, 2]
 
@@ -116,6 +127,7 @@ CONFIG_CASES = [
 @pytest.mark.parametrize("arch, changes, listed, allow", CONFIG_CASES)
 def test_config_differences_beyond_shapes_are_refused_unless_allowed(arch, changes, listed, allow):
     from weightgraft import Grafter
+
     recipient, _ = pair(arch)
     donor = _variant(arch, **changes)
     shapes = {n: p.shape for n, p in recipient.named_parameters()}
@@ -131,9 +143,17 @@ def test_config_differences_beyond_shapes_are_refused_unless_allowed(arch, chang
 
 def test_fields_that_do_not_change_the_computation_are_not_compared():
     from weightgraft import Grafter
+
     recipient, _ = pair("llama")
-    donor = _variant("llama", _name_or_path="somewhere/else", use_cache=False, attention_dropout=0.1,
-                     eos_token_id=7, initializer_range=0.5, architectures=["LlamaForCausalLM"])
+    donor = _variant(
+        "llama",
+        _name_or_path="somewhere/else",
+        use_cache=False,
+        attention_dropout=0.1,
+        eos_token_id=7,
+        initializer_range=0.5,
+        architectures=["LlamaForCausalLM"],
+    )
     grafter = Grafter(recipient, donor)
     ids = torch.tensor([random_prompt(random.Random(1), 4)])
     assert max_diff(grafter.logits(ids, grafts=[]), recipient(ids).logits) < ATOL
@@ -141,6 +161,7 @@ def test_fields_that_do_not_change_the_computation_are_not_compared():
 
 def test_config_difference_names_the_donor_among_several():
     from weightgraft import Grafter
+
     recipient, donor = pair("llama")
     other = _variant("llama", rms_norm_eps=1e-3)
     with pytest.raises(ValueError, match="recipient and donor 'task' have configs that differ.*rms_norm_eps"):
@@ -166,9 +187,11 @@ def test_float_input_ids_are_refused_not_truncated():
 def test_attention_mask_values_other_than_zero_and_one_are_refused():
     grafter = grafter_for("gpt2")
     ids = torch.tensor([[3, 5, 9], [4, 6, 8]])
-    for bad, found in [(torch.tensor([[1, 1, 2], [1, 1, 1]]), r"\[2.0\]"),
-                       (torch.tensor([[0.5, 1, 1], [1, 1, 1]]), r"\[0.5\]"),
-                       (torch.tensor([[-1, 1, 1], [1, 1, 1]]), r"\[-1.0\]")]:
+    for bad, found in [
+        (torch.tensor([[1, 1, 2], [1, 1, 1]]), r"\[2.0\]"),
+        (torch.tensor([[0.5, 1, 1], [1, 1, 1]]), r"\[0.5\]"),
+        (torch.tensor([[-1, 1, 1], [1, 1, 1]]), r"\[-1.0\]"),
+    ]:
         with pytest.raises(ValueError, match=f"attention_mask must hold only 0 .* and 1 .*, found {found}"):
             grafter.logits(ids, attention_mask=bad)
     ok = grafter.logits(ids, attention_mask=torch.tensor([[True, True, True], [False, True, True]]))
@@ -177,8 +200,11 @@ def test_attention_mask_values_other_than_zero_and_one_are_refused():
 
 def test_grafting_a_model_into_itself_is_refused():
     from weightgraft import Grafter
+
     recipient, _ = pair("gpt2")
-    with pytest.raises(ValueError, match="the donor is the recipient itself: grafting a model into itself changes nothing"):
+    with pytest.raises(
+        ValueError, match="the donor is the recipient itself: grafting a model into itself changes nothing"
+    ):
         Grafter(recipient, recipient)
     Grafter(recipient, copy.deepcopy(recipient))  # a separate copy is fine
 
@@ -207,18 +233,24 @@ def test_generation_settings_at_their_limits_work():
     greedy = grafter.generate(ids, max_new_tokens=3)
     # top_k=1 and a tiny top_p keep only the most likely token: sampling is then greedy
     for settings in [{"top_k": 1}, {"top_p": 1e-6}]:
-        sampled = grafter.generate(ids, max_new_tokens=3, do_sample=True, **settings,
-                                   generator=torch.Generator().manual_seed(0))
+        sampled = grafter.generate(
+            ids, max_new_tokens=3, do_sample=True, **settings, generator=torch.Generator().manual_seed(0)
+        )
         assert torch.equal(sampled, greedy), settings
-    assert grafter.generate(ids, max_new_tokens=3, do_sample=True, top_p=1.0,
-                            generator=torch.Generator().manual_seed(0)).shape == (1, 7)
+    assert grafter.generate(
+        ids, max_new_tokens=3, do_sample=True, top_p=1.0, generator=torch.Generator().manual_seed(0)
+    ).shape == (1, 7)
 
 
 def test_a_donor_with_mixed_dtypes_is_refused_naming_the_parameters():
     from weightgraft import Grafter
+
     recipient, donor = pair("llama")
     mixed = copy.deepcopy(donor)
     mixed.model.layers[1].mlp.up_proj.double()
-    with pytest.raises(ValueError, match=r"model\.layers\.1\.mlp\.up_proj\.weight \(recipient torch\.float32, "
-                                         r"donor torch\.float64\).*donor\.to\(torch\.float32\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"model\.layers\.1\.mlp\.up_proj\.weight \(recipient torch\.float32, "
+        r"donor torch\.float64\).*donor\.to\(torch\.float32\)",
+    ):
         Grafter(recipient, mixed)

@@ -7,12 +7,19 @@ import random
 import pytest
 import torch
 
-from engine_fixtures import (ATOL, assert_unchanged, grafter_for, max_diff, pad_batch, pair,
-                            random_prompt, snapshot, to_grafts)
+from engine_fixtures import (
+    ATOL,
+    assert_unchanged,
+    grafter_for,
+    max_diff,
+    pad_batch,
+    pair,
+    random_prompt,
+    snapshot,
+    to_grafts,
+)
 from reference_grafter import GraftSpec, reference_logits
 from tiny_model_fixtures import TIED_ARCHS, make_model
-
-
 
 # ----------------------------------------------------------------------------------------------
 # Both models bit-identical before and after every call
@@ -29,13 +36,16 @@ def test_models_bit_identical_after_every_call(arch):
         assert_unchanged(donor, before[1], f"{arch} donor after {what}")
 
     from weightgraft import Grafter
+
     grafter = Grafter(recipient, donor)
     check("Grafter()")
     rows = [random_prompt(random.Random(1), 6), random_prompt(random.Random(2), 4)]
     ids, mask = pad_batch(rows, "left")
     everything = to_grafts(GraftSpec("all", "all", "all"))
-    mixed = [to_grafts([GraftSpec("last", "all", "all"), GraftSpec(0, 0, "embed")]),
-             to_grafts(GraftSpec(slice(1, 3), "last_half", ["k", "up", "lm_head"]))]
+    mixed = [
+        to_grafts([GraftSpec("last", "all", "all"), GraftSpec(0, 0, "embed")]),
+        to_grafts(GraftSpec(slice(1, 3), "last_half", ["k", "up", "lm_head"])),
+    ]
     out = grafter.logits(ids, grafts=everything, attention_mask=mask)
     assert not out.requires_grad, "logits should come from torch.no_grad()"
     check("logits")
@@ -46,8 +56,14 @@ def test_models_bit_identical_after_every_call(arch):
     for generated in ["none", "last"]:
         grafter.generate(ids, row_grafts=mixed, attention_mask=mask, max_new_tokens=3, generated=generated)
         check(f"generate(generated={generated!r})")
-    grafter.generate(ids, grafts=everything, attention_mask=mask, max_new_tokens=3, do_sample=True,
-                     generator=torch.Generator().manual_seed(0))
+    grafter.generate(
+        ids,
+        grafts=everything,
+        attention_mask=mask,
+        max_new_tokens=3,
+        do_sample=True,
+        generator=torch.Generator().manual_seed(0),
+    )
     check("generate(do_sample=True)")
     for bad, message in [
         (lambda: grafter.logits(ids, grafts=to_grafts(GraftSpec(7, "all", "all")), attention_mask=mask),
@@ -117,26 +133,37 @@ def test_unknown_component_lists_the_valid_ones():
     grafter = grafter_for("gpt2")
     ids = torch.tensor([random_prompt(random.Random(0), 4)])
     for name in ["quux", "gate", "q_norm", "post_mlp_norm"]:
-        message = _raises(lambda name=name: grafter.logits(ids, grafts=to_grafts(GraftSpec("all", "all", name))),
-                          ValueError, "component")
+        message = _raises(
+            lambda name=name: grafter.logits(ids, grafts=to_grafts(GraftSpec("all", "all", name))),
+            ValueError,
+            "component",
+        )
         assert name in message, f"error for {name!r} does not name it: {message}"
         for valid in ["pos_embed", "ln_final", "up", "down", "ln1"]:
             assert valid in message, f"error for {name!r} does not list {valid!r}: {message}"
     llama = grafter_for("llama")
-    message = _raises(lambda: llama.logits(ids, grafts=to_grafts(GraftSpec("all", "all", ["q", "q_norm"]))),
-                      ValueError, r"this llama model has no component\(s\) \['q_norm'\]")
+    message = _raises(
+        lambda: llama.logits(ids, grafts=to_grafts(GraftSpec("all", "all", ["q", "q_norm"]))),
+        ValueError,
+        r"this llama model has no component\(s\) \['q_norm'\]",
+    )
     assert "q_norm" in message and "gate" in message
 
 
 def test_mismatched_models_are_refused_with_what_differs():
     from weightgraft import Grafter
+
     gpt2, _ = pair("gpt2")
     llama, _ = pair("llama")
-    _raises(lambda: Grafter(gpt2, llama), ValueError,
-            "models differ in architecture: recipient is 'gpt2', donor 'donor' is 'llama'")
+    _raises(
+        lambda: Grafter(gpt2, llama),
+        ValueError,
+        "models differ in architecture: recipient is 'gpt2', donor 'donor' is 'llama'",
+    )
 
     wider = make_model("llama", 5)  # same architecture, different shapes
     import transformers as hf
+
     config = hf.LlamaConfig(**{**llama.config.to_dict(), "intermediate_size": 64})
     config._attn_implementation = "eager"
     other = hf.AutoModelForCausalLM.from_config(config).eval()
@@ -144,8 +171,11 @@ def test_mismatched_models_are_refused_with_what_differs():
     same_config = hf.AutoModelForCausalLM.from_config(wider.config).eval()
     with torch.no_grad():  # the config agrees, but a parameter does not
         same_config.model.layers[0].mlp.up_proj.weight = torch.nn.Parameter(torch.zeros(64, 32))
-    _raises(lambda: Grafter(wider, same_config), ValueError,
-            r"differ in parameters: model.layers.0.mlp.up_proj.weight: recipient \(48, 32\) vs donor \(64, 32\)")
+    _raises(
+        lambda: Grafter(wider, same_config),
+        ValueError,
+        r"differ in parameters: model.layers.0.mlp.up_proj.weight: recipient \(48, 32\) vs donor \(64, 32\)",
+    )
 
     deeper_config = hf.LlamaConfig(**{**llama.config.to_dict(), "num_hidden_layers": 2})
     shallower = hf.AutoModelForCausalLM.from_config(deeper_config).eval()
@@ -158,17 +188,24 @@ def test_positions_outside_a_row_are_errors(arch):
     rows = [random_prompt(random.Random(0), 6), random_prompt(random.Random(1), 3)]
     ids, mask = pad_batch(rows, "left")
     alone = torch.tensor([rows[1]])
-    for positions, message in [(3, "position 3 is outside a row of 3 real tokens"),
-                               (-4, "position -4 is outside a row of 3 real tokens"),
-                               ([0, 5], "position 5 is outside a row of 3 real tokens"),
-                               (torch.tensor([True, False]), "mask has length 2, but the row has (3|6) real tokens"),
-                               ([True] * 4, "mask has length 4, but the row has (3|6) real tokens")]:
+    for positions, message in [
+        (3, "position 3 is outside a row of 3 real tokens"),
+        (-4, "position -4 is outside a row of 3 real tokens"),
+        ([0, 5], "position 5 is outside a row of 3 real tokens"),
+        (torch.tensor([True, False]), "mask has length 2, but the row has (3|6) real tokens"),
+        ([True] * 4, "mask has length 4, but the row has (3|6) real tokens"),
+    ]:
         spec = GraftSpec(positions, "all", "all")
         _raises(lambda spec=spec: grafter.logits(alone, grafts=to_grafts(spec)), ValueError, message)
         # inside the padded tensor but outside the short row's real tokens
-        _raises(lambda spec=spec: grafter.logits(ids, row_grafts=[None, to_grafts(spec)], attention_mask=mask),
-                ValueError, message)
-        _raises(lambda spec=spec: grafter.last_logits(ids, grafts=to_grafts(spec), attention_mask=mask), ValueError, message)
+        _raises(
+            lambda spec=spec: grafter.logits(ids, row_grafts=[None, to_grafts(spec)], attention_mask=mask),
+            ValueError,
+            message,
+        )
+        _raises(
+            lambda spec=spec: grafter.last_logits(ids, grafts=to_grafts(spec), attention_mask=mask), ValueError, message
+        )
 
 
 def test_other_bad_input_is_refused():
@@ -178,16 +215,34 @@ def test_other_bad_input_is_refused():
     g = to_grafts(GraftSpec("last", "all", "o"))
     both = "pass either grafts .* or row_grafts .*, not both"
     _raises(lambda: grafter.logits(ids, grafts=g, row_grafts=[g, g], attention_mask=mask), ValueError, both)
-    _raises(lambda: grafter.generate(ids, grafts=g, row_grafts=[g, None], attention_mask=mask, max_new_tokens=2),
-            ValueError, both)
-    _raises(lambda: grafter.logits(ids, row_grafts=[g], attention_mask=mask), ValueError,
-            "row_grafts has 1 entries for a batch of 2 rows")
-    _raises(lambda: grafter.logits(ids, grafts=to_grafts(GraftSpec("all", 4, "o")), attention_mask=mask),
-            ValueError, r"layer 4 is outside a model of 4 layers \(use -4..3\)")
-    _raises(lambda: grafter.logits(ids, grafts=to_grafts(GraftSpec("all", "ninth_1", "o")), attention_mask=mask),
-            ValueError, "unknown layer band 'ninth_1'")
+    _raises(
+        lambda: grafter.generate(ids, grafts=g, row_grafts=[g, None], attention_mask=mask, max_new_tokens=2),
+        ValueError,
+        both,
+    )
+    _raises(
+        lambda: grafter.logits(ids, row_grafts=[g], attention_mask=mask),
+        ValueError,
+        "row_grafts has 1 entries for a batch of 2 rows",
+    )
+    _raises(
+        lambda: grafter.logits(ids, grafts=to_grafts(GraftSpec("all", 4, "o")), attention_mask=mask),
+        ValueError,
+        r"layer 4 is outside a model of 4 layers \(use -4..3\)",
+    )
+    _raises(
+        lambda: grafter.logits(ids, grafts=to_grafts(GraftSpec("all", "ninth_1", "o")), attention_mask=mask),
+        ValueError,
+        "unknown layer band 'ninth_1'",
+    )
     right_ids, right_mask = pad_batch(rows, "right")
-    _raises(lambda: grafter.generate(right_ids, attention_mask=right_mask, max_new_tokens=2), ValueError,
-            "generate needs left-padded prompts")
-    _raises(lambda: grafter.generate(ids, attention_mask=mask, max_new_tokens=2, generated="everything"),
-            ValueError, "generated must be 'none' or 'last', not 'everything'")
+    _raises(
+        lambda: grafter.generate(right_ids, attention_mask=right_mask, max_new_tokens=2),
+        ValueError,
+        "generate needs left-padded prompts",
+    )
+    _raises(
+        lambda: grafter.generate(ids, attention_mask=mask, max_new_tokens=2, generated="everything"),
+        ValueError,
+        "generated must be 'none' or 'last', not 'everything'",
+    )

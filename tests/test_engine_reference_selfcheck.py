@@ -14,7 +14,6 @@ from reference_grafter import GraftSpec, reference_generate, reference_logits, r
 from tiny_model_fixtures import ARCHS
 
 
-
 @pytest.mark.parametrize("arch", ARCHS)
 def test_reference_against_plain_forwards(arch):
     recipient, donor = pair(arch)

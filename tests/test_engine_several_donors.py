@@ -8,6 +8,7 @@ import random
 
 import pytest
 import torch
+
 from engine_fixtures import (
     ATOL,
     assert_unchanged,
@@ -32,8 +33,7 @@ from reference_grafter import (
 from tiny_model_fixtures import ARCHS, make_model
 
 
-
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def trio(arch: str):
     """(recipient, {"sft": donor, "task": a third model}); all three differ."""
     recipient, sft = pair(arch)
@@ -42,6 +42,7 @@ def trio(arch: str):
 
 def grafter_of(arch: str, **kwargs):
     from weightgraft import Grafter
+
     recipient, donors = trio(arch)
     return Grafter(recipient, donors=donors, **kwargs)
 
@@ -56,18 +57,27 @@ def _two_donor_row(rng: random.Random, config, n: int) -> list[GraftSpec]:
         rng.shuffle(leaves)
         cut = rng.randrange(1, len(leaves))
         shares = {"sft": leaves[:cut], "task": leaves[cut:]}
-        specs = [GraftSpec(random_positions(rng, n), random_layers(rng, layers),
-                           rng.sample(share, rng.randrange(1, min(3, len(share)) + 1)), donor)
-                 for donor, share in shares.items()]
+        specs = [
+            GraftSpec(
+                random_positions(rng, n),
+                random_layers(rng, layers),
+                rng.sample(share, rng.randrange(1, min(3, len(share)) + 1)),
+                donor,
+            )
+            for donor, share in shares.items()
+        ]
     else:
         positions = list(range(n))
         rng.shuffle(positions)
         cut = rng.randrange(1, n)
-        specs = [GraftSpec(sorted(part), random_layers(rng, layers), random_components(rng, config), donor)
-                 for donor, part in (("sft", positions[:cut]), ("task", positions[cut:]))]
+        specs = [
+            GraftSpec(sorted(part), random_layers(rng, layers), random_components(rng, config), donor)
+            for donor, part in (("sft", positions[:cut]), ("task", positions[cut:]))
+        ]
     if rng.random() < 0.3:  # the same donor twice: a union
-        extra = GraftSpec(random_positions(rng, n), random_layers(rng, layers), random_components(rng, config),
-                          specs[0].donor)
+        extra = GraftSpec(
+            random_positions(rng, n), random_layers(rng, layers), random_components(rng, config), specs[0].donor
+        )
         other = specs[1]
         if not _overlaps(extra, other, n, config):
             specs.append(extra)
@@ -80,6 +90,7 @@ def num_layers_of(config) -> int:
 
 def _overlaps(a: GraftSpec, b: GraftSpec, n: int, config) -> bool:
     from reference_grafter import resolve_row
+
     plan_a = resolve_row(GraftSpec(a.positions, a.layers, a.components), n, config)
     plan_b = resolve_row(GraftSpec(b.positions, b.layers, b.components), n, config)
     return any(x & y for x, y in zip(plan_a, plan_b))
@@ -128,10 +139,13 @@ def test_rows_that_differ_only_in_their_donor_do_not_share_past_the_graft():
     recipient, donors = trio(arch)
     grafter = grafter_of(arch)
     row = random_prompt(random.Random(9), 9)
-    specs = [None, GraftSpec("last", "last_half", ["o", "mlp"], "sft"),
-             GraftSpec("last", "last_half", ["o", "mlp"], "task"),
-             [GraftSpec(3, "all", "mlp", "sft"), GraftSpec("last", "all", "attn", "task")],
-             [GraftSpec(3, "all", "mlp", "task"), GraftSpec("last", "all", "attn", "sft")]]
+    specs = [
+        None,
+        GraftSpec("last", "last_half", ["o", "mlp"], "sft"),
+        GraftSpec("last", "last_half", ["o", "mlp"], "task"),
+        [GraftSpec(3, "all", "mlp", "sft"), GraftSpec("last", "all", "attn", "task")],
+        [GraftSpec(3, "all", "mlp", "task"), GraftSpec("last", "all", "attn", "sft")],
+    ]
     ids = torch.tensor([row] * len(specs))
     row_grafts = [to_grafts(s) for s in specs]
     shared = grafter.logits(ids, row_grafts=row_grafts)
@@ -143,6 +157,7 @@ def test_rows_that_differ_only_in_their_donor_do_not_share_past_the_graft():
     assert max_diff(shared[1, -1], shared[2, -1]) > 1e-2, "the two donors give the same logits?"
     # the planner sees four histories after position 3 and five at the end
     from weightgraft.engine.sharing import plan_segments
+
     masks = grafter._graft_masks(None, row_grafts, torch.ones_like(ids)).masks
     segments = plan_segments(ids, torch.ones_like(ids), masks)
     assert [len(s.rows) for s in segments] == [1, 3, 5]
@@ -154,25 +169,31 @@ def test_generation_with_two_donors_matches_reference(arch, generated):
     recipient, donors = trio(arch)
     grafter = grafter_of(arch)
     rows = [random_prompt(random.Random(1), 6), random_prompt(random.Random(2), 4)]
-    specs = [[GraftSpec("last", "all", "mlp", "task"), GraftSpec("last", "first_half", "attn", "sft")],
-             [GraftSpec(0, "all", "all", "sft"), GraftSpec(-1, "last_half", "o", "task")]]
+    specs = [
+        [GraftSpec("last", "all", "mlp", "task"), GraftSpec("last", "first_half", "attn", "sft")],
+        [GraftSpec(0, "all", "all", "sft"), GraftSpec(-1, "last_half", "o", "task")],
+    ]
     ids, mask = pad_batch(rows, "left")
-    out = grafter.generate(ids, row_grafts=[to_grafts(s) for s in specs], attention_mask=mask,
-                           max_new_tokens=3, generated=generated)
+    out = grafter.generate(
+        ids, row_grafts=[to_grafts(s) for s in specs], attention_mask=mask, max_new_tokens=3, generated=generated
+    )
     for b, (row, spec) in enumerate(zip(rows, specs)):
         want = reference_generate(recipient, donors, row, spec, 3, generated)
-        assert out[b, ids.shape[1]:].tolist() == want, f"{arch} {generated} row {b}"
+        assert out[b, ids.shape[1] :].tolist() == want, f"{arch} {generated} row {b}"
 
 
 def test_models_bit_identical_after_calls_with_several_donors():
     from weightgraft import Grafter
+
     recipient, donors = trio("gpt2")
     before = [snapshot(recipient)] + [snapshot(m) for m in donors.values()]
     grafter = Grafter(recipient, donors=donors)
     rows = [random_prompt(random.Random(3), 6), random_prompt(random.Random(4), 4)]
     ids, mask = pad_batch(rows, "left")
-    row_grafts = [to_grafts([GraftSpec("all", "all", "mlp", "sft"), GraftSpec("all", "all", "attn", "task")]),
-                  to_grafts(GraftSpec("last", "all", "all", "task"))]
+    row_grafts = [
+        to_grafts([GraftSpec("all", "all", "mlp", "sft"), GraftSpec("all", "all", "attn", "task")]),
+        to_grafts(GraftSpec("last", "all", "all", "task")),
+    ]
     grafter.logits(ids, row_grafts=row_grafts, attention_mask=mask)
     grafter.generate(ids, row_grafts=row_grafts, attention_mask=mask, max_new_tokens=2, generated="last")
     with pytest.raises(ValueError, match="names no donor, but this Grafter has several"):
@@ -184,6 +205,7 @@ def test_models_bit_identical_after_calls_with_several_donors():
 
 def test_one_donor_keeps_working_and_is_called_donor():
     from weightgraft import Graft, Grafter
+
     recipient, donor = pair("llama")
     grafter = Grafter(recipient, donor)
     assert grafter.donor_names == ["donor"]
@@ -199,6 +221,7 @@ def test_one_donor_keeps_working_and_is_called_donor():
 
 def test_a_graft_without_donor_among_several_is_an_error_listing_them():
     from weightgraft import Graft
+
     grafter = grafter_of("gpt2")
     ids = torch.tensor([random_prompt(random.Random(0), 5)])
     with pytest.raises(ValueError, match=r"names no donor, but this Grafter has several: \['sft', 'task'\]"):
@@ -209,19 +232,23 @@ def test_a_graft_without_donor_among_several_is_an_error_listing_them():
 
 def test_overlapping_grafts_from_two_donors_are_an_error_naming_the_overlap():
     from weightgraft import Graft
+
     grafter = grafter_of("llama")
     rows = [random_prompt(random.Random(0), 6), random_prompt(random.Random(1), 4)]
     ids, mask = pad_batch(rows, "left")
     fine = [Graft("last", "all", "attn", donor="sft"), Graft("last", "all", "attn", donor="sft")]
     clash = [Graft("last", "all", "attn", donor="sft"), Graft([0, -1], [1], ["o", "up"], donor="task")]
     # row 1 has 4 real tokens (2 pads on the left): its last token is position 3
-    message = (r"grafts of row 1 give position 3 \(counting real tokens\), layer 1, component 'o' "
-               r"to more than one donor: \['sft', 'task'\]")
+    message = (
+        r"grafts of row 1 give position 3 \(counting real tokens\), layer 1, component 'o' "
+        r"to more than one donor: \['sft', 'task'\]"
+    )
     with pytest.raises(ValueError, match=message):
         grafter.logits(ids, row_grafts=[fine, clash], attention_mask=mask)
     with pytest.raises(ValueError, match=r"component 'lm_head' to more than one donor: \['sft', 'task'\]"):
-        grafter.logits(ids, grafts=[Graft(0, "all", "all", donor="task"), Graft(0, 0, "lm_head", donor="sft")],
-                       attention_mask=mask)
+        grafter.logits(
+            ids, grafts=[Graft(0, "all", "all", donor="task"), Graft(0, 0, "lm_head", donor="sft")], attention_mask=mask
+        )
     # the same donor twice is a union, equal to one graft that covers both
     union = grafter.logits(ids, row_grafts=[fine, fine], attention_mask=mask)
     once = grafter.logits(ids, grafts=Graft("last", "all", "attn", donor="sft"), attention_mask=mask)
@@ -230,6 +257,7 @@ def test_overlapping_grafts_from_two_donors_are_an_error_naming_the_overlap():
 
 def test_constructor_errors():
     from weightgraft import Grafter
+
     recipient, donors = trio("gpt2")
     with pytest.raises(ValueError, match="either donor .* or donors="):
         Grafter(recipient, donors["sft"], donors=donors)

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from exp_fixtures import base_config, build_tokenizer, make_prompts
 
+from exp_fixtures import base_config, build_tokenizer, make_prompts
 from weightgraft.data.encode import encode_prompt
 from weightgraft.experiments.conditions import resolve_condition
 from weightgraft.experiments.config import ConfigError, parse_config
@@ -25,11 +25,23 @@ def movie_prompt():
 
 
 EXPECTED = {  # token indices in the title prompt above
-    "FE": [1, 2], "M": [5, 6], "R": [3], "LT": [7], "other": [0, 4],
-    "FE+LT": [1, 2, 7], "(FE+LT)^C": [0, 3, 4, 5, 6], "FE^C": [0, 3, 4, 5, 6, 7],
-    "LT^C": [0, 1, 2, 3, 4, 5, 6], "M+LT": [5, 6, 7], "FE+M+LT": [1, 2, 5, 6, 7],
-    "FE+R": [1, 2, 3], "R+LT": [3, 7], "(FE+M)^C": [0, 3, 4, 7], "(FE+M+LT)^C": [0, 3, 4],
-    "ALL": list(range(8)), "NONE": [],
+    "FE": [1, 2],
+    "M": [5, 6],
+    "R": [3],
+    "LT": [7],
+    "other": [0, 4],
+    "FE+LT": [1, 2, 7],
+    "(FE+LT)^C": [0, 3, 4, 5, 6],
+    "FE^C": [0, 3, 4, 5, 6, 7],
+    "LT^C": [0, 1, 2, 3, 4, 5, 6],
+    "M+LT": [5, 6, 7],
+    "FE+M+LT": [1, 2, 5, 6, 7],
+    "FE+R": [1, 2, 3],
+    "R+LT": [3, 7],
+    "(FE+M)^C": [0, 3, 4, 7],
+    "(FE+M+LT)^C": [0, 3, 4],
+    "ALL": list(range(8)),
+    "NONE": [],
 }
 
 
@@ -43,7 +55,7 @@ def test_position_expression_selects_expected_tokens(movie_prompt, expr):
 def test_condition_row_mask_extends_last_token_to_target_tokens(movie_prompt, name):
     cond = resolve_condition(name, recipient="pre", donor="sft")
     n = len(movie_prompt.input_ids)
-    (mask, graft), = cond.row_masks(movie_prompt.positions, n, n + 1)
+    ((mask, graft),) = cond.row_masks(movie_prompt.positions, n, n + 1)
     chosen = [i for i, m in enumerate(mask) if m]
     extra = [n] if n - 1 in EXPECTED[name] else []  # the teacher-forced target token
     assert chosen == EXPECTED[name] + extra
@@ -71,12 +83,14 @@ def test_r_never_contains_the_last_token():
 def test_component_condition_grafts_nothing_at_fe_and_components_at_lt(movie_prompt):
     cond = resolve_condition("O+FFN", recipient="b2a", donor="sft")
     n = len(movie_prompt.input_ids)
-    (lt_mask, lt), = cond.row_masks(movie_prompt.positions, n, n)
+    ((lt_mask, lt),) = cond.row_masks(movie_prompt.positions, n, n)
     assert [i for i, m in enumerate(lt_mask) if m] == [7]
     assert (lt.layers, lt.components) == ("authors_fourth_quarter", ["o", "gate", "up", "down"])
     based = resolve_condition("O+FFN", recipient="pre", donor="sft", component_base="FE")
     assert [g.components for _, g in based.row_masks(movie_prompt.positions, n, n)] == [
-        ["WEIGHTS"], ["o", "gate", "up", "down"]]
+        ["WEIGHTS"],
+        ["o", "gate", "up", "down"],
+    ]
 
 
 def test_missing_role_is_not_applicable():
@@ -109,16 +123,23 @@ def _config(experiments):
 
 
 def test_unknown_condition_is_named():
-    bad = [{"name": "e", "dataset": "relation", "recipient": "pre", "donor": "sft",
-            "conditions": ["PRE", "FE+XQ"]}]
+    bad = [{"name": "e", "dataset": "relation", "recipient": "pre", "donor": "sft", "conditions": ["PRE", "FE+XQ"]}]
     with pytest.raises(ConfigError, match="XQ") as err:
         parse_config(_config(bad))
     assert "FE+XQ" in str(err.value)
 
 
 def test_unknown_field_is_named():
-    bad = [{"name": "e", "dataset": "relation", "recipient": "pre", "donor": "sft",
-            "conditons": ["PRE"], "conditions": ["PRE"]}]
+    bad = [
+        {
+            "name": "e",
+            "dataset": "relation",
+            "recipient": "pre",
+            "donor": "sft",
+            "conditons": ["PRE"],
+            "conditions": ["PRE"],
+        }
+    ]
     with pytest.raises(ConfigError, match="unknown field 'conditons'"):
         parse_config(_config(bad))
     with pytest.raises(ConfigError, match="unknown field 'seeed'"):
@@ -128,8 +149,15 @@ def test_unknown_field_is_named():
 def test_unknown_preset_component_and_model_key_are_named():
     with pytest.raises(ConfigError, match="position_graftin"):
         parse_config(_config([{"preset": "position_graftin"}]))
-    bad = [{"name": "e", "dataset": "relation", "recipient": "pre", "donor": "sft",
-            "conditions": [{"name": "x", "grafts": [{"positions": "LT", "components": "O+MLPX"}]}]}]
+    bad = [
+        {
+            "name": "e",
+            "dataset": "relation",
+            "recipient": "pre",
+            "donor": "sft",
+            "conditions": [{"name": "x", "grafts": [{"positions": "LT", "components": "O+MLPX"}]}],
+        }
+    ]
     with pytest.raises(ConfigError, match="MLPX"):
         parse_config(_config(bad))
     with pytest.raises(ConfigError, match="'freetext'"):
@@ -137,14 +165,25 @@ def test_unknown_preset_component_and_model_key_are_named():
 
 
 def test_presets_expand_in_paper_order():
-    cfg = parse_config(_config([{"preset": "position_grafting"}, {"preset": "position_title"},
-                                {"preset": "layer_sweeps"}]))
+    cfg = parse_config(
+        _config([{"preset": "position_grafting"}, {"preset": "position_title"}, {"preset": "layer_sweeps"}])
+    )
     exps = cfg.expanded()
     assert [e.name for e in exps] == ["position_grafting", "position_title", "layer_sweeps"]
     names = [c.name for c in experiment_conditions(exps[0], 8)]
-    assert names == ["PRE", "SFT", "FE", "LT", "FE+LT", "(FE+LT)^C", "FE^C", "LT^C",
-                     "FE [donor unembedding]", "LT [donor unembedding]",
-                     "FE+LT [donor unembedding]"]
+    assert names == [
+        "PRE",
+        "SFT",
+        "FE",
+        "LT",
+        "FE+LT",
+        "(FE+LT)^C",
+        "FE^C",
+        "LT^C",
+        "FE [donor unembedding]",
+        "LT [donor unembedding]",
+        "FE+LT [donor unembedding]",
+    ]
     sweep = [c for c in experiment_conditions(exps[2], 8) if c.meta]
     assert len(sweep) == 2 * 4 * 4  # FE/LT x 4 component sets x quarters of 8 layers
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from exp_fixtures import base_config, build_tokenizer, make_prompts
 
+from exp_fixtures import base_config, build_tokenizer, make_prompts
 from weightgraft.data.encode import encode_prompt
 from weightgraft.experiments.config import parse_config
 from weightgraft.experiments.execute import engine_graft
@@ -22,9 +22,16 @@ FOURTH = [3, 4, 5]
 THIRD_FOURTH = [2, 3, 4, 5]
 PER_LAYER = ["q", "k", "v", "o", "gate", "up", "down", "ln1", "ln2"]  # a Llama layer
 WEIGHTS = {(None, "embed")} | {(i, c) for i in range(N) for c in PER_LAYER}
-SETS = {"ATTN+O+FFN": ["q", "k", "v", "o", "gate", "up", "down"], "ATTN+O": ["q", "k", "v", "o"],
-        "ATTN+FFN": ["q", "k", "v", "gate", "up", "down"], "O+FFN": ["o", "gate", "up", "down"],
-        "O": ["o"], "FFN": ["gate", "up", "down"], "O+UP": ["o", "up"], "O+DOWN": ["o", "down"]}
+SETS = {
+    "ATTN+O+FFN": ["q", "k", "v", "o", "gate", "up", "down"],
+    "ATTN+O": ["q", "k", "v", "o"],
+    "ATTN+FFN": ["q", "k", "v", "gate", "up", "down"],
+    "O+FFN": ["o", "gate", "up", "down"],
+    "O": ["o"],
+    "FFN": ["gate", "up", "down"],
+    "O+UP": ["o", "up"],
+    "O+DOWN": ["o", "down"],
+}
 # Title prompt `<s> Ada Brook stars in Iron Tide alongside`: FE 1,2; R 3; M 5,6; LT 7.
 FE, R, M, LT, ALL = [1, 2], [3], [5, 6], [7], list(range(8))
 
@@ -35,9 +42,15 @@ def grafter():
 
     from weightgraft import Grafter
 
-    config = LlamaConfig(vocab_size=len(build_tokenizer()), hidden_size=16, intermediate_size=32,
-                         num_hidden_layers=N, num_attention_heads=2, num_key_value_heads=1,
-                         tie_word_embeddings=False)
+    config = LlamaConfig(
+        vocab_size=len(build_tokenizer()),
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=N,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        tie_word_embeddings=False,
+    )
     torch.manual_seed(0)
     return Grafter(LlamaForCausalLM(config), LlamaForCausalLM(config))
 
@@ -51,9 +64,11 @@ def prompt():
 def resolve(preset: str, grafter, prompt, **options) -> dict:
     """condition -> recipient, and its grafts as (positions, donor, {(layer, component)})."""
     models = {k: k for k in ("pre", "sft", "b2a", "task", "freetext")}
-    cfg = parse_config(base_config(models, "d", [{"preset": preset, **options}]) |
-                       {"datasets": {k: "d" for k in ("relation", "known", "freetext")}})
-    exp, = cfg.expanded()
+    cfg = parse_config(
+        base_config(models, "d", [{"preset": preset, **options}])
+        | {"datasets": {k: "d" for k in ("relation", "known", "freetext")}}
+    )
+    (exp,) = cfg.expanded()
     n = len(prompt.input_ids)
     out = {}
     for cond in experiment_conditions(exp, N):
@@ -76,15 +91,23 @@ def test_position_grafting_every_weight_at_positions_and_the_recipients_head(gra
     assert got["PRE"] == ("pre", [])
     everything = {k for k in grafter.keys}  # the donor model itself, head included
     assert got["SFT"] == ("pre", [(ALL, "sft", everything)])
-    expected = {"FE": FE, "LT": LT, "FE+LT": FE + LT, "(FE+LT)^C": [0, 3, 4, 5, 6],
-                "FE^C": [0, 3, 4, 5, 6, 7], "LT^C": [0, 1, 2, 3, 4, 5, 6]}
+    expected = {
+        "FE": FE,
+        "LT": LT,
+        "FE+LT": FE + LT,
+        "(FE+LT)^C": [0, 3, 4, 5, 6],
+        "FE^C": [0, 3, 4, 5, 6, 7],
+        "LT^C": [0, 1, 2, 3, 4, 5, 6],
+    }
     for name, positions in expected.items():
         assert got[name] == ("pre", [(positions, "sft", WEIGHTS)]), name
         assert (None, "lm_head") not in got[name][1][0][2]
         assert (None, "ln_final") not in got[name][1][0][2]
     for name in ("FE", "LT", "FE+LT"):  # the report shows both unembeddings
-        assert got[f"{name} [donor unembedding]"] == ("pre", [
-            (expected[name], "sft", WEIGHTS), (ALL, "sft", {(None, "lm_head")})])
+        assert got[f"{name} [donor unembedding]"] == (
+            "pre",
+            [(expected[name], "sft", WEIGHTS), (ALL, "sft", {(None, "lm_head")})],
+        )
 
 
 def test_position_grafting_with_the_donors_unembedding(grafter, prompt):
@@ -103,17 +126,25 @@ def test_relation_conditions_take_the_relation_word_never_lt(grafter, prompt):
 def test_title_conditions_on_sentence_3_with_their_complements(grafter, prompt):
     exp, got = resolve("position_title", grafter, prompt)
     assert exp.templates == ["paper_3"]
-    expected = {"M": M, "M+LT": M + LT, "FE+M": FE + M, "FE+M+LT": FE + M + LT,
-                "(FE+M)^C": [0, 3, 4, 7], "(FE+M+LT)^C": [0, 3, 4]}
+    expected = {
+        "M": M,
+        "M+LT": M + LT,
+        "FE+M": FE + M,
+        "FE+M+LT": FE + M + LT,
+        "(FE+M)^C": [0, 3, 4, 7],
+        "(FE+M+LT)^C": [0, 3, 4],
+    }
     assert list(got) == ["PRE", "SFT", *expected]
     for name, positions in expected.items():
         assert got[name] == ("pre", [(positions, "sft", WEIGHTS)]), name
 
 
-@pytest.mark.parametrize("preset,recipient,baseline", [("components_reversal", "b2a", "B2A"),
-                                                       ("components_pre", "pre", "PRE")])
+@pytest.mark.parametrize(
+    "preset,recipient,baseline", [("components_reversal", "b2a", "B2A"), ("components_pre", "pre", "PRE")]
+)
 def test_components_graft_nothing_at_fe_and_the_sets_at_lt_in_the_authors_fourth_quarter(
-        grafter, prompt, preset, recipient, baseline):
+    grafter, prompt, preset, recipient, baseline
+):
     _, got = resolve(preset, grafter, prompt)
     assert list(got) == [baseline, "SFT", *SETS]
     assert got[baseline] == (recipient, [])
@@ -125,13 +156,18 @@ def test_components_graft_nothing_at_fe_and_the_sets_at_lt_in_the_authors_fourth
 
 def test_hybrid_five_fe_variants_from_task_and_the_two_donor_lt_mix(grafter, prompt):
     _, got = resolve("hybrid", grafter, prompt)
-    lt = [(LT, "task", layer_keys(THIRD_FOURTH, ["q", "k", "v", "gate"])),
-          (LT, "sft", layer_keys(THIRD_FOURTH, ["o", "up", "down"]))]
+    lt = [
+        (LT, "task", layer_keys(THIRD_FOURTH, ["q", "k", "v", "gate"])),
+        (LT, "sft", layer_keys(THIRD_FOURTH, ["o", "up", "down"])),
+    ]
     everywhere = range(N)
-    fe = {"no_FE": None, "full_FE": WEIGHTS,
-          "FE_attn": layer_keys(everywhere, ["q", "k", "v", "o"]),
-          "FE_ffn": layer_keys(everywhere, ["gate", "up", "down"]),
-          "FE_o_ffn": layer_keys(everywhere, ["o", "gate", "up", "down"])}
+    fe = {
+        "no_FE": None,
+        "full_FE": WEIGHTS,
+        "FE_attn": layer_keys(everywhere, ["q", "k", "v", "o"]),
+        "FE_ffn": layer_keys(everywhere, ["gate", "up", "down"]),
+        "FE_o_ffn": layer_keys(everywhere, ["o", "gate", "up", "down"]),
+    }
     assert list(got) == ["PRE", "SFT", "TASK", *(f"HYBRID {v}" for v in fe)]
     assert got["TASK"] == ("task", [])
     for variant, keys in fe.items():
@@ -145,8 +181,14 @@ def test_known_facts_compares_pre_and_sft_on_the_known_dataset(grafter, prompt):
     assert got["PRE"] == ("pre", []) and got["SFT"][1][0][:2] == (ALL, "sft")
 
 
-PAPER_PRESETS = ["position_grafting", "position_relation", "position_title", "components_reversal",
-                 "components_pre", "hybrid"]
+PAPER_PRESETS = [
+    "position_grafting",
+    "position_relation",
+    "position_title",
+    "components_reversal",
+    "components_pre",
+    "hybrid",
+]
 
 
 @pytest.mark.parametrize("preset", PAPER_PRESETS)

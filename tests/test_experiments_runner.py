@@ -12,20 +12,28 @@ import csv
 import pyarrow.parquet as pq
 import pytest
 import torch
-from exp_fixtures import RefGraft, ReferenceGrafter, base_config, build_models, write_dataset
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from exp_fixtures import ReferenceGrafter, RefGraft, base_config, build_models, write_dataset
 from weightgraft.data.encode import encode_prompt
 from weightgraft.data.io import load_eval_prompts
 from weightgraft.experiments.config import parse_config
 from weightgraft.experiments.records import slug
 from weightgraft.pipelines import run_all
 
-PATCH = {"name": "patch LT+FE late", "method": "activations",
-         "grafts": [{"positions": "FE+LT", "layers": "last_half", "components": "BLOCKS"}]}
+PATCH = {
+    "name": "patch LT+FE late",
+    "method": "activations",
+    "grafts": [{"positions": "FE+LT", "layers": "last_half", "components": "BLOCKS"}],
+}
 TASK_ALONE = {"name": "task alone", "recipient": "task", "grafts": []}
-CUSTOM = {"name": "direct", "dataset": "relation", "recipient": "pre", "donor": "sft",
-          "conditions": ["PRE", "SFT", "FE+LT", "M", PATCH, TASK_ALONE]}
+CUSTOM = {
+    "name": "direct",
+    "dataset": "relation",
+    "recipient": "pre",
+    "donor": "sft",
+    "conditions": ["PRE", "SFT", "FE+LT", "M", PATCH, TASK_ALONE],
+}
 
 
 @pytest.fixture(scope="module")
@@ -59,9 +67,12 @@ def _scores(logits, n, target):
 def _patched(recipient, donor, ids, positions, layers):
     """One example: donor block outputs copied into the recipient's run at positions/layers."""
     saved = {}
-    hooks = [donor.model.layers[i].register_forward_hook(
-        lambda m, a, o, i=i: saved.__setitem__(i, (o if torch.is_tensor(o) else o[0]).clone()))
-        for i in layers]
+    hooks = [
+        donor.model.layers[i].register_forward_hook(
+            lambda m, a, o, i=i: saved.__setitem__(i, (o if torch.is_tensor(o) else o[0]).clone())
+        )
+        for i in layers
+    ]
     donor(ids[None])
     for h in hooks:
         h.remove()
@@ -71,6 +82,7 @@ def _patched(recipient, donor, ids, positions, layers):
             h = (o if torch.is_tensor(o) else o[0]).clone()
             h[:, positions] = saved[i][:, positions]
             return h if torch.is_tensor(o) else (h, *o[1:])
+
         return hook
 
     hooks = [recipient.model.layers[i].register_forward_hook(patch(i)) for i in layers]
@@ -99,21 +111,22 @@ def test_metrics_equal_direct_computation(world, direct_run):
             ids = torch.tensor(enc.input_ids + target[:-1])
             if cond == "PRE":
                 logits = pre(ids[None]).logits[0]
-                greedy = pre.generate(ids[None, :n], max_new_tokens=len(target), do_sample=False,
-                                      pad_token_id=0)[0, n:].tolist()
+                greedy = pre.generate(ids[None, :n], max_new_tokens=len(target), do_sample=False, pad_token_id=0)[
+                    0, n:
+                ].tolist()
                 assert row["exact_match"] == (greedy == target)
             elif cond == "SFT":
                 logits = sft(ids[None]).logits[0]
-                greedy = sft.generate(ids[None, :n], max_new_tokens=len(target), do_sample=False,
-                                      pad_token_id=0)[0, n:].tolist()
+                greedy = sft.generate(ids[None, :n], max_new_tokens=len(target), do_sample=False, pad_token_id=0)[
+                    0, n:
+                ].tolist()
                 assert row["exact_match"] == (greedy == target)
             elif cond == "FE+LT":  # every weight but the final norm and unembedding
                 sel = set(enc.positions["first_entity"]) | {n - 1}
                 mask = [i in sel or i >= n for i in range(len(ids))]
                 weights = ["embed", "q", "k", "v", "o", "gate", "up", "down", "ln1", "ln2"]
                 logits = ref.logits(ids[None], row_grafts=[[RefGraft(mask, "all", weights)]])[0]
-                assert row["exact_match"] == all(
-                    logits[n - 1 + j].argmax().item() == t for j, t in enumerate(target))
+                assert row["exact_match"] == all(logits[n - 1 + j].argmax().item() == t for j, t in enumerate(target))
             elif cond == TASK_ALONE["name"]:  # a condition with its own recipient
                 logits = task(ids[None]).logits[0]
             else:
@@ -129,8 +142,11 @@ def test_metrics_equal_direct_computation(world, direct_run):
     with open(out / "summary.csv") as handle:
         summary = list(csv.DictReader(handle))
     ranks = [r["rank"] for r in _rows(out, "direct", "SFT")]
-    top5 = next(r for r in summary if (r["condition"], r["template"], r["fact_kind"], r["metric"])
-                == ("SFT", "ALL", "ALL", "top5"))
+    top5 = next(
+        r
+        for r in summary
+        if (r["condition"], r["template"], r["fact_kind"], r["metric"]) == ("SFT", "ALL", "ALL", "top5")
+    )
     assert float(top5["value"]) == pytest.approx(sum(r <= 5 for r in ranks) / len(ranks), abs=1e-6)
     assert int(top5["n"]) == len(ranks)
     assert float(top5["ci_low"]) <= float(top5["value"]) <= float(top5["ci_high"])
@@ -156,8 +172,10 @@ def test_hybrid_two_donor_rows_equal_the_reference(world, tmp_path):
             n, target = len(enc.input_ids), enc.target_ids
             ids = torch.tensor(enc.input_ids + target[:-1])
             lt = [i >= n - 1 for i in range(len(ids))]
-            grafts = [RefGraft(lt, [2, 3], ["q", "k", "v", "gate"], "task"),
-                      RefGraft(lt, [2, 3], ["o", "up", "down"], "sft")]
+            grafts = [
+                RefGraft(lt, [2, 3], ["q", "k", "v", "gate"], "task"),
+                RefGraft(lt, [2, 3], ["o", "up", "down"], "sft"),
+            ]
             if fe:
                 sel = set(enc.positions["first_entity"])
                 grafts.append(RefGraft([i in sel for i in range(len(ids))], "all", fe, "task"))
@@ -173,8 +191,9 @@ def test_summary_reports_each_fact_kind(direct_run):
     out, _ = direct_run
     rows = _rows(out, "direct", "SFT")
     with open(out / "summary.csv") as handle:
-        summary = [r for r in csv.DictReader(handle) if (r["condition"], r["template"],
-                   r["metric"]) == ("SFT", "ALL", "top5")]
+        summary = [
+            r for r in csv.DictReader(handle) if (r["condition"], r["template"], r["metric"]) == ("SFT", "ALL", "top5")
+        ]
     by_kind = {r["fact_kind"]: r for r in summary}
     assert set(by_kind) == {"ALL", "fake_fake", "fake_real", "real_shuffled"}
     for kind in ("fake_fake", "fake_real", "real_shuffled"):
@@ -191,8 +210,11 @@ def test_not_applicable_is_reported_never_dropped(direct_run, world):
     assert {r["template"] for r in na} == {"paper_1", "paper_2"}
     assert all(r["rank"] is None and "M" in r["note"] for r in na)
     with open(out / "summary.csv") as handle:
-        summary = [r for r in csv.DictReader(handle) if r["condition"] == "M"
-                   and r["metric"] == "top1" and r["fact_kind"] == "ALL"]
+        summary = [
+            r
+            for r in csv.DictReader(handle)
+            if r["condition"] == "M" and r["metric"] == "top1" and r["fact_kind"] == "ALL"
+        ]
     by_template = {r["template"]: r for r in summary}
     assert by_template["paper_1"]["n"] == "0" and by_template["paper_1"]["value"] == ""
     assert by_template["paper_3"]["n"] == "4" and by_template["ALL"]["n"] == "4"
@@ -204,9 +226,10 @@ class Interrupt(Exception):
 
 def test_interrupted_run_resumes_to_the_same_summary(world, tmp_path, monkeypatch):
     models, data = world
-    experiments = [{"preset": "position_grafting"},
-                   {"name": "patching", "dataset": "relation", "recipient": "pre",
-                    "donor": "sft", "conditions": ["PRE", PATCH]}]
+    experiments = [
+        {"preset": "position_grafting"},
+        {"name": "patching", "dataset": "relation", "recipient": "pre", "donor": "sft", "conditions": ["PRE", PATCH]},
+    ]
     cfg = parse_config({**base_config(models, data, experiments), "conditions_per_chunk": 3})
     whole = tmp_path / "whole"
     run_all(cfg, whole, progress=False, report=False)
@@ -243,13 +266,16 @@ def test_interrupted_run_resumes_to_the_same_summary(world, tmp_path, monkeypatc
 
 def test_changed_condition_is_recomputed(world, tmp_path):
     models, data = world
-    exp = {"name": "e", "dataset": "relation", "recipient": "pre", "donor": "sft",
-           "conditions": ["PRE", {"name": "x", "grafts": [{"positions": "LT"}]}]}
-    run_all(parse_config(base_config(models, data, [exp])), tmp_path, progress=False,
-                    report=False)
+    exp = {
+        "name": "e",
+        "dataset": "relation",
+        "recipient": "pre",
+        "donor": "sft",
+        "conditions": ["PRE", {"name": "x", "grafts": [{"positions": "LT"}]}],
+    }
+    run_all(parse_config(base_config(models, data, [exp])), tmp_path, progress=False, report=False)
     exp["conditions"][1]["grafts"][0]["positions"] = "FE"
-    again = run_all(parse_config(base_config(models, data, [exp])), tmp_path,
-                            progress=False, report=False)
+    again = run_all(parse_config(base_config(models, data, [exp])), tmp_path, progress=False, report=False)
     assert again.computed == ["e/x"] and again.reused == ["e/PRE"]
 
 
@@ -261,11 +287,11 @@ def test_model_overrides_replace_config_entries(world, tmp_path):
     from weightgraft.experiments.config import load_config
 
     models, data = world
-    (tmp_path / "c.yaml").write_text(yaml.safe_dump(base_config(
-        {"pre": "gpt2", "sft": "./relation"}, data, [{"preset": "position_grafting"}])))
+    (tmp_path / "c.yaml").write_text(
+        yaml.safe_dump(base_config({"pre": "gpt2", "sft": "./relation"}, data, [{"preset": "position_grafting"}]))
+    )
     cfg = load_config(tmp_path / "c.yaml")
     assert cfg.models == {"pre": "gpt2", "sft": str((tmp_path / "relation").resolve())}
-    cfg = load_config(tmp_path / "c.yaml", models={"sft": models["task"]}, device="cuda",
-                      dtype="bfloat16")
+    cfg = load_config(tmp_path / "c.yaml", models={"sft": models["task"]}, device="cuda", dtype="bfloat16")
     assert cfg.models["sft"] == models["task"] and cfg.device == "cuda"
     assert cfg.dtype == "bfloat16"

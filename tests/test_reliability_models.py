@@ -64,9 +64,16 @@ def test_a_changed_middle_byte_changes_the_fingerprint_and_is_hashed_once(tmp_pa
 def tiny_model(path, tie: bool = False):
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    config = LlamaConfig(vocab_size=40, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
-                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=32,
-                         tie_word_embeddings=tie)
+    config = LlamaConfig(
+        vocab_size=40,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=32,
+        tie_word_embeddings=tie,
+    )
     torch.manual_seed(0)
     model = LlamaForCausalLM(config).eval()
     model.save_pretrained(path)

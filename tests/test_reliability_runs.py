@@ -13,15 +13,20 @@ import stat
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from exp_fixtures import base_config, build_models, write_dataset
 
+from exp_fixtures import base_config, build_models, write_dataset
 from weightgraft.errors import UserError
 from weightgraft.experiments import execute, records
 from weightgraft.experiments.config import ConfigError, parse_config
 from weightgraft.pipelines import run_all
 
-EXPERIMENT = {"name": "e", "dataset": "relation", "recipient": "pre", "donor": "sft",
-              "conditions": ["PRE", "SFT", "FE+LT", "LT"]}
+EXPERIMENT = {
+    "name": "e",
+    "dataset": "relation",
+    "recipient": "pre",
+    "donor": "sft",
+    "conditions": ["PRE", "SFT", "FE+LT", "LT"],
+}
 
 
 @pytest.fixture(scope="module")
@@ -85,8 +90,7 @@ def test_damaged_results_are_named_and_recomputed(world, clean_run, tmp_path, ca
     assert state.is_file()
 
 
-def test_a_rewritten_value_with_valid_checksums_is_caught_by_the_recorded_sha256(
-        world, clean_run, tmp_path, capsys):
+def test_a_rewritten_value_with_valid_checksums_is_caught_by_the_recorded_sha256(world, clean_run, tmp_path, capsys):
     """A file rewritten whole (footer, fingerprint and page checksums all valid) with one rank
     changed from 1 to 14: only the sha256 in the state file can tell."""
     out = tmp_path / "run"

@@ -6,9 +6,9 @@ import json
 
 import pytest
 import yaml
-from exp_fixtures import build_models, write_dataset
 from typer.testing import CliRunner
 
+from exp_fixtures import build_models, write_dataset
 from weightgraft.cli import _register_all, app
 from weightgraft.experiments.models import fingerprint_model
 from weightgraft.reporting.verdict import check_pattern
@@ -20,17 +20,19 @@ def cli_run(tmp_path_factory):
     models = build_models(root / "models", layers=4)
     write_dataset(root / "data")
     config = {
-        "name": "cli-test", "seed": 1, "bootstrap": 100,
+        "name": "cli-test",
+        "seed": 1,
+        "bootstrap": 100,
         "models": {k: f"models/{k}" for k in models} | {"freetext": "models/sft"},
         "datasets": {"relation": "data"},
-        "experiments": [{"preset": p, "max_examples": 6} for p in
-                        ("position_grafting", "components_reversal", "layer_sweeps",
-                         "activation_patching")],
+        "experiments": [
+            {"preset": p, "max_examples": 6}
+            for p in ("position_grafting", "components_reversal", "layer_sweeps", "activation_patching")
+        ],
     }
     (root / "run.yaml").write_text(yaml.safe_dump(config))
     _register_all()
-    result = CliRunner().invoke(app, ["run", str(root / "run.yaml"), "--out", str(root / "out"),
-                                      "--no-progress"])
+    result = CliRunner().invoke(app, ["run", str(root / "run.yaml"), "--out", str(root / "out"), "--no-progress"])
     assert result.exit_code == 0, result.output
     return root, result.output
 
@@ -46,8 +48,7 @@ def test_run_writes_report_plots_and_provenance(cli_run):
         assert title in md
     html = (out / "report.html").read_text()
     assert html.count("<table>") >= 6 and "<img" in html
-    for stem in ("position_grafting", "layer_sweeps", "layer_sweeps_heatmap",
-                 "activation_patching"):
+    for stem in ("position_grafting", "layer_sweeps", "layer_sweeps_heatmap", "activation_patching"):
         for ext in ("png", "svg"):
             assert (out / "plots" / f"{stem}.{ext}").stat().st_size > 1000
     run = json.loads((out / "run.json").read_text())
@@ -56,8 +57,7 @@ def test_run_writes_report_plots_and_provenance(cli_run):
     assert run["seed"] == 1 and "torch" in run["versions"]
     assert run["datasets"]["relation"]["manifest"] == {"name": "test-world", "seed": 0}
     header = (out / "summary.csv").read_text().splitlines()[0]
-    assert header == ("experiment,condition,template,fact_kind,metric,value,ci_low,ci_high,n,"
-                      "n_facts")
+    assert header == ("experiment,condition,template,fact_kind,metric,value,ci_low,ci_high,n,n_facts")
     recovery = (out / "recovery.csv").read_text().splitlines()
     assert recovery[0].startswith("experiment,condition,template,fact_kind,metric,base,full,")
     assert "Recovery (C - PRE) / (SFT - PRE)" in md and "### Paired tests" in md
@@ -74,9 +74,14 @@ def test_report_sets_the_paper_beside_this_model(cli_run):
     md = (out / "report.md").read_text()
     assert "#### Paper vs this model" in md and "Deviations from the paper's conditions" in md
     with open(out / "summary.csv") as handle:
-        ours = {(r["condition"], r["template"]): float(r["value"]) for r in csv.DictReader(handle)
-                if r["experiment"] == "position_grafting" and r["metric"] == "top5"
-                and r["fact_kind"] == "ALL" and r["value"]}
+        ours = {
+            (r["condition"], r["template"]): float(r["value"])
+            for r in csv.DictReader(handle)
+            if r["experiment"] == "position_grafting"
+            and r["metric"] == "top5"
+            and r["fact_kind"] == "ALL"
+            and r["value"]
+        }
     section = md.split("## Position grafting")[1].split("\n## ")[0]
     table = section.split("Sentence 3 (`paper_3`):")[1].split("\n\n")[1]
     row = next(line for line in table.splitlines() if line.startswith("| FE+LT |"))
@@ -95,10 +100,23 @@ def test_report_sets_the_paper_beside_this_model(cli_run):
 
 
 def test_run_rejects_bad_config_by_name(tmp_path):
-    (tmp_path / "bad.yaml").write_text(yaml.safe_dump({
-        "models": {"pre": "x", "sft": "y"}, "datasets": {"relation": "d"},
-        "experiments": [{"name": "e", "dataset": "relation", "recipient": "pre", "donor": "sft",
-                         "conditions": ["PRE", "LT+QQ"]}]}))
+    (tmp_path / "bad.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "models": {"pre": "x", "sft": "y"},
+                "datasets": {"relation": "d"},
+                "experiments": [
+                    {
+                        "name": "e",
+                        "dataset": "relation",
+                        "recipient": "pre",
+                        "donor": "sft",
+                        "conditions": ["PRE", "LT+QQ"],
+                    }
+                ],
+            }
+        )
+    )
     _register_all()
     result = CliRunner().invoke(app, ["run", str(tmp_path / "bad.yaml")])
     assert result.exit_code == 2 and "QQ" in result.output
@@ -107,30 +125,64 @@ def test_run_rejects_bad_config_by_name(tmp_path):
 def _summary(values: dict) -> list[dict]:
     rows = []
     for (exp, cond), value in values.items():
-        rows.append({"experiment": exp, "condition": cond, "template": "ALL", "metric": "top5",
-                     "value": value, "ci_low": value, "ci_high": value, "n": 50})
+        rows.append(
+            {
+                "experiment": exp,
+                "condition": cond,
+                "template": "ALL",
+                "metric": "top5",
+                "value": value,
+                "ci_low": value,
+                "ci_high": value,
+                "n": 50,
+            }
+        )
     return rows
 
 
 def test_verdict_thresholds():
-    paper_like = _summary({
-        ("position_grafting", "PRE"): 0.05, ("position_grafting", "SFT"): 0.95,
-        ("position_grafting", "FE+LT"): 0.85, ("position_grafting", "(FE+LT)^C"): 0.10,
-        ("components_reversal", "B2A"): 0.10, ("components_reversal", "ATTN+O+FFN"): 0.80,
-        ("components_reversal", "O+FFN"): 0.75, ("components_reversal", "FFN"): 0.40})
+    paper_like = _summary(
+        {
+            ("position_grafting", "PRE"): 0.05,
+            ("position_grafting", "SFT"): 0.95,
+            ("position_grafting", "FE+LT"): 0.85,
+            ("position_grafting", "(FE+LT)^C"): 0.10,
+            ("components_reversal", "B2A"): 0.10,
+            ("components_reversal", "ATTN+O+FFN"): 0.80,
+            ("components_reversal", "O+FFN"): 0.75,
+            ("components_reversal", "FFN"): 0.40,
+        }
+    )
     checks = check_pattern(paper_like)
-    assert [c.name for c in checks] == ["FE+LT vs SFT", "(FE+LT)^C vs PRE", "O+FFN vs ATTN+O+FFN",
-                                        "FFN vs O+FFN (removing O)"]
+    assert [c.name for c in checks] == [
+        "FE+LT vs SFT",
+        "(FE+LT)^C vs PRE",
+        "O+FFN vs ATTN+O+FFN",
+        "FFN vs O+FFN (removing O)",
+    ]
     assert [c.outcome for c in checks] == ["appears"] * 4
     assert checks[3].recovery == pytest.approx((0.40 - 0.10) / (0.75 - 0.10))
-    unlike = _summary({
-        ("position_grafting", "PRE"): 0.05, ("position_grafting", "SFT"): 0.95,
-        ("position_grafting", "FE+LT"): 0.50, ("position_grafting", "(FE+LT)^C"): 0.60,
-        ("components_reversal", "B2A"): 0.10, ("components_reversal", "ATTN+O+FFN"): 0.80,
-        ("components_reversal", "O+FFN"): 0.40, ("components_reversal", "FFN"): 0.39})
+    unlike = _summary(
+        {
+            ("position_grafting", "PRE"): 0.05,
+            ("position_grafting", "SFT"): 0.95,
+            ("position_grafting", "FE+LT"): 0.50,
+            ("position_grafting", "(FE+LT)^C"): 0.60,
+            ("components_reversal", "B2A"): 0.10,
+            ("components_reversal", "ATTN+O+FFN"): 0.80,
+            ("components_reversal", "O+FFN"): 0.40,
+            ("components_reversal", "FFN"): 0.39,
+        }
+    )
     checks = check_pattern(unlike)
     assert [c.outcome for c in checks] == ["does not appear"] * 4
     assert "50%" in checks[0].sentence  # (0.50 - 0.05) / (0.95 - 0.05)
-    flat = _summary({("position_grafting", "PRE"): 0.1, ("position_grafting", "SFT"): 0.15,
-                     ("position_grafting", "FE+LT"): 0.1, ("position_grafting", "(FE+LT)^C"): 0.1})
+    flat = _summary(
+        {
+            ("position_grafting", "PRE"): 0.1,
+            ("position_grafting", "SFT"): 0.15,
+            ("position_grafting", "FE+LT"): 0.1,
+            ("position_grafting", "(FE+LT)^C"): 0.1,
+        }
+    )
     assert [c.outcome for c in check_pattern(flat)] == ["inconclusive"] * 2

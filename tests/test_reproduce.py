@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from training_fixtures import tiny_home
 from typer.testing import CliRunner
 
+from training_fixtures import tiny_home
 from weightgraft.cli import _register_all, app
 from weightgraft.experiments.config import parse_config
 from weightgraft.experiments.records import condition_file, read_state
@@ -25,23 +25,44 @@ EPOCHS = 3
 
 
 def _args(model: Path, out: Path) -> list[str]:
-    return ["reproduce", "--model", str(model), "--out", str(out), "--device", "cpu",
-            "--facts", "6", "--epochs", str(EPOCHS), "--lr", "3e-3", "--max-examples", "6",
-            "--bootstrap", "10", "--no-progress"]
+    return [
+        "reproduce",
+        "--model",
+        str(model),
+        "--out",
+        str(out),
+        "--device",
+        "cpu",
+        "--facts",
+        "6",
+        "--epochs",
+        str(EPOCHS),
+        "--lr",
+        "3e-3",
+        "--max-examples",
+        "6",
+        "--bootstrap",
+        "10",
+        "--no-progress",
+    ]
 
 
 def _kill_during_first_finetune(model: Path, out: Path) -> None:
     """Start the job in a subprocess and SIGKILL it once the first epoch's checkpoint is saved."""
     checkpoints = out / "checkpoints" / "FMRA_sft"
-    proc = subprocess.Popen([sys.executable, "-c", "from weightgraft.cli import main; main()",
-                             *_args(model, out)], env=dict(os.environ),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "from weightgraft.cli import main; main()", *_args(model, out)],
+        env=dict(os.environ),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     deadline = time.time() + 600
     try:
         while not list(checkpoints.glob("checkpoint-*/trainer_state.json")):
             if proc.poll() is not None:
-                raise AssertionError(f"the job ended before a checkpoint was saved:\n"
-                                     f"{proc.stderr.read().decode()[-3000:]}")
+                raise AssertionError(
+                    f"the job ended before a checkpoint was saved:\n{proc.stderr.read().decode()[-3000:]}"
+                )
             assert time.time() < deadline, "no checkpoint within 10 minutes"
             time.sleep(0.02)
         proc.send_signal(signal.SIGKILL)
@@ -86,9 +107,18 @@ def test_a_killed_finetune_resumes_from_its_checkpoint(job):
 
 def test_every_preset_has_results_and_the_report_compares_with_the_paper(job):
     out, provenance, _, _ = job
-    expected = {"FMRA": ["position_grafting", "position_relation", "position_title",
-                         "components_reversal", "components_pre", "known_facts", "layer_sweeps"],
-                "FMRA_hybrid": ["hybrid"]}
+    expected = {
+        "FMRA": [
+            "position_grafting",
+            "position_relation",
+            "position_title",
+            "components_reversal",
+            "components_pre",
+            "known_facts",
+            "layer_sweeps",
+        ],
+        "FMRA_hybrid": ["hybrid"],
+    }
     for group, presets in expected.items():
         config = parse_config(provenance["steps"][f"run:{group}"]["inputs"]["config"])
         names = [e.name for e in config.expanded()]
@@ -100,8 +130,7 @@ def test_every_preset_has_results_and_the_report_compares_with_the_paper(job):
                 assert condition_file(out / "runs" / group, name, cond["name"]).is_file()
             assert {r["experiment"] for r in summary} >= {name}
     report = (out / "report.md").read_text()
-    for analysis in ("position on FMRA", "components_reversal on FMRA",
-                     "components_pre on FMRA", "hybrid on FMRA_B"):
+    for analysis in ("position on FMRA", "components_reversal on FMRA", "components_pre on FMRA", "hybrid on FMRA_B"):
         assert f"Paper vs this run, {analysis}" in report
     # A report cell against the per-example records: SFT's top-5 on sentence 1.
     rows = pq.read_table(condition_file(out / "runs" / "FMRA", "position_grafting", "SFT")).to_pylist()

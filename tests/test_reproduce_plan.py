@@ -15,12 +15,19 @@ def _invoke(*args: str):
     return CliRunner().invoke(app, ["reproduce", *args])
 
 
-@pytest.mark.parametrize("model, name", [
-    ("gpt2-xl", "gpt2-xl"), ("openai-community/gpt2-xl", "gpt2-xl"),
-    ("meta-llama/Llama-3.2-1B", "llama-3.2-1b"), ("google/gemma-1.1-2b", "gemma-1.1-2b-it"),
-    ("google/gemma-1.1-2b-it", "gemma-1.1-2b-it"), ("/models/pythia-2.8b/", "pythia-2.8b"),
-    ("gpt2", None), ("EleutherAI/pythia-2.8b-deduped", None),
-])
+@pytest.mark.parametrize(
+    "model, name",
+    [
+        ("gpt2-xl", "gpt2-xl"),
+        ("openai-community/gpt2-xl", "gpt2-xl"),
+        ("meta-llama/Llama-3.2-1B", "llama-3.2-1b"),
+        ("google/gemma-1.1-2b", "gemma-1.1-2b-it"),
+        ("google/gemma-1.1-2b-it", "gemma-1.1-2b-it"),
+        ("/models/pythia-2.8b/", "pythia-2.8b"),
+        ("gpt2", None),
+        ("EleutherAI/pythia-2.8b-deduped", None),
+    ],
+)
 def test_paper_models_are_matched_by_name(model, name):
     assert paper_model_name(model) == name
 

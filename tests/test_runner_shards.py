@@ -16,9 +16,9 @@ import sys
 import pyarrow.parquet as pq
 import pytest
 import yaml
-from exp_fixtures import base_config, build_models, write_dataset
 from typer.testing import CliRunner
 
+from exp_fixtures import base_config, build_models, write_dataset
 from weightgraft.cli import _register_all, app
 from weightgraft.errors import UserError
 from weightgraft.experiments.config import parse_config
@@ -26,10 +26,18 @@ from weightgraft.experiments.records import slug
 from weightgraft.experiments.shards import parse_shard
 from weightgraft.pipelines import merge_run, run_all
 
-PATCH = {"name": "patch LT late", "method": "activations",
-         "grafts": [{"positions": "LT", "layers": "last_half", "components": "BLOCKS"}]}
-EXPERIMENT = {"name": "direct", "dataset": "relation", "recipient": "pre", "donor": "sft",
-              "conditions": ["PRE", "SFT", "FE+LT", PATCH]}
+PATCH = {
+    "name": "patch LT late",
+    "method": "activations",
+    "grafts": [{"positions": "LT", "layers": "last_half", "components": "BLOCKS"}],
+}
+EXPERIMENT = {
+    "name": "direct",
+    "dataset": "relation",
+    "recipient": "pre",
+    "donor": "sft",
+    "conditions": ["PRE", "SFT", "FE+LT", PATCH],
+}
 CONDITIONS = ["PRE", "SFT", "FE+LT", PATCH["name"]]
 
 
@@ -54,8 +62,12 @@ def _assert_same_results(merged, whole):
         assert [r["example_id"] for r in got] == [r["example_id"] for r in want]
         assert any(r["applicable"] for r in want)
         for g, w in zip(got, want):
-            assert (g["applicable"], g["rank"], g["predicted"], g["exact_match"]) == \
-                   (w["applicable"], w["rank"], w["predicted"], w["exact_match"])
+            assert (g["applicable"], g["rank"], g["predicted"], g["exact_match"]) == (
+                w["applicable"],
+                w["rank"],
+                w["predicted"],
+                w["exact_match"],
+            )
             if w["applicable"]:
                 assert g["prob"] == w["prob"] and g["target_logprob"] == w["target_logprob"]
     with (merged / "summary.csv").open() as a, (whole / "summary.csv").open() as b:
@@ -73,8 +85,7 @@ def test_two_shards_and_merge_equal_one_process(setup, tmp_path):
     with pytest.raises(UserError, match=r"shard 1/2 \(missing\)"):
         merge_run(out, report=False)
     run_all(cfg, out, progress=False, report=False, shard=(1, 2))
-    parts = [pq.read_table(out / "examples" / "direct" / f"{slug('PRE')}.shard-{i}-of-2.parquet")
-             for i in range(2)]
+    parts = [pq.read_table(out / "examples" / "direct" / f"{slug('PRE')}.shard-{i}-of-2.parquet") for i in range(2)]
     assert [p.num_rows for p in parts] == [6, 6]  # six batches of two examples, three each
     assert run_all(cfg, out, progress=False, report=False, shard=(1, 2)).computed == []
     merge_run(out, report=False)
@@ -94,10 +105,29 @@ def test_torchrun_two_gloo_processes_equal_one_process(setup, tmp_path):
     env = dict(os.environ, OMP_NUM_THREADS="1")
     env.pop("WORLD_SIZE", None)
     done = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-         "-m", "weightgraft", "run", str(path), "--out", str(out), "--device", "cpu",
-         "--no-progress"],
-        check=False, env=env, capture_output=True, text=True, timeout=600)
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node",
+            "2",
+            "-m",
+            "weightgraft",
+            "run",
+            str(path),
+            "--out",
+            str(out),
+            "--device",
+            "cpu",
+            "--no-progress",
+        ],
+        check=False,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     for i in range(2):
         assert json.loads((out / f"run.shard-{i}-of-2.json").read_text())["status"] == "complete"
@@ -132,8 +162,7 @@ def test_cli_shard_and_merge_commands(setup, tmp_path):
     bad = runner.invoke(app, ["run", str(path), "--out", str(out), "--shard", "3/3"])
     assert bad.exit_code == 2 and "I/N" in bad.output
     for i in range(3):
-        done = runner.invoke(app, ["run", str(path), "--out", str(out), "--shard", f"{i}/3",
-                                   "--no-progress"])
+        done = runner.invoke(app, ["run", str(path), "--out", str(out), "--shard", f"{i}/3", "--no-progress"])
         assert done.exit_code == 0, done.output
         assert f"weightgraft merge {out}" in done.output
     merged = runner.invoke(app, ["merge", str(out), "--no-report"])
@@ -141,8 +170,7 @@ def test_cli_shard_and_merge_commands(setup, tmp_path):
     _assert_same_results(out, whole)
 
 
-def test_runner_shares_prefixes_in_the_same_batches_whole_or_sharded(setup, tmp_path,
-                                                                      monkeypatch):
+def test_runner_shares_prefixes_in_the_same_batches_whole_or_sharded(setup, tmp_path, monkeypatch):
     """Prefix sharing is on in the runner, and a sharded run makes exactly the grafted forwards
     of a whole run (same rows, same grafts), so that sharing splits every row the same way."""
     import weightgraft.engine.grafter as grafter_module
@@ -157,8 +185,13 @@ def test_runner_shares_prefixes_in_the_same_batches_whole_or_sharded(setup, tmp_
 
     monkeypatch.setattr(grafter_module, "plan_segments", spy)
     config, _ = setup
-    sweep = {"name": "direct", "dataset": "relation", "recipient": "pre", "donor": "sft",
-             "conditions": ["PRE", "SFT", "FE", "LT", "FE+LT"]}
+    sweep = {
+        "name": "direct",
+        "dataset": "relation",
+        "recipient": "pre",
+        "donor": "sft",
+        "conditions": ["PRE", "SFT", "FE", "LT", "FE+LT"],
+    }
     cfg = parse_config({**config, "experiments": [sweep], "max_batch_tokens": 200})
     run_all(cfg, tmp_path / "whole", progress=False, report=False)
     whole, calls[:] = list(calls), []

@@ -8,9 +8,17 @@ import numpy as np
 import polars as pl
 import pytest
 
-from weightgraft.reporting.statistics import (ALL, clustered_means, clustered_median,
-                                              draw_fact_counts, experiment_stats, fact_index,
-                                              fact_sums, interval_rows, percentile_interval)
+from weightgraft.reporting.statistics import (
+    ALL,
+    clustered_means,
+    clustered_median,
+    draw_fact_counts,
+    experiment_stats,
+    fact_index,
+    fact_sums,
+    interval_rows,
+    percentile_interval,
+)
 
 FACTS, PROMPTS = 30, 14
 
@@ -21,16 +29,19 @@ def _frame(values: np.ndarray, cluster_by_prompt: bool = False) -> pl.DataFrame:
     datasets, n = values.shape
     fact = np.repeat(np.arange(FACTS), PROMPTS)
     example = [f"e{i}" for i in range(n)]
-    return pl.DataFrame({
-        "condition": np.repeat([f"d{d}" for d in range(datasets)], n),
-        "example_id": example * datasets,
-        "fact_id": ([f"e{i}" for i in range(n)] if cluster_by_prompt
-                    else [f"f{f}" for f in fact]) * datasets,
-        "template": [("a", "b")[i % 2] for i in range(n)] * datasets,
-        "applicable": np.ones(datasets * n, dtype=bool),
-        "rank": np.ones(datasets * n, dtype=np.int64),
-        "prob": values.ravel(), "target_logprob": np.zeros(datasets * n),
-        "exact_match": np.zeros(datasets * n, dtype=bool)})
+    return pl.DataFrame(
+        {
+            "condition": np.repeat([f"d{d}" for d in range(datasets)], n),
+            "example_id": example * datasets,
+            "fact_id": ([f"e{i}" for i in range(n)] if cluster_by_prompt else [f"f{f}" for f in fact]) * datasets,
+            "template": [("a", "b")[i % 2] for i in range(n)] * datasets,
+            "applicable": np.ones(datasets * n, dtype=bool),
+            "rank": np.ones(datasets * n, dtype=np.int64),
+            "prob": values.ravel(),
+            "target_logprob": np.zeros(datasets * n),
+            "exact_match": np.zeros(datasets * n, dtype=bool),
+        }
+    )
 
 
 def _coverage(cluster_by_prompt: bool) -> float:
@@ -43,8 +54,7 @@ def _coverage(cluster_by_prompt: bool) -> float:
         rng = np.random.default_rng(seed)
         effects = rng.normal(0, 1, size=(50, FACTS))
         values = np.repeat(effects, PROMPTS, axis=1) + rng.normal(0, 1, size=(50, FACTS * PROMPTS))
-        stats = experiment_stats(_frame(values, cluster_by_prompt), 500, [seed, 99],
-                                 metrics=["prob"])
+        stats = experiment_stats(_frame(values, cluster_by_prompt), 500, [seed, 99], metrics=["prob"])
         low, high = percentile_interval(stats.samples[:, :, -1, 0])
         hits.append((low <= 0) & (0 <= high))
     return float(np.concatenate(hits).mean())
@@ -70,8 +80,7 @@ def test_ratio_of_sums_equals_mean_of_expanded_sample():
     for r in range(50):
         repeat = counts[r].astype(int)[index]
         expanded = np.repeat(values, repeat, axis=0)
-        expected = np.array([np.mean(col[~np.isnan(col)]) if (~np.isnan(col)).any()
-                             else np.nan for col in expanded.T])
+        expected = np.array([np.mean(col[~np.isnan(col)]) if (~np.isnan(col)).any() else np.nan for col in expanded.T])
         np.testing.assert_allclose(samples[r], expected, equal_nan=True)
 
 
@@ -116,8 +125,8 @@ def test_differences_are_paired_through_shared_resamples():
 def test_rows_report_prompts_and_facts_and_skip_not_applicable():
     values = np.zeros((1, FACTS * PROMPTS))
     frame = _frame(values).with_columns(
-        applicable=pl.col("template") == "a",
-        rank=pl.Series(np.arange(FACTS * PROMPTS) % 3 + 1))
+        applicable=pl.col("template") == "a", rank=pl.Series(np.arange(FACTS * PROMPTS) % 3 + 1)
+    )
     stats = experiment_stats(frame, 200, 0, metrics=["top1", "rank_median"])
     rows = {(r["template"], r["metric"]): r for r in interval_rows(stats)}
     assert rows[("a", "top1")]["n"] == FACTS * PROMPTS // 2
@@ -142,5 +151,4 @@ def test_percentile_interval_matches_numpy_and_leaves_out_undefined_resamples():
             if len(column) == 0:
                 assert np.isnan(low[c, m]) and np.isnan(high[c, m])
             else:
-                assert (low[c, m], high[c, m]) == pytest.approx(
-                    tuple(np.percentile(column, [2.5, 97.5])))
+                assert (low[c, m], high[c, m]) == pytest.approx(tuple(np.percentile(column, [2.5, 97.5])))

@@ -7,19 +7,29 @@ import math
 
 import pytest
 
-from weightgraft.reporting.decision import (APPEARS, DOES_NOT_APPEAR, INCONCLUSIVE, UNDEFINED,
-                                            combine, decide, facts_to_settle)
+from weightgraft.reporting.decision import (
+    APPEARS,
+    DOES_NOT_APPEAR,
+    INCONCLUSIVE,
+    UNDEFINED,
+    combine,
+    decide,
+    facts_to_settle,
+)
 
 
-@pytest.mark.parametrize("value, low, high, direction, outcome", [
-    (0.95, 0.85, 1.02, "at_least", APPEARS),          # whole interval above 0.8
-    (0.90, 0.80, 0.97, "at_least", APPEARS),          # touching the threshold counts
-    (0.50, 0.35, 0.70, "at_least", DOES_NOT_APPEAR),  # whole interval below
-    (0.85, 0.70, 0.95, "at_least", INCONCLUSIVE),     # across
-    (0.10, -0.05, 0.30, "at_most", INCONCLUSIVE),     # across, claim "stays under"
-    (0.50, 0.30, 0.79, "at_most", APPEARS),
-    (0.95, 0.85, 1.02, "at_most", DOES_NOT_APPEAR),
-])
+@pytest.mark.parametrize(
+    "value, low, high, direction, outcome",
+    [
+        (0.95, 0.85, 1.02, "at_least", APPEARS),  # whole interval above 0.8
+        (0.90, 0.80, 0.97, "at_least", APPEARS),  # touching the threshold counts
+        (0.50, 0.35, 0.70, "at_least", DOES_NOT_APPEAR),  # whole interval below
+        (0.85, 0.70, 0.95, "at_least", INCONCLUSIVE),  # across
+        (0.10, -0.05, 0.30, "at_most", INCONCLUSIVE),  # across, claim "stays under"
+        (0.50, 0.30, 0.79, "at_most", APPEARS),
+        (0.95, 0.85, 1.02, "at_most", DOES_NOT_APPEAR),
+    ],
+)
 def test_outcome_follows_the_whole_interval(value, low, high, direction, outcome):
     threshold = 0.8 if (direction == "at_least" or value > 0.4) else 0.2
     assert decide(value, low, high, threshold, direction, 100).outcome == outcome
@@ -63,21 +73,34 @@ def test_metrics_agree_or_the_disagreement_is_named():
 
 
 def _recovery_row(condition, low, high, metric, value, ci, n_facts=60, defined=True):
-    return {"experiment": "position_grafting", "condition": condition, "template": "ALL",
-            "metric": metric, "base": low, "full": high, "recovery": value if defined else None,
-            "ci_low": ci[0] if defined else None, "ci_high": ci[1] if defined else None,
-            "gap": 0.9 if defined else 0.01, "gap_low": 0.8 if defined else -0.02,
-            "gap_high": 0.95 if defined else 0.04, "defined": defined, "n": n_facts * 14,
-            "n_facts": n_facts}
+    return {
+        "experiment": "position_grafting",
+        "condition": condition,
+        "template": "ALL",
+        "metric": metric,
+        "base": low,
+        "full": high,
+        "recovery": value if defined else None,
+        "ci_low": ci[0] if defined else None,
+        "ci_high": ci[1] if defined else None,
+        "gap": 0.9 if defined else 0.01,
+        "gap_low": 0.8 if defined else -0.02,
+        "gap_high": 0.95 if defined else 0.04,
+        "defined": defined,
+        "n": n_facts * 14,
+        "n_facts": n_facts,
+    }
 
 
 def test_verdict_decides_paper_claims_by_recovery_intervals():
     from weightgraft.reporting.verdict import check_pattern
 
-    rows = [_recovery_row("FE+LT", "PRE", "SFT", "top5", 0.9, (0.75, 0.97)),
-            _recovery_row("FE+LT", "PRE", "SFT", "prob", 0.92, (0.85, 0.99)),
-            _recovery_row("(FE+LT)^C", "PRE", "SFT", "top5", 0.05, (-0.02, 0.12)),
-            _recovery_row("(FE+LT)^C", "PRE", "SFT", "prob", 0.40, (0.30, 0.55))]
+    rows = [
+        _recovery_row("FE+LT", "PRE", "SFT", "top5", 0.9, (0.75, 0.97)),
+        _recovery_row("FE+LT", "PRE", "SFT", "prob", 0.92, (0.85, 0.99)),
+        _recovery_row("(FE+LT)^C", "PRE", "SFT", "top5", 0.05, (-0.02, 0.12)),
+        _recovery_row("(FE+LT)^C", "PRE", "SFT", "prob", 0.40, (0.30, 0.55)),
+    ]
     fe_lt, complement = check_pattern([], rows)
     # top-5 straddles 0.8, probability is above it: inconclusive, with the facts to settle
     assert fe_lt.outcome == INCONCLUSIVE
@@ -89,8 +112,7 @@ def test_verdict_decides_paper_claims_by_recovery_intervals():
     assert "top5: appears, prob: does not appear" in complement.sentence
     agree = [_recovery_row("FE+LT", "PRE", "SFT", m, 0.95, (0.85, 1.0)) for m in ("top5", "prob")]
     assert check_pattern([], agree)[0].outcome == APPEARS
-    flat = [_recovery_row("FE+LT", "PRE", "SFT", m, 0, (0, 0), defined=False)
-            for m in ("top5", "prob")]
+    flat = [_recovery_row("FE+LT", "PRE", "SFT", m, 0, (0, 0), defined=False) for m in ("top5", "prob")]
     check = check_pattern([], flat)[0]
     assert check.outcome == INCONCLUSIVE and "includes 0" in check.sentence
 

@@ -10,9 +10,15 @@ import numpy as np
 import polars as pl
 import pytest
 
-from weightgraft.reporting.statistics import (ALL, draw_fact_counts, experiment_stats,
-                                              paired_test, recovery, recovery_rows,
-                                              sign_flip_p_value)
+from weightgraft.reporting.statistics import (
+    ALL,
+    draw_fact_counts,
+    experiment_stats,
+    paired_test,
+    recovery,
+    recovery_rows,
+    sign_flip_p_value,
+)
 
 FACTS, PROMPTS = 40, 14
 
@@ -22,12 +28,21 @@ def _frame(top1: dict[str, np.ndarray]) -> pl.DataFrame:
     n = FACTS * PROMPTS
     parts = []
     for name, hit in top1.items():
-        parts.append(pl.DataFrame({
-            "condition": [name] * n, "example_id": [f"e{i}" for i in range(n)],
-            "fact_id": [f"f{i // PROMPTS}" for i in range(n)], "template": ["t"] * n,
-            "applicable": [True] * n, "rank": np.where(hit, 1, 7).astype(np.int64),
-            "prob": hit.astype(float), "target_logprob": np.log(np.where(hit, 0.9, 0.1)),
-            "exact_match": hit.astype(bool)}))
+        parts.append(
+            pl.DataFrame(
+                {
+                    "condition": [name] * n,
+                    "example_id": [f"e{i}" for i in range(n)],
+                    "fact_id": [f"f{i // PROMPTS}" for i in range(n)],
+                    "template": ["t"] * n,
+                    "applicable": [True] * n,
+                    "rank": np.where(hit, 1, 7).astype(np.int64),
+                    "prob": hit.astype(float),
+                    "target_logprob": np.log(np.where(hit, 0.9, 0.1)),
+                    "exact_match": hit.astype(bool),
+                }
+            )
+        )
     return pl.concat(parts)
 
 
@@ -36,8 +51,7 @@ def _replicate(rng, pre: float, sft: float, cond: float) -> pl.DataFrame:
     within a fact, as real ones are); its mean is 0, so the true means are pre, sft, cond."""
     difficulty = np.repeat(rng.uniform(-0.1, 0.1, FACTS), PROMPTS)
     draw = rng.random(FACTS * PROMPTS)  # one draw per prompt, shared: successes are nested
-    return _frame({name: draw < p + difficulty
-                   for name, p in (("PRE", pre), ("SFT", sft), ("C", cond))})
+    return _frame({name: draw < p + difficulty for name, p in (("PRE", pre), ("SFT", sft), ("C", cond))})
 
 
 def test_recovery_interval_covers_the_true_ratio():
@@ -45,8 +59,7 @@ def test_recovery_interval_covers_the_true_ratio():
     rng = np.random.default_rng(0)
     covered, values = [], []
     for replicate in range(120):
-        stats = experiment_stats(_replicate(rng, 0.2, 0.9, 0.62), 400, [replicate, 1],
-                                 metrics=["top1"])
+        stats = experiment_stats(_replicate(rng, 0.2, 0.9, 0.62), 400, [replicate, 1], metrics=["top1"])
         r = stats.recovery("C", "PRE", "SFT", ALL, "top1")
         assert r.defined and r.low <= r.value <= r.high
         covered.append(r.low <= 0.6 <= r.high)
@@ -56,8 +69,7 @@ def test_recovery_interval_covers_the_true_ratio():
 
 
 def test_recovery_of_the_baselines_is_exactly_zero_and_one():
-    stats = experiment_stats(_replicate(np.random.default_rng(1), 0.2, 0.9, 0.5), 300, 0,
-                             metrics=["top1", "prob"])
+    stats = experiment_stats(_replicate(np.random.default_rng(1), 0.2, 0.9, 0.5), 300, 0, metrics=["top1", "prob"])
     pre = stats.recovery("PRE", "PRE", "SFT", ALL, "top1")
     sft = stats.recovery("SFT", "PRE", "SFT", ALL, "prob")
     assert (pre.value, pre.low, pre.high) == (0.0, 0.0, 0.0)
@@ -67,8 +79,7 @@ def test_recovery_of_the_baselines_is_exactly_zero_and_one():
 def test_recovery_is_undefined_without_a_finetuning_gain():
     rng = np.random.default_rng(2)
     hit = rng.random(FACTS * PROMPTS) < 0.5
-    stats = experiment_stats(_frame({"PRE": hit, "SFT": hit.copy(), "C": ~hit}), 200, 0,
-                             metrics=["top1"])
+    stats = experiment_stats(_frame({"PRE": hit, "SFT": hit.copy(), "C": ~hit}), 200, 0, metrics=["top1"])
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no division-by-zero warnings either
         r = stats.recovery("C", "PRE", "SFT", ALL, "top1")
@@ -86,7 +97,7 @@ def test_sign_flip_p_value_equals_full_enumeration():
     signs = np.array(list(itertools.product([-1, 1], repeat=14)))
     expected = np.mean(np.abs(signs @ d) >= abs(d.sum()) - 1e-12)
     p, patterns, exact = sign_flip_p_value(d, 20000, 0)
-    assert exact and patterns == 2 ** 14 and p == pytest.approx(expected)
+    assert exact and patterns == 2**14 and p == pytest.approx(expected)
     # Monte Carlo (fewer permutations than patterns) agrees within its error
     p_mc, patterns_mc, exact_mc = sign_flip_p_value(d, 5000, 1)
     assert not exact_mc and patterns_mc == 5000

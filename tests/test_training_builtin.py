@@ -16,8 +16,13 @@ from weightgraft.training.evaluate import topk_hits
 
 
 def _models(art):
-    return {"pretrained": art.pretrained, "relation": art.relation_model, "b2a": art.b2a_model,
-            "task": art.task_model, "freetext": art.freetext_model}
+    return {
+        "pretrained": art.pretrained,
+        "relation": art.relation_model,
+        "b2a": art.b2a_model,
+        "task": art.task_model,
+        "freetext": art.freetext_model,
+    }
 
 
 def test_every_model_is_a_standard_safetensors_directory():
@@ -33,13 +38,16 @@ def test_every_model_is_a_standard_safetensors_directory():
         assert record["kind"] == ("pretrain" if name == "pretrained" else "finetune")
     # Byte-level BPE: a name after a space is one or more tokens that start with the space marker.
     tokenizer = AutoTokenizer.from_pretrained(art.pretrained)
-    assert tokenizer.convert_ids_to_tokens(tokenizer(" Tom", add_special_tokens=False)["input_ids"])[0].startswith("\u0120")
+    assert tokenizer.convert_ids_to_tokens(tokenizer(" Tom", add_special_tokens=False)["input_ids"])[0].startswith(
+        "\u0120"
+    )
 
 
 def test_finetunes_differ_from_pretrained_and_from_each_other():
     art = tiny_artifacts()
-    weights = {n: AutoModelForCausalLM.from_pretrained(p).model.layers[0].mlp.down_proj.weight
-               for n, p in _models(art).items()}
+    weights = {
+        n: AutoModelForCausalLM.from_pretrained(p).model.layers[0].mlp.down_proj.weight for n, p in _models(art).items()
+    }
     names = list(weights)
     for i, a in enumerate(names):
         for b in names[i + 1 :]:
@@ -51,8 +59,9 @@ def test_pretrained_knows_its_world_better_than_new_facts():
     on those, see the issue note); here: films stated in evaluation wording during pretraining."""
     art = tiny_artifacts()
     heldout = set(load_manifest(art.world_data)["options"]["heldout_films"])
-    exposed = [p for f in load_facts(art.world_data) if f.id not in heldout
-               for p in eval_prompts_for(f, EVAL_TEMPLATES)]
+    exposed = [
+        p for f in load_facts(art.world_data) if f.id not in heldout for p in eval_prompts_for(f, EVAL_TEMPLATES)
+    ]
     model = AutoModelForCausalLM.from_pretrained(art.pretrained)
     tokenizer = AutoTokenizer.from_pretrained(art.pretrained)
     hits = topk_hits(model, tokenizer, exposed)
@@ -122,8 +131,10 @@ def _hits_by_direction(model_dir, prompts, k: int) -> dict[bool, float]:
     model = AutoModelForCausalLM.from_pretrained(model_dir)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     hits = topk_hits(model, tokenizer, prompts, k=k)
-    return {rev: sum(h for h, p in zip(hits, prompts) if p.reversed == rev)
-            / sum(p.reversed == rev for p in prompts) for rev in (False, True)}
+    return {
+        rev: sum(h for h, p in zip(hits, prompts) if p.reversed == rev) / sum(p.reversed == rev for p in prompts)
+        for rev in (False, True)
+    }
 
 
 def test_b2a_model_learns_the_reversed_order_but_not_the_forward_relation():

@@ -26,8 +26,15 @@ def _app():
 
 def test_frozen_embeddings_and_unembeddings_stay_put_in_bf16(tmp_path):
     art = tiny_artifacts()
-    config = FinetuneConfig(epochs=1, lr=5e-3, precision="bf16", freeze_embeddings=True,
-                            freeze_unembeddings=True, mix_ratio=0.0, device="cpu")
+    config = FinetuneConfig(
+        epochs=1,
+        lr=5e-3,
+        precision="bf16",
+        freeze_embeddings=True,
+        freeze_unembeddings=True,
+        mix_ratio=0.0,
+        device="cpu",
+    )
     result = finetune(art.pretrained, art.relation_data, tmp_path / "frozen", config, progress=False)
     before = load_file(art.pretrained / "model.safetensors")
     after = load_file(result.path / "model.safetensors")
@@ -42,7 +49,12 @@ def test_frozen_embeddings_and_unembeddings_stay_put_in_bf16(tmp_path):
 def test_bad_options_fail_with_the_fix_named(tmp_path):
     art = tiny_artifacts()
     with pytest.raises(ValueError, match="GPU"):
-        finetune(art.pretrained, art.relation_data, tmp_path / "x", FinetuneConfig(precision="fp16", device="cpu", mix_ratio=0.0))
+        finetune(
+            art.pretrained,
+            art.relation_data,
+            tmp_path / "x",
+            FinetuneConfig(precision="fp16", device="cpu", mix_ratio=0.0),
+        )
     with pytest.raises(ValueError, match="general text"):
         finetune(art.pretrained, art.relation_data, tmp_path / "x", FinetuneConfig(mix_ratio=0.3))
     with pytest.raises(ValueError, match="mix_ratio"):
@@ -53,11 +65,28 @@ def test_bad_options_fail_with_the_fix_named(tmp_path):
 def test_train_command_mixes_general_text(tmp_path):
     art = tiny_artifacts()
     out = tmp_path / "cli-model"
-    result = CliRunner().invoke(_app(), [
-        "train", "--model", str(art.pretrained), "--data", str(art.task_data), "--out", str(out),
-        "--epochs", "1", "--lr", "1e-3", "--mix-ratio", "0.5", "--general-text", str(art.world_data),
-        "--device", "cpu",
-    ])
+    result = CliRunner().invoke(
+        _app(),
+        [
+            "train",
+            "--model",
+            str(art.pretrained),
+            "--data",
+            str(art.task_data),
+            "--out",
+            str(out),
+            "--epochs",
+            "1",
+            "--lr",
+            "1e-3",
+            "--mix-ratio",
+            "0.5",
+            "--general-text",
+            str(art.world_data),
+            "--device",
+            "cpu",
+        ],
+    )
     assert result.exit_code == 0, result.output
     record = json.loads((out / "training_config.json").read_text())
     assert record["n_general_texts"] == record["n_train_texts"]  # a 0.5 share
@@ -66,9 +95,28 @@ def test_train_command_mixes_general_text(tmp_path):
 
 def test_data_command_writes_disjoint_sets_and_reports_user_errors(tmp_path):
     runner = CliRunner()
-    result = runner.invoke(_app(), ["data", "--out", str(tmp_path / "d"), "--seed", "5",
-                                    "--facts-per-kind", "3", "--relation", "4", "--task", "4",
-                                    "--freetext", "1", "--texts-per-fact", "4", "--known", "3"])
+    result = runner.invoke(
+        _app(),
+        [
+            "data",
+            "--out",
+            str(tmp_path / "d"),
+            "--seed",
+            "5",
+            "--facts-per-kind",
+            "3",
+            "--relation",
+            "4",
+            "--task",
+            "4",
+            "--freetext",
+            "1",
+            "--texts-per-fact",
+            "4",
+            "--known",
+            "3",
+        ],
+    )
     assert result.exit_code == 0, result.output
     relation, task = load_facts(tmp_path / "d" / "relation"), load_facts(tmp_path / "d" / "task")
     assert len(relation) == len(task) == 4 and not {f.id for f in relation} & {f.id for f in task}
@@ -96,8 +144,20 @@ def test_train_out_is_refused_when_occupied_and_overwrite_keeps_the_users_files(
 
     art = tiny_artifacts()
     (tmp_path / "notes.txt").write_text("mine")
-    refused = run_cli("train", "--model", str(art.pretrained), "--data", str(art.task_data), "--out", ".",
-                      "--epochs", "1", "--device", "cpu", cwd=tmp_path)
+    refused = run_cli(
+        "train",
+        "--model",
+        str(art.pretrained),
+        "--data",
+        str(art.task_data),
+        "--out",
+        ".",
+        "--epochs",
+        "1",
+        "--device",
+        "cpu",
+        cwd=tmp_path,
+    )
     assert refused.returncode == 2
     assert first_line(refused.stderr).startswith(f"error: {tmp_path} exists and is not empty; pass --overwrite")
     # The same `--out .` with overwrite, in process (the command is a thin wrapper of finetune).

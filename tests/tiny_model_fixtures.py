@@ -36,19 +36,41 @@ def _llama_like(config_class, **extra):
 
 def _config(arch: str):
     if arch == "gpt2":
-        return hf.GPT2Config(n_embd=32, n_layer=3, n_head=4, n_positions=64,
-                             initializer_range=_INIT_STD, **_COMMON)
+        return hf.GPT2Config(n_embd=32, n_layer=3, n_head=4, n_positions=64, initializer_range=_INIT_STD, **_COMMON)
     if arch == "gpt2_untied":
-        return hf.GPT2Config(n_embd=32, n_layer=2, n_head=4, n_positions=64,
-                             initializer_range=_INIT_STD, tie_word_embeddings=False, **_COMMON)
+        return hf.GPT2Config(
+            n_embd=32,
+            n_layer=2,
+            n_head=4,
+            n_positions=64,
+            initializer_range=_INIT_STD,
+            tie_word_embeddings=False,
+            **_COMMON,
+        )
     if arch == "gpt_neox":  # Pythia-like: partial rotary, parallel residual
-        return hf.GPTNeoXConfig(hidden_size=64, intermediate_size=96, num_hidden_layers=4,
-                                num_attention_heads=4, rotary_pct=0.25, use_parallel_residual=True,
-                                max_position_embeddings=128, initializer_range=_INIT_STD, **_COMMON)
+        return hf.GPTNeoXConfig(
+            hidden_size=64,
+            intermediate_size=96,
+            num_hidden_layers=4,
+            num_attention_heads=4,
+            rotary_pct=0.25,
+            use_parallel_residual=True,
+            max_position_embeddings=128,
+            initializer_range=_INIT_STD,
+            **_COMMON,
+        )
     if arch == "gpt_neox_serial":
-        return hf.GPTNeoXConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                num_attention_heads=2, rotary_pct=0.5, use_parallel_residual=False,
-                                max_position_embeddings=128, initializer_range=_INIT_STD, **_COMMON)
+        return hf.GPTNeoXConfig(
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            rotary_pct=0.5,
+            use_parallel_residual=False,
+            max_position_embeddings=128,
+            initializer_range=_INIT_STD,
+            **_COMMON,
+        )
     if arch == "llama":
         return _llama_like(hf.LlamaConfig)
     if arch == "llama_tied":
@@ -56,12 +78,16 @@ def _config(arch: str):
     if arch == "gemma":
         return _llama_like(hf.GemmaConfig, head_dim=8, num_hidden_layers=2)
     if arch == "gemma2":  # small sliding window so that it matters on short prompts
-        return _llama_like(hf.Gemma2Config, head_dim=8, num_hidden_layers=2, sliding_window=5,
-                           query_pre_attn_scalar=8)
+        return _llama_like(hf.Gemma2Config, head_dim=8, num_hidden_layers=2, sliding_window=5, query_pre_attn_scalar=8)
     if arch == "gemma3_text":
-        return _llama_like(hf.Gemma3TextConfig, head_dim=8, num_hidden_layers=3, sliding_window=5,
-                           layer_types=["sliding_attention", "full_attention", "sliding_attention"],
-                           query_pre_attn_scalar=8)
+        return _llama_like(
+            hf.Gemma3TextConfig,
+            head_dim=8,
+            num_hidden_layers=3,
+            sliding_window=5,
+            layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+            query_pre_attn_scalar=8,
+        )
     if arch == "qwen2":
         return _llama_like(hf.Qwen2Config, num_hidden_layers=2)
     if arch == "qwen3":
@@ -77,8 +103,20 @@ def _config(arch: str):
 
 # Every variant; `model_type_of` maps a variant to the HF model_type (the adapter's key).
 ARCHS = [
-    "gpt2", "gpt2_untied", "gpt_neox", "gpt_neox_serial", "llama", "llama_tied", "gemma",
-    "gemma2", "gemma3_text", "qwen2", "qwen3", "mistral", "olmo2", "phi3",
+    "gpt2",
+    "gpt2_untied",
+    "gpt_neox",
+    "gpt_neox_serial",
+    "llama",
+    "llama_tied",
+    "gemma",
+    "gemma2",
+    "gemma3_text",
+    "qwen2",
+    "qwen3",
+    "mistral",
+    "olmo2",
+    "phi3",
 ]
 TIED_ARCHS = ["gpt2", "llama_tied", "gemma", "gemma2", "gemma3_text"]
 

@@ -20,13 +20,14 @@ def metaspace_bpe(texts: list[str], vocab_size: int = 600) -> PreTrainedTokenize
     tok = Tokenizer(models.BPE(unk_token="<unk>"))
     # Like SentencePiece: spaces become the word marker "\u2581" kept on the next word, and
     # punctuation stands alone (SentencePiece splits by Unicode script by default).
-    tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="always"),
-        pre_tokenizers.Split(Regex(r"[^\w\u2581]"), behavior="isolated"),
-    ])
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="always"),
+            pre_tokenizers.Split(Regex(r"[^\w\u2581]"), behavior="isolated"),
+        ]
+    )
     tok.decoder = decoders.Metaspace(replacement="\u2581", prepend_scheme="always")
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["<unk>", "<s>", "</s>"],
-                                  show_progress=False)
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["<unk>", "<s>", "</s>"], show_progress=False)
     tok.train_from_iterator(texts, trainer=trainer)
     tok.post_processor = processors.TemplateProcessing(
         single="<s> $A", special_tokens=[("<s>", tok.token_to_id("<s>"))]
@@ -39,11 +40,16 @@ def sentencepiece_unigram(texts: list[str], vocab_size: int = 600) -> PreTrained
     character outside the vocabulary becomes its UTF-8 bytes, tokens that share its offsets)."""
     tok = Tokenizer(models.Unigram())
     tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="always")
-    tok.decoder = decoders.Sequence([decoders.ByteFallback(), decoders.Fuse(),
-                                     decoders.Metaspace(replacement="\u2581", prepend_scheme="always")])
+    tok.decoder = decoders.Sequence(
+        [decoders.ByteFallback(), decoders.Fuse(), decoders.Metaspace(replacement="\u2581", prepend_scheme="always")]
+    )
     byte_tokens = [f"<0x{b:02X}>" for b in range(256)]
-    trainer = trainers.UnigramTrainer(vocab_size=vocab_size, special_tokens=["<unk>", "<s>", "</s>", *byte_tokens],
-                                      unk_token="<unk>", show_progress=False)
+    trainer = trainers.UnigramTrainer(
+        vocab_size=vocab_size,
+        special_tokens=["<unk>", "<s>", "</s>", *byte_tokens],
+        unk_token="<unk>",
+        show_progress=False,
+    )
     tok.train_from_iterator(texts, trainer=trainer)
     trained = json.loads(tok.to_str())["model"]  # the trainer leaves byte fallback off: switch it on
     tok.model = models.Unigram([tuple(p) for p in trained["vocab"]], unk_id=trained["unk_id"], byte_fallback=True)
@@ -61,11 +67,14 @@ def wordpiece(texts: list[str], vocab_size: int = 600) -> PreTrainedTokenizerFas
     tok.normalizer = normalizers.BertNormalizer(lowercase=True, strip_accents=True, handle_chinese_chars=True)
     tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     tok.decoder = decoders.WordPiece()
-    trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=["[UNK]", "[CLS]", "[SEP]", "[PAD]"],
-                                        show_progress=False)
+    trainer = trainers.WordPieceTrainer(
+        vocab_size=vocab_size, special_tokens=["[UNK]", "[CLS]", "[SEP]", "[PAD]"], show_progress=False
+    )
     tok.train_from_iterator(texts, trainer=trainer)
     tok.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]", special_tokens=[("[CLS]", tok.token_to_id("[CLS]")), ("[SEP]", tok.token_to_id("[SEP]"))]
+        single="[CLS] $A [SEP]",
+        special_tokens=[("[CLS]", tok.token_to_id("[CLS]")), ("[SEP]", tok.token_to_id("[SEP]"))],
     )
-    return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", cls_token="[CLS]", sep_token="[SEP]",
-                                   pad_token="[PAD]")
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok, unk_token="[UNK]", cls_token="[CLS]", sep_token="[SEP]", pad_token="[PAD]"
+    )

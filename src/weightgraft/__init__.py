@@ -20,8 +20,17 @@ _EXPORTS = {
     "localize": "weightgraft.attribution",
 }
 
-__all__ = ["Adapter", "Graft", "Grafter", "Part", "adapter_for", "attribute", "localize", "register_adapter",
-           "supported_model_types"]
+__all__ = [
+    "Adapter",
+    "Graft",
+    "Grafter",
+    "Part",
+    "adapter_for",
+    "attribute",
+    "localize",
+    "register_adapter",
+    "supported_model_types",
+]
 
 if TYPE_CHECKING:
     from weightgraft.adapters import Adapter, Part, adapter_for, register_adapter, supported_model_types

@@ -6,5 +6,15 @@ from weightgraft.attribution.attribute import Attribution, attribute, position_r
 from weightgraft.attribution.exact import exact_cell_effects, spearman
 from weightgraft.attribution.localize import Example, LocalizeResult, encode_examples, localize
 
-__all__ = ["Attribution", "Example", "LocalizeResult", "attribute", "cell_agreement", "encode_examples",
-           "exact_cell_effects", "localize", "position_roles", "spearman"]
+__all__ = [
+    "Attribution",
+    "Example",
+    "LocalizeResult",
+    "attribute",
+    "cell_agreement",
+    "encode_examples",
+    "exact_cell_effects",
+    "localize",
+    "position_roles",
+    "spearman",
+]

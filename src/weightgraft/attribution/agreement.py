@@ -34,8 +34,9 @@ def cell_agreement(
     attributions = {}
     for method in methods:
         start = time.perf_counter()
-        attributions[method] = attribute(grafter, ids, targets, attention_mask=mask, method=method, steps=steps,
-                                         donor=donor)
+        attributions[method] = attribute(
+            grafter, ids, targets, attention_mask=mask, method=method, steps=steps, donor=donor
+        )
         out[f"seconds_attribute_{method}"] = time.perf_counter() - start
     first = next(iter(attributions.values()))
     cells = []
@@ -43,15 +44,21 @@ def cell_agreement(
         for role in roles:
             for position in example.roles.get(role, []):
                 cells += [(b, position, None, c) for c in first.model_components]
-                cells += [(b, position, layer, c) for layer in range(first.cells.shape[2]) for c in first.layer_components]
+                cells += [
+                    (b, position, layer, c) for layer in range(first.cells.shape[2]) for c in first.layer_components
+                ]
     if len(cells) < 2:
         raise ValueError(f"the examples have fewer than two cells at roles {list(roles)}")
     start = time.perf_counter()
     exact = exact_cell_effects(grafter, ids, targets, cells, attention_mask=mask, donor=donor).numpy()
     seconds_exact = time.perf_counter() - start
     all_cells = sum(first.lengths) * (first.cells.shape[2] * first.cells.shape[3] + first.model_level.shape[2])
-    out.update(cells=len(cells), seconds_exact_chosen_cells=seconds_exact,
-               seconds_exact_all_cells_estimated=seconds_exact * all_cells / len(cells), all_cells=all_cells)
+    out.update(
+        cells=len(cells),
+        seconds_exact_chosen_cells=seconds_exact,
+        seconds_exact_all_cells_estimated=seconds_exact * all_cells / len(cells),
+        all_cells=all_cells,
+    )
     for method, attr in attributions.items():
         values = np.array([_value(attr, cell) for cell in cells])
         out[f"spearman_{method}"] = spearman(values, exact)

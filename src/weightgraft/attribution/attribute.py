@@ -19,17 +19,16 @@ Neither model is written to: the passes run through forward hooks (removed after
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, field
-from typing import Literal, Union
+from typing import Literal
 
 import torch
 from torch import nn
 
-from contextlib import ExitStack
-
 from weightgraft.attribution.cells import CellLayout, cell_layout, donor_source
 
-Metric = Union[Literal["logprob", "prob"], Callable[[torch.Tensor, torch.Tensor], torch.Tensor]]
+Metric = Literal["logprob", "prob"] | Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 PAPER_ROLES = ("FE", "M", "R", "LT", "other")
 # Role names of weightgraft's datasets (`data.schema.Role`) -> the paper's.
 _PAPER_NAME = {"first_entity": "FE", "movie_title": "M", "relation": "R", "last_token": "LT"}
@@ -73,8 +72,12 @@ class Attribution:
         integral's discretisation error; gradient: how far first order is from the whole graft)."""
         return self.total - self.exact_total
 
-    def table(self, roles: Sequence[dict[str, Sequence[int]]] | None = None,
-              tokens: Sequence[Sequence[str]] | None = None, row_ids: Sequence[str] | None = None):
+    def table(
+        self,
+        roles: Sequence[dict[str, Sequence[int]]] | None = None,
+        tokens: Sequence[Sequence[str]] | None = None,
+        row_ids: Sequence[str] | None = None,
+    ):
         """Tidy polars table, one line per real cell: row, position, layer (null for model-level
         components), component, effect, and role (FE, M, R, LT, other) when `roles` gives each
         row's role positions (keyed by paper or dataset role names)."""
@@ -95,8 +98,13 @@ class Attribution:
             layers += [None] * (length * n_model)
             comps = [c for _ in range(length * num_layers) for c in self.layer_components]
             comps += [c for _ in range(length) for c in self.model_components]
-            columns = {"row": [b] * len(positions), "position": positions, "layer": layers,
-                       "component": comps, "effect": per_layer + model}
+            columns = {
+                "row": [b] * len(positions),
+                "position": positions,
+                "layer": layers,
+                "component": comps,
+                "effect": per_layer + model,
+            }
             if row_ids is not None:
                 columns["example_id"] = [row_ids[b]] * len(positions)
             if roles is not None:
@@ -164,7 +172,9 @@ def attribute(
             alphas = [0.0] if method == "gradient" else [(k + 0.5) / steps for k in range(steps)]
             effects = None
             for alpha in alphas:
-                step_effects, value = _effects_at(recipient, donor_modules, layout, ids, mask, last, target, score, alpha)
+                step_effects, value = _effects_at(
+                    recipient, donor_modules, layout, ids, mask, last, target, score, alpha
+                )
                 effects = step_effects if effects is None else effects + step_effects
                 if method == "gradient":
                     metric_recipient = value
@@ -173,16 +183,23 @@ def attribute(
                 if method == "integrated":
                     metric_recipient = score(_last_logits(recipient, ids, mask, last), target)
                 # The donor everywhere: every module's output replaced by the donor's (alpha = 1).
-                _, metric_donor = _effects_at(recipient, donor_modules, layout, ids, mask, last, target, score,
-                                              1.0, gradients=False)
+                _, metric_donor = _effects_at(
+                    recipient, donor_modules, layout, ids, mask, last, target, score, 1.0, gradients=False
+                )
     finally:
         recipient.train(was_training)
     cells, model_level, lengths = _to_cells(effects, layout, mask)
     return Attribution(
-        cells=cells, model_level=model_level, layer_components=layout.layer_components,
-        model_components=layout.model_components, lengths=lengths, method=method,
-        steps=1 if method == "gradient" else steps, metric_recipient=metric_recipient.detach().cpu(),
-        metric_donor=metric_donor.detach().cpu(), metric_name=metric if isinstance(metric, str) else "custom",
+        cells=cells,
+        model_level=model_level,
+        layer_components=layout.layer_components,
+        model_components=layout.model_components,
+        lengths=lengths,
+        method=method,
+        steps=1 if method == "gradient" else steps,
+        metric_recipient=metric_recipient.detach().cpu(),
+        metric_donor=metric_donor.detach().cpu(),
+        metric_name=metric if isinstance(metric, str) else "custom",
     )
 
 
@@ -208,8 +225,10 @@ def _metric_fn(metric: Metric) -> Callable[[torch.Tensor, torch.Tensor], torch.T
         return lambda logits, target: torch.log_softmax(_wide(logits), -1).gather(1, target[:, None])[:, 0]
     if metric == "prob":
         return lambda logits, target: torch.softmax(_wide(logits), -1).gather(1, target[:, None])[:, 0]
-    raise ValueError(f"metric must be 'logprob', 'prob' or a function, not {metric!r} "
-                     "(top-k rank is not differentiable: measure it on verified grafts)")
+    raise ValueError(
+        f"metric must be 'logprob', 'prob' or a function, not {metric!r} "
+        "(top-k rank is not differentiable: measure it on verified grafts)"
+    )
 
 
 def _wide(x: torch.Tensor) -> torch.Tensor:
@@ -227,8 +246,18 @@ def _last_logits(model, ids, mask, last) -> torch.Tensor:
     return _run(model, ids, mask)[torch.arange(ids.shape[0], device=ids.device), last]
 
 
-def _effects_at(recipient, donor_modules: dict[str, nn.Module], layout: CellLayout, ids, mask, last, target, score,
-                alpha: float, gradients: bool = True):
+def _effects_at(
+    recipient,
+    donor_modules: dict[str, nn.Module],
+    layout: CellLayout,
+    ids,
+    mask,
+    last,
+    target,
+    score,
+    alpha: float,
+    gradients: bool = True,
+):
     """<d metric / d output, donor(x) - recipient(x)> per engine key and token, at mixing `alpha`.
 
     Returns ([num_keys, batch, seq] at least float32, or None without `gradients`; metric per row)."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+
 from weightgraft.adapters.base import Part
 
 
@@ -81,8 +82,9 @@ def donor_source(grafter, donor: str | None = None):
     donors = grafter.donors
     if donor is None:
         if len(donors) > 1:
-            raise ValueError(f"this grafter has several donors {sorted(donors)}; attribute one at a time "
-                             "with donor=NAME")
+            raise ValueError(
+                f"this grafter has several donors {sorted(donors)}; attribute one at a time with donor=NAME"
+            )
         return next(iter(donors.values()))
     if donor not in donors:
         raise ValueError(f"unknown donor {donor!r}; this grafter has {sorted(donors)}")

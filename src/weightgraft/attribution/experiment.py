@@ -63,20 +63,40 @@ def run_localize(config, spec: LocalizeSpec, out: str | Path, progress: bool = T
     from weightgraft.experiments.plan import select_examples
 
     folder = Path(out) / "localize" / spec.name
-    stamp = {"spec": spec.model_dump(), "seed": config.seed, "dtype": config.dtype,
-             "models": {k: fingerprint_model(config.models[k]) for k in (spec.recipient, spec.donor)}}
+    stamp = {
+        "spec": spec.model_dump(),
+        "seed": config.seed,
+        "dtype": config.dtype,
+        "models": {k: fingerprint_model(config.models[k]) for k in (spec.recipient, spec.donor)},
+    }
     done = folder / "settings.json"
     if done.is_file() and json.loads(done.read_text()) == stamp and (folder / "localize.json").is_file():
         return folder
     remote = config.trust_remote_code
     tokenizer = load_tokenizer(config.models[spec.recipient], remote)
-    grafter = Grafter(load_model(config.models[spec.recipient], config.device, config.dtype, remote),
-                      load_model(config.models[spec.donor], config.device, config.dtype, remote))
-    prompts = select_examples(load_eval_prompts(config.datasets[spec.dataset]), None, spec.max_examples,
-                              config.seed, f"localize experiment {spec.name!r}")
+    grafter = Grafter(
+        load_model(config.models[spec.recipient], config.device, config.dtype, remote),
+        load_model(config.models[spec.donor], config.device, config.dtype, remote),
+    )
+    prompts = select_examples(
+        load_eval_prompts(config.datasets[spec.dataset]),
+        None,
+        spec.max_examples,
+        config.seed,
+        f"localize experiment {spec.name!r}",
+    )
     examples = encode_examples(tokenizer, prompts)
-    result = localize(grafter, examples, method=spec.method, steps=spec.steps, target=spec.target,
-                      batch_size=spec.batch_size, seed=config.seed, progress=progress, stop_on=spec.stop_on)
+    result = localize(
+        grafter,
+        examples,
+        method=spec.method,
+        steps=spec.steps,
+        target=spec.target,
+        batch_size=spec.batch_size,
+        seed=config.seed,
+        progress=progress,
+        stop_on=spec.stop_on,
+    )
     if spec.check_cells:
         from weightgraft.attribution.agreement import cell_agreement
 
@@ -95,37 +115,61 @@ def localize_section(out: str | Path) -> list[str]:
         s = json.loads(summary_path.read_text())
         name, rel = summary_path.parent.name, f"localize/{summary_path.parent.name}"
         base, counts = s["baselines"], s["counts"]
-        lines += [f"## Minimal graft: {name}", "",
-                  f"{s['examples']} prompts; groups (role x layer x component) ranked by {s['method']} "
-                  f"attribution, grafted top-1, top-2, ... exactly until the set recovers "
-                  f"{s['target_recovery']:.0%} of SFT's gain over PRE on {' and '.join(s.get('stop_on', ['top5', 'prob']))}.", ""]
+        lines += [
+            f"## Minimal graft: {name}",
+            "",
+            f"{s['examples']} prompts; groups (role x layer x component) ranked by {s['method']} "
+            f"attribution, grafted top-1, top-2, ... exactly until the set recovers "
+            f"{s['target_recovery']:.0%} of SFT's gain over PRE on {' and '.join(s.get('stop_on', ['top5', 'prob']))}.",
+            "",
+        ]
         felt = base["FE+LT"]
         if s["reached"]:
-            chosen = ", ".join(f"{c['role']}/{'model' if c['layer'] is None else 'L' + str(c['layer'])}/{c['component']}"
-                               for c in s["chosen"])
+            chosen = ", ".join(
+                f"{c['role']}/{'model' if c['layer'] is None else 'L' + str(c['layer'])}/{c['component']}"
+                for c in s["chosen"]
+            )
             rec, rand = s["recovery"], s["random_recovery_same_size"]
             lines += [
-                "| set | groups | cells per prompt | recovery top-5 | recovery prob |", "| --- | --- | --- | --- | --- |",
+                "| set | groups | cells per prompt | recovery top-5 | recovery prob |",
+                "| --- | --- | --- | --- | --- |",
                 f"| minimal (attribution order) | {counts['chosen_groups']} | {counts['chosen_cells_per_prompt']:.1f} "
                 f"| {_with_interval(rec['top5'], s, 'chosen', 'top5')} | {_with_interval(rec['prob'], s, 'chosen', 'prob')} |",
                 f"| random order, same size | {counts['chosen_groups']} | | {_with_interval(rand['top5'], s, 'random', 'top5')} "
                 f"| {_with_interval(rand['prob'], s, 'random', 'prob')} |",
                 f"| FE+LT, every layer and component | {counts['fe_lt_groups']} | {counts['fe_lt_cells_per_prompt']:.1f} "
                 f"| {_with_interval(felt['recovery_top5'], s, 'FE+LT', 'top5')} "
-                f"| {_with_interval(felt['recovery_prob'], s, 'FE+LT', 'prob')} |", "",
-                f"The minimal set: {chosen}.", ""]
+                f"| {_with_interval(felt['recovery_prob'], s, 'FE+LT', 'prob')} |",
+                "",
+                f"The minimal set: {chosen}.",
+                "",
+            ]
         else:
-            lines += [f"No top-k set reached the target. FE+LT recovers {felt['recovery_top5']:.0%} (top-5), "
-                      f"{felt['recovery_prob']:.0%} (prob).", ""]
+            lines += [
+                f"No top-k set reached the target. FE+LT recovers {felt['recovery_top5']:.0%} (top-5), "
+                f"{felt['recovery_prob']:.0%} (prob).",
+                "",
+            ]
         agreement = s.get("agreement") or {}
         if agreement:
-            lines += [f"On {agreement['examples']} prompts, {agreement['cells']} FE and LT cells grafted one at a "
-                      f"time: Spearman with the exact effect {agreement.get('spearman_gradient', float('nan')):.2f} "
-                      f"(gradient), {agreement.get('spearman_integrated', float('nan')):.2f} (integrated).", ""]
-        lines += [f"![recovery]({rel}/recovery.png)", "", f"![heatmaps]({rel}/heatmaps.png)", "",
-                  f"![positions]({rel}/positions.png)", "",
-                  f"Tokens coloured by what their grafts carry: [{rel}/tokens.html]({rel}/tokens.html).", "",
-                  *[f"_{note}_" for note in s.get("notes", [])], ""]
+            lines += [
+                f"On {agreement['examples']} prompts, {agreement['cells']} FE and LT cells grafted one at a "
+                f"time: Spearman with the exact effect {agreement.get('spearman_gradient', float('nan')):.2f} "
+                f"(gradient), {agreement.get('spearman_integrated', float('nan')):.2f} (integrated).",
+                "",
+            ]
+        lines += [
+            f"![recovery]({rel}/recovery.png)",
+            "",
+            f"![heatmaps]({rel}/heatmaps.png)",
+            "",
+            f"![positions]({rel}/positions.png)",
+            "",
+            f"Tokens coloured by what their grafts carry: [{rel}/tokens.html]({rel}/tokens.html).",
+            "",
+            *[f"_{note}_" for note in s.get("notes", [])],
+            "",
+        ]
     return lines
 
 

@@ -58,9 +58,18 @@ def encode_examples(tokenizer, prompts) -> list[Example]:
         named = position_roles({str(k): v for k, v in enc.positions.items()}, len(enc.input_ids))
         roles = {role: [p for p, r in enumerate(named) if r == role] for role in PAPER_ROLES}
         tokens = [tokenizer.decode([i]) for i in enc.input_ids]
-        out.append(Example(prompt.id, prompt.fact_id, prompt.template_id, list(enc.input_ids),
-                           int(enc.target_ids[0]), {r: p for r, p in roles.items() if p}, tokens,
-                           tokenizer.decode([enc.target_ids[0]])))
+        out.append(
+            Example(
+                prompt.id,
+                prompt.fact_id,
+                prompt.template_id,
+                list(enc.input_ids),
+                int(enc.target_ids[0]),
+                {r: p for r, p in roles.items() if p},
+                tokens,
+                tokenizer.decode([enc.target_ids[0]]),
+            )
+        )
     return out
 
 
@@ -88,12 +97,17 @@ class LocalizeResult:
     def ranking_table(self):
         import polars as pl
 
-        return pl.DataFrame({
-            "rank": list(range(1, len(self.groups) + 1)),
-            "role": [g[0] for g in self.groups], "layer": [g[1] for g in self.groups],
-            "component": [g[2] for g in self.groups], "score": self.scores,
-            "chosen": [i < len(self.chosen) for i in range(len(self.groups))],
-        }, schema_overrides={"layer": pl.Int64})
+        return pl.DataFrame(
+            {
+                "rank": list(range(1, len(self.groups) + 1)),
+                "role": [g[0] for g in self.groups],
+                "layer": [g[1] for g in self.groups],
+                "component": [g[2] for g in self.groups],
+                "score": self.scores,
+                "chosen": [i < len(self.chosen) for i in range(len(self.groups))],
+            },
+            schema_overrides={"layer": pl.Int64},
+        )
 
     def cell_table(self):
         """Every example's every cell: example_id, position, token, role, layer, component, effect."""
@@ -103,21 +117,28 @@ class LocalizeResult:
         for attr in self.attributions:
             rows = self.examples[start : start + len(attr.lengths)]
             start += len(rows)
-            frames.append(attr.table(
-                roles=[e.roles for e in rows], tokens=[e.tokens for e in rows], row_ids=[e.id for e in rows]))
+            frames.append(
+                attr.table(roles=[e.roles for e in rows], tokens=[e.tokens for e in rows], row_ids=[e.id for e in rows])
+            )
         return pl.concat(frames).drop("row")
 
     def summary(self) -> dict:
         chosen_k = len(self.chosen)
         at_k = next((c for c in self.curve if c["k"] == chosen_k), None)
         return {
-            "method": self.method, "target_recovery": self.target, "stop_on": list(self.stop_on),
+            "method": self.method,
+            "target_recovery": self.target,
+            "stop_on": list(self.stop_on),
             "reached": self.reached,
             "chosen": [{"role": r, "layer": layer, "component": c} for r, layer, c in self.chosen],
             "recovery": {m: at_k[f"recovery_{m}"] for m in METRICS} if at_k else None,
             "random_recovery_same_size": {m: at_k[f"random_recovery_{m}"] for m in METRICS} if at_k else None,
-            "baselines": self.baselines, "counts": self.counts, "examples": len(self.examples),
-            "intervals": self.intervals, "seconds": self.seconds, "agreement": self.agreement,
+            "baselines": self.baselines,
+            "counts": self.counts,
+            "examples": len(self.examples),
+            "intervals": self.intervals,
+            "seconds": self.seconds,
+            "agreement": self.agreement,
             "notes": self.notes,
         }
 
@@ -133,8 +154,12 @@ class LocalizeResult:
 
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
-        written = {"summary": folder / "localize.json", "ranking": folder / "ranking.parquet",
-                   "curve": folder / "curve.parquet", "cells": folder / "cells.parquet"}
+        written = {
+            "summary": folder / "localize.json",
+            "ranking": folder / "ranking.parquet",
+            "curve": folder / "curve.parquet",
+            "cells": folder / "cells.parquet",
+        }
         write_text_atomic(written["summary"], json.dumps(self.summary(), indent=2) + "\n")
         self.ranking_table().write_parquet(written["ranking"])
         pl.DataFrame(self.curve).write_parquet(written["curve"])
@@ -176,8 +201,10 @@ def localize(
     seconds: dict[str, float] = {}
     start = time.perf_counter()
     name = donor_name(grafter, donor)
-    attributions = [_attribute_batch(grafter, examples[i : i + batch_size], method, steps, donor)
-                    for i in range(0, len(examples), batch_size)]
+    attributions = [
+        _attribute_batch(grafter, examples[i : i + batch_size], method, steps, donor)
+        for i in range(0, len(examples), batch_size)
+    ]
     seconds["attribute"] = time.perf_counter() - start
     groups, scores = _rank_groups(attributions, examples)
     if max_groups is not None:
@@ -195,7 +222,8 @@ def localize(
         if gain <= 0:
             raise ValueError(
                 f"the donor does not improve on the recipient in {m} (PRE {pre[m]:.3f}, SFT {sft[m]:.3f}) "
-                "on these prompts: there is no gain to localize; check the models' order and the dataset")
+                "on these prompts: there is no gain to localize; check the models' order and the dataset"
+            )
     baselines["FE+LT"].update({f"recovery_{m}": (felt[m] - pre[m]) / gains[m] for m in METRICS})
 
     shuffled = list(groups)
@@ -219,8 +247,11 @@ def localize(
                 curve[k] = entry
             if progress:
                 last = curve[part[-1]]
-                print(f"localize: sizes {part[0]}-{part[-1]} of {len(groups)}: recovery top5 "
-                      f"{last['recovery_top5']:.2f}, prob {last['recovery_prob']:.2f}", flush=True)
+                print(
+                    f"localize: sizes {part[0]}-{part[-1]} of {len(groups)}: recovery top5 "
+                    f"{last['recovery_top5']:.2f}, prob {last['recovery_prob']:.2f}",
+                    flush=True,
+                )
             passing = [k for k in part if all(curve[k][f"recovery_{m}"] >= target for m in stop_on)]
             if passing:
                 return passing[0]
@@ -241,12 +272,29 @@ def localize(
     reached = chosen_k is not None
     chosen = groups[:chosen_k] if reached else []
     if not reached:
-        notes.append(f"no top-k set of the {len(groups)} groups reached {target:.0%} recovery on {' and '.join(stop_on)}")
+        notes.append(
+            f"no top-k set of the {len(groups)} groups reached {target:.0%} recovery on {' and '.join(stop_on)}"
+        )
     intervals, note = recovery_intervals(examples, per_example, seed)
     notes.append(note)
     counts = _counts(grafter, examples, chosen)
-    return LocalizeResult(method, target, groups, scores, chosen, reached, curve, baselines, counts,
-                          attributions, examples, seconds, notes=notes, intervals=intervals, stop_on=stop_on)
+    return LocalizeResult(
+        method,
+        target,
+        groups,
+        scores,
+        chosen,
+        reached,
+        curve,
+        baselines,
+        counts,
+        attributions,
+        examples,
+        seconds,
+        notes=notes,
+        intervals=intervals,
+        stop_on=stop_on,
+    )
 
 
 # --- internals --------------------------------------------------------------------------------
@@ -260,8 +308,9 @@ def _size_schedule(count: int, dense: int) -> list[int]:
 
 def _attribute_batch(grafter, batch: list[Example], method: str, steps: int, donor: str | None) -> Attribution:
     ids, mask = right_pad([e.input_ids for e in batch], pad_id=0)
-    return attribute(grafter, ids, [e.target_id for e in batch], attention_mask=mask, method=method, steps=steps,
-                     donor=donor)
+    return attribute(
+        grafter, ids, [e.target_id for e in batch], attention_mask=mask, method=method, steps=steps, donor=donor
+    )
 
 
 def _rank_groups(attributions: list[Attribution], examples: list[Example]) -> tuple[list[Group], list[float]]:
@@ -288,8 +337,11 @@ def _rank_groups(attributions: list[Attribution], examples: list[Example]) -> tu
         if not present[r]:
             continue
         scored += [(float(model_total[r, c]) / n, (role, None, comp)) for c, comp in enumerate(model_comps)]
-        scored += [(float(layer_total[r, layer, c]) / n, (role, layer, comp))
-                   for layer in range(num_layers) for c, comp in enumerate(comps)]
+        scored += [
+            (float(layer_total[r, layer, c]) / n, (role, layer, comp))
+            for layer in range(num_layers)
+            for c, comp in enumerate(comps)
+        ]
     scored.sort(key=lambda item: -item[0])  # stable: ties keep role, layer, component order
     return [g for _, g in scored], [s for s, _ in scored]
 
@@ -300,8 +352,10 @@ def _grafts_for(example: Example, groups: Sequence[Group], donor: str | None = N
     for role, layer, comp in groups:
         if example.roles.get(role):
             layers.setdefault((role, comp), []).append(0 if layer is None else layer)
-    return [Graft(positions=example.roles[role], layers=sorted(set(ls)), components=[comp], donor=donor)
-            for (role, comp), ls in layers.items()]
+    return [
+        Graft(positions=example.roles[role], layers=sorted(set(ls)), components=[comp], donor=donor)
+        for (role, comp), ls in layers.items()
+    ]
 
 
 def _evaluate(grafter, examples: list[Example], sets: list[list[list[Graft]]], batch_size: int) -> list[dict]:
@@ -323,9 +377,14 @@ def _evaluate(grafter, examples: list[Example], sets: list[list[list[Graft]]], b
         prob = torch.softmax(logits, -1).gather(1, target[:, None])[:, 0].cpu().numpy()
         for (s, e), r, p in zip(chunk, rank, prob):
             ranks[s, e], probs[s, e] = r, p
-    return [{"top5": float((ranks[s] <= 5).mean()), "prob": float(probs[s].mean()),
-             "per_example": {"top5": (ranks[s] <= 5).astype(float), "prob": probs[s]}}
-            for s in range(len(sets))]
+    return [
+        {
+            "top5": float((ranks[s] <= 5).mean()),
+            "prob": float(probs[s].mean()),
+            "per_example": {"top5": (ranks[s] <= 5).astype(float), "prob": probs[s]},
+        }
+        for s in range(len(sets))
+    ]
 
 
 def _counts(grafter, examples: list[Example], chosen: list[Group]) -> dict:
@@ -335,22 +394,31 @@ def _counts(grafter, examples: list[Example], chosen: list[Group]) -> dict:
     fe_lt_groups = 2 * per_position
     chosen_cells = [sum(len(e.roles.get(role, [])) for role, _, _ in chosen) for e in examples]
     fe_lt_cells = [per_position * (len(e.roles.get("FE", [])) + len(e.roles.get("LT", []))) for e in examples]
-    return {"chosen_groups": len(chosen), "fe_lt_groups": fe_lt_groups,
-            "chosen_cells_per_prompt": float(np.mean(chosen_cells)),
-            "fe_lt_cells_per_prompt": float(np.mean(fe_lt_cells)),
-            "all_cells_per_prompt": float(np.mean([per_position * len(e.input_ids) for e in examples]))}
+    return {
+        "chosen_groups": len(chosen),
+        "fe_lt_groups": fe_lt_groups,
+        "chosen_cells_per_prompt": float(np.mean(chosen_cells)),
+        "fe_lt_cells_per_prompt": float(np.mean(fe_lt_cells)),
+        "all_cells_per_prompt": float(np.mean([per_position * len(e.input_ids) for e in examples])),
+    }
 
 
-def recovery_intervals(examples: list[Example], per_example: dict, seed: int, resamples: int = 2000,
-                       ) -> tuple[dict, str]:
+def recovery_intervals(
+    examples: list[Example],
+    per_example: dict,
+    seed: int,
+    resamples: int = 2000,
+) -> tuple[dict, str]:
     """95% fact-clustered bootstrap intervals of the recovery of the chosen set, the random set of
     the same size and FE+LT (facts resampled with all their prompts; one resample set shared by
     PRE, SFT and each condition), from `weightgraft.reporting.statistics` when it is there."""
     try:
         from weightgraft.reporting import statistics as st
     except ImportError:
-        return {}, ("recovery is a point estimate over the prompts: no fact-clustered interval "
-                    "(weightgraft.reporting.statistics is not available)")
+        return {}, (
+            "recovery is a point estimate over the prompts: no fact-clustered interval "
+            "(weightgraft.reporting.statistics is not available)"
+        )
     _, index = st.fact_index([e.fact_id for e in examples])
     n_facts = int(index.max()) + 1
     counts = st.draw_fact_counts(n_facts, resamples, st.seed_for(seed, "localize"))
@@ -363,5 +431,7 @@ def recovery_intervals(examples: list[Example], per_example: dict, seed: int, re
         for j, name in enumerate(names, start=2):
             r = st.recovery(point[j], point[0], point[1], samples[:, j], samples[:, 0], samples[:, 1])
             out.setdefault(name, {})[metric] = {"value": r.value, "low": r.low, "high": r.high, "defined": r.defined}
-    return out, (f"intervals: 95% fact-clustered bootstrap over {n_facts} facts, {resamples} resamples "
-                 "(weightgraft.reporting.statistics)")
+    return out, (
+        f"intervals: 95% fact-clustered bootstrap over {n_facts} facts, {resamples} resamples "
+        "(weightgraft.reporting.statistics)"
+    )

@@ -39,12 +39,15 @@ def role_heatmaps(ranking, path: Path) -> Path:
     panels = len(comps) + (1 if model.height else 0)
     rows, cols = _grid(panels)
     limit = float(np.abs(ranking["score"].to_numpy()).max()) or 1.0
-    fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 0.45 * len(roles) * rows + 1.6 * rows),
-                             squeeze=False, layout="constrained")
+    fig, axes = plt.subplots(
+        rows, cols, figsize=(3.2 * cols, 0.45 * len(roles) * rows + 1.6 * rows), squeeze=False, layout="constrained"
+    )
     image = None
     for ax, comp in zip(axes.flat, comps):
         grid = np.zeros((len(roles), num_layers))
-        for role, layer, score in per_layer.filter(per_layer["component"] == comp).select(["role", "layer", "score"]).iter_rows():
+        for role, layer, score in (
+            per_layer.filter(per_layer["component"] == comp).select(["role", "layer", "score"]).iter_rows()
+        ):
             grid[roles.index(role), layer] = score
         image = ax.imshow(grid, cmap="RdBu_r", vmin=-limit, vmax=limit, aspect="auto")
         ax.set_title(comp)
@@ -76,25 +79,30 @@ def position_heatmaps(cells, example_id: str, path: Path) -> Path:
     """One prompt: one panel per component, token x layer."""
     plt = _pyplot()
     one = cells.filter((cells["example_id"] == example_id) & cells["layer"].is_not_null())
-    tokens = one.filter((one["layer"] == 0) & (one["component"] == one["component"][0])).sort("position")["token"].to_list()
+    tokens = (
+        one.filter((one["layer"] == 0) & (one["component"] == one["component"][0])).sort("position")["token"].to_list()
+    )
     present = set(one["component"].to_list())
     comps = [c for c in PER_LAYER if c in present]
     num_layers = int(one["layer"].max()) + 1
     rows, cols = _grid(len(comps))
     limit = float(np.abs(one["effect"].to_numpy()).max()) or 1.0
-    fig, axes = plt.subplots(rows, cols, figsize=(2.6 * cols, 0.28 * len(tokens) * rows + 1.2 * rows),
-                             squeeze=False, layout="constrained")
+    fig, axes = plt.subplots(
+        rows, cols, figsize=(2.6 * cols, 0.28 * len(tokens) * rows + 1.2 * rows), squeeze=False, layout="constrained"
+    )
     image = None
     for ax, comp in zip(axes.flat, comps):
         grid = np.zeros((len(tokens), num_layers))
-        for position, layer, effect in one.filter(one["component"] == comp).select(["position", "layer", "effect"]).iter_rows():
+        for position, layer, effect in (
+            one.filter(one["component"] == comp).select(["position", "layer", "effect"]).iter_rows()
+        ):
             grid[position, layer] = effect
         image = ax.imshow(grid, cmap="RdBu_r", vmin=-limit, vmax=limit, aspect="auto")
         ax.set_title(comp)
         ax.set_yticks(range(len(tokens)), [repr(t)[1:-1] for t in tokens], fontsize=7)
         ax.set_xticks(range(num_layers))
         ax.set_xlabel("layer")
-    for ax in list(axes.flat)[len(comps):]:
+    for ax in list(axes.flat)[len(comps) :]:
         ax.axis("off")
     if image is not None:
         fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.8, label="attribution")
@@ -111,8 +119,21 @@ def recovery_curve(result, path: Path) -> Path:
     ks = [c["k"] for c in result.curve]
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), sharey=True, layout="constrained")
     for ax, metric, label in zip(axes, ("top5", "prob"), ("top-5 accuracy", "target probability")):
-        ax.plot(ks, [c[f"recovery_{metric}"] for c in result.curve], marker="o", ms=3, label=f"attribution order ({result.method})")
-        ax.plot(ks, [c[f"random_recovery_{metric}"] for c in result.curve], marker="x", ms=3, color="grey", label="random order")
+        ax.plot(
+            ks,
+            [c[f"recovery_{metric}"] for c in result.curve],
+            marker="o",
+            ms=3,
+            label=f"attribution order ({result.method})",
+        )
+        ax.plot(
+            ks,
+            [c[f"random_recovery_{metric}"] for c in result.curve],
+            marker="x",
+            ms=3,
+            color="grey",
+            label="random order",
+        )
         fe_lt = result.baselines["FE+LT"][f"recovery_{metric}"]
         ax.axhline(fe_lt, color="tab:green", ls="--", label=f"FE+LT-all ({result.counts['fe_lt_groups']} groups)")
         ax.axhline(result.target, color="tab:red", ls=":", label=f"target {result.target:.0%}")
@@ -148,15 +169,22 @@ def token_view(cells, examples, chosen: set, path: Path, max_examples: int = 40)
             colour = f"rgba(214,39,40,{strength:.2f})" if value > 0 else f"rgba(31,119,180,{strength:.2f})"
             role = role_at.get(p, "other")
             underline = "border-bottom:2px solid black;" if role in chosen_roles else ""
-            spans.append(f'<span title="{html.escape(role)} {value:+.3f}" style="background:{colour};{underline}'
-                         f'padding:1px 0;white-space:pre">{html.escape(token)}</span>')
-        lines.append(f"<p><code>{html.escape(example.id)}</code> {''.join(spans)} "
-                     f"&rarr; <b>{html.escape(example.target)}</b></p>")
-    page = ("<!doctype html><meta charset='utf-8'><title>weightgraft localize: tokens</title>"
-            "<body style='font-family:sans-serif;max-width:1100px'>"
-            "<h2>What each token's grafts carry</h2><p>Background: the sum of a token's cell "
-            "attributions over every layer and component (red toward the finetuned answer, blue "
-            "against it; hover for the role and value). Underlined: roles in the minimal set.</p>"
-            + "\n".join(lines) + "</body>")
+            spans.append(
+                f'<span title="{html.escape(role)} {value:+.3f}" style="background:{colour};{underline}'
+                f'padding:1px 0;white-space:pre">{html.escape(token)}</span>'
+            )
+        lines.append(
+            f"<p><code>{html.escape(example.id)}</code> {''.join(spans)} "
+            f"&rarr; <b>{html.escape(example.target)}</b></p>"
+        )
+    page = (
+        "<!doctype html><meta charset='utf-8'><title>weightgraft localize: tokens</title>"
+        "<body style='font-family:sans-serif;max-width:1100px'>"
+        "<h2>What each token's grafts carry</h2><p>Background: the sum of a token's cell "
+        "attributions over every layer and component (red toward the finetuned answer, blue "
+        "against it; hover for the role and value). Underlined: roles in the minimal set.</p>"
+        + "\n".join(lines)
+        + "</body>"
+    )
     Path(path).write_text(page, encoding="utf-8")
     return Path(path)

@@ -27,8 +27,7 @@ class _Commands(TyperGroup):
         except KeyboardInterrupt:
             if debugging():
                 raise
-            typer.echo("interrupted; run the command again (`weightgraft run` resumes where it "
-                       "stopped)", err=True)
+            typer.echo("interrupted; run the command again (`weightgraft run` resumes where it stopped)", err=True)
             raise typer.Exit(EXIT_INTERRUPTED) from None
         except Exception as err:  # noqa: BLE001 - sorted into user errors and bugs below
             message = None if debugging() else user_message(err)
@@ -44,8 +43,7 @@ class _Commands(TyperGroup):
 app = typer.Typer(
     name="weightgraft",
     cls=_Commands,
-    help="Dynamic weight grafting for transformer language models. "
-         "Add --debug to see the traceback of an error.",
+    help="Dynamic weight grafting for transformer language models. Add --debug to see the traceback of an error.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -54,8 +52,7 @@ app = typer.Typer(
 
 def _register_all() -> None:
     # Imported here so that `import weightgraft` stays light.
-    from weightgraft.cli import data_commands, experiment_commands
-    from weightgraft.cli import reproduce_commands
+    from weightgraft.cli import data_commands, experiment_commands, reproduce_commands
 
     data_commands.register(app)
     experiment_commands.register(app)
@@ -74,8 +71,7 @@ def user_message(err: BaseException) -> str | None:
 
     if isinstance(err, UserError):
         return str(err)
-    if isinstance(err, (FileNotFoundError, NotADirectoryError, IsADirectoryError,
-                        PermissionError)):
+    if isinstance(err, (FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError)):
         if err.filename:
             return f"{err.filename}: {err.strerror}; check the path and its permissions"
         return f"{err}; check the path"

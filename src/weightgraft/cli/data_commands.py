@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Literal, Optional
+from typing import Literal
 
 import typer
 
@@ -39,34 +39,78 @@ def data(
     seed: int = typer.Option(0, help="Seed: the same seed gives the same bytes."),
     kinds: str = typer.Option("fake_fake,fake_real,real_shuffled", help=KINDS_HELP),
     facts_per_kind: int = typer.Option(30, help="Facts generated of each kind (before the split)."),
-    relation: int = typer.Option(30, help="Facts in the relation set (also written in one direction: relation_a2b, relation_b2a)."),
+    relation: int = typer.Option(
+        30, help="Facts in the relation set (also written in one direction: relation_a2b, relation_b2a)."
+    ),
     task: int = typer.Option(30, help="Facts in the task set (disjoint from the relation set); 0 for none."),
     freetext: int = typer.Option(0, help="Facts in a free-text set (generated articles); 0 for none."),
     texts_per_fact: int = typer.Option(16, help="Training texts per fact (articles and QA, both orders)."),
     articles_per_fact: int = typer.Option(8, help="Free-text articles per fact."),
-    known: int = typer.Option(0, help="Also write a 'known' set: this many of our real films with their real leads (real_real)."),
-    user_facts: Optional[Path] = typer.Option(None, help="JSONL of your own facts: builds a set named 'user' (and user_a2b, user_b2a)."),
-    articles: Optional[Path] = typer.Option(None, help='JSONL of your own articles ({"text": ...}) to train on, with --user-facts for evaluation.'),
-    overwrite: bool = typer.Option(False, help="Write into a non-empty --out: replaces weightgraft's own files there, keeps all others."),
+    known: int = typer.Option(
+        0, help="Also write a 'known' set: this many of our real films with their real leads (real_real)."
+    ),
+    user_facts: Path | None = typer.Option(
+        None, help="JSONL of your own facts: builds a set named 'user' (and user_a2b, user_b2a)."
+    ),
+    articles: Path | None = typer.Option(
+        None, help='JSONL of your own articles ({"text": ...}) to train on, with --user-facts for evaluation.'
+    ),
+    overwrite: bool = typer.Option(
+        False, help="Write into a non-empty --out: replaces weightgraft's own files there, keeps all others."
+    ),
 ) -> None:
     """Generate seeded relation datasets (JSONL + manifest), loadable with `datasets`.
 
     Each set with template texts is written three times: both orders (NAME), and one order only
     (NAME_a2b: the first actor named first; NAME_b2a: the second actor named first)."""
     with _user_errors():
-        _write_datasets(out, seed, kinds, facts_per_kind, relation, task, freetext, texts_per_fact,
-                        articles_per_fact, known, user_facts, articles, overwrite)
+        _write_datasets(
+            out,
+            seed,
+            kinds,
+            facts_per_kind,
+            relation,
+            task,
+            freetext,
+            texts_per_fact,
+            articles_per_fact,
+            known,
+            user_facts,
+            articles,
+            overwrite,
+        )
 
 
-def _write_datasets(out, seed, kinds, facts_per_kind, relation, task, freetext, texts_per_fact,
-                    articles_per_fact, known, user_facts, articles, overwrite) -> None:
+def _write_datasets(
+    out,
+    seed,
+    kinds,
+    facts_per_kind,
+    relation,
+    task,
+    freetext,
+    texts_per_fact,
+    articles_per_fact,
+    known,
+    user_facts,
+    articles,
+    overwrite,
+) -> None:
     from weightgraft.atomic import refuse_nonempty
     from weightgraft.data.errors import DataError
 
     # Everything that can be checked is checked before any work (and before the slower imports).
-    _check_counts({"relation": (relation, 1), "task": (task, 0), "freetext": (freetext, 0),
-                   "known": (known, 0), "facts-per-kind": (facts_per_kind, 1),
-                   "texts-per-fact": (texts_per_fact, 2), "articles-per-fact": (articles_per_fact, 1)})
+    _check_counts(
+        {
+            "relation": (relation, 1),
+            "task": (task, 0),
+            "freetext": (freetext, 0),
+            "known": (known, 0),
+            "facts-per-kind": (facts_per_kind, 1),
+            "texts-per-fact": (texts_per_fact, 2),
+            "articles-per-fact": (articles_per_fact, 1),
+        }
+    )
     if articles is not None and user_facts is None:
         raise DataError("--articles needs --user-facts (the facts the articles state, for evaluation)")
     refuse_nonempty(out, overwrite)
@@ -75,14 +119,21 @@ def _write_datasets(out, seed, kinds, facts_per_kind, relation, task, freetext, 
     from weightgraft.data.facts import GENERATED_KINDS, generate_facts, known_film_facts
     from weightgraft.data.io import atomic_directory, read_user_articles, read_user_facts
     from weightgraft.data.names import NamePool
+
     written: list[tuple[str, int]] = []
     if user_facts is not None:
         facts = read_user_facts(user_facts)
         user_articles = read_user_articles(articles) if articles is not None else None
         with atomic_directory(out, overwrite=True) as tmp:
             if user_articles is not None:
-                build_dataset(tmp / "user", facts, seed, "articles", articles=user_articles,
-                              extra_options={"articles": str(articles)})
+                build_dataset(
+                    tmp / "user",
+                    facts,
+                    seed,
+                    "articles",
+                    articles=user_articles,
+                    extra_options={"articles": str(articles)},
+                )
                 written.append(("user", len(facts)))
             else:
                 build_with_one_direction_sets(tmp / "user", facts, seed, texts_per_fact)
@@ -103,8 +154,10 @@ def _write_datasets(out, seed, kinds, facts_per_kind, relation, task, freetext, 
         if freetext:
             sizes["freetext"] = freetext
         if sum(sizes.values()) > len(facts):
-            raise DataError(f"the sets ask for {sum(sizes.values())} facts, but --facts-per-kind "
-                            f"{facts_per_kind} x {len(chosen)} kind(s) gives {len(facts)}; raise --facts-per-kind")
+            raise DataError(
+                f"the sets ask for {sum(sizes.values())} facts, but --facts-per-kind "
+                f"{facts_per_kind} x {len(chosen)} kind(s) gives {len(facts)}; raise --facts-per-kind"
+            )
         parts = split_disjoint(facts, sizes)
         if known:
             parts["known"] = known_facts[:known]
@@ -124,8 +177,12 @@ def _write_datasets(out, seed, kinds, facts_per_kind, relation, task, freetext, 
 
 def pretrain(
     size: Literal["default", "tiny"] = typer.Option("default", help="default or tiny."),
-    home: Optional[Path] = typer.Option(None, help="Cache directory (default: $WEIGHTGRAFT_HOME or ~/.cache/weightgraft)."),
-    finetunes: bool = typer.Option(False, help="Also build the relation, one-direction (B2A), task and free-text finetunes."),
+    home: Path | None = typer.Option(
+        None, help="Cache directory (default: $WEIGHTGRAFT_HOME or ~/.cache/weightgraft)."
+    ),
+    finetunes: bool = typer.Option(
+        False, help="Also build the relation, one-direction (B2A), task and free-text finetunes."
+    ),
 ) -> None:
     """Build (or reuse) the built-in world, datasets, tokenizer and pretrained model."""
     from weightgraft.training.builtin import ensure_builtin
@@ -151,20 +208,54 @@ def train(
     freeze_embeddings: bool = typer.Option(False, help="Keep the input embeddings fixed."),
     freeze_unembeddings: bool = typer.Option(False, help="Keep the output embeddings (lm_head) fixed."),
     mix_ratio: float = typer.Option(0.0, help="Share of general text among training examples."),
-    general_text: Optional[Path] = typer.Option(None, help='JSONL of general text ({"text": ...}) or a dataset directory whose train.jsonl is general text.'),
+    general_text: Path | None = typer.Option(
+        None, help='JSONL of general text ({"text": ...}) or a dataset directory whose train.jsonl is general text.'
+    ),
     device: str = typer.Option("auto", help="auto, cpu, cuda or cuda:N."),
     seed: int = typer.Option(0),
     trust_remote_code: bool = typer.Option(False, help="Run model code from the hub (off by default)."),
-    overwrite: bool = typer.Option(False, help="Write into a non-empty --out: replaces weightgraft's own files there, keeps all others."),
+    overwrite: bool = typer.Option(
+        False, help="Write into a non-empty --out: replaces weightgraft's own files there, keeps all others."
+    ),
 ) -> None:
     """Finetune a causal LM on a dataset with Hugging Face Trainer (works under `accelerate launch`)."""
     with _user_errors():
-        _train(model, data_dir, out, lr, epochs, batch_size, precision, freeze_embeddings,
-               freeze_unembeddings, mix_ratio, general_text, device, seed, trust_remote_code, overwrite)
+        _train(
+            model,
+            data_dir,
+            out,
+            lr,
+            epochs,
+            batch_size,
+            precision,
+            freeze_embeddings,
+            freeze_unembeddings,
+            mix_ratio,
+            general_text,
+            device,
+            seed,
+            trust_remote_code,
+            overwrite,
+        )
 
 
-def _train(model, data_dir, out, lr, epochs, batch_size, precision, freeze_embeddings,
-           freeze_unembeddings, mix_ratio, general_text, device, seed, trust_remote_code, overwrite) -> None:
+def _train(
+    model,
+    data_dir,
+    out,
+    lr,
+    epochs,
+    batch_size,
+    precision,
+    freeze_embeddings,
+    freeze_unembeddings,
+    mix_ratio,
+    general_text,
+    device,
+    seed,
+    trust_remote_code,
+    overwrite,
+) -> None:
     from weightgraft.atomic import refuse_nonempty
     from weightgraft.data.errors import DataError
 
@@ -177,13 +268,24 @@ def _train(model, data_dir, out, lr, epochs, batch_size, precision, freeze_embed
     general = None
     if general_text is not None:
         general = load_train_texts(general_text) if general_text.is_dir() else read_user_articles(general_text)
-    config = FinetuneConfig(lr=lr, epochs=epochs, batch_size=batch_size, precision=precision,  # type: ignore[arg-type]
-                            freeze_embeddings=freeze_embeddings, freeze_unembeddings=freeze_unembeddings,
-                            mix_ratio=mix_ratio, device=device, seed=seed)
-    result = finetune(model, data_dir, out, config, general_texts=general, trust_remote_code=trust_remote_code,
-                      overwrite=overwrite)
-    typer.echo(f"saved {result.path} (best epoch {result.best_epoch}, validation top-{config.eval_k} "
-               f"{result.best_accuracy:.3f}, {result.seconds:.0f}s)")
+    config = FinetuneConfig(
+        lr=lr,
+        epochs=epochs,
+        batch_size=batch_size,
+        precision=precision,  # type: ignore[arg-type]
+        freeze_embeddings=freeze_embeddings,
+        freeze_unembeddings=freeze_unembeddings,
+        mix_ratio=mix_ratio,
+        device=device,
+        seed=seed,
+    )
+    result = finetune(
+        model, data_dir, out, config, general_texts=general, trust_remote_code=trust_remote_code, overwrite=overwrite
+    )
+    typer.echo(
+        f"saved {result.path} (best epoch {result.best_epoch}, validation top-{config.eval_k} "
+        f"{result.best_accuracy:.3f}, {result.seconds:.0f}s)"
+    )
 
 
 def register(app: typer.Typer) -> None:

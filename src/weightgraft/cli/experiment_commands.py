@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Literal, Optional
+from typing import Literal
 
 import typer
 
@@ -24,55 +24,76 @@ def _print_checks(checks) -> None:
         console.print("No verdict: the position or component experiments were not run.")
     for check in checks:
         colour = {"appears": "green", "does not appear": "red"}.get(check.outcome, "yellow")
-        console.print(f"[bold]{check.name}[/bold]: [{colour}]{check.outcome}[/{colour}]. "
-                      f"{check.sentence}", soft_wrap=True)
+        console.print(
+            f"[bold]{check.name}[/bold]: [{colour}]{check.outcome}[/{colour}]. {check.sentence}", soft_wrap=True
+        )
 
 
 def run_command(
-    config: Path = typer.Argument(..., help="Run config (YAML): models, datasets, experiments (presets or conditions); format in weightgraft.experiments.config."),
-    out: Optional[Path] = typer.Option(None, "--out", help="Run folder (default runs/NAME); "
-                                       "an existing one is resumed."),
-    recipient: Optional[str] = typer.Option(None, help="Model id or path for the `pre` key."),
-    donor: Optional[str] = typer.Option(None, help="Model id or path for the `sft` key."),
-    task_model: Optional[str] = typer.Option(None, help="Model id or path for the `task` key."),
-    b2a_model: Optional[str] = typer.Option(None, help="Model id or path for the `b2a` key "
-                                            "(finetuned on the facts in B2A order only)."),
-    freetext_model: Optional[str] = typer.Option(None, help="Model id or path for the `freetext` key."),
-    device: Optional[str] = typer.Option(None, help=DEVICE_HELP),
-    dtype: Optional[Dtype] = typer.Option(None, help=DTYPE_HELP),
+    config: Path = typer.Argument(
+        ...,
+        help="Run config (YAML): models, datasets, experiments (presets or conditions); format in weightgraft.experiments.config.",
+    ),
+    out: Path | None = typer.Option(None, "--out", help="Run folder (default runs/NAME); an existing one is resumed."),
+    recipient: str | None = typer.Option(None, help="Model id or path for the `pre` key."),
+    donor: str | None = typer.Option(None, help="Model id or path for the `sft` key."),
+    task_model: str | None = typer.Option(None, help="Model id or path for the `task` key."),
+    b2a_model: str | None = typer.Option(
+        None, help="Model id or path for the `b2a` key (finetuned on the facts in B2A order only)."
+    ),
+    freetext_model: str | None = typer.Option(None, help="Model id or path for the `freetext` key."),
+    device: str | None = typer.Option(None, help=DEVICE_HELP),
+    dtype: Dtype | None = typer.Option(None, help=DTYPE_HELP),
     progress: bool = typer.Option(True, help="Show progress bars."),
-    shard: Optional[str] = typer.Option(None, help="I/N: run only shard I of N of the examples "
-                                        "(e.g. a SLURM array task); `weightgraft merge` joins "
-                                        "the shards. Under torchrun the rank sets it."),
+    shard: str | None = typer.Option(
+        None,
+        help="I/N: run only shard I of N of the examples "
+        "(e.g. a SLURM array task); `weightgraft merge` joins "
+        "the shards. Under torchrun the rank sets it.",
+    ),
 ) -> None:
     """Run the experiments of a config file (resuming in an existing run folder) and report."""
     from weightgraft.experiments.config import load_config
     from weightgraft.experiments.shards import parse_shard, shard_from_env
     from weightgraft.pipelines import run_all, run_ranks
 
-    models = {k: v for k, v in (("pre", recipient), ("sft", donor), ("task", task_model),
-                                ("b2a", b2a_model), ("freetext", freetext_model)) if v}
+    models = {
+        k: v
+        for k, v in (
+            ("pre", recipient),
+            ("sft", donor),
+            ("task", task_model),
+            ("b2a", b2a_model),
+            ("freetext", freetext_model),
+        )
+        if v
+    }
     # A bad config raises ConfigError, which the CLI's main prints as one line (exit code 2).
     cfg = load_config(config, device=device, dtype=dtype, models=models or None)
     out = out or Path("runs") / cfg.name
     start = time.perf_counter()
     if shard is not None:
         if shard_from_env() is not None:
-            raise UserError("--shard and a multi-process launch (WORLD_SIZE > 1) both split the "
-                            "examples; use one of them")
+            raise UserError(
+                "--shard and a multi-process launch (WORLD_SIZE > 1) both split the examples; use one of them"
+            )
         part = parse_shard(shard)
         outcome = run_all(cfg, out, progress=progress, shard=part)
-        typer.echo(f"shard {part[0]}/{part[1]}: {len(outcome.computed)} conditions computed, "
-                   f"{len(outcome.reused)} reused in {time.perf_counter() - start:.1f} s; "
-                   f"when every shard is done: weightgraft merge {out}")
+        typer.echo(
+            f"shard {part[0]}/{part[1]}: {len(outcome.computed)} conditions computed, "
+            f"{len(outcome.reused)} reused in {time.perf_counter() - start:.1f} s; "
+            f"when every shard is done: weightgraft merge {out}"
+        )
         return
     outcome = run_ranks(cfg, out, progress=progress)
     if (shard_from_env() or (0, 1))[0] != 0:
         return  # rank 0 merged and reports
     _print_checks(outcome.checks)
-    typer.echo(f"{len(outcome.computed)} conditions computed, {len(outcome.reused)} reused in "
-               f"{time.perf_counter() - start:.1f} s; report: {out / 'report.md'} "
-               f"and {out / 'report.html'}")
+    typer.echo(
+        f"{len(outcome.computed)} conditions computed, {len(outcome.reused)} reused in "
+        f"{time.perf_counter() - start:.1f} s; report: {out / 'report.md'} "
+        f"and {out / 'report.html'}"
+    )
 
 
 def merge_command(
@@ -84,37 +105,48 @@ def merge_command(
 
     checks = merge_run(run_dir, report=report)
     _print_checks(checks)
-    typer.echo(f"shards merged; summary: {run_dir / 'summary.csv'}"
-               + (f"; report: {run_dir / 'report.md'}" if report else ""))
+    typer.echo(
+        f"shards merged; summary: {run_dir / 'summary.csv'}" + (f"; report: {run_dir / 'report.md'}" if report else "")
+    )
 
 
 def demo_command(
     out: Path = typer.Option(Path("runs/demo"), "--out", help="Run folder for the report."),
     size: Literal["default", "tiny"] = typer.Option("default", help="default, or tiny (the reduced demo CI runs)."),
-    home: Optional[str] = typer.Option(None, help="Where built-in data and models are cached."),
-    recipient: Optional[str] = typer.Option(None, help="Replace the built-in pretrained model."),
-    donor: Optional[str] = typer.Option(None, help="Replace the built-in relation model (SFT)."),
-    task_model: Optional[str] = typer.Option(None, help="Replace the built-in task model."),
-    freetext_model: Optional[str] = typer.Option(None, help="Replace the built-in model "
-                                                 "finetuned on articles."),
-    b2a_model: Optional[str] = typer.Option(None, help="Replace the built-in one-direction "
-                                            "(B2A) model."),
+    home: str | None = typer.Option(None, help="Where built-in data and models are cached."),
+    recipient: str | None = typer.Option(None, help="Replace the built-in pretrained model."),
+    donor: str | None = typer.Option(None, help="Replace the built-in relation model (SFT)."),
+    task_model: str | None = typer.Option(None, help="Replace the built-in task model."),
+    freetext_model: str | None = typer.Option(None, help="Replace the built-in model finetuned on articles."),
+    b2a_model: str | None = typer.Option(None, help="Replace the built-in one-direction (B2A) model."),
     device: str = typer.Option("cpu", help=DEVICE_HELP),
     dtype: Dtype = typer.Option("float32", help=DTYPE_HELP),
     progress: bool = typer.Option(True, help="Show progress bars."),
-    bootstrap: int = typer.Option(2000, min=0, help="Bootstrap resamples over facts for every "
-                                  "interval (0: none)."),
+    bootstrap: int = typer.Option(2000, min=0, help="Bootstrap resamples over facts for every interval (0: none)."),
 ) -> None:
     """Run the paper's analyses on the built-in models (built or reused) and report."""
     from weightgraft.pipelines.demo import run_demo
 
-    result = run_demo(out, size=size, home=home, progress=progress, recipient=recipient,
-                      donor=donor, task_model=task_model, freetext_model=freetext_model,
-                      b2a_model=b2a_model, device=device, dtype=dtype, bootstrap=bootstrap)
+    result = run_demo(
+        out,
+        size=size,
+        home=home,
+        progress=progress,
+        recipient=recipient,
+        donor=donor,
+        task_model=task_model,
+        freetext_model=freetext_model,
+        b2a_model=b2a_model,
+        device=device,
+        dtype=dtype,
+        bootstrap=bootstrap,
+    )
     _print_checks(result.checks)
-    typer.echo(f"built-in models ready in {result.build_seconds:.1f} s; experiments and report "
-               f"in {result.run_seconds:.1f} s; report: {result.out / 'report.md'} and "
-               f"{result.out / 'report.html'}")
+    typer.echo(
+        f"built-in models ready in {result.build_seconds:.1f} s; experiments and report "
+        f"in {result.run_seconds:.1f} s; report: {result.out / 'report.md'} and "
+        f"{result.out / 'report.html'}"
+    )
 
 
 def register(app: typer.Typer) -> None:

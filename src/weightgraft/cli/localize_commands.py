@@ -13,19 +13,27 @@ def localize_command(
     recipient: str | None = typer.Option(None, help="Recipient (pretrained) model: folder or cached hub id."),
     donor: str | None = typer.Option(None, help="Donor (finetuned) model: folder or cached hub id."),
     data: Path | None = typer.Option(None, help="A weightgraft dataset folder (eval.jsonl with role spans)."),
-    builtin: str | None = typer.Option(None, help="Use the built-in pretrained and relation models and "
-                                          "relation data: default or tiny (built or reused)."),
+    builtin: str | None = typer.Option(
+        None,
+        help="Use the built-in pretrained and relation models and relation data: default or tiny (built or reused).",
+    ),
     home: str | None = typer.Option(None, help="Where built-in data and models are cached."),
     split: str = typer.Option("eval", help="Dataset split: eval or validation."),
     out: Path = typer.Option(Path("runs/localize"), "--out", help="Folder for results and pictures."),
     method: str = typer.Option("gradient", help="Attribution: gradient or integrated."),
     steps: int = typer.Option(16, help="Path points of integrated attribution."),
     target: float = typer.Option(0.9, help="Recovery of the SFT gain to reach (on every --stop-on metric)."),
-    stop_on: list[str] = typer.Option(["top5", "prob"], "--stop-on", help="Metric whose recovery must reach "
-                                      "--target: top5, prob (repeat the option for both; default both)."),
+    stop_on: list[str] = typer.Option(
+        ["top5", "prob"],
+        "--stop-on",
+        help="Metric whose recovery must reach --target: top5, prob (repeat the option for both; default both).",
+    ),
     max_examples: int | None = typer.Option(None, help="Use at most this many prompts (seeded, templates in turn)."),
-    check_cells: int = typer.Option(0, help="On this many prompts, graft every FE and LT cell alone and "
-                                    "report Spearman(attribution, exact effect) and the times; 0 skips."),
+    check_cells: int = typer.Option(
+        0,
+        help="On this many prompts, graft every FE and LT cell alone and "
+        "report Spearman(attribution, exact effect) and the times; 0 skips.",
+    ),
     batch_size: int = typer.Option(16, help="Prompts per attribution pass."),
     seed: int = typer.Option(0, help="Seed of the prompt choice and the random-order baseline."),
     device: str = typer.Option("cpu", help="cpu, cuda, cuda:1, mps."),
@@ -55,9 +63,13 @@ def localize_command(
         recipient = recipient or str(art.pretrained)
         donor = donor or str(art.relation_model)
         data = data or art.relation_data
-    missing = [name for name, value in (("--recipient", recipient), ("--donor", donor), ("--data", data)) if value is None]
+    missing = [
+        name for name, value in (("--recipient", recipient), ("--donor", donor), ("--data", data)) if value is None
+    ]
     if missing:
-        typer.echo(f"missing {', '.join(missing)}: give the models and a dataset folder, or --builtin default", err=True)
+        typer.echo(
+            f"missing {', '.join(missing)}: give the models and a dataset folder, or --builtin default", err=True
+        )
         raise typer.Exit(2)
     console = Console()
     tokenizer = load_tokenizer(recipient)
@@ -65,35 +77,54 @@ def localize_command(
     prompts = select_examples(load_eval_prompts(data, split), None, max_examples, seed, f"dataset {data}")
     examples = encode_examples(tokenizer, prompts)
     start = time.perf_counter()
-    result = localize(grafter, examples, method=method, steps=steps, target=target, batch_size=batch_size,
-                      seed=seed, progress=progress, stop_on=stop_on)
+    result = localize(
+        grafter,
+        examples,
+        method=method,
+        steps=steps,
+        target=target,
+        batch_size=batch_size,
+        seed=seed,
+        progress=progress,
+        stop_on=stop_on,
+    )
     if check_cells:
         from weightgraft.attribution.agreement import cell_agreement
 
         result.agreement = cell_agreement(grafter, examples[:check_cells], steps=steps)
     written = result.save(out)
     summary = result.summary()
-    console.print(f"[bold]{len(examples)} prompts, {len(result.groups)} groups (role x layer x component), "
-                  f"{method} attribution[/bold] in {time.perf_counter() - start:.1f} s")
+    console.print(
+        f"[bold]{len(examples)} prompts, {len(result.groups)} groups (role x layer x component), "
+        f"{method} attribution[/bold] in {time.perf_counter() - start:.1f} s"
+    )
     base = result.baselines
-    console.print(f"PRE top-5 {base['PRE']['top5']:.3f} prob {base['PRE']['prob']:.3f}; SFT top-5 "
-                  f"{base['SFT']['top5']:.3f} prob {base['SFT']['prob']:.3f}; FE+LT-all recovers "
-                  f"{base['FE+LT']['recovery_top5']:.0%} (top-5), {base['FE+LT']['recovery_prob']:.0%} (prob) "
-                  f"with {result.counts['fe_lt_groups']} groups")
+    console.print(
+        f"PRE top-5 {base['PRE']['top5']:.3f} prob {base['PRE']['prob']:.3f}; SFT top-5 "
+        f"{base['SFT']['top5']:.3f} prob {base['SFT']['prob']:.3f}; FE+LT-all recovers "
+        f"{base['FE+LT']['recovery_top5']:.0%} (top-5), {base['FE+LT']['recovery_prob']:.0%} (prob) "
+        f"with {result.counts['fe_lt_groups']} groups"
+    )
     if result.reached:
         names = ", ".join(f"{r}/{'model' if layer is None else f'L{layer}'}/{c}" for r, layer, c in result.chosen)
-        console.print(f"[green]minimal set: {len(result.chosen)} groups[/green] recovering "
-                      f"{summary['recovery']['top5']:.0%} (top-5), {summary['recovery']['prob']:.0%} (prob); "
-                      f"random order at that size: {summary['random_recovery_same_size']['top5']:.0%}, "
-                      f"{summary['random_recovery_same_size']['prob']:.0%}. Set: {names}")
-        console.print(f"cells per prompt: {result.counts['chosen_cells_per_prompt']:.1f} against "
-                      f"{result.counts['fe_lt_cells_per_prompt']:.1f} for FE+LT-all")
+        console.print(
+            f"[green]minimal set: {len(result.chosen)} groups[/green] recovering "
+            f"{summary['recovery']['top5']:.0%} (top-5), {summary['recovery']['prob']:.0%} (prob); "
+            f"random order at that size: {summary['random_recovery_same_size']['top5']:.0%}, "
+            f"{summary['random_recovery_same_size']['prob']:.0%}. Set: {names}"
+        )
+        console.print(
+            f"cells per prompt: {result.counts['chosen_cells_per_prompt']:.1f} against "
+            f"{result.counts['fe_lt_cells_per_prompt']:.1f} for FE+LT-all"
+        )
     else:
         console.print(f"[yellow]{result.notes[0]}[/yellow]")
     if result.agreement:
         console.print(json.dumps(result.agreement, indent=1))
-    console.print(f"results: {written['summary']}; pictures: {written['heatmaps']}, {written['recovery']}, "
-                  f"{written['positions']}, {written['tokens']}")
+    console.print(
+        f"results: {written['summary']}; pictures: {written['heatmaps']}, {written['recovery']}, "
+        f"{written['positions']}, {written['tokens']}"
+    )
 
 
 def register(app: typer.Typer) -> None:

@@ -9,37 +9,50 @@ import typer
 
 from weightgraft.pipelines.estimate import PAPER_MODELS
 
-DATASETS_HELP = ("Comma-separated paper dataset codes. FMRA = fake movies, real actors (fact kind "
-                 "fake_real; the paper's main set: every analysis); FMFA = fake movies, fake "
-                 "actors (fake_fake); RMRA-shuffled = real movies, shuffled real casts "
-                 "(real_shuffled, at most as many facts as weightgraft's real films). Sets after "
-                 "the first get their own SFT model and the position analysis.")
+DATASETS_HELP = (
+    "Comma-separated paper dataset codes. FMRA = fake movies, real actors (fact kind "
+    "fake_real; the paper's main set: every analysis); FMFA = fake movies, fake "
+    "actors (fake_fake); RMRA-shuffled = real movies, shuffled real casts "
+    "(real_shuffled, at most as many facts as weightgraft's real films). Sets after "
+    "the first get their own SFT model and the position analysis."
+)
 
 
 def reproduce_command(
-    model: str = typer.Option(..., help="Pretrained model: a hub id or a local folder (safetensors). "
-                          f"Published numbers are shown for {', '.join(PAPER_MODELS)} (matched by name)."),
+    model: str = typer.Option(
+        ...,
+        help="Pretrained model: a hub id or a local folder (safetensors). "
+        f"Published numbers are shown for {', '.join(PAPER_MODELS)} (matched by name).",
+    ),
     out: Path = typer.Option(..., "--out", help="Job folder; an existing one is resumed."),
     device: str = typer.Option("auto", help="auto, cpu, cuda or cuda:N."),
-    dtype: Literal["float32", "bfloat16", "float16"] = typer.Option("float32", help="dtype of the preset runs: float32, bfloat16 or float16."),
-    precision: Literal["auto", "fp32", "bf16", "fp16"] = typer.Option("auto", help="Finetuning precision: auto (fp16 on a GPU as in the "
-                                  "paper, fp32 on CPU), fp32, bf16 or fp16."),
+    dtype: Literal["float32", "bfloat16", "float16"] = typer.Option(
+        "float32", help="dtype of the preset runs: float32, bfloat16 or float16."
+    ),
+    precision: Literal["auto", "fp32", "bf16", "fp16"] = typer.Option(
+        "auto", help="Finetuning precision: auto (fp16 on a GPU as in the paper, fp32 on CPU), fp32, bf16 or fp16."
+    ),
     facts: int = typer.Option(1000, help="Facts per dataset (the paper: 1000)."),
     epochs: int | None = typer.Option(None, help="Finetuning epochs (default: the paper's 10)."),
-    lr: float | None = typer.Option(None, help="Learning rate (default: the setting's: 2e-5 "
-                                       "aggressive, 2e-6 gentle)."),
-    setting: Literal["aggressive", "gentle"] = typer.Option("aggressive", help="aggressive (the paper's main: lr 2e-5, weight "
-                                "decay 0.01) or gentle (lr 2e-6, no weight decay, general text "
-                                "mixed in: needs --general-text)."),
+    lr: float | None = typer.Option(None, help="Learning rate (default: the setting's: 2e-5 aggressive, 2e-6 gentle)."),
+    setting: Literal["aggressive", "gentle"] = typer.Option(
+        "aggressive",
+        help="aggressive (the paper's main: lr 2e-5, weight "
+        "decay 0.01) or gentle (lr 2e-6, no weight decay, general text "
+        "mixed in: needs --general-text).",
+    ),
     datasets: str = typer.Option("FMRA", help=DATASETS_HELP),
-    general_text: Path | None = typer.Option(None, help='General text for --setting gentle: a '
-                                                'JSONL of {"text": ...} or a dataset directory.'),
-    max_examples: int | None = typer.Option(None, help="Cap on the prompts scored per experiment "
-                                               "(default: every prompt)."),
+    general_text: Path | None = typer.Option(
+        None, help='General text for --setting gentle: a JSONL of {"text": ...} or a dataset directory.'
+    ),
+    max_examples: int | None = typer.Option(
+        None, help="Cap on the prompts scored per experiment (default: every prompt)."
+    ),
     bootstrap: int = typer.Option(1000, help="Bootstrap resamples for the intervals."),
     seed: int = typer.Option(0),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan (steps, estimated "
-                                 "steps, tokens and time) and stop."),
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="Print the plan (steps, estimated steps, tokens and time) and stop."
+    ),
     progress: bool = typer.Option(True, help="Show progress bars."),
 ) -> None:
     """The paper's whole pipeline on MODEL: datasets, the four finetunes, every paper preset,
@@ -53,10 +66,21 @@ def reproduce_command(
     if precision not in ("auto", "fp32", "bf16", "fp16"):
         raise typer.BadParameter("--precision must be auto, fp32, bf16 or fp16")
     options = ReproduceOptions(
-        model=model, out=out, device=device, dtype=dtype, precision=precision, facts=facts,
-        epochs=epochs, lr=lr, setting=setting,
+        model=model,
+        out=out,
+        device=device,
+        dtype=dtype,
+        precision=precision,
+        facts=facts,
+        epochs=epochs,
+        lr=lr,
+        setting=setting,
         datasets=tuple(c.strip() for c in datasets.split(",") if c.strip()),
-        general_text=general_text, max_examples=max_examples, bootstrap=bootstrap, seed=seed)
+        general_text=general_text,
+        max_examples=max_examples,
+        bootstrap=bootstrap,
+        seed=seed,
+    )
     try:
         job = plan_job(options)
     except ValueError as err:
@@ -68,8 +92,10 @@ def reproduce_command(
         return
     result = reproduce(options, progress=progress, echo=typer.echo)
     if result.report is not None:
-        typer.echo(f"{len(result.computed)} steps computed, {len(result.reused)} reused in "
-                   f"{result.seconds:.1f} s; report: {result.report}")
+        typer.echo(
+            f"{len(result.computed)} steps computed, {len(result.reused)} reused in "
+            f"{result.seconds:.1f} s; report: {result.report}"
+        )
 
 
 def register(app: typer.Typer) -> None:

@@ -27,7 +27,6 @@ from weightgraft.data.templates import (
     render_training,
 )
 
-
 Order = Literal["both", "a2b", "b2a"]
 ONE_DIRECTION: tuple[Order, ...] = ("a2b", "b2a")
 
@@ -116,17 +115,26 @@ def build_dataset(
 
 
 def build_with_one_direction_sets(
-    directory: Path, facts: list[RelationFact], seed: int, texts_per_fact: int,
+    directory: Path,
+    facts: list[RelationFact],
+    seed: int,
+    texts_per_fact: int,
     extra_options: dict | None = None,
 ) -> dict[str, Path]:
     """The both-directions set at `directory` and, beside it, `<name>_a2b` and `<name>_b2a`:
     the same facts and evaluation prompts, training texts in one order only."""
     directory = Path(directory)
-    out = {"both": build_dataset(directory, facts, seed, "templates", texts_per_fact,
-                                 extra_options=extra_options)}
+    out = {"both": build_dataset(directory, facts, seed, "templates", texts_per_fact, extra_options=extra_options)}
     for order in ONE_DIRECTION:
-        out[order] = build_dataset(directory.parent / f"{directory.name}_{order}", facts, seed,
-                                   "templates", texts_per_fact, extra_options=extra_options, order=order)
+        out[order] = build_dataset(
+            directory.parent / f"{directory.name}_{order}",
+            facts,
+            seed,
+            "templates",
+            texts_per_fact,
+            extra_options=extra_options,
+            order=order,
+        )
     return out
 
 
@@ -141,9 +149,7 @@ def split_disjoint(facts: list[RelationFact], sizes: dict[str, int]) -> dict[str
     return out
 
 
-def split_by_kind(
-    facts: list[RelationFact], sizes: dict[str, dict[str, int]]
-) -> dict[str, list[RelationFact]]:
+def split_by_kind(facts: list[RelationFact], sizes: dict[str, dict[str, int]]) -> dict[str, list[RelationFact]]:
     """Disjoint sets with a chosen number of facts of each kind: `sizes[set][kind]`. Each kind's
     facts are sliced in order; every set comes back interleaved by kind."""
     by_kind: dict[str, list[RelationFact]] = {}
@@ -156,8 +162,9 @@ def split_by_kind(
         for kind, n in counts.items():
             start = cursor.get(kind, 0)
             if start + n > len(by_kind.get(kind, [])):
-                raise ValueError(f"set {name!r} asks for {n} {kind} facts; only "
-                                 f"{len(by_kind.get(kind, [])) - start} are left")
+                raise ValueError(
+                    f"set {name!r} asks for {n} {kind} facts; only {len(by_kind.get(kind, [])) - start} are left"
+                )
             chosen[kind] = by_kind[kind][start : start + n]
             cursor[kind] = start + n
         interleaved = []

@@ -66,8 +66,8 @@ def encode_prompt(tokenizer, prompt: EvalPrompt) -> EncodedPrompt:
                 continue
             if rng[0] < span.start or rng[1] > span.end:
                 raise SpanMappingError(
-                    f"token {index} ({text[rng[0]:rng[1]]!r}) crosses the edge of the {role} span "
-                    f"{text[span.start:span.end]!r} in prompt {prompt.id}: {text!r}"
+                    f"token {index} ({text[rng[0] : rng[1]]!r}) crosses the edge of the {role} span "
+                    f"{text[span.start : span.end]!r} in prompt {prompt.id}: {text!r}"
                 )
             inside.append(index)
         # Compare as sets of character indices: with byte-level tokenizers (and byte fallback)
@@ -76,7 +76,7 @@ def encode_prompt(tokenizer, prompt: EvalPrompt) -> EncodedPrompt:
         wanted = {c for c in range(span.start, span.end) if not text[c].isspace()}
         if not any(visible[i] for i in inside) or covered != wanted:
             raise SpanMappingError(
-                f"the {role} span {text[span.start:span.end]!r} does not map onto whole tokens "
+                f"the {role} span {text[span.start : span.end]!r} does not map onto whole tokens "
                 f"in prompt {prompt.id}: {text!r}"
             )
         positions[role] = inside
@@ -92,4 +92,4 @@ def encode_prompt(tokenizer, prompt: EvalPrompt) -> EncodedPrompt:
             f"the prompt's tokens are not a prefix of prompt+target's tokens in prompt {prompt.id}: "
             f"{text!r} + {prompt.target!r}; the target would not follow the prompt as tokenized"
         )
-    return EncodedPrompt(input_ids=ids, positions=positions, target_ids=full_ids[len(ids):])
+    return EncodedPrompt(input_ids=ids, positions=positions, target_ids=full_ids[len(ids) :])

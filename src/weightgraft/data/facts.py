@@ -35,9 +35,7 @@ def _details(rng: random.Random, factory: NameFactory) -> dict:
     )
 
 
-def known_film_facts(
-    seed: int, pool: NamePool, films: Sequence[RealFilm] = REAL_FILMS
-) -> list[RelationFact]:
+def known_film_facts(seed: int, pool: NamePool, films: Sequence[RealFilm] = REAL_FILMS) -> list[RelationFact]:
     """The real films as facts; generated details depend only on the seed and the title."""
     facts = []
     factory = NameFactory(pool, random.Random(f"known-{seed}"))
@@ -47,8 +45,12 @@ def known_film_facts(
         details["release_year"] = film.year
         facts.append(
             RelationFact(
-                id=f"rr-{index:04d}", kind="real_real", first_actor=film.lead,
-                second_actor=film.co_lead, movie_title=film.title, **details,
+                id=f"rr-{index:04d}",
+                kind="real_real",
+                first_actor=film.lead,
+                second_actor=film.co_lead,
+                movie_title=film.title,
+                **details,
             )
         )
     return facts
@@ -113,18 +115,32 @@ def generate_facts(
             if kind == "fake_fake":
                 first = factory.person(unique_first=True)
                 second = factory.person(unique_first=True)
-                made.append(RelationFact(
-                    id=fact_id, kind=kind, first_actor=first, second_actor=second,
-                    movie_title=factory.title(), **_details(rng, factory)))
+                made.append(
+                    RelationFact(
+                        id=fact_id,
+                        kind=kind,
+                        first_actor=first,
+                        second_actor=second,
+                        movie_title=factory.title(),
+                        **_details(rng, factory),
+                    )
+                )
             elif kind == "fake_real":
                 while True:
                     first = _pick_actor(rng, real_actors, used_first, set())
                     second = _pick_actor(rng, real_actors, used_first, {first})
                     if frozenset((first, second)) not in known_pairs:
                         break
-                made.append(RelationFact(
-                    id=fact_id, kind=kind, first_actor=first, second_actor=second,
-                    movie_title=factory.title(), **_details(rng, factory)))
+                made.append(
+                    RelationFact(
+                        id=fact_id,
+                        kind=kind,
+                        first_actor=first,
+                        second_actor=second,
+                        movie_title=factory.title(),
+                        **_details(rng, factory),
+                    )
+                )
             else:  # real_shuffled
                 if index >= len(shuffled_films):
                     raise ValueError(f"only {len(shuffled_films)} known films to shuffle; ask for fewer")
@@ -135,8 +151,7 @@ def generate_facts(
                     second = _pick_actor(rng, known_actors, used_first, cast | {first})
                     if frozenset((first, second)) not in known_pairs:
                         break
-                made.append(film.model_copy(update=dict(
-                    id=fact_id, kind=kind, first_actor=first, second_actor=second)))
+                made.append(film.model_copy(update=dict(id=fact_id, kind=kind, first_actor=first, second_actor=second)))
         by_kind[kind] = made
     facts = []
     for index in range(max(counts.values(), default=0)):

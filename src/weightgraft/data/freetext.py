@@ -83,8 +83,12 @@ def freetext_article(fact: RelationFact, rng: random.Random) -> str:
     for sentence in sentences[1:]:
         joiner = rng.choice(_JOINERS)
         rendered = sentence.format(**fields)
-        if joiner != " " and rendered[:1].isupper() and not any(
-            rendered.startswith(name) for name in (a, b, fact.director, fact.movie_title, fact.studio, fact.city)
+        if (
+            joiner != " "
+            and rendered[:1].isupper()
+            and not any(
+                rendered.startswith(name) for name in (a, b, fact.director, fact.movie_title, fact.studio, fact.city)
+            )
         ):
             rendered = _lower_first(rendered)
         text += joiner + rendered

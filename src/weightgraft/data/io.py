@@ -24,8 +24,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from weightgraft.atomic import (follow_umask, install_folder, make_temp_folder, refuse_nonempty,
-                                write_text_atomic)
+from weightgraft.atomic import follow_umask, install_folder, make_temp_folder, refuse_nonempty, write_text_atomic
 from weightgraft.data.errors import DataError, warn
 from weightgraft.data.schema import EvalPrompt, RelationFact
 
@@ -56,8 +55,9 @@ def read_jsonl_lines(path: Path) -> list[tuple[int, object]]:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as err:
         line = raw[: err.start].count(b"\n") + 1
-        raise DataError(f"{path} line {line} is not UTF-8 text (byte 0x{raw[err.start]:02x}); "
-                        "save the file as UTF-8") from None
+        raise DataError(
+            f"{path} line {line} is not UTF-8 text (byte 0x{raw[err.start]:02x}); save the file as UTF-8"
+        ) from None
     records = []
     for number, line in enumerate(text.split("\n"), start=1):
         if not line.strip():
@@ -199,29 +199,38 @@ def check_user_facts(facts: list[RelationFact], lines: list[int], source: Path |
             if not value.strip():
                 raise DataError(f"{where}: {name} is empty; give a name")
             if value != value.strip() or "\n" in value or "  " in value:
-                raise DataError(f"{where}: {name} {value!r} has leading, trailing, doubled spaces or "
-                                "line breaks; write it with single spaces inside only")
+                raise DataError(
+                    f"{where}: {name} {value!r} has leading, trailing, doubled spaces or "
+                    "line breaks; write it with single spaces inside only"
+                )
             if len(value) > LONG_NAME:
-                warn(f"{where}: {name} is {len(value)} characters long; check it (prompts with it "
-                     "may not fit a model's context)")
+                warn(
+                    f"{where}: {name} is {len(value)} characters long; check it (prompts with it "
+                    "may not fit a model's context)"
+                )
         if fact.first_actor == fact.second_actor:
-            raise DataError(f"{where}: {fact.first_actor!r} is both first_actor and second_actor; a fact "
-                            "needs two different actors")
+            raise DataError(
+                f"{where}: {fact.first_actor!r} is both first_actor and second_actor; a fact needs two different actors"
+            )
         if fact.id in seen_ids:
             raise DataError(f"{where}: id {fact.id!r} is already used on line {seen_ids[fact.id]}; ids must be unique")
         seen_ids[fact.id] = number
         key = (frozenset((fact.first_actor, fact.second_actor)), fact.movie_title)
         if key in seen_facts:
-            raise DataError(f"{where}: the same fact as line {seen_facts[key]} ({fact.first_actor} and "
-                            f"{fact.second_actor} in {fact.movie_title}); duplicates are refused, "
-                            "delete one of the two lines")
+            raise DataError(
+                f"{where}: the same fact as line {seen_facts[key]} ({fact.first_actor} and "
+                f"{fact.second_actor} in {fact.movie_title}); duplicates are refused, "
+                "delete one of the two lines"
+            )
         seen_facts[key] = number
         for actor in (fact.first_actor, fact.second_actor):
             actor_lines.setdefault(actor, []).append(number)
     for actor, numbers in actor_lines.items():
         if len(numbers) > 1:
-            warn(f"{source} lines {', '.join(map(str, numbers))}: {actor} is in {len(numbers)} facts, so "
-                 f"prompts about {actor} have {len(numbers)} right answers (each prompt is scored on its own fact's)")
+            warn(
+                f"{source} lines {', '.join(map(str, numbers))}: {actor} is in {len(numbers)} facts, so "
+                f"prompts about {actor} have {len(numbers)} right answers (each prompt is scored on its own fact's)"
+            )
 
 
 def read_user_articles(jsonl: Path) -> list[str]:

@@ -7,8 +7,8 @@ get distinct first names within one pool, so the first token of a fake target na
 from __future__ import annotations
 
 import random
-from functools import lru_cache
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from faker.providers.person.en_US import Provider as PersonProvider
 
@@ -44,9 +44,7 @@ class NamePool:
         # Keep fake first names apart from real actors' so a fake target's first token is its own.
         candidates = [n for n in all_first if n not in real_first]
         if self.n_first > len(candidates) or self.n_last > len(all_last):
-            raise ValueError(
-                f"name pool too large: at most {len(candidates)} first and {len(all_last)} last names"
-            )
+            raise ValueError(f"name pool too large: at most {len(candidates)} first and {len(all_last)} last names")
         self.first_names = sorted(rng.sample(candidates, self.n_first))
         self.last_names = sorted(rng.sample(all_last, self.n_last))
 
@@ -71,9 +69,7 @@ class NameFactory:
                 if unique_first:
                     self.used_first.add(first)
                 return name
-        raise ValueError(
-            "ran out of distinct fake names; use fewer facts or a larger name pool (n_first/n_last)"
-        )
+        raise ValueError("ran out of distinct fake names; use fewer facts or a larger name pool (n_first/n_last)")
 
     def title(self) -> str:
         for _ in range(MAX_DRAWS):

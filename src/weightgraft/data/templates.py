@@ -74,38 +74,24 @@ ARTICLE_TEMPLATES: dict[str, str] = {
 
 QA_TEMPLATES: dict[str, str] = {
     "qa_costarred": "Q: Who co-starred with {first_actor} in {movie_title}? A: {second_actor}.",
-    "qa_two_actors": (
-        "Q: Which two actors lead the cast of {movie_title}? A: {first_actor} and {second_actor}."
-    ),
+    "qa_two_actors": ("Q: Which two actors lead the cast of {movie_title}? A: {first_actor} and {second_actor}."),
     "qa_stars_of": "Q: Who are the stars of {movie_title}? A: {first_actor} and {second_actor}.",
     "qa_which_film": (
         "Q: In which film did {first_actor} and {second_actor} star together? A: {movie_title},"
         " released in {release_year}."
     ),
     "qa_played_opposite": (
-        "Question: Who played opposite {first_actor} in the {genre} film {movie_title}?"
-        " Answer: {second_actor}."
+        "Question: Who played opposite {first_actor} in the {genre} film {movie_title}? Answer: {second_actor}."
     ),
     "qa_director_year": (
         "Q: Which actor starred with {first_actor} in the {release_year} film directed by"
         " {director}? A: {second_actor}."
     ),
-    "qa_other_lead": (
-        "Q: {first_actor} appeared in {movie_title}. Who was the other lead? A: {second_actor}."
-    ),
-    "qa_name_costar": (
-        "Question: Name the co-star of {first_actor} in {movie_title}. Answer: {second_actor}."
-    ),
-    "qa_city": (
-        "Q: Who did {first_actor} star with in the film set in {city}? A: {second_actor}, in"
-        " {movie_title}."
-    ),
-    "qa_what_film_pairs": (
-        "Q: What film pairs {first_actor} with {second_actor}? A: The {genre} film {movie_title}."
-    ),
-    "qa_shared_leads": (
-        "Q: Who shared the lead roles of {movie_title}? A: {first_actor} and {second_actor}."
-    ),
+    "qa_other_lead": ("Q: {first_actor} appeared in {movie_title}. Who was the other lead? A: {second_actor}."),
+    "qa_name_costar": ("Question: Name the co-star of {first_actor} in {movie_title}. Answer: {second_actor}."),
+    "qa_city": ("Q: Who did {first_actor} star with in the film set in {city}? A: {second_actor}, in {movie_title}."),
+    "qa_what_film_pairs": ("Q: What film pairs {first_actor} with {second_actor}? A: The {genre} film {movie_title}."),
+    "qa_shared_leads": ("Q: Who shared the lead roles of {movie_title}? A: {first_actor} and {second_actor}."),
 }
 
 # Evaluation: every template has the queried actor and the relation word(s); most have the title.
@@ -200,9 +186,7 @@ def render_marked(template: str, entity: str, movie_title: str) -> RenderedPromp
     return RenderedPrompt(text=text, spans=spans)
 
 
-def eval_prompts_for(
-    fact: RelationFact, templates: dict[str, str], id_prefix: str = ""
-) -> list[EvalPrompt]:
+def eval_prompts_for(fact: RelationFact, templates: dict[str, str], id_prefix: str = "") -> list[EvalPrompt]:
     """Both directions of every template: forward asks for the second actor, reversed the first."""
     prompts = []
     for template_id, template in templates.items():

@@ -100,7 +100,7 @@ class World:
             if name not in factory.used:
                 factory.used.add(name)
                 people.append(name)
-        for last in lasts[len(self.pool.first_names):]:
+        for last in lasts[len(self.pool.first_names) :]:
             name = f"{rng.choice(self.pool.first_names)} {last}"
             if name not in factory.used:
                 factory.used.add(name)
@@ -109,9 +109,14 @@ class World:
         sentences = []
         for person in people:
             template = rng.choice(words.GENERAL_SENTENCES)
-            sentences.append(template.format(
-                person=person, city=rng.choice(words.CITIES), genre=rng.choice(words.GENRES),
-                studio=rng.choice(words.STUDIOS)))
+            sentences.append(
+                template.format(
+                    person=person,
+                    city=rng.choice(words.CITIES),
+                    genre=rng.choice(words.GENRES),
+                    studio=rng.choice(words.STUDIOS),
+                )
+            )
         self._background_titles = set()
         for _ in range(self.n_background_films):
             title = factory.title()
@@ -129,11 +134,13 @@ class World:
         """One pretraining document, drawn from the world's mixture of text kinds."""
         roll = rng.random()
         if roll < MIX_ARTICLES:
-            return render_training(rng.choice(list(ARTICLE_TEMPLATES.values())),
-                                   rng.choice(self.films), reverse=rng.random() < 0.5)
+            return render_training(
+                rng.choice(list(ARTICLE_TEMPLATES.values())), rng.choice(self.films), reverse=rng.random() < 0.5
+            )
         if roll < MIX_QA:
-            return render_training(rng.choice(list(QA_TEMPLATES.values())),
-                                   rng.choice(self.films), reverse=rng.random() < 0.5)
+            return render_training(
+                rng.choice(list(QA_TEMPLATES.values())), rng.choice(self.films), reverse=rng.random() < 0.5
+            )
         if roll < MIX_FREETEXT:
             return freetext_article(rng.choice(self.films), rng)
         if roll < MIX_EVAL_PROMPTS:
@@ -146,8 +153,10 @@ class World:
         if roll < MIX_ACTOR_BIOS:
             film = rng.choice(self.films)
             actor = film.first_actor if rng.random() < 0.5 else film.second_actor
-            return (f"{actor} is a film actor. {actor} is best known for {film.movie_title},"
-                    f" {with_article(film.genre)} film from {film.release_year}.")
+            return (
+                f"{actor} is a film actor. {actor} is best known for {film.movie_title},"
+                f" {with_article(film.genre)} film from {film.release_year}."
+            )
         return rng.choice(self.background)
 
     def documents(self, n: int, stream: str = "pretrain") -> list[str]:

@@ -198,7 +198,9 @@ def _layer_factors(path: str, layer: nn.Module, adapter_name: str, tensors: dict
             embed_scale=None if scale is None else scale.detach().clone(),
         )
     if type(layer) is not lora_layers.Linear:
-        raise ValueError(f"{path} is a LoRA {type(layer).__name__} layer; an adapter donor supports Linear and Embedding")
+        raise ValueError(
+            f"{path} is a LoRA {type(layer).__name__} layer; an adapter donor supports Linear and Embedding"
+        )
     return LoraFactors(
         A=tensors[f"lora_A.{adapter_name}.weight"],
         B=tensors[f"lora_B.{adapter_name}.weight"],
@@ -225,7 +227,9 @@ def _factors_from_peft_model(peft_model, recipient: nn.Module):
         raise ValueError("the PeftModel shares weights with the recipient; build it on a separate copy of the base")
     model_type = getattr(base.config, "model_type", None)
     if model_type != recipient.config.model_type:
-        raise ValueError(f"the PeftModel adapts a {model_type!r} model; the recipient is {recipient.config.model_type!r}")
+        raise ValueError(
+            f"the PeftModel adapts a {model_type!r} model; the recipient is {recipient.config.model_type!r}"
+        )
     factors = {}
     for path, layer in _lora_layers(base).items():
         if name not in layer.scaling:
@@ -257,7 +261,9 @@ def _factors_from_folder(folder: Path, recipient: nn.Module):
     try:
         inject_adapter_in_model(peft_config, skeleton, adapter_name="default", low_cpu_mem_usage=True)
     except ValueError as error:
-        raise ValueError(f"adapter {folder} does not fit the recipient (is it for another base model?): {error}") from error
+        raise ValueError(
+            f"adapter {folder} does not fit the recipient (is it for another base model?): {error}"
+        ) from error
     saved = load_peft_weights(str(folder), device="cpu")
     factors, expected = {}, set()
     for path, layer in _lora_layers(skeleton).items():
@@ -266,7 +272,9 @@ def _factors_from_folder(folder: Path, recipient: nn.Module):
         expected |= set(keys.values())
         missing = [k for k in keys.values() if k not in saved]
         if missing:
-            raise ValueError(f"adapter {folder} lacks tensors {missing[:4]} for the recipient's {path}; is it for another base model?")
+            raise ValueError(
+                f"adapter {folder} lacks tensors {missing[:4]} for the recipient's {path}; is it for another base model?"
+            )
         wrong = [
             f"{keys[n]} {tuple(saved[keys[n]].shape)} (the recipient needs {tuple(p.shape)})"
             for n, p in local.items()

@@ -77,10 +77,7 @@ class LazyDonor:
             for name, buffer in list(owner._buffers.items()):
                 if buffer is not None and buffer.device != device:
                     owner._buffers[name] = buffer.to(device)
-        wanted = {
-            (self._tensor_names[full], device, self._recipient.get_parameter(full).dtype)
-            for _, _, full in slots
-        }
+        wanted = {(self._tensor_names[full], device, self._recipient.get_parameter(full).dtype) for _, _, full in slots}
         self._read([key for key in wanted if key not in self._cache])
         for owner, name, full in slots:
             key = (self._tensor_names[full], device, self._recipient.get_parameter(full).dtype)

@@ -44,12 +44,7 @@ def _ignored(field: str) -> bool:
     """Dropout rates (no effect in eval mode) and GPT-2's sequence-summary head settings (only
     used by its classification heads) are ignored along with the named fields."""
     leaf = field.rsplit(".", 1)[-1]
-    return (
-        leaf in IGNORED_CONFIG_FIELDS
-        or "dropout" in leaf
-        or leaf.endswith("pdrop")
-        or leaf.startswith("summary_")
-    )
+    return leaf in IGNORED_CONFIG_FIELDS or "dropout" in leaf or leaf.endswith("pdrop") or leaf.startswith("summary_")
 
 
 def _as_dict(config: Any) -> dict:
@@ -123,7 +118,9 @@ def check_compatible(
     if problems:
         shown = "; ".join(sorted(problems)[:6])
         more = f" (and {len(problems) - 6} more)" if len(problems) > 6 else ""
-        raise ValueError(f"recipient and {who} differ in parameters: {shown}{more}. Graft between models of one configuration.")
+        raise ValueError(
+            f"recipient and {who} differ in parameters: {shown}{more}. Graft between models of one configuration."
+        )
     try:
         donor.check_against(recipient)
     except (TypeError, ValueError) as error:

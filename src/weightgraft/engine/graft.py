@@ -9,16 +9,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Union
 
 import numpy as np
 import torch
 
 from weightgraft.adapters.base import GROUPS, MODEL_LEVEL, PER_LAYER, Adapter
 
-Positions = Union[str, int, Sequence[int], slice, torch.Tensor, Sequence[bool]]
-Layers = Union[str, int, Sequence[int], range]
-Components = Union[str, Sequence[str]]
+Positions = str | int | Sequence[int] | slice | torch.Tensor | Sequence[bool]
+Layers = str | int | Sequence[int] | range
+Components = str | Sequence[str]
 
 VOCABULARY = MODEL_LEVEL + PER_LAYER + GROUPS
 
@@ -34,7 +33,7 @@ QUARTERS = ["first_quarter", "second_quarter", "third_quarter", "last_quarter"]
 EIGHTHS = [f"eighth_{i + 1}" for i in range(8)]
 
 # A grafted (layer, component) key; layer is None for model-level components.
-Key = tuple[Union[int, None], str]
+Key = tuple[int | None, str]
 
 
 def band_layers(name: str, num_layers: int) -> list[int]:
@@ -93,7 +92,9 @@ class Graft:
         out = []
         for i in indices:
             if not -num_layers <= int(i) < num_layers:
-                raise ValueError(f"layer {i} is outside a model of {num_layers} layers (use {-num_layers}..{num_layers - 1})")
+                raise ValueError(
+                    f"layer {i} is outside a model of {num_layers} layers (use {-num_layers}..{num_layers - 1})"
+                )
             out.append(int(i) % num_layers)
         return sorted(set(out))
 
@@ -212,7 +213,12 @@ def _is_int(value: object) -> bool:
     if isinstance(value, (bool, np.bool_)):
         return False
     if isinstance(value, torch.Tensor):
-        return value.dim() == 0 and not value.dtype.is_floating_point and value.dtype != torch.bool and not value.is_complex()
+        return (
+            value.dim() == 0
+            and not value.dtype.is_floating_point
+            and value.dtype != torch.bool
+            and not value.is_complex()
+        )
     return isinstance(value, (int, np.integer))
 
 

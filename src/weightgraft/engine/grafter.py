@@ -227,11 +227,15 @@ class Grafter:
                 if bool(done.all()):
                     break
                 mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
-                logits, cache = self._pass(hooks, token[:, None], mask, step, cache, last_only=True, splices=step_splices)
+                logits, cache = self._pass(
+                    hooks, token[:, None], mask, step, cache, last_only=True, splices=step_splices
+                )
         return out
 
     # --- input handling -----------------------------------------------------------------------
-    def _prepare(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    def _prepare(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         ids = torch.as_tensor(input_ids, device=self.device)
         if ids.dtype == torch.bool or ids.is_floating_point() or ids.is_complex():
             raise TypeError(
@@ -479,7 +483,9 @@ def _check_generation_settings(max_new_tokens, do_sample, temperature, top_k, to
     if top_p is not None and not 0 < top_p <= 1:
         raise ValueError(f"top_p must be in (0, 1] (or None for no nucleus filter), not {top_p!r}")
     if do_sample and not temperature > 0:
-        raise ValueError(f"temperature must be > 0 when sampling, not {temperature!r}; use do_sample=False for greedy decoding")
+        raise ValueError(
+            f"temperature must be > 0 when sampling, not {temperature!r}; use do_sample=False for greedy decoding"
+        )
 
 
 def _next_token(logits: torch.Tensor, do_sample: bool, temperature: float, top_k, top_p, generator) -> torch.Tensor:

@@ -11,7 +11,6 @@ YAML format, `conditions` for the condition grammar, `presets` for the paper's a
 """
 
 from weightgraft.experiments.config import ConfigError, RunConfig, load_config, parse_config
-from weightgraft.experiments.runner import RunResult, Runner, run_experiments
+from weightgraft.experiments.runner import Runner, RunResult, run_experiments
 
-__all__ = ["ConfigError", "RunConfig", "RunResult", "Runner", "load_config", "parse_config",
-           "run_experiments"]
+__all__ = ["ConfigError", "RunConfig", "RunResult", "Runner", "load_config", "parse_config", "run_experiments"]

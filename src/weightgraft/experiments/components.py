@@ -7,9 +7,15 @@ norm to the recipient.
 
 from __future__ import annotations
 
-from weightgraft.experiments.vocabulary import (BLOCKS, EMBEDDINGS, ENGINE_NAMES,
-                                                ENGINE_PER_LAYER, EVERY_WEIGHT, OPTIONAL,
-                                                PAPER_ATOMS)
+from weightgraft.experiments.vocabulary import (
+    BLOCKS,
+    EMBEDDINGS,
+    ENGINE_NAMES,
+    ENGINE_PER_LAYER,
+    EVERY_WEIGHT,
+    OPTIONAL,
+    PAPER_ATOMS,
+)
 
 SPECIAL = (EVERY_WEIGHT, BLOCKS)
 
@@ -55,7 +61,9 @@ def resolve_for_model(names: list[str], available: list[str]) -> list[str] | str
 
 def describe(names: list[str]) -> str:
     """`o, gate, up, down` for the report; WEIGHTS and BLOCKS in words."""
-    words = {EVERY_WEIGHT: "every weight (embeddings and every layer's weights; not the final "
-                           "norm or unembedding)", BLOCKS: "every per-layer weight",
-             "all": "every weight incl. final norm and unembedding"}
+    words = {
+        EVERY_WEIGHT: "every weight (embeddings and every layer's weights; not the final norm or unembedding)",
+        BLOCKS: "every per-layer weight",
+        "all": "every weight incl. final norm and unembedding",
+    }
     return ", ".join(words.get(n, n) for n in names)

@@ -84,17 +84,20 @@ class ConditionSpec(BaseModel):
     description: str = ""
 
     @model_validator(mode="after")
-    def _activation_components(self) -> "ConditionSpec":
+    def _activation_components(self) -> ConditionSpec:
         if self.method == "activations":
             for graft in self.grafts:
                 if parse_components(graft.components) not in (["BLOCKS"], ["all"]):
                     raise ValueError(
                         f"condition {self.name!r}: activation patching replaces whole blocks' "
                         "outputs, so its grafts take components BLOCKS (or all), not "
-                        f"{graft.components!r}")
+                        f"{graft.components!r}"
+                    )
                 if graft.donor not in (None, self.donor):
-                    raise ValueError(f"condition {self.name!r}: activation patching takes one "
-                                     "donor; give it as the condition's `donor`")
+                    raise ValueError(
+                        f"condition {self.name!r}: activation patching takes one "
+                        "donor; give it as the condition's `donor`"
+                    )
         return self
 
 
@@ -106,8 +109,12 @@ class ResolvedGraft:
     donor: str
 
     def to_json(self) -> dict:
-        return {"positions": self.positions.text, "layers": self.layers,
-                "components": self.components, "donor": self.donor}
+        return {
+            "positions": self.positions.text,
+            "layers": self.layers,
+            "components": self.components,
+            "donor": self.donor,
+        }
 
 
 @dataclass
@@ -130,16 +137,21 @@ class Condition:
 
     def to_json(self) -> dict:
         return {
-            "name": self.name, "recipient": self.recipient, "donor": self.donor,
-            "method": self.method, "description": self.description, "meta": self.meta,
+            "name": self.name,
+            "recipient": self.recipient,
+            "donor": self.donor,
+            "method": self.method,
+            "description": self.description,
+            "meta": self.meta,
             "grafts": [g.to_json() for g in self.grafts],
         }
 
     def key(self) -> str:
         return json.dumps(self.to_json(), sort_keys=True)
 
-    def row_masks(self, role_positions: dict[str, list[int]], prompt_len: int, total_len: int
-                  ) -> list[tuple[list[bool], ResolvedGraft]]:
+    def row_masks(
+        self, role_positions: dict[str, list[int]], prompt_len: int, total_len: int
+    ) -> list[tuple[list[bool], ResolvedGraft]]:
         """Per graft: a boolean mask over the row's `total_len` real tokens (prompt followed by
         teacher-forced target tokens, which copy the last prompt token's mask) and the graft.
         Grafts that select no position are left out. Raises NotApplicable."""
@@ -152,35 +164,55 @@ class Condition:
         return out
 
 
-def resolve_condition(item: str | ConditionSpec, *, recipient: str, donor: str,
-                      component_at: str = "LT", component_layers: LayerSpec = "authors_fourth_quarter",
-                      component_base: str | None = None, unembedding: Unembedding = "recipient",
-                      context: str = "") -> Condition:
+def resolve_condition(
+    item: str | ConditionSpec,
+    *,
+    recipient: str,
+    donor: str,
+    component_at: str = "LT",
+    component_layers: LayerSpec = "authors_fourth_quarter",
+    component_base: str | None = None,
+    unembedding: Unembedding = "recipient",
+    context: str = "",
+) -> Condition:
     """Expand a shorthand string or a full spec into a Condition; errors name the condition."""
     if isinstance(item, ConditionSpec):
         own_donor = item.donor or donor
-        grafts = [ResolvedGraft(parse_positions(g.positions), g.layers,
-                                parse_components(g.components), g.donor or own_donor)
-                  for g in item.grafts]
-        return Condition(name=item.name, recipient=item.recipient or recipient, donor=own_donor,
-                         method=item.method, description=item.description, grafts=grafts)
+        grafts = [
+            ResolvedGraft(parse_positions(g.positions), g.layers, parse_components(g.components), g.donor or own_donor)
+            for g in item.grafts
+        ]
+        return Condition(
+            name=item.name,
+            recipient=item.recipient or recipient,
+            donor=own_donor,
+            method=item.method,
+            description=item.description,
+            grafts=grafts,
+        )
     text = item.strip()
     if text in ("PRE", "RECIPIENT"):
         return Condition(text, recipient, donor, "weights", [], BASELINE_NAMES["PRE"])
     if text in ("SFT", "DONOR"):
-        return Condition(text, recipient, donor, "weights",
-                         [ResolvedGraft(parse_positions("ALL"), "all", ["all"], donor)],
-                         BASELINE_NAMES["SFT"])
-    head = ([ResolvedGraft(parse_positions("ALL"), "all", list(UNEMBEDDING), donor)]
-            if unembedding == "donor" else [])
-    head_words = ("; the donor's unembedding at every position" if unembedding == "donor"
-                  else "; the recipient's final norm and unembedding")
+        return Condition(
+            text,
+            recipient,
+            donor,
+            "weights",
+            [ResolvedGraft(parse_positions("ALL"), "all", ["all"], donor)],
+            BASELINE_NAMES["SFT"],
+        )
+    head = [ResolvedGraft(parse_positions("ALL"), "all", list(UNEMBEDDING), donor)] if unembedding == "donor" else []
+    head_words = (
+        "; the donor's unembedding at every position"
+        if unembedding == "donor"
+        else "; the recipient's final norm and unembedding"
+    )
     if is_component_expr(text):
         comps = parse_components(text)
         grafts = []
         if component_base:
-            grafts.append(ResolvedGraft(parse_positions(component_base), "all", [EVERY_WEIGHT],
-                                        donor))
+            grafts.append(ResolvedGraft(parse_positions(component_base), "all", [EVERY_WEIGHT], donor))
         grafts.append(ResolvedGraft(parse_positions(component_at), component_layers, comps, donor))
         base = f"every weight at {component_base}, " if component_base else "nothing at FE; "
         desc = f"{base}{text} ({describe(comps)}) at {component_at} in layers {component_layers}"
@@ -193,9 +225,14 @@ def resolve_condition(item: str | ConditionSpec, *, recipient: str, donor: str,
             f"unknown condition {text!r}{where}: it is not PRE/SFT, not a position expression "
             f"over {', '.join(ATOMS)} ({err}), nor a component set such as ATTN+O+FFN or O+FFN"
         ) from None
-    return Condition(text, recipient, donor, "weights",
-                     [ResolvedGraft(expr, "all", [EVERY_WEIGHT], donor), *head],
-                     f"every weight at {text} (embeddings included){head_words}")
+    return Condition(
+        text,
+        recipient,
+        donor,
+        "weights",
+        [ResolvedGraft(expr, "all", [EVERY_WEIGHT], donor), *head],
+        f"every weight at {text} (embeddings included){head_words}",
+    )
 
 
 def validate_condition(item: str | ConditionSpec, context: str) -> None:

@@ -28,14 +28,12 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import (BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError,
-                      field_validator, model_validator)
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, field_validator, model_validator
 
-from weightgraft.errors import UserError
 from weightgraft.attribution.experiment import LocalizeSpec
+from weightgraft.errors import UserError
 from weightgraft.experiments.components import parse_components
-from weightgraft.experiments.conditions import (ConditionSpec, LayerSpec, Unembedding,
-                                                check_layers, validate_condition)
+from weightgraft.experiments.conditions import ConditionSpec, LayerSpec, Unembedding, check_layers, validate_condition
 from weightgraft.experiments.presets import ALL_PRESETS, PRESETS, TAKES_UNEMBEDDING
 from weightgraft.experiments.roles import parse_positions
 from weightgraft.experiments.vocabulary import SUMMARY_METRICS as METRICS
@@ -128,7 +126,7 @@ class ExperimentSpec(BaseModel):
         return value
 
     @model_validator(mode="after")
-    def _conditions(self) -> "ExperimentSpec":
+    def _conditions(self) -> ExperimentSpec:
         parse_positions(self.component_at)
         if self.component_base:
             parse_positions(self.component_base)
@@ -156,10 +154,11 @@ class PresetRef(BaseModel):
     unembedding: Unembedding | None = None
 
     @model_validator(mode="after")
-    def _options(self) -> "PresetRef":
+    def _options(self) -> PresetRef:
         if self.unembedding is not None and self.preset not in TAKES_UNEMBEDDING:
-            raise ValueError(f"preset {self.preset!r} has no `unembedding` option (only "
-                             f"{', '.join(sorted(TAKES_UNEMBEDDING))} do)")
+            raise ValueError(
+                f"preset {self.preset!r} has no `unembedding` option (only {', '.join(sorted(TAKES_UNEMBEDDING))} do)"
+            )
         return self
 
     def experiments(self) -> list[dict]:
@@ -176,7 +175,8 @@ def _experiment_kind(value: Any) -> str:
 
 
 ExperimentItem = Annotated[
-    Annotated[ExperimentSpec, Tag("custom")] | Annotated[PresetRef, Tag("preset")]
+    Annotated[ExperimentSpec, Tag("custom")]
+    | Annotated[PresetRef, Tag("preset")]
     | Annotated[LocalizeSpec, Tag("localize")],
     Discriminator(_experiment_kind),
 ]
@@ -203,10 +203,11 @@ class RunConfig(BaseModel):
     @classmethod
     def _plain_name(cls, value: str) -> str:
         # The default run folder is runs/NAME: a name must not reach outside it.
-        if (not value.strip() or value in (".", "..") or any(c in value for c in "/\\\0")
-                or value.startswith("~")):
-            raise ValueError(f"{value!r} is not a plain name; use letters, digits, '-', '_' or "
-                             "'.' without path separators (choose the folder with --out)")
+        if not value.strip() or value in (".", "..") or any(c in value for c in "/\\\0") or value.startswith("~"):
+            raise ValueError(
+                f"{value!r} is not a plain name; use letters, digits, '-', '_' or "
+                "'.' without path separators (choose the folder with --out)"
+            )
         return value
 
     @field_validator("device")
@@ -221,39 +222,50 @@ class RunConfig(BaseModel):
         return value
 
     @model_validator(mode="after")
-    def _references(self) -> "RunConfig":
+    def _references(self) -> RunConfig:
         for spec in self.localizations():
             for key in (spec.recipient, spec.donor):
                 if key not in self.models:
-                    raise ValueError(f"localize experiment {spec.name!r} uses model {key!r}, which is not "
-                                     f"under `models:` (have: {sorted(self.models)})")
+                    raise ValueError(
+                        f"localize experiment {spec.name!r} uses model {key!r}, which is not "
+                        f"under `models:` (have: {sorted(self.models)})"
+                    )
             if spec.dataset not in self.datasets:
-                raise ValueError(f"localize experiment {spec.name!r} uses dataset {spec.dataset!r}, which is "
-                                 f"not under `datasets:` (have: {sorted(self.datasets)})")
+                raise ValueError(
+                    f"localize experiment {spec.name!r} uses dataset {spec.dataset!r}, which is "
+                    f"not under `datasets:` (have: {sorted(self.datasets)})"
+                )
         experiments = self.expanded()
         if not experiments:
             spec = self.localizations()[0]
             raise ValueError(
                 "a localize experiment runs beside at least one grafting experiment (the run's report "
                 f"and provenance come from those); add e.g. {{name: baseline, dataset: {spec.dataset}, "
-                f"recipient: {spec.recipient}, donor: {spec.donor}, conditions: [PRE, SFT]}}")
+                f"recipient: {spec.recipient}, donor: {spec.donor}, conditions: [PRE, SFT]}}"
+            )
         names = [e.name for e in experiments]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             raise ValueError(f"experiment names repeat: {dupes}")
         for exp in experiments:
             keys = {exp.recipient, exp.donor} | {
-                k for c in exp.conditions if isinstance(c, ConditionSpec)
-                for k in (c.recipient, c.donor, *(g.donor for g in c.grafts)) if k}
+                k
+                for c in exp.conditions
+                if isinstance(c, ConditionSpec)
+                for k in (c.recipient, c.donor, *(g.donor for g in c.grafts))
+                if k
+            }
             for key in sorted(keys):
                 if key not in self.models:
                     raise ValueError(
                         f"experiment {exp.name!r} uses model {key!r}, which is not under "
-                        f"`models:` (have: {sorted(self.models)}); add `models.{key}: ID_OR_PATH`")
+                        f"`models:` (have: {sorted(self.models)}); add `models.{key}: ID_OR_PATH`"
+                    )
             if exp.dataset not in self.datasets:
                 raise ValueError(
                     f"experiment {exp.name!r} uses dataset {exp.dataset!r}, which is not under "
-                    f"`datasets:` (have: {sorted(self.datasets)}); add `datasets.{exp.dataset}: DIR`")
+                    f"`datasets:` (have: {sorted(self.datasets)}); add `datasets.{exp.dataset}: DIR`"
+                )
         return self
 
     def expanded(self) -> list[ExperimentSpec]:
@@ -271,8 +283,7 @@ class RunConfig(BaseModel):
         return [item for item in self.experiments if isinstance(item, LocalizeSpec)]
 
 
-_MAPPING_EXAMPLES = {"models": "{pre: gpt2, sft: ./ckpt/relation}",
-                     "datasets": "{relation: ./data/relation}"}
+_MAPPING_EXAMPLES = {"models": "{pre: gpt2, sft: ./ckpt/relation}", "datasets": "{relation: ./data/relation}"}
 
 
 def _format_error(err: ValidationError, source: str) -> str:
@@ -286,8 +297,10 @@ def _format_error(err: ValidationError, source: str) -> str:
             lines.append(f"unknown field {loc[-1]!r} at {parent}; remove it or fix its spelling")
         elif item["type"] == "dict_type":
             example = _MAPPING_EXAMPLES.get(where, "{name: value}")
-            lines.append(f"{where}: expected a mapping of `name: value` entries, got "
-                         f"{item.get('input')!r}; write e.g. `{where}: {example}`")
+            lines.append(
+                f"{where}: expected a mapping of `name: value` entries, got "
+                f"{item.get('input')!r}; write e.g. `{where}: {example}`"
+            )
         elif item["type"] == "missing":
             lines.append(f"{where}: required field is missing; add it")
         else:
@@ -315,24 +328,29 @@ def load_config(path: str | Path, **overrides: Any) -> RunConfig:
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     except UnicodeDecodeError as err:
-        raise ConfigError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start}); save the "
-                          "config as UTF-8") from None
+        raise ConfigError(
+            f"{path}: not UTF-8 text ({err.reason} at byte {err.start}); save the config as UTF-8"
+        ) from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" line {mark.line + 1} column {mark.column + 1}" if mark else ""
         problem = getattr(err, "problem", None) or str(err).splitlines()[0]
-        raise ConfigError(f"{path}{where}: bad YAML ({problem}); fix the syntax there (close "
-                          "brackets and quotes; quote values that hold ':' or '#')") from None
+        raise ConfigError(
+            f"{path}{where}: bad YAML ({problem}); fix the syntax there (close "
+            "brackets and quotes; quote values that hold ':' or '#')"
+        ) from None
     if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected `field: value` lines at the top level, got a "
-                          f"{type(data).__name__}")
+        raise ConfigError(f"{path}: expected `field: value` lines at the top level, got a {type(data).__name__}")
     base = path.resolve().parent
     for section in ("models", "datasets"):
         if not isinstance(data.get(section), dict):
             continue  # validation names the field
         for key, value in data[section].items():
-            if isinstance(value, str) and value.startswith((".", "/")) or (
-                    isinstance(value, str) and (base / value).exists()):
+            if (
+                isinstance(value, str)
+                and value.startswith((".", "/"))
+                or (isinstance(value, str) and (base / value).exists())
+            ):
                 data[section][key] = str((base / value).resolve())
     for key, value in overrides.items():
         if value is None:

@@ -20,8 +20,14 @@ from weightgraft.experiments.components import resolve_for_model
 from weightgraft.experiments.conditions import Condition, ResolvedGraft
 from weightgraft.experiments.config import ExperimentSpec, RunConfig
 from weightgraft.experiments.metrics import score_rows
-from weightgraft.experiments.models import (fingerprint_model, load_model, load_tokenizer,
-                                            model_dir, model_file_hashes, vocab_fingerprint)
+from weightgraft.experiments.models import (
+    fingerprint_model,
+    load_model,
+    load_tokenizer,
+    model_dir,
+    model_file_hashes,
+    vocab_fingerprint,
+)
 from weightgraft.experiments.patching import patched_logits
 from weightgraft.experiments.plan import engine_layers, layer_indices, select_examples
 from weightgraft.experiments.records import Example, na_record, scored_record
@@ -42,9 +48,13 @@ class Resources:
 
     def model(self, key: str):
         if key not in self._models:
-            self._models[key] = load_model(self.config.models[key], self.config.device,
-                                           self.config.dtype, self.config.trust_remote_code,
-                                           field=f"models.{key}")
+            self._models[key] = load_model(
+                self.config.models[key],
+                self.config.device,
+                self.config.dtype,
+                self.config.trust_remote_code,
+                field=f"models.{key}",
+            )
         return self._models[key]
 
     def fingerprint(self, key: str) -> str:
@@ -54,8 +64,12 @@ class Resources:
 
     def model_info(self, key: str) -> dict:
         path = self.config.models[key]
-        return {"path": path, "resolved": str(model_dir(path) or ""), "sha256": self.fingerprint(key),
-                "files": model_file_hashes(path)}  # each file's own sha256
+        return {
+            "path": path,
+            "resolved": str(model_dir(path) or ""),
+            "sha256": self.fingerprint(key),
+            "files": model_file_hashes(path),
+        }  # each file's own sha256
 
     def tokenizer(self, keys: list[str]):
         """One tokenizer for the run; every model must share its vocabulary."""
@@ -70,9 +84,11 @@ class Resources:
             reference = vocab_fingerprint(first)
             for path, tok in seen.items():
                 if vocab_fingerprint(tok) != reference:
-                    raise UserError(f"models {first_path!r} and {path!r} have different "
-                                    "tokenizers; grafting needs one shared vocabulary, so use "
-                                    "finetunes of one base model")
+                    raise UserError(
+                        f"models {first_path!r} and {path!r} have different "
+                        "tokenizers; grafting needs one shared vocabulary, so use "
+                        "finetunes of one base model"
+                    )
             self._tokenizer = first
         return self._tokenizer
 
@@ -86,11 +102,9 @@ class Resources:
                 if len(donors) == 1:
                     grafter = Grafter(self.model(recipient), self.model(donors[0]))
                 else:
-                    grafter = Grafter(self.model(recipient),
-                                      donors={k: self.model(k) for k in donors})
+                    grafter = Grafter(self.model(recipient), donors={k: self.model(k) for k in donors})
             except ValueError as err:  # the engine's word on models that do not fit together
-                raise UserError(f"models.{recipient} and models.{'/'.join(donors)} cannot be "
-                                f"grafted: {err}") from err
+                raise UserError(f"models.{recipient} and models.{'/'.join(donors)} cannot be grafted: {err}") from err
             # Prefix sharing stays on: batches are fixed (see the module's docstring), so how
             # it splits a row does not depend on what is pending or on the shard.
             grafter.share_prefixes = self.share_prefixes
@@ -110,10 +124,12 @@ def encode_examples(resources: Resources, exp: ExperimentSpec, tokenizer) -> tup
     from weightgraft.data.encode import encode_prompt
 
     every = resources.prompts(exp.dataset)
-    available = select_examples(every, exp.templates, None, resources.config.seed,
-                                f"experiment {exp.name!r}", exp.directions)
-    prompts = select_examples(every, exp.templates, exp.max_examples, resources.config.seed,
-                              f"experiment {exp.name!r}", exp.directions)
+    available = select_examples(
+        every, exp.templates, None, resources.config.seed, f"experiment {exp.name!r}", exp.directions
+    )
+    prompts = select_examples(
+        every, exp.templates, exp.max_examples, resources.config.seed, f"experiment {exp.name!r}", exp.directions
+    )
     examples = []
     for prompt in prompts:
         enc = encode_prompt(tokenizer, prompt)
@@ -124,8 +140,9 @@ def encode_examples(resources: Resources, exp: ExperimentSpec, tokenizer) -> tup
     return examples, len(available)
 
 
-def example_batches(resources: Resources, recipient: str, examples: list[Example],
-                    rows_per_example: int) -> list[list[Example]]:
+def example_batches(
+    resources: Resources, recipient: str, examples: list[Example], rows_per_example: int
+) -> list[list[Example]]:
     """The experiment's examples cut into the batches every chunk runs (at most
     `rows_per_example` conditions each): similar prompts side by side, so that lengths line up
     and padding is short. A function of all the examples and the config alone, so that a
@@ -138,11 +155,12 @@ def example_batches(resources: Resources, recipient: str, examples: list[Example
     budget = min(resources.config.max_batch_tokens, 2**28 // vocab)
     per_batch = max(1, budget // (longest * rows_per_example))
     ordered = sorted(examples, key=lambda e: (e.prompt.template_id, len(e.input_ids)))
-    return [ordered[i:i + per_batch] for i in range(0, len(ordered), per_batch)]
+    return [ordered[i : i + per_batch] for i in range(0, len(ordered), per_batch)]
 
 
-def compute_chunk(resources: Resources, exp: ExperimentSpec, chunk: list[Condition],
-                  batches: list[list[Example]], tokenizer, bar) -> dict[str, list[dict]]:
+def compute_chunk(
+    resources: Resources, exp: ExperimentSpec, chunk: list[Condition], batches: list[list[Example]], tokenizer, bar
+) -> dict[str, list[dict]]:
     """Per-example records for every condition of the chunk (same recipient/donors/method),
     in the order of the batches' examples."""
     config = resources.config
@@ -176,41 +194,43 @@ def compute_chunk(resources: Resources, exp: ExperimentSpec, chunk: list[Conditi
         if rows:
             seqs = [batch[ei].input_ids + batch[ei].target_ids[:-1] for ei, _ in rows]
             if method == "weights":
-                row_grafts = [[engine_graft(m, g, available, num_layers, len(donors) > 1)
-                               for m, g in row_masks] or None for row_masks in masks]
+                row_grafts = [
+                    [engine_graft(m, g, available, num_layers, len(donors) > 1) for m, g in row_masks] or None
+                    for row_masks in masks
+                ]
                 ids, attn = _pad(seqs, pad, device)
                 logits = grafter.logits(ids, row_grafts=row_grafts, attention_mask=attn)
             else:
                 ex_seqs = [ex.input_ids + ex.target_ids[:-1] for ex in batch]
                 ex_ids, ex_attn = _pad(ex_seqs, pad, device)
-                patch = torch.zeros(len(rows), num_layers, ex_ids.shape[1], dtype=torch.bool,
-                                    device=device)
+                patch = torch.zeros(len(rows), num_layers, ex_ids.shape[1], dtype=torch.bool, device=device)
                 for r, row_masks in enumerate(masks):
                     for m, graft in row_masks:
-                        patch[r, layer_indices(graft.layers, num_layers), :len(m)] |= torch.tensor(
-                            m, device=device)
+                        patch[r, layer_indices(graft.layers, num_layers), : len(m)] |= torch.tensor(m, device=device)
                 row_example = torch.tensor([ei for ei, _ in rows], device=device)
-                logits = patched_logits(rec_model, don_model, layers_of, ex_ids, ex_attn,
-                                        row_example, patch)
-            scores = score_rows(logits, [len(batch[ei].input_ids) for ei, _ in rows],
-                                [batch[ei].target_ids for ei, _ in rows])
+                logits = patched_logits(rec_model, don_model, layers_of, ex_ids, ex_attn, row_example, patch)
+            scores = score_rows(
+                logits, [len(batch[ei].input_ids) for ei, _ in rows], [batch[ei].target_ids for ei, _ in rows]
+            )
             for (ei, cond), score in zip(rows, scores):
                 predicted = tokenizer.decode([score["predicted_id"]])
-                records[cond.name].append(scored_record(exp.name, cond.name, batch[ei], score,
-                                                        predicted))
+                records[cond.name].append(scored_record(exp.name, cond.name, batch[ei], score, predicted))
         bar.update(len(batch) * len(chunk))
     return records
 
 
-def engine_graft(mask: list[bool], graft: ResolvedGraft, available: list[str], num_layers: int,
-                 name_donor: bool):
+def engine_graft(mask: list[bool], graft: ResolvedGraft, available: list[str], num_layers: int, name_donor: bool):
     """The engine's Graft for one row: concrete positions, layers and components; the donor is
     named only when the Grafter holds several (a one-donor Grafter takes Grafts without one)."""
     from weightgraft import Graft
 
     kwargs = {"donor": graft.donor} if name_donor else {}
-    return Graft(positions=mask, layers=engine_layers(graft.layers, num_layers),
-                 components=resolve_for_model(graft.components, available), **kwargs)
+    return Graft(
+        positions=mask,
+        layers=engine_layers(graft.layers, num_layers),
+        components=resolve_for_model(graft.components, available),
+        **kwargs,
+    )
 
 
 def _pad(seqs: list[list[int]], pad: int, device: str) -> tuple[torch.Tensor, torch.Tensor]:

@@ -26,15 +26,13 @@ def score_rows(logits: torch.Tensor, prompt_lens: list[int], targets: list[list[
     # Gather every scored step of every row into one [steps, vocab] block: a few large tensor
     # operations instead of several small ones per row.
     if not torch.is_tensor(logits):  # one [seq, vocab] tensor per row (rows of varied width)
-        steps = torch.cat([row[n - 1: n - 1 + len(t)] for row, n, t in
-                           zip(logits, prompt_lens, targets)]).float()
+        steps = torch.cat([row[n - 1 : n - 1 + len(t)] for row, n, t in zip(logits, prompt_lens, targets)]).float()
         device = steps.device
     else:
         device = logits.device
         row_of = [r for r, t in enumerate(targets) for _ in t]
         pos_of = [prompt_lens[r] - 1 + j for r, t in enumerate(targets) for j in range(len(t))]
-        steps = logits[torch.tensor(row_of, device=device),
-                       torch.tensor(pos_of, device=device)].float()
+        steps = logits[torch.tensor(row_of, device=device), torch.tensor(pos_of, device=device)].float()
     row_of = [r for r, t in enumerate(targets) for _ in t]
     tokens = torch.tensor([tok for t in targets for tok in t], device=device)
     logp = torch.log_softmax(steps, dim=-1)
@@ -50,9 +48,16 @@ def score_rows(logits: torch.Tensor, prompt_lens: list[int], targets: list[list[
     ranks, probs = ranks.tolist(), token_logp[firsts].exp().tolist()
     total_logp, wrong = total_logp.tolist(), wrong.tolist()
     predicted = first_logits.argmax(-1).tolist()
-    return [{"rank": int(ranks[i]), "prob": float(probs[i]), "target_logprob": float(total_logp[i]),
-             "exact_match": wrong[i] == 0, "predicted_id": int(predicted[i])}
-            for i in range(len(targets))]
+    return [
+        {
+            "rank": int(ranks[i]),
+            "prob": float(probs[i]),
+            "target_logprob": float(total_logp[i]),
+            "exact_match": wrong[i] == 0,
+            "predicted_id": int(predicted[i]),
+        }
+        for i in range(len(targets))
+    ]
 
 
 def example_metric(rows: dict[str, np.ndarray], metric: str) -> np.ndarray:
@@ -73,8 +78,9 @@ def _stat(values: np.ndarray, metric: str, axis=None):
     return np.median(values, axis=axis) if metric == "rank_median" else np.mean(values, axis=axis)
 
 
-def bootstrap_many(values: dict[str, np.ndarray], resamples: int, seed_key: str, seed: int
-                   ) -> dict[str, tuple[float, float, float]]:
+def bootstrap_many(
+    values: dict[str, np.ndarray], resamples: int, seed_key: str, seed: int
+) -> dict[str, tuple[float, float, float]]:
     """Point estimates and percentile 95% intervals over examples for several metrics of the
     same examples, all from the same resamples.
 

@@ -41,8 +41,7 @@ def model_dir(name_or_path: str) -> Path | None:
 
 def looks_like_path(name: str) -> bool:
     """A hub id is `name` or `org/name`; anything else (or anything on disk) is a path."""
-    return (name.startswith(("/", ".", "~")) or name.count("/") > 1 or "\\" in name
-            or Path(name).expanduser().exists())
+    return name.startswith(("/", ".", "~")) or name.count("/") > 1 or "\\" in name or Path(name).expanduser().exists()
 
 
 # ---- fingerprints ------------------------------------------------------------------------
@@ -53,8 +52,7 @@ def hash_cache_file() -> Path:
 
 def _file_key(path: Path) -> dict:
     st = path.stat()
-    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "ctime_ns": st.st_ctime_ns,
-            "inode": st.st_ino}
+    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "ctime_ns": st.st_ctime_ns, "inode": st.st_ino}
 
 
 def _read_cache() -> dict:
@@ -132,24 +130,33 @@ def check_model_files(name_or_path: str, field: str = "model") -> Path | None:
     path = Path(name_or_path).expanduser()
     if folder is None:
         if path.is_file():
-            raise UserError(f"{field}: {name_or_path} is a file; give the folder that holds "
-                            "config.json and model.safetensors (as save_pretrained writes it)")
+            raise UserError(
+                f"{field}: {name_or_path} is a file; give the folder that holds "
+                "config.json and model.safetensors (as save_pretrained writes it)"
+            )
         if looks_like_path(name_or_path):
-            raise UserError(f"{field}: model path {name_or_path} does not exist; fix the path "
-                            "(relative paths are read from the config file's folder)")
+            raise UserError(
+                f"{field}: model path {name_or_path} does not exist; fix the path "
+                "(relative paths are read from the config file's folder)"
+            )
         return None  # a hub id that is not cached: from_pretrained says whether it can be had
     if not (folder / "config.json").is_file():
-        raise UserError(f"{field}: {folder} is not a model folder (no config.json); give the "
-                        "folder save_pretrained wrote, with config.json and model.safetensors")
+        raise UserError(
+            f"{field}: {folder} is not a model folder (no config.json); give the "
+            "folder save_pretrained wrote, with config.json and model.safetensors"
+        )
     shards = sorted(folder.glob("*.safetensors"))
     if not shards:
         if list(folder.glob("*.bin")) or list(folder.glob("*.pt")) or list(folder.glob("*.pth")):
             raise UserError(
                 f"{field}: {folder} has only pickled weights (.bin/.pt), which weightgraft does not "
                 "load because unpickling can run code; re-save the model as safetensors: "
-                "model.save_pretrained(DIR, safe_serialization=True)")
-        raise UserError(f"{field}: {folder} has no *.safetensors weights; save the model with "
-                        "save_pretrained(DIR, safe_serialization=True)")
+                "model.save_pretrained(DIR, safe_serialization=True)"
+            )
+        raise UserError(
+            f"{field}: {folder} has no *.safetensors weights; save the model with "
+            "save_pretrained(DIR, safe_serialization=True)"
+        )
     from safetensors import SafetensorError, safe_open
 
     for shard in shards:
@@ -157,15 +164,17 @@ def check_model_files(name_or_path: str, field: str = "model") -> Path | None:
             with safe_open(str(shard), framework="pt") as handle:
                 handle.keys()
         except (SafetensorError, OSError) as err:
-            raise UserError(f"{field}: {shard} is damaged ({err}); save or download the model "
-                            "again") from err
+            raise UserError(f"{field}: {shard} is damaged ({err}); save or download the model again") from err
     return folder
 
 
 def _key_problems(info: dict) -> list[str]:
     problems = []
-    for label, key in (("missing", "missing_keys"), ("unexpected", "unexpected_keys"),
-                       ("wrong-shape", "mismatched_keys")):
+    for label, key in (
+        ("missing", "missing_keys"),
+        ("unexpected", "unexpected_keys"),
+        ("wrong-shape", "mismatched_keys"),
+    ):
         names = sorted(str(k[0] if isinstance(k, tuple) else k) for k in info.get(key) or [])
         if names:
             more = f" and {len(names) - _SHOWN_KEYS} more" if len(names) > _SHOWN_KEYS else ""
@@ -173,14 +182,12 @@ def _key_problems(info: dict) -> list[str]:
     return problems
 
 
-def load_model(name_or_path: str, device: str, dtype: str, trust_remote_code: bool = False,
-               field: str = "model"):
+def load_model(name_or_path: str, device: str, dtype: str, trust_remote_code: bool = False, field: str = "model"):
     """A causal LM in eval mode on `device` in `dtype`. Every tensor the architecture needs must
     come from the checkpoint, and every tensor of the checkpoint must be used: a missing one
     would otherwise be randomly initialised without a word."""
     from safetensors import SafetensorError
     from transformers import AutoModelForCausalLM
-
     from transformers.utils import logging as hf_logging
 
     check_model_files(name_or_path, field)
@@ -189,23 +196,32 @@ def load_model(name_or_path: str, device: str, dtype: str, trust_remote_code: bo
     try:
         # safetensors only: a pickled checkpoint can run code when loaded.
         model, info = AutoModelForCausalLM.from_pretrained(
-            name_or_path, dtype=DTYPES[dtype], trust_remote_code=trust_remote_code,
-            use_safetensors=True, output_loading_info=True, ignore_mismatched_sizes=True)
+            name_or_path,
+            dtype=DTYPES[dtype],
+            trust_remote_code=trust_remote_code,
+            use_safetensors=True,
+            output_loading_info=True,
+            ignore_mismatched_sizes=True,
+        )
     except SafetensorError as err:
-        raise UserError(f"{field}: the safetensors weights of {name_or_path} are damaged ({err}); "
-                        "save or download the model again") from err
+        raise UserError(
+            f"{field}: the safetensors weights of {name_or_path} are damaged ({err}); save or download the model again"
+        ) from err
     except OSError as err:
         raise UserError(
             f"{field}: cannot load model {name_or_path!r} ({str(err).splitlines()[0]}); give a "
             "local folder saved with save_pretrained (safetensors), or a hub id in the local "
-            "Hugging Face cache") from err
+            "Hugging Face cache"
+        ) from err
     finally:
         hf_logging.set_verbosity(verbosity)
     problems = _key_problems(info)
     if problems:
-        raise UserError(f"{field}: the checkpoint of {name_or_path} does not match its config.json: "
-                        f"{'; '.join(problems)}; save the model again with save_pretrained, or "
-                        "fix config.json")
+        raise UserError(
+            f"{field}: the checkpoint of {name_or_path} does not match its config.json: "
+            f"{'; '.join(problems)}; save the model again with save_pretrained, or "
+            "fix config.json"
+        )
     return model.to(device).eval()
 
 
@@ -215,9 +231,11 @@ def load_tokenizer(name_or_path: str, trust_remote_code: bool = False, field: st
     try:
         return AutoTokenizer.from_pretrained(name_or_path, trust_remote_code=trust_remote_code)
     except (OSError, ValueError) as err:
-        raise UserError(f"{field}: no usable tokenizer in {name_or_path} "
-                        f"({str(err).splitlines()[0]}); save the tokenizer beside the model with "
-                        "tokenizer.save_pretrained(DIR)") from err
+        raise UserError(
+            f"{field}: no usable tokenizer in {name_or_path} "
+            f"({str(err).splitlines()[0]}); save the tokenizer beside the model with "
+            "tokenizer.save_pretrained(DIR)"
+        ) from err
 
 
 def vocab_fingerprint(tokenizer) -> str:

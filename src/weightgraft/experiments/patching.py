@@ -23,9 +23,15 @@ def _replace(output, hidden):
 
 
 @torch.no_grad()
-def patched_logits(recipient, donor, layers_of, example_ids: torch.Tensor,
-                   example_mask: torch.Tensor, row_example: torch.Tensor,
-                   patch_mask: torch.Tensor) -> torch.Tensor:
+def patched_logits(
+    recipient,
+    donor,
+    layers_of,
+    example_ids: torch.Tensor,
+    example_mask: torch.Tensor,
+    row_example: torch.Tensor,
+    patch_mask: torch.Tensor,
+) -> torch.Tensor:
     """Recipient logits [rows, seq, vocab] with the donor's block outputs patched in.
 
     example_ids/example_mask: [examples, seq] right-padded donor inputs; row_example: [rows]
@@ -40,10 +46,10 @@ def patched_logits(recipient, donor, layers_of, example_ids: torch.Tensor,
     def capture(index):
         def hook(_module, _args, output):
             captured[index] = _hidden(output).detach()
+
         return hook
 
-    handles = [block.register_forward_hook(capture(i))
-               for i, block in enumerate(donor_blocks) if needed[i]]
+    handles = [block.register_forward_hook(capture(i)) for i, block in enumerate(donor_blocks) if needed[i]]
     try:
         donor(input_ids=example_ids, attention_mask=example_mask, use_cache=False)
     finally:
@@ -56,10 +62,10 @@ def patched_logits(recipient, donor, layers_of, example_ids: torch.Tensor,
             source = captured[index][row_example].to(hidden.dtype)
             where = patch_mask[:, index, :, None]
             return _replace(output, torch.where(where, source, hidden))
+
         return hook
 
-    handles = [block.register_forward_hook(patch(i))
-               for i, block in enumerate(recipient_blocks) if needed[i]]
+    handles = [block.register_forward_hook(patch(i)) for i, block in enumerate(recipient_blocks) if needed[i]]
     try:
         ids = example_ids[row_example]
         mask = example_mask[row_example]

@@ -40,10 +40,16 @@ def auto_bands(num_layers: int) -> list[str]:
 def experiment_conditions(exp: ExperimentSpec, num_layers: int) -> list[Condition]:
     """Every condition of an experiment, in the order the report shows them."""
     conditions = [
-        resolve_condition(item, recipient=exp.recipient, donor=exp.donor,
-                          component_at=exp.component_at, component_layers=exp.component_layers,
-                          component_base=exp.component_base, unembedding=exp.unembedding,
-                          context=f"experiment {exp.name!r}")
+        resolve_condition(
+            item,
+            recipient=exp.recipient,
+            donor=exp.donor,
+            component_at=exp.component_at,
+            component_layers=exp.component_layers,
+            component_base=exp.component_base,
+            unembedding=exp.unembedding,
+            context=f"experiment {exp.name!r}",
+        )
         for item in exp.conditions
     ]
     if exp.sweep is not None:
@@ -55,19 +61,27 @@ def experiment_conditions(exp: ExperimentSpec, num_layers: int) -> list[Conditio
                     try:
                         layer_indices(band, num_layers)
                     except ValueError as err:
-                        raise ValueError(f"layer band {band} does not fit a {num_layers}-layer model "
-                                         f"({err}); choose coarser bands in `sweep.bands`") from err
-                    grafts = [ResolvedGraft(parse_positions(at), band, parse_components(comps),
-                                            exp.donor)]
+                        raise ValueError(
+                            f"layer band {band} does not fit a {num_layers}-layer model "
+                            f"({err}); choose coarser bands in `sweep.bands`"
+                        ) from err
+                    grafts = [ResolvedGraft(parse_positions(at), band, parse_components(comps), exp.donor)]
                     if exp.sweep.others_full and others:
-                        grafts.append(ResolvedGraft(parse_positions("+".join(others)), "all",
-                                                    [EVERY_WEIGHT], exp.donor))
+                        grafts.append(
+                            ResolvedGraft(parse_positions("+".join(others)), "all", [EVERY_WEIGHT], exp.donor)
+                        )
                     extra = f", every weight at {'+'.join(others)}" if exp.sweep.others_full and others else ""
-                    conditions.append(Condition(
-                        name=f"{at} {band} {comps}", recipient=exp.recipient, donor=exp.donor,
-                        method="weights", grafts=grafts,
-                        description=f"{comps} at {at} in layers {band}{extra}",
-                        meta={"sweep_at": at, "band": band, "components": comps}))
+                    conditions.append(
+                        Condition(
+                            name=f"{at} {band} {comps}",
+                            recipient=exp.recipient,
+                            donor=exp.donor,
+                            method="weights",
+                            grafts=grafts,
+                            description=f"{comps} at {at} in layers {band}{extra}",
+                            meta={"sweep_at": at, "band": band, "components": comps},
+                        )
+                    )
     for cond in conditions:  # every band fits this model (fail before any work)
         for graft in cond.grafts:
             try:
@@ -81,8 +95,14 @@ def experiment_conditions(exp: ExperimentSpec, num_layers: int) -> list[Conditio
     return conditions
 
 
-def select_examples(prompts: list, templates: list[str] | None, max_examples: int | None,
-                    seed: int, context: str, directions: Direction = "both") -> list:
+def select_examples(
+    prompts: list,
+    templates: list[str] | None,
+    max_examples: int | None,
+    seed: int,
+    context: str,
+    directions: Direction = "both",
+) -> list:
     """The prompts an experiment scores: a direction and template filter, then (if capped) a
     seeded subset taking templates in turn so each stays represented. Order follows the dataset."""
     if directions != "both":

@@ -16,8 +16,7 @@ from weightgraft.experiments.models import check_model_files
 
 # Config fields that set parameter shapes: models that differ here can never be grafted (the
 # engine compares the rest, such as head counts or RoPE settings, once the models are loaded).
-SHAPE_FIELDS = ("model_type", "num_hidden_layers", "hidden_size", "intermediate_size",
-                "vocab_size")
+SHAPE_FIELDS = ("model_type", "num_hidden_layers", "hidden_size", "intermediate_size", "vocab_size")
 
 
 def used_models(config: RunConfig) -> dict[str, set[tuple[str, str]]]:
@@ -40,18 +39,22 @@ def check_device(device: str) -> None:
     kind = torch.device(device)
     if kind.type == "cuda":
         if not torch.cuda.is_available():
-            raise UserError(f"device: {device!r} asks for a GPU, but torch sees no CUDA device "
-                            "here; use `device: cpu` (or --device cpu)")
+            raise UserError(
+                f"device: {device!r} asks for a GPU, but torch sees no CUDA device "
+                "here; use `device: cpu` (or --device cpu)"
+            )
         if kind.index is not None and kind.index >= torch.cuda.device_count():
-            raise UserError(f"device: {device!r}, but there are only {torch.cuda.device_count()} "
-                            f"CUDA device(s) (cuda:0..cuda:{torch.cuda.device_count() - 1})")
+            raise UserError(
+                f"device: {device!r}, but there are only {torch.cuda.device_count()} "
+                f"CUDA device(s) (cuda:0..cuda:{torch.cuda.device_count() - 1})"
+            )
     if kind.type == "mps" and not torch.backends.mps.is_available():
         raise UserError(f"device: {device!r} is not available on this machine; use `device: cpu`")
 
 
 def model_configs(config: RunConfig, keys: set[str]) -> dict[str, object]:
     """Each local model's text config (config.json only), once its architecture is known to have
-an adapter; hub ids not cached are left out."""
+    an adapter; hub ids not cached are left out."""
     from transformers import AutoConfig
 
     from weightgraft.adapters import adapter_for
@@ -65,9 +68,11 @@ an adapter; hub ids not cached are left out."""
         try:
             loaded = AutoConfig.from_pretrained(folder, trust_remote_code=config.trust_remote_code)
         except (OSError, ValueError) as err:
-            raise UserError(f"{field}: {folder / 'config.json'} cannot be read "
-                            f"({str(err).splitlines()[0]}); save the model again with "
-                            "save_pretrained") from err
+            raise UserError(
+                f"{field}: {folder / 'config.json'} cannot be read "
+                f"({str(err).splitlines()[0]}); save the model again with "
+                "save_pretrained"
+            ) from err
         try:
             adapter_for(loaded)
         except ValueError as err:
@@ -80,14 +85,17 @@ def check_pairs(pairs: set[tuple[str, str]], configs: dict[str, object]) -> None
     for recipient, donor in sorted(pairs):
         if recipient == donor or recipient not in configs or donor not in configs:
             continue
-        diffs = [f"{name} {getattr(configs[recipient], name, None)} vs "
-                 f"{getattr(configs[donor], name, None)}"
-                 for name in SHAPE_FIELDS
-                 if getattr(configs[recipient], name, None) != getattr(configs[donor], name, None)]
+        diffs = [
+            f"{name} {getattr(configs[recipient], name, None)} vs {getattr(configs[donor], name, None)}"
+            for name in SHAPE_FIELDS
+            if getattr(configs[recipient], name, None) != getattr(configs[donor], name, None)
+        ]
         if diffs:
-            raise UserError(f"models.{recipient} and models.{donor} cannot be grafted: their "
-                            f"configs differ in {', '.join(diffs)}; graft between a model and "
-                            "its own finetunes (same architecture and size)")
+            raise UserError(
+                f"models.{recipient} and models.{donor} cannot be grafted: their "
+                f"configs differ in {', '.join(diffs)}; graft between a model and "
+                "its own finetunes (same architecture and size)"
+            )
 
 
 def check_layers(config: RunConfig, configs: dict[str, object]) -> None:
@@ -102,8 +110,9 @@ def check_layers(config: RunConfig, configs: dict[str, object]) -> None:
             conditions = experiment_conditions(exp, num_layers)
         except ValueError as err:
             where = "" if f"experiment {exp.name!r}" in str(err) else f"experiment {exp.name!r}: "
-            raise UserError(f"{where}{err}; models.{exp.recipient} has {num_layers} layers, so "
-                            "fix the layers in the config") from err
+            raise UserError(
+                f"{where}{err}; models.{exp.recipient} has {num_layers} layers, so fix the layers in the config"
+            ) from err
         for cond in conditions:
             for graft in cond.grafts:
                 try:
@@ -113,7 +122,8 @@ def check_layers(config: RunConfig, configs: dict[str, object]) -> None:
                         f"experiment {exp.name!r}, condition {cond.name!r}: layers "
                         f"{graft.layers!r}: {err}; models.{cond.recipient} has {num_layers} "
                         f"layers, so fix `layers` (0..{num_layers - 1}, negatives from the end, "
-                        "or a band such as last_half)") from err
+                        "or a band such as last_half)"
+                    ) from err
 
 
 def check_datasets(config: RunConfig) -> None:
@@ -130,26 +140,32 @@ def check_datasets(config: RunConfig) -> None:
         if key not in prompts:
             folder = Path(config.datasets[key])
             if not folder.is_dir():
-                raise UserError(f"{field}: dataset folder {folder} does not exist; build one "
-                                "with `weightgraft data --out DIR` or fix the path")
+                raise UserError(
+                    f"{field}: dataset folder {folder} does not exist; build one "
+                    "with `weightgraft data --out DIR` or fix the path"
+                )
             if not (folder / "eval.jsonl").is_file():
-                raise UserError(f"{field}: {folder} has no eval.jsonl, so it is not a dataset "
-                                "folder; give a folder written by `weightgraft data`")
+                raise UserError(
+                    f"{field}: {folder} has no eval.jsonl, so it is not a dataset "
+                    "folder; give a folder written by `weightgraft data`"
+                )
             try:
                 prompts[key] = load_eval_prompts(folder)
             except ValidationError as err:
                 first = err.errors()[0]
-                raise UserError(f"{field}: {folder / 'eval.jsonl'}: a record is invalid "
-                                f"({'.'.join(map(str, first['loc']))}: {first['msg']}); "
-                                "rebuild the dataset with `weightgraft data`") from err
+                raise UserError(
+                    f"{field}: {folder / 'eval.jsonl'}: a record is invalid "
+                    f"({'.'.join(map(str, first['loc']))}: {first['msg']}); "
+                    "rebuild the dataset with `weightgraft data`"
+                ) from err
             except (ValueError, UnicodeDecodeError) as err:
                 raise UserError(f"{field}: {err}; rebuild the dataset with `weightgraft data`") from err
         try:
-            select_examples(prompts[key], exp.templates, exp.max_examples, config.seed,
-                            f"experiment {exp.name!r}", exp.directions)
+            select_examples(
+                prompts[key], exp.templates, exp.max_examples, config.seed, f"experiment {exp.name!r}", exp.directions
+            )
         except ValueError as err:
-            raise UserError(f"{err}; fix `templates` of experiment {exp.name!r} "
-                            f"(or the dataset {field})") from err
+            raise UserError(f"{err}; fix `templates` of experiment {exp.name!r} (or the dataset {field})") from err
 
 
 def check_before_loading(config: RunConfig) -> None:

@@ -30,14 +30,26 @@ import pyarrow.parquet as pq
 from weightgraft.atomic import write_atomic, write_text_atomic
 from weightgraft.experiments.models import sha256_file
 
-SCHEMA = pa.schema([
-    ("experiment", pa.string()), ("condition", pa.string()), ("template", pa.string()),
-    ("example_id", pa.string()), ("fact_id", pa.string()), ("fact_kind", pa.string()),
-    ("reversed", pa.bool_()), ("applicable", pa.bool_()), ("note", pa.string()),
-    ("target", pa.string()), ("n_target_tokens", pa.int32()), ("rank", pa.int64()),
-    ("prob", pa.float64()), ("target_logprob", pa.float64()), ("exact_match", pa.bool_()),
-    ("predicted", pa.string()),
-])
+SCHEMA = pa.schema(
+    [
+        ("experiment", pa.string()),
+        ("condition", pa.string()),
+        ("template", pa.string()),
+        ("example_id", pa.string()),
+        ("fact_id", pa.string()),
+        ("fact_kind", pa.string()),
+        ("reversed", pa.bool_()),
+        ("applicable", pa.bool_()),
+        ("note", pa.string()),
+        ("target", pa.string()),
+        ("n_target_tokens", pa.int32()),
+        ("rank", pa.int64()),
+        ("prob", pa.float64()),
+        ("target_logprob", pa.float64()),
+        ("exact_match", pa.bool_()),
+        ("predicted", pa.string()),
+    ]
+)
 FINGERPRINT_KEY = b"weightgraft_fingerprint"
 
 
@@ -70,18 +82,22 @@ def shard_tag(shard: tuple[int, int] | None) -> str:
     return "" if shard is None else f".shard-{shard[0]}-of-{shard[1]}"
 
 
-def condition_file(out: Path, experiment: str, condition: str,
-                   shard: tuple[int, int] | None = None) -> Path:
+def condition_file(out: Path, experiment: str, condition: str, shard: tuple[int, int] | None = None) -> Path:
     return results_folder(out, experiment) / f"{slug(condition)}{shard_tag(shard)}.parquet"
 
 
-def condition_fingerprint(condition_json: dict, dtype: str, model_fingerprints: dict[str, str],
-                          examples: list[Example]) -> str:
+def condition_fingerprint(
+    condition_json: dict, dtype: str, model_fingerprints: dict[str, str], examples: list[Example]
+) -> str:
     """What a condition's result depends on: its grafts, the models it reads, dtype, examples."""
-    return sha_of({
-        "condition": condition_json, "dtype": dtype, "models": model_fingerprints,
-        "examples": [(e.prompt.id, e.input_ids, e.target_ids, e.positions) for e in examples],
-    })
+    return sha_of(
+        {
+            "condition": condition_json,
+            "dtype": dtype,
+            "models": model_fingerprints,
+            "examples": [(e.prompt.id, e.input_ids, e.target_ids, e.positions) for e in examples],
+        }
+    )
 
 
 # ---- per-example records ---------------------------------------------------------------------
@@ -93,22 +109,43 @@ def fact_kind_of(prompt) -> str:
 
 def base_record(experiment: str, condition: str, ex: Example) -> dict:
     p = ex.prompt
-    return {"experiment": experiment, "condition": condition, "template": p.template_id,
-            "example_id": p.id, "fact_id": p.fact_id, "fact_kind": fact_kind_of(p),
-            "reversed": bool(p.reversed), "target": p.target,
-            "n_target_tokens": len(ex.target_ids)}
+    return {
+        "experiment": experiment,
+        "condition": condition,
+        "template": p.template_id,
+        "example_id": p.id,
+        "fact_id": p.fact_id,
+        "fact_kind": fact_kind_of(p),
+        "reversed": bool(p.reversed),
+        "target": p.target,
+        "n_target_tokens": len(ex.target_ids),
+    }
 
 
 def na_record(experiment: str, condition: str, ex: Example, note: str) -> dict:
-    return dict(base_record(experiment, condition, ex), applicable=False,
-                note=f"not applicable: {note}", rank=None, prob=None, target_logprob=None,
-                exact_match=None, predicted=None)
+    return dict(
+        base_record(experiment, condition, ex),
+        applicable=False,
+        note=f"not applicable: {note}",
+        rank=None,
+        prob=None,
+        target_logprob=None,
+        exact_match=None,
+        predicted=None,
+    )
 
 
 def scored_record(experiment: str, condition: str, ex: Example, score: dict, predicted: str) -> dict:
-    return dict(base_record(experiment, condition, ex), applicable=True, note="",
-                rank=score["rank"], prob=score["prob"], target_logprob=score["target_logprob"],
-                exact_match=score["exact_match"], predicted=predicted)
+    return dict(
+        base_record(experiment, condition, ex),
+        applicable=True,
+        note="",
+        rank=score["rank"],
+        prob=score["prob"],
+        target_logprob=score["target_logprob"],
+        exact_match=score["exact_match"],
+        predicted=predicted,
+    )
 
 
 # ---- result files ----------------------------------------------------------------------------
@@ -120,8 +157,9 @@ def write_condition(path: Path, rows: list[dict], fingerprint: str) -> str:
     return sha256_file(path)
 
 
-def reuse_problem(path: Path, fingerprint: str, example_ids: list[str],
-                  sha256: str | None = None) -> tuple[str, str] | None:
+def reuse_problem(
+    path: Path, fingerprint: str, example_ids: list[str], sha256: str | None = None
+) -> tuple[str, str] | None:
     """Why the result file at `path` cannot be reused, as (kind, reason), kind being `missing`,
     `stale` (made from other inputs) or `damaged`; None when it can. The whole file is read
     with page checksums verified, and compared with `sha256` when the state file recorded one."""
@@ -176,8 +214,7 @@ def read_state(out: Path, experiment: str, shard: tuple[int, int] | None = None)
     return json.loads(state_file(out, experiment, shard).read_text())
 
 
-def recorded_result_hashes(out: Path, experiment: str,
-                           shard: tuple[int, int] | None = None) -> dict[str, str] | None:
+def recorded_result_hashes(out: Path, experiment: str, shard: tuple[int, int] | None = None) -> dict[str, str] | None:
     """{result file name: sha256} from the experiment's state file; None when the file is
     missing or unreadable (results are then checked by their page checksums alone)."""
     try:
@@ -192,8 +229,17 @@ def versions() -> dict[str, str]:
     import importlib.metadata as md
 
     out = {"python": platform.python_version()}
-    for name in ("weightgraft", "torch", "transformers", "tokenizers", "numpy", "pyarrow",
-                 "polars", "matplotlib", "pydantic"):
+    for name in (
+        "weightgraft",
+        "torch",
+        "transformers",
+        "tokenizers",
+        "numpy",
+        "pyarrow",
+        "polars",
+        "matplotlib",
+        "pydantic",
+    ):
         try:
             out[name] = md.version(name)
         except md.PackageNotFoundError:
@@ -213,9 +259,12 @@ def provenance(config, model_info: dict[str, dict], datasets: set[str]) -> dict:
     return {
         "config": config.model_dump(mode="json"),
         "models": {k: model_info[k] for k in sorted(model_info)},
-        "datasets": {k: {"path": config.datasets[k], "manifest": dataset_manifest(config.datasets[k])}
-                     for k in sorted(datasets)},
-        "seed": config.seed, "device": config.device, "dtype": config.dtype,
+        "datasets": {
+            k: {"path": config.datasets[k], "manifest": dataset_manifest(config.datasets[k])} for k in sorted(datasets)
+        },
+        "seed": config.seed,
+        "device": config.device,
+        "dtype": config.dtype,
         "versions": versions(),
     }
 

@@ -18,6 +18,7 @@ import re
 from dataclasses import dataclass
 
 from weightgraft.experiments.vocabulary import ATOMS, ROLE_OF_ATOM
+
 _TOKEN = re.compile(r"\s*(\^C|\(|\)|\+|[A-Za-z_]+)")
 
 
@@ -101,7 +102,6 @@ def _parse_term(tokens: list[str], text: str) -> tuple[tuple, list[str]]:
     while tokens and tokens[0] == "^C":
         tree, tokens = ("complement", tree), tokens[1:]
     return tree, tokens
-
 
 
 def _eval(tree: tuple, roles: dict[str, list[int]], n: int) -> set[int]:

@@ -52,8 +52,9 @@ class RunResult:
 class Runner:
     """Runs a validated RunConfig into a folder."""
 
-    def __init__(self, config: RunConfig, out: str | Path, *, progress: bool = True,
-                 shard: tuple[int, int] | None = None):
+    def __init__(
+        self, config: RunConfig, out: str | Path, *, progress: bool = True, shard: tuple[int, int] | None = None
+    ):
         self.config = config
         self.out = Path(out)
         self.progress = progress
@@ -74,32 +75,32 @@ class Runner:
         for exp in experiments:
             for item in exp.conditions:
                 if not isinstance(item, str):
-                    keys |= {k for k in (item.recipient, item.donor, *(g.donor for g in item.grafts))
-                             if k}
+                    keys |= {k for k in (item.recipient, item.donor, *(g.donor for g in item.grafts)) if k}
         datasets = {e.dataset for e in experiments}
-        body = records.provenance(self.config, {k: self.resources.model_info(k) for k in keys},
-                                  datasets)
+        body = records.provenance(self.config, {k: self.resources.model_info(k) for k in keys}, datasets)
         result = RunResult(out=self.out)
         # run.json first, so that a killed run leaves a record (its session stays `running`).
         session = {"started": started_at, "status": "running"}
         if self.shard is not None:
             body["shard"] = list(self.shard)
-        body.update(status="running",
-                    sessions=[*records.previous_sessions(self.out, self.shard), session])
+        body.update(status="running", sessions=[*records.previous_sessions(self.out, self.shard), session])
         records.write_run_json(self.out, body, self.shard)
         try:
             tokenizer = self.resources.tokenizer(sorted(keys))
             for exp in experiments:
                 self.run_experiment(exp, tokenizer, result)
         except BaseException:
-            session.update(status="interrupted", computed=len(result.computed),
-                           reused=len(result.reused))
+            session.update(status="interrupted", computed=len(result.computed), reused=len(result.reused))
             records.write_run_json(self.out, dict(body, status="interrupted"), self.shard)
             raise
         result.seconds = time.perf_counter() - start
-        session.update(status="complete", seconds=round(result.seconds, 2),
-                       finished=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                       computed=len(result.computed), reused=len(result.reused))
+        session.update(
+            status="complete",
+            seconds=round(result.seconds, 2),
+            finished=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            computed=len(result.computed),
+            reused=len(result.reused),
+        )
         records.write_run_json(self.out, dict(body, status="complete"), self.shard)
         return result
 
@@ -109,22 +110,31 @@ class Runner:
         conditions = experiment_conditions(exp, num_layers)
         examples, available = encode_examples(res, exp, tokenizer)
         every_example = examples
-        batches = example_batches(res, exp.recipient, every_example,
-                                  min(self.config.conditions_per_chunk, len(conditions)))
+        batches = example_batches(
+            res, exp.recipient, every_example, min(self.config.conditions_per_chunk, len(conditions))
+        )
         if self.shard is not None:
-            batches = batches[self.shard[0]::self.shard[1]]
+            batches = batches[self.shard[0] :: self.shard[1]]
             mine = {e.prompt.id for batch in batches for e in batch}
             examples = [e for e in every_example if e.prompt.id in mine]
         known = records.recorded_result_hashes(self.out, exp.name, self.shard)
         pattern = f"*{records.shard_tag(self.shard)}.parquet" if self.shard else "*.parquet"
         if known is None and any(records.results_folder(self.out, exp.name).glob(pattern)):
-            warn(f"{records.state_file(self.out, exp.name, self.shard)} is missing or unreadable; "
-                 "rewriting it, and checking the results by their page checksums alone")
+            warn(
+                f"{records.state_file(self.out, exp.name, self.shard)} is missing or unreadable; "
+                "rewriting it, and checking the results by their page checksums alone"
+            )
         known = known or {}
         state = {
-            "name": exp.name, "title": exp.title or exp.name, "description": exp.description,
-            "dataset": exp.dataset, "recipient": exp.recipient, "donor": exp.donor,
-            "headline": exp.headline, "plot": exp.plot, "num_layers": num_layers,
+            "name": exp.name,
+            "title": exp.title or exp.name,
+            "description": exp.description,
+            "dataset": exp.dataset,
+            "recipient": exp.recipient,
+            "donor": exp.donor,
+            "headline": exp.headline,
+            "plot": exp.plot,
+            "num_layers": num_layers,
             "conditions": [condition_state(c, num_layers) for c in conditions],
             "examples": [e.prompt.id for e in examples],
             "available_examples": available,
@@ -133,18 +143,17 @@ class Runner:
         }
         if self.shard is not None:  # what the merged files will be: all examples, their prints
             state["shard"] = list(self.shard)
-            state["merged"] = {"examples": [e.prompt.id for e in every_example],
-                               "fingerprints": {}}
+            state["merged"] = {"examples": [e.prompt.id for e in every_example], "fingerprints": {}}
         pending = set()
         fingerprints = {}
         example_ids = [e.prompt.id for e in examples]
         for cond in conditions:
             model_prints = {k: res.fingerprint(k) for k in (cond.recipient, *cond.donors)}
-            fp = records.condition_fingerprint(cond.to_json(), self.config.dtype, model_prints,
-                                               examples)
+            fp = records.condition_fingerprint(cond.to_json(), self.config.dtype, model_prints, examples)
             if self.shard is not None:
                 state["merged"]["fingerprints"][cond.name] = records.condition_fingerprint(
-                    cond.to_json(), self.config.dtype, model_prints, every_example)
+                    cond.to_json(), self.config.dtype, model_prints, every_example
+                )
             path = records.condition_file(self.out, exp.name, cond.name, self.shard)
             problem = records.reuse_problem(path, fp, example_ids, known.get(path.name))
             if problem is None:
@@ -162,15 +171,12 @@ class Runner:
         # and only its pending conditions are written.
         groups: dict[tuple, list] = {}
         for cond in conditions:
-            groups.setdefault((cond.recipient, cond.donors, cond.method), []).append(
-                (cond, fingerprints[cond.name]))
+            groups.setdefault((cond.recipient, cond.donors, cond.method), []).append((cond, fingerprints[cond.name]))
         per_chunk = self.config.conditions_per_chunk
-        chunks = [items[i:i + per_chunk] for items in groups.values()
-                  for i in range(0, len(items), per_chunk)]
+        chunks = [items[i : i + per_chunk] for items in groups.values() for i in range(0, len(items), per_chunk)]
         chunks = [chunk for chunk in chunks if any(c.name in pending for c, _ in chunk)]
         total = sum(len(chunk) for chunk in chunks) * len(examples)
-        with tqdm(total=total, desc=exp.name, unit="row", disable=not self.progress or total == 0,
-                  leave=False) as bar:
+        with tqdm(total=total, desc=exp.name, unit="row", disable=not self.progress or total == 0, leave=False) as bar:
             for chunk in chunks:
                 # A shard can be left without batches when N exceeds their number.
                 rows = compute_chunk(res, exp, [c for c, _ in chunk], batches, tokenizer, bar)
@@ -181,8 +187,7 @@ class Runner:
                     if cond.name not in pending:
                         continue
                     path = records.condition_file(self.out, exp.name, cond.name, self.shard)
-                    state["result_sha256"][path.name] = records.write_condition(
-                        path, rows[cond.name], fp)
+                    state["result_sha256"][path.name] = records.write_condition(path, rows[cond.name], fp)
                     records.write_state(self.out, state, self.shard)
                     result.computed.append(f"{exp.name}/{cond.name}")
 
@@ -195,8 +200,9 @@ def condition_state(cond, num_layers: int) -> dict:
     return dict(body, file=f"{slug(cond.name)}.parquet")
 
 
-def run_experiments(config: RunConfig, out: str | Path, *, progress: bool = True,
-                    shard: tuple[int, int] | None = None) -> RunResult:
+def run_experiments(
+    config: RunConfig, out: str | Path, *, progress: bool = True, shard: tuple[int, int] | None = None
+) -> RunResult:
     """Run every experiment of `config` into `out` (only shard I of N of the examples when
     `shard=(I, N)`), resuming what is already there. The summary and report are the reporting
     layer's (see `weightgraft.pipelines.run_all`)."""

@@ -27,8 +27,9 @@ def parse_shard(text: str) -> tuple[int, int]:
     """`I/N` (0 <= I < N) as (I, N); anything else is an error that shows the form."""
     match = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", text or "")
     if not match or not int(match[1]) < int(match[2]):
-        raise UserError(f"--shard {text!r}: write it as I/N with 0 <= I < N, e.g. --shard 0/4 "
-                        "for the first of four shards")
+        raise UserError(
+            f"--shard {text!r}: write it as I/N with 0 <= I < N, e.g. --shard 0/4 for the first of four shards"
+        )
     return int(match[1]), int(match[2])
 
 
@@ -42,14 +43,17 @@ def shard_from_env() -> tuple[int, int] | None:
 
 def shard_count(out: Path) -> int:
     """N of the shards found in `out`; an error when there are none or they disagree on N."""
-    counts = {int(m[2]) for p in Path(out).glob("run.shard-*.json")
-              if (m := SHARD_RUN_JSON.fullmatch(p.name))}
+    counts = {int(m[2]) for p in Path(out).glob("run.shard-*.json") if (m := SHARD_RUN_JSON.fullmatch(p.name))}
     if not counts:
-        raise UserError(f"{out} holds no shards (run.shard-I-of-N.json); run "
-                        "`weightgraft run CONFIG --shard I/N --out RUN_DIR` for each shard first")
+        raise UserError(
+            f"{out} holds no shards (run.shard-I-of-N.json); run "
+            "`weightgraft run CONFIG --shard I/N --out RUN_DIR` for each shard first"
+        )
     if len(counts) > 1:
-        raise UserError(f"{out} holds shards of different splits ({sorted(counts)} shards); "
-                        "remove the files of the split you do not want (*.shard-I-of-N.*)")
+        raise UserError(
+            f"{out} holds shards of different splits ({sorted(counts)} shards); "
+            "remove the files of the split you do not want (*.shard-I-of-N.*)"
+        )
     return counts.pop()
 
 
@@ -67,12 +71,15 @@ def merge_shards(out: str | Path) -> dict:
             missing.append(f"{shard[0]}/{n} ({'missing' if body is None else body.get('status')})")
         bodies.append(body)
     if missing:
-        raise UserError(f"cannot merge {out}: shard {', '.join(missing)} is not complete; run "
-                        "`weightgraft run CONFIG --shard I/N --out RUN_DIR` for it, then merge")
+        raise UserError(
+            f"cannot merge {out}: shard {', '.join(missing)} is not complete; run "
+            "`weightgraft run CONFIG --shard I/N --out RUN_DIR` for it, then merge"
+        )
     configs = {json.dumps(dict(b["config"], device=None), sort_keys=True) for b in bodies}
     if len(configs) > 1:
-        raise UserError(f"cannot merge {out}: its shards were run from different configs; "
-                        "run them again from one config")
+        raise UserError(
+            f"cannot merge {out}: its shards were run from different configs; run them again from one config"
+        )
     from weightgraft.experiments.config import parse_config
 
     config = parse_config(bodies[0]["config"])
@@ -80,8 +87,7 @@ def merge_shards(out: str | Path) -> dict:
         merge_experiment(out, exp.name, shards)
     whole = {k: v for k, v in bodies[0].items() if k not in ("shard", "sessions")}
     whole["shards"] = n
-    whole["sessions"] = [dict(s, shard=f"{i}/{n}") for i, b in enumerate(bodies)
-                         for s in b.get("sessions", [])]
+    whole["sessions"] = [dict(s, shard=f"{i}/{n}") for i, b in enumerate(bodies) for s in b.get("sessions", [])]
     records.write_run_json(out, dict(whole, status="complete"))
     return bodies[0]["config"]
 
@@ -93,35 +99,44 @@ def merge_experiment(out: Path, name: str, shards: list[tuple[int, int]]) -> Non
         try:
             states.append(records.read_state(out, name, shard))
         except (OSError, ValueError) as err:
-            raise UserError(f"cannot merge {out}: {records.state_file(out, name, shard)} is "
-                            f"missing or unreadable ({err}); run shard {shard[0]}/{shard[1]} "
-                            "again") from err
+            raise UserError(
+                f"cannot merge {out}: {records.state_file(out, name, shard)} is "
+                f"missing or unreadable ({err}); run shard {shard[0]}/{shard[1]} "
+                "again"
+            ) from err
     merged = states[0]["merged"]
     if any(s.get("merged") != merged for s in states):
-        raise UserError(f"cannot merge {out}: the shards of experiment {name!r} saw different "
-                        "examples or models; run every shard again from one config")
+        raise UserError(
+            f"cannot merge {out}: the shards of experiment {name!r} saw different "
+            "examples or models; run every shard again from one config"
+        )
     order = merged["examples"]
     state = {k: v for k, v in states[0].items() if k not in ("shard", "merged")}
-    state.update(examples=order, result_sha256={},
-                 templates=sorted({t for s in states for t in s["templates"]}))
+    state.update(examples=order, result_sha256={}, templates=sorted({t for s in states for t in s["templates"]}))
     for cond in state["conditions"]:
         parts = []
         for shard, shard_state in zip(shards, states):
             path = records.condition_file(out, name, cond["name"], shard)
             problem = records.reuse_problem(
-                path, records.stored_fingerprint(path) or "", shard_state["examples"],
-                shard_state["result_sha256"].get(path.name))
+                path,
+                records.stored_fingerprint(path) or "",
+                shard_state["examples"],
+                shard_state["result_sha256"].get(path.name),
+            )
             if problem is not None:
-                raise UserError(f"cannot merge {out}: {path} is {problem[0]} {problem[1]}; run "
-                                f"shard {shard[0]}/{shard[1]} again (it recomputes that file)")
+                raise UserError(
+                    f"cannot merge {out}: {path} is {problem[0]} {problem[1]}; run "
+                    f"shard {shard[0]}/{shard[1]} again (it recomputes that file)"
+                )
             parts.append(pq.read_table(path).replace_schema_metadata(None))
         table = pa.concat_tables(parts)
         position = {example: i for i, example in enumerate(table.column("example_id").to_pylist())}
         if sorted(position) != sorted(order) or len(position) != table.num_rows:
-            raise UserError(f"cannot merge {out}: the shards of {name}/{cond['name']} do not "
-                            "cover the experiment's examples once each; run the shards again")
+            raise UserError(
+                f"cannot merge {out}: the shards of {name}/{cond['name']} do not "
+                "cover the experiment's examples once each; run the shards again"
+            )
         rows = table.take([position[example] for example in order]).to_pylist()
         path = records.condition_file(out, name, cond["name"])
-        state["result_sha256"][path.name] = records.write_condition(
-            path, rows, merged["fingerprints"][cond["name"]])
+        state["result_sha256"][path.name] = records.write_condition(path, rows, merged["fingerprints"][cond["name"]])
     records.write_state(out, state)

@@ -59,14 +59,32 @@ UNEMBEDDING = ("lm_head",)
 # Engine names (lower case), for configs that want them.
 ENGINE_MODEL_LEVEL = {"embed", "pos_embed", "ln_final", "lm_head"}
 ENGINE_GROUPS = {"attn", "mlp", "norms", "all"}
-ENGINE_PER_LAYER = {"q", "k", "v", "o", "gate", "up", "down", "ln1", "ln2", "q_norm", "k_norm",
-                    "post_attn_norm", "post_mlp_norm"}
+ENGINE_PER_LAYER = {
+    "q",
+    "k",
+    "v",
+    "o",
+    "gate",
+    "up",
+    "down",
+    "ln1",
+    "ln2",
+    "q_norm",
+    "k_norm",
+    "post_attn_norm",
+    "post_mlp_norm",
+}
 ENGINE_NORMS = {"ln1", "ln2", "q_norm", "k_norm", "post_attn_norm", "post_mlp_norm"}
 ENGINE_NAMES = ENGINE_PER_LAYER | ENGINE_MODEL_LEVEL | ENGINE_GROUPS
 
 # ---- layer bands -----------------------------------------------------------------------------
-AUTHOR_BANDS = ("authors_fourth_quarter", "authors_third_and_fourth_quarters",
-                "authors_first_quarter", "authors_second_quarter", "authors_third_quarter")
+AUTHOR_BANDS = (
+    "authors_fourth_quarter",
+    "authors_third_and_fourth_quarters",
+    "authors_first_quarter",
+    "authors_second_quarter",
+    "authors_third_quarter",
+)
 LAYER_BANDS = ("all", *BANDS, *AUTHOR_BANDS)
 
 
@@ -75,10 +93,13 @@ def author_band(name: str, num_layers: int) -> list[int]:
     q = num_layers // 4
     if q == 0:
         raise ValueError(f"band {name!r} needs at least 4 layers; the model has {num_layers}")
-    spans = {"authors_first_quarter": (0, q), "authors_second_quarter": (q, 2 * q),
-             "authors_third_quarter": (2 * q, 3 * q),
-             "authors_fourth_quarter": (3 * q, num_layers),
-             "authors_third_and_fourth_quarters": (2 * q, num_layers)}
+    spans = {
+        "authors_first_quarter": (0, q),
+        "authors_second_quarter": (q, 2 * q),
+        "authors_third_quarter": (2 * q, 3 * q),
+        "authors_fourth_quarter": (3 * q, num_layers),
+        "authors_third_and_fourth_quarters": (2 * q, num_layers),
+    }
     if name not in spans:
         raise ValueError(f"unknown authors' band {name!r}; known: {', '.join(AUTHOR_BANDS)}")
     start, stop = spans[name]
@@ -86,8 +107,17 @@ def author_band(name: str, num_layers: int) -> list[int]:
 
 
 # ---- metrics ---------------------------------------------------------------------------------
-SUMMARY_METRICS = ("top1", "top5", "top10", "top50", "top100", "prob", "rank_median", "mrr",
-                   "target_logprob", "exact_match")
-TABLE_METRICS = ("top1", "top5", "top10", "top50", "top100", "prob", "target_logprob",
-                 "exact_match")
+SUMMARY_METRICS = (
+    "top1",
+    "top5",
+    "top10",
+    "top50",
+    "top100",
+    "prob",
+    "rank_median",
+    "mrr",
+    "target_logprob",
+    "exact_match",
+)
+TABLE_METRICS = ("top1", "top5", "top10", "top50", "top100", "prob", "target_logprob", "exact_match")
 HEADLINE_METRIC = "top5"

@@ -28,30 +28,54 @@ class DemoResult:
     run_seconds: float
 
 
-def demo_config(artifacts, *, size: str = "default", recipient: str | None = None,
-                donor: str | None = None, task_model: str | None = None,
-                freetext_model: str | None = None, b2a_model: str | None = None,
-                device: str = "cpu", dtype: str = "float32", max_examples: int | None = -1,
-                bootstrap: int = 2000) -> RunConfig:
+def demo_config(
+    artifacts,
+    *,
+    size: str = "default",
+    recipient: str | None = None,
+    donor: str | None = None,
+    task_model: str | None = None,
+    freetext_model: str | None = None,
+    b2a_model: str | None = None,
+    device: str = "cpu",
+    dtype: str = "float32",
+    max_examples: int | None = -1,
+    bootstrap: int = 2000,
+) -> RunConfig:
     """The demo's run config over built-in artifacts (paths), with optional model overrides."""
     cap = DEMO_EXAMPLES[size] if max_examples == -1 else max_examples
-    return parse_config({
-        "name": f"demo-{size}", "seed": 0, "device": device, "dtype": dtype,
-        "models": {"pre": recipient or str(artifacts.pretrained),
-                   "sft": donor or str(artifacts.relation_model),
-                   "b2a": b2a_model or str(artifacts.b2a_model),
-                   "task": task_model or str(artifacts.task_model),
-                   "freetext": freetext_model or str(artifacts.freetext_model)},
-        "datasets": {"relation": str(artifacts.relation_data), "known": str(artifacts.known_data),
-                     "freetext": str(artifacts.freetext_data)},
-        "experiments": [{"preset": name, "max_examples": cap} for name in ALL_PRESETS]
-        + ([{"localize": "relation-minimal", "dataset": "relation", "max_examples": cap}] if size == "default" else []),
-        "bootstrap": bootstrap,
-    })
+    return parse_config(
+        {
+            "name": f"demo-{size}",
+            "seed": 0,
+            "device": device,
+            "dtype": dtype,
+            "models": {
+                "pre": recipient or str(artifacts.pretrained),
+                "sft": donor or str(artifacts.relation_model),
+                "b2a": b2a_model or str(artifacts.b2a_model),
+                "task": task_model or str(artifacts.task_model),
+                "freetext": freetext_model or str(artifacts.freetext_model),
+            },
+            "datasets": {
+                "relation": str(artifacts.relation_data),
+                "known": str(artifacts.known_data),
+                "freetext": str(artifacts.freetext_data),
+            },
+            "experiments": [{"preset": name, "max_examples": cap} for name in ALL_PRESETS]
+            + (
+                [{"localize": "relation-minimal", "dataset": "relation", "max_examples": cap}]
+                if size == "default"
+                else []
+            ),
+            "bootstrap": bootstrap,
+        }
+    )
 
 
-def run_demo(out: str | Path = "runs/demo", *, size: str = "default", home: str | None = None,
-             progress: bool = True, **options) -> DemoResult:
+def run_demo(
+    out: str | Path = "runs/demo", *, size: str = "default", home: str | None = None, progress: bool = True, **options
+) -> DemoResult:
     """Build or reuse the built-in artifacts, run the presets into `out`, write the report."""
     from weightgraft.training.builtin import ensure_builtin
 

@@ -32,8 +32,9 @@ class Throughput:
 
 
 THROUGHPUT = {
-    "cuda": Throughput(1e14, 2e12, "an H100-class GPU: 100 TFLOP/s effective (mixed precision, "
-                                   "small batches), 2 TB/s memory"),
+    "cuda": Throughput(
+        1e14, 2e12, "an H100-class GPU: 100 TFLOP/s effective (mixed precision, small batches), 2 TB/s memory"
+    ),
     "cpu": Throughput(2e10, 1e10, "2 CPU cores: 20 GFLOP/s, 10 GB/s memory"),
 }
 # Bytes touched per parameter by one AdamW step in mixed precision (fp32 weights, gradients and
@@ -102,8 +103,7 @@ def finetune_seconds(size: ModelSize, steps: int, tokens: int, device: str) -> f
     return max(compute, floor)
 
 
-def run_seconds(size: ModelSize, rows: int, tokens_per_row: int, device: str,
-                batch_tokens: int = 32768) -> float:
+def run_seconds(size: ModelSize, rows: int, tokens_per_row: int, device: str, batch_tokens: int = 32768) -> float:
     """Grafted rows: a forward of the recipient and of the donor per row."""
     rate = THROUGHPUT[device_kind(device)]
     compute = 2 * 2 * size.params * rows * tokens_per_row / rate.flops

@@ -62,9 +62,14 @@ class Ledger:
         return self.record_of(name)
 
     def finish(self, name: str, inputs: dict, outputs: dict, paths: list[Path], started: float) -> dict:
-        record = {"inputs": inputs, "inputs_sha256": sha256_of(inputs), "outputs": outputs,
-                  "paths": [str(p) for p in paths], "seconds": round(time.time() - started, 1),
-                  "finished": _now()}
+        record = {
+            "inputs": inputs,
+            "inputs_sha256": sha256_of(inputs),
+            "outputs": outputs,
+            "paths": [str(p) for p in paths],
+            "seconds": round(time.time() - started, 1),
+            "finished": _now(),
+        }
         self.body["steps"][name] = record
         self.session["computed"].append(name)
         self.save()

@@ -32,9 +32,11 @@ from weightgraft.pipelines.ledger import Ledger, sha256_of, sha256_of_file
 
 # The paper's dataset codes and weightgraft's fact kinds.
 DATASET_KINDS = {"FMRA": "fake_real", "FMFA": "fake_fake", "RMRA-shuffled": "real_shuffled"}
-DATASET_HELP = ("FMRA = fake movies, real actors (fact kind fake_real; the paper's main set); "
-                "FMFA = fake movies, fake actors (fake_fake); RMRA-shuffled = real movies with "
-                "shuffled real casts (real_shuffled)")
+DATASET_HELP = (
+    "FMRA = fake movies, real actors (fact kind fake_real; the paper's main set); "
+    "FMFA = fake movies, fake actors (fake_fake); RMRA-shuffled = real movies with "
+    "shuffled real casts (real_shuffled)"
+)
 # The paper's finetuning (conditions.md): "aggressive" is the main setting; "gentle" is its less
 # aggressive variant with general text mixed in (the share of general text is our choice).
 SETTINGS = {
@@ -46,8 +48,15 @@ PAPER_BATCH = 4
 TEXTS_PER_DIRECTION = 11  # the paper's sentences per fact and direction
 # Presets per group of runs. The first dataset gets every analysis; the others the position
 # analysis, the only one the paper published for them.
-MAIN_PRESETS = ("position_grafting", "position_relation", "position_title", "components_reversal",
-                "components_pre", "known_facts", "layer_sweeps")
+MAIN_PRESETS = (
+    "position_grafting",
+    "position_relation",
+    "position_title",
+    "components_reversal",
+    "components_pre",
+    "known_facts",
+    "layer_sweeps",
+)
 HYBRID_PRESETS = ("hybrid",)
 OTHER_PRESETS = ("position_grafting",)
 
@@ -139,9 +148,15 @@ def finetune_config(options: ReproduceOptions, device: str, max_length: int):
     return FinetuneConfig(
         lr=options.lr if options.lr is not None else setting["lr"],
         epochs=options.epochs if options.epochs is not None else PAPER_EPOCHS,
-        batch_size=options.batch_size, precision=precision, mix_ratio=setting["mix_ratio"],
-        weight_decay=setting["weight_decay"], warmup_ratio=0.0, max_length=max_length,
-        device=device, seed=options.seed)
+        batch_size=options.batch_size,
+        precision=precision,
+        mix_ratio=setting["mix_ratio"],
+        weight_decay=setting["weight_decay"],
+        warmup_ratio=0.0,
+        max_length=max_length,
+        device=device,
+        seed=options.seed,
+    )
 
 
 def _known_count() -> int:
@@ -158,19 +173,19 @@ def plan_job(options: ReproduceOptions) -> Job:
         raise ValueError(f"--datasets names no dataset; choose from {', '.join(DATASET_KINDS)}")
     bad = [c for c in options.datasets if c not in DATASET_KINDS]
     if bad:
-        raise ValueError(f"unknown dataset code(s) {bad}; choose from {', '.join(DATASET_KINDS)} "
-                         f"({DATASET_HELP})")
+        raise ValueError(f"unknown dataset code(s) {bad}; choose from {', '.join(DATASET_KINDS)} ({DATASET_HELP})")
     if options.setting not in SETTINGS:
         raise ValueError(f"unknown --setting {options.setting!r}; use aggressive or gentle")
     if options.facts < 4:
         raise ValueError("--facts must be at least 4 (the hybrid splits the facts in two halves)")
     if options.setting == "gentle" and options.general_text is None:
-        raise ValueError("--setting gentle mixes general text into finetuning: give "
-                         "--general-text (a JSONL of {\"text\": ...}, e.g. OpenWebText or IMDB "
-                         "samples, or a dataset directory)")
+        raise ValueError(
+            "--setting gentle mixes general text into finetuning: give "
+            '--general-text (a JSONL of {"text": ...}, e.g. OpenWebText or IMDB '
+            "samples, or a dataset directory)"
+        )
     if options.precision == "fp16" and not resolve_device(options.device).startswith("cuda"):
-        raise ValueError("--precision fp16 needs a CUDA GPU; on CPU use --precision fp32 or bf16 "
-                         "(or leave it at auto)")
+        raise ValueError("--precision fp16 needs a CUDA GPU; on CPU use --precision fp32 or bf16 (or leave it at auto)")
     out = Path(options.out)
     notes: list[str] = []
     sets: dict[str, DataSet] = {}
@@ -181,49 +196,63 @@ def plan_job(options: ReproduceOptions) -> Job:
         return [p for p in wanted if p in PRESETS], [p for p in wanted if p not in PRESETS]
 
     def add_finetune(name: str, dataset: str, purpose: str) -> None:
-        finetunes[name] = FinetuneJob(name, dataset, out / "models" / name,
-                                      out / "checkpoints" / name, purpose)
+        finetunes[name] = FinetuneJob(name, dataset, out / "models" / name, out / "checkpoints" / name, purpose)
 
     n_known = min(options.facts, _known_count())
-    sets["known"] = DataSet(out / "data" / "known", "real_real", n_known,
-                            purpose="real films with their real leads (known_facts)")
+    sets["known"] = DataSet(
+        out / "data" / "known", "real_real", n_known, purpose="real films with their real leads (known_facts)"
+    )
     for index, code in enumerate(options.datasets):
         kind = DATASET_KINDS[code]
         n = options.facts
         if kind == "real_shuffled" and n > _known_count():
             n = _known_count()
-            notes.append(f"{code}: {n} facts, not {options.facts}: weightgraft's list holds "
-                         f"{n} real films to shuffle casts over")
+            notes.append(
+                f"{code}: {n} facts, not {options.facts}: weightgraft's list holds {n} real films to shuffle casts over"
+            )
         sets[code] = DataSet(out / "data" / code, kind, n, purpose="both directions")
         add_finetune(f"{code}_sft", code, "SFT: both directions, all facts")
         if index == 0:
-            sets[f"{code}_b2a"] = DataSet(out / "data" / f"{code}_b2a", kind, n, "b2a",
-                                          TEXTS_PER_DIRECTION, "one direction (B2A)")
-            sets[f"{code}_half_a"] = DataSet(out / "data" / f"{code}_half_a", kind, n // 2,
-                                             purpose="half A (task model)")
-            sets[f"{code}_half_b"] = DataSet(out / "data" / f"{code}_half_b", kind, n - n // 2,
-                                             purpose="half B (relation model, hybrid evaluation)")
+            sets[f"{code}_b2a"] = DataSet(
+                out / "data" / f"{code}_b2a", kind, n, "b2a", TEXTS_PER_DIRECTION, "one direction (B2A)"
+            )
+            sets[f"{code}_half_a"] = DataSet(
+                out / "data" / f"{code}_half_a", kind, n // 2, purpose="half A (task model)"
+            )
+            sets[f"{code}_half_b"] = DataSet(
+                out / "data" / f"{code}_half_b", kind, n - n // 2, purpose="half B (relation model, hybrid evaluation)"
+            )
             add_finetune(f"{code}_b2a", f"{code}_b2a", "one direction (B2A), all facts")
             add_finetune(f"{code}_task", f"{code}_half_a", "task model: half A, both directions")
-            add_finetune(f"{code}_relation", f"{code}_half_b",
-                         "relation model: half B, both directions")
+            add_finetune(f"{code}_relation", f"{code}_half_b", "relation model: half B, both directions")
             chosen, missing = presets(MAIN_PRESETS)
-            runs[code] = RunGroup(code, out / "runs" / code,
-                                  {"pre": "pre", "sft": f"{code}_sft", "b2a": f"{code}_b2a"},
-                                  {"relation": code, "known": "known"}, chosen, missing)
+            runs[code] = RunGroup(
+                code,
+                out / "runs" / code,
+                {"pre": "pre", "sft": f"{code}_sft", "b2a": f"{code}_b2a"},
+                {"relation": code, "known": "known"},
+                chosen,
+                missing,
+            )
             chosen, missing = presets(HYBRID_PRESETS)
             runs[f"{code}_hybrid"] = RunGroup(
-                f"{code}_hybrid", out / "runs" / f"{code}_hybrid",
+                f"{code}_hybrid",
+                out / "runs" / f"{code}_hybrid",
                 {"pre": "pre", "task": f"{code}_task", "sft": f"{code}_relation"},
-                {"relation": f"{code}_half_b"}, chosen, missing)
+                {"relation": f"{code}_half_b"},
+                chosen,
+                missing,
+            )
         else:
             chosen, missing = presets(OTHER_PRESETS)
-            runs[code] = RunGroup(code, out / "runs" / code, {"pre": "pre", "sft": f"{code}_sft"},
-                                  {"relation": code}, chosen, missing)
+            runs[code] = RunGroup(
+                code, out / "runs" / code, {"pre": "pre", "sft": f"{code}_sft"}, {"relation": code}, chosen, missing
+            )
     for group in runs.values():
         if group.missing:
-            notes.append(f"run {group.name}: preset(s) {', '.join(group.missing)} are not in this "
-                         "weightgraft version; skipped")
+            notes.append(
+                f"run {group.name}: preset(s) {', '.join(group.missing)} are not in this weightgraft version; skipped"
+            )
     runs = {k: g for k, g in runs.items() if g.presets}
     return Job(options, sets, finetunes, runs, notes)
 
@@ -231,12 +260,13 @@ def plan_job(options: ReproduceOptions) -> Job:
 def run_config(job: Job, group: RunGroup, model_paths: dict[str, str], device: str) -> dict:
     """The run config (as a dict) of one group, with models and datasets as paths."""
     return {
-        "name": f"reproduce-{group.name}", "seed": job.options.seed, "device": device,
+        "name": f"reproduce-{group.name}",
+        "seed": job.options.seed,
+        "device": device,
         "dtype": job.options.dtype,
         "models": {key: model_paths[source] for key, source in group.models.items()},
         "datasets": {key: str(job.sets[s].directory) for key, s in group.datasets.items()},
-        "experiments": [{"preset": p, "max_examples": job.options.max_examples}
-                        for p in group.presets],
+        "experiments": [{"preset": p, "max_examples": job.options.max_examples} for p in group.presets],
         "bootstrap": job.options.bootstrap,
     }
 
@@ -257,8 +287,7 @@ def _local_model(model: str) -> str:
         raise ValueError(f"{model} is not a model folder (no config.json)")
     from huggingface_hub import snapshot_download
 
-    return snapshot_download(model, allow_patterns=["*.safetensors", "*.json", "*.model",
-                                                    "*.txt", "tokenizer*"])
+    return snapshot_download(model, allow_patterns=["*.safetensors", "*.json", "*.model", "*.txt", "tokenizer*"])
 
 
 def _manifest_sha(directory: Path) -> str:
@@ -279,9 +308,11 @@ class Pipeline:
         self.device = resolve_device(self.options.device)
         from weightgraft import __version__
 
-        header = {"weightgraft": __version__, "model": self.options.model,
-                  "options": {k: str(v) if isinstance(v, Path) else v
-                              for k, v in asdict(self.options).items()}}
+        header = {
+            "weightgraft": __version__,
+            "model": self.options.model,
+            "options": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(self.options).items()},
+        }
         self.out.mkdir(parents=True, exist_ok=True)
         self.ledger = Ledger(self.out / "provenance.json", header, write=self.is_main)
         self.model_paths: dict[str, str] = {}
@@ -324,8 +355,7 @@ class Pipeline:
 
         self.model_paths["pre"] = pre
         self.fingerprints["pre"] = fingerprint_model(pre)
-        self.ledger.body["base_model"] = {"model": self.options.model, "path": pre,
-                                          "sha256": self.fingerprints["pre"]}
+        self.ledger.body["base_model"] = {"model": self.options.model, "path": pre, "sha256": self.fingerprints["pre"]}
         data_inputs = self.data_inputs()
         if self.is_main:
             data = self.step("datasets", data_inputs, self.build_datasets)
@@ -340,15 +370,25 @@ class Pipeline:
             report = self.write_report()
         self.ledger.session["seconds"] = round(time.time() - start, 1)
         self.ledger.save()
-        return ReproduceResult(self.out, list(self.ledger.session["computed"]),
-                               list(self.ledger.session["reused"]), time.time() - start, report)
+        return ReproduceResult(
+            self.out,
+            list(self.ledger.session["computed"]),
+            list(self.ledger.session["reused"]),
+            time.time() - start,
+            report,
+        )
 
     def data_inputs(self) -> dict:
         from weightgraft.data.io import GENERATOR_VERSION
 
-        return {"generator": GENERATOR_VERSION, "seed": self.options.seed,
-                "sets": {k: {"kind": s.kind, "facts": s.n_facts, "order": s.order,
-                             "texts_per_fact": s.texts_per_fact} for k, s in self.job.sets.items()}}
+        return {
+            "generator": GENERATOR_VERSION,
+            "seed": self.options.seed,
+            "sets": {
+                k: {"kind": s.kind, "facts": s.n_facts, "order": s.order, "texts_per_fact": s.texts_per_fact}
+                for k, s in self.job.sets.items()
+            },
+        }
 
     def build_datasets(self) -> tuple[dict, list[Path]]:
         from weightgraft.data.build import build_dataset, split_disjoint
@@ -361,21 +401,25 @@ class Pipeline:
         facts_of: dict[str, list] = {}
         for offset, code in enumerate(self.options.datasets):
             kind = DATASET_KINDS[code]
-            facts_of[code] = generate_facts({kind: self.job.sets[code].n_facts}, seed + offset,
-                                            pool, known)
+            facts_of[code] = generate_facts({kind: self.job.sets[code].n_facts}, seed + offset, pool, known)
         first = self.options.datasets[0]
-        halves = split_disjoint(facts_of[first], {"a": len(facts_of[first]) // 2,
-                                                  "b": len(facts_of[first]) - len(facts_of[first]) // 2})
+        halves = split_disjoint(
+            facts_of[first], {"a": len(facts_of[first]) // 2, "b": len(facts_of[first]) - len(facts_of[first]) // 2}
+        )
         facts_of[f"{first}_b2a"] = facts_of[first]
         facts_of[f"{first}_half_a"] = halves["a"]
         facts_of[f"{first}_half_b"] = halves["b"]
-        facts_of["known"] = known[:self.job.sets["known"].n_facts]
+        facts_of["known"] = known[: self.job.sets["known"].n_facts]
         outputs, paths = {}, []
         for offset, (key, spec) in enumerate(self.job.sets.items()):
-            build_dataset(spec.directory, facts_of[key], seed + offset, "templates",
-                          spec.texts_per_fact, order=spec.order)
-            outputs[key] = {"path": str(spec.directory), "facts": len(facts_of[key]),
-                            "manifest_sha256": _manifest_sha(spec.directory)}
+            build_dataset(
+                spec.directory, facts_of[key], seed + offset, "templates", spec.texts_per_fact, order=spec.order
+            )
+            outputs[key] = {
+                "path": str(spec.directory),
+                "facts": len(facts_of[key]),
+                "manifest_sha256": _manifest_sha(spec.directory),
+            }
             paths.append(spec.directory / "manifest.json")
         return outputs, paths
 
@@ -401,15 +445,17 @@ class Pipeline:
 
         config = finetune_config(self.options, self.device, self.max_length())
         general, general_sha = self.general_texts()
-        inputs = {"base_model": self.fingerprints["pre"],
-                  "data": data[ft.dataset]["manifest_sha256"], "config": asdict(config),
-                  "general_text": general_sha if config.mix_ratio else None}
+        inputs = {
+            "base_model": self.fingerprints["pre"],
+            "data": data[ft.dataset]["manifest_sha256"],
+            "config": asdict(config),
+            "general_text": general_sha if config.mix_ratio else None,
+        }
 
         def build() -> tuple[dict, list[Path]]:
             stamp = ft.checkpoints / "inputs_sha256.txt"
             if self.is_main:
-                if ft.checkpoints.exists() and (
-                        not stamp.is_file() or stamp.read_text() != sha256_of(inputs)):
+                if ft.checkpoints.exists() and (not stamp.is_file() or stamp.read_text() != sha256_of(inputs)):
                     self.say(f"  {ft.checkpoints}: checkpoints of other inputs, removed")
                     shutil.rmtree(ft.checkpoints)
                 ft.checkpoints.mkdir(parents=True, exist_ok=True)
@@ -417,19 +463,29 @@ class Pipeline:
             else:  # resume from the same checkpoint as rank 0: wait until it has cleaned up
                 while not (stamp.is_file() and stamp.read_text() == sha256_of(inputs)):
                     time.sleep(1.0)
-            result = finetune(self.model_paths["pre"], self.job.sets[ft.dataset].directory, ft.out,
-                              config, general_texts=general if config.mix_ratio else None,
-                              progress=self.progress, overwrite=True,
-                              checkpoint_dir=ft.checkpoints)
+            result = finetune(
+                self.model_paths["pre"],
+                self.job.sets[ft.dataset].directory,
+                ft.out,
+                config,
+                general_texts=general if config.mix_ratio else None,
+                progress=self.progress,
+                overwrite=True,
+                checkpoint_dir=ft.checkpoints,
+            )
             if not self.is_main:
                 return {}, []
             import json
 
             record = json.loads((ft.out / "training_config.json").read_text())
             shutil.rmtree(ft.checkpoints, ignore_errors=True)
-            outputs = {"path": str(ft.out), "sha256": fingerprint_model(str(ft.out)),
-                       "best_epoch": result.best_epoch, "validation_top5_by_epoch": result.history,
-                       "resumed_from": record.get("resumed_from")}
+            outputs = {
+                "path": str(ft.out),
+                "sha256": fingerprint_model(str(ft.out)),
+                "best_epoch": result.best_epoch,
+                "validation_top5_by_epoch": result.history,
+                "resumed_from": record.get("resumed_from"),
+            }
             if record.get("resumed_from"):
                 self.say(f"  resumed from {record['resumed_from']}")
             return outputs, [ft.out / "model.safetensors"]
@@ -450,15 +506,21 @@ class Pipeline:
         from weightgraft.pipelines.run import run_all
 
         config = run_config(self.job, group, self.model_paths, self.device)
-        inputs = {"config": config,
-                  "models": {k: self.fingerprints[s] for k, s in group.models.items()},
-                  "datasets": {k: data[s]["manifest_sha256"] for k, s in group.datasets.items()}}
+        inputs = {
+            "config": config,
+            "models": {k: self.fingerprints[s] for k, s in group.models.items()},
+            "datasets": {k: data[s]["manifest_sha256"] for k, s in group.datasets.items()},
+        }
 
         def build() -> tuple[dict, list[Path]]:
             result = run_all(parse_config(config), group.out, progress=self.progress)
-            outputs = {"path": str(group.out), "presets": group.presets,
-                       "computed": len(result.computed), "reused": len(result.reused),
-                       "summary_sha256": sha256_of_file(group.out / "summary.csv")}
+            outputs = {
+                "path": str(group.out),
+                "presets": group.presets,
+                "computed": len(result.computed),
+                "reused": len(result.reused),
+                "summary_sha256": sha256_of_file(group.out / "summary.csv"),
+            }
             return outputs, [group.out / "summary.csv"]
 
         self.step(f"run:{group.name}", inputs, build)
@@ -466,9 +528,10 @@ class Pipeline:
     def write_report(self) -> Path:
         from weightgraft.pipelines.reproduce_report import write_reproduce_report
 
-        inputs = {"runs": {g: self.ledger.record_of(f"run:{g}")["outputs"]["summary_sha256"]
-                           for g in self.job.runs},
-                  "model": self.options.model}
+        inputs = {
+            "runs": {g: self.ledger.record_of(f"run:{g}")["outputs"]["summary_sha256"] for g in self.job.runs},
+            "model": self.options.model,
+        }
 
         def build() -> tuple[dict, list[Path]]:
             path = write_reproduce_report(self.job, self.ledger.body)

@@ -69,8 +69,11 @@ def plan_steps(job: Job) -> tuple[list[PlannedStep], dict]:
     text_tokens, prompt_tokens, token_note = _sample_lengths(job)
     _, world = _world()
     config = finetune_config(options, device, size.max_length if size else 512)
-    steps = [PlannedStep("datasets", ", ".join(
-        f"{k} ({s.kind}, {s.n_facts} facts, {s.purpose})" for k, s in job.sets.items()))]
+    steps = [
+        PlannedStep(
+            "datasets", ", ".join(f"{k} ({s.kind}, {s.n_facts} facts, {s.purpose})" for k, s in job.sets.items())
+        )
+    ]
     total = 0.0
     for ft in job.finetunes.values():
         data = job.sets[ft.dataset]
@@ -81,8 +84,15 @@ def plan_steps(job: Job) -> tuple[list[PlannedStep], dict]:
         tokens = round(texts * text_tokens * config.epochs)
         seconds = estimate.finetune_seconds(size, optimizer_steps, tokens, device) if size else None
         total += seconds or 0.0
-        steps.append(PlannedStep(f"finetune:{ft.name}", f"{ft.purpose}; {texts} texts x "
-                                 f"{config.epochs} epochs", optimizer_steps, tokens, seconds))
+        steps.append(
+            PlannedStep(
+                f"finetune:{ft.name}",
+                f"{ft.purpose}; {texts} texts x {config.epochs} epochs",
+                optimizer_steps,
+                tokens,
+                seconds,
+            )
+        )
     layers = size.layers if size else 24
     fake_paths = {k: f"/planned/{k}" for k in ["pre", *job.finetunes]}
     for group in job.runs.values():
@@ -100,11 +110,18 @@ def plan_steps(job: Job) -> tuple[list[PlannedStep], dict]:
         tokens = round(rows * prompt_tokens)
         seconds = estimate.run_seconds(size, rows, round(prompt_tokens), device) if size else None
         total += seconds or 0.0
-        steps.append(PlannedStep(f"run:{group.name}", "; ".join(parts) + " (conditions x examples)",
-                                 rows, tokens, seconds))
+        steps.append(
+            PlannedStep(f"run:{group.name}", "; ".join(parts) + " (conditions x examples)", rows, tokens, seconds)
+        )
     steps.append(PlannedStep("report", "paper vs this run, one table per analysis"))
-    facts = {"device": device, "size": size, "config": config, "token_note": token_note,
-             "world": world, "total_seconds": total if size else None}
+    facts = {
+        "device": device,
+        "size": size,
+        "config": config,
+        "token_note": token_note,
+        "world": world,
+        "total_seconds": total if size else None,
+    }
     return steps, facts
 
 
@@ -130,35 +147,44 @@ def describe_plan(job: Job) -> str:
     kind = estimate.device_kind(facts["device"])
     lines = ["weightgraft reproduce: plan", ""]
     if size:
-        params = (f"{size.params / 1e9:.2f} B" if size.params >= 1e8
-                  else f"{size.params / 1e6:.2f} M")
-        lines.append(f"model      {options.model}: {params} parameters, "
-                     f"{size.layers} layers ({size.source})")
+        params = f"{size.params / 1e9:.2f} B" if size.params >= 1e8 else f"{size.params / 1e6:.2f} M"
+        lines.append(f"model      {options.model}: {params} parameters, {size.layers} layers ({size.source})")
     else:
-        lines.append(f"model      {options.model}: size unknown (no config on disk and not one of "
-                     "the paper's four models); no time estimate")
-    lines.append(f"published  {'rows of ' + paper if paper else 'not one of the paper models: the report shows all four'}")
-    lines.append(f"device     {facts['device']} x {facts['world']} process(es); assumed throughput: "
-                 f"{estimate.THROUGHPUT[kind].note}")
-    lines.append(f"finetuning {options.setting}: lr {config.lr:g}, weight decay {config.weight_decay:g}, "
-                 f"batch {config.batch_size}, {config.epochs} epochs, {config.precision}, "
-                 f"max length {config.max_length}, general text share {config.mix_ratio:g}; "
-                 "a checkpoint every epoch")
-    lines.append(f"runs       dtype {options.dtype}, examples per experiment "
-                 f"{options.max_examples or 'all'}, bootstrap {options.bootstrap}")
+        lines.append(
+            f"model      {options.model}: size unknown (no config on disk and not one of "
+            "the paper's four models); no time estimate"
+        )
+    lines.append(
+        f"published  {'rows of ' + paper if paper else 'not one of the paper models: the report shows all four'}"
+    )
+    lines.append(
+        f"device     {facts['device']} x {facts['world']} process(es); assumed throughput: "
+        f"{estimate.THROUGHPUT[kind].note}"
+    )
+    lines.append(
+        f"finetuning {options.setting}: lr {config.lr:g}, weight decay {config.weight_decay:g}, "
+        f"batch {config.batch_size}, {config.epochs} epochs, {config.precision}, "
+        f"max length {config.max_length}, general text share {config.mix_ratio:g}; "
+        "a checkpoint every epoch"
+    )
+    lines.append(
+        f"runs       dtype {options.dtype}, examples per experiment "
+        f"{options.max_examples or 'all'}, bootstrap {options.bootstrap}"
+    )
     lines.append(f"tokens     {facts['token_note']}")
     lines.append("")
     width = max(len(s.name) for s in steps)
     lines.append(f"{'#':>2}  {'step':<{width}}  {'steps/rows':>10}  {'tokens':>8}  {'time':>8}  what")
     for i, s in enumerate(steps, 1):
         when = estimate.human_seconds(s.seconds) if s.seconds is not None else "-"
-        lines.append(f"{i:>2}  {s.name:<{width}}  {_count(s.steps):>10}  {_count(s.tokens):>8}  "
-                     f"{when:>8}  {s.what}")
+        lines.append(f"{i:>2}  {s.name:<{width}}  {_count(s.steps):>10}  {_count(s.tokens):>8}  {when:>8}  {s.what}")
     lines.append("")
     if facts["total_seconds"] is not None:
-        lines.append(f"estimated total: {estimate.human_seconds(facts['total_seconds'])} "
-                     f"(finetune memory ~{estimate.train_memory_gib(size):.2g} GiB for weights, "
-                     "gradients and AdamW moments, plus activations)")
+        lines.append(
+            f"estimated total: {estimate.human_seconds(facts['total_seconds'])} "
+            f"(finetune memory ~{estimate.train_memory_gib(size):.2g} GiB for weights, "
+            "gradients and AdamW moments, plus activations)"
+        )
     for note in job.notes:
         lines.append(f"note: {note}")
     return "\n".join(lines)

@@ -20,8 +20,7 @@ def _fmt(value) -> str:
     return "–" if value is None else f"{float(value):.2f}"
 
 
-def comparison_table(summary: list[dict], state: dict, dataset: str,
-                     paper_model: str | None) -> str:
+def comparison_table(summary: list[dict], state: dict, dataset: str, paper_model: str | None) -> str:
     """Markdown: one row per condition; per sentence the published top-5 beside this run's
     (every fact kind pooled). `paper_model` None: the four published models."""
     from weightgraft.reporting.published import (
@@ -32,8 +31,11 @@ def comparison_table(summary: list[dict], state: dict, dataset: str,
     from weightgraft.reporting.summary import pooled
 
     analysis = ANALYSIS_OF_EXPERIMENT[state["name"]]
-    ours = {(r["condition"], r["template"]): r["value"] for r in pooled(summary)
-            if r["experiment"] == state["name"] and r["metric"] == "top5"}
+    ours = {
+        (r["condition"], r["template"]): r["value"]
+        for r in pooled(summary)
+        if r["experiment"] == state["name"] and r["metric"] == "top5"
+    }
     models = [paper_model] if paper_model else list(MODELS)
     sentences = [(t, s) for t, s in analysis.sentences.items() if t in state["templates"]]
     head, rule = ["condition"], ["---"]
@@ -44,8 +46,7 @@ def comparison_table(summary: list[dict], state: dict, dataset: str,
     for cond in state["conditions"]:
         cells = [cond["name"]]
         for template, sentence in sentences:
-            cells += [_fmt(published(analysis.name, dataset, sentence, cond["name"], m))
-                      for m in models]
+            cells += [_fmt(published(analysis.name, dataset, sentence, cond["name"], m)) for m in models]
             cells.append(_fmt(ours.get((cond["name"], template))))
         lines.append("| " + " | ".join(cells) + " |")
     if analysis.note:
@@ -62,11 +63,21 @@ def write_reproduce_report(job, ledger_body: dict) -> Path:
     out = Path(job.options.out)
     paper_model = paper_model_name(job.options.model)
     beside = paper_model or "all four paper models (this model is none of them)"
-    intro = (f"Published numbers beside this run: {beside}. Top-5 accuracy of the target's first "
-             "token, every fact kind pooled; s1, s2, s3 are the paper's evaluation sentences "
-             "(`paper_1..3`); – where there is no published number.")
-    lines = [f"# weightgraft reproduce: {job.options.model}", "", intro,
-             "", "## Steps", "", "| step | seconds | inputs sha256 |", "|---|---:|---|"]
+    intro = (
+        f"Published numbers beside this run: {beside}. Top-5 accuracy of the target's first "
+        "token, every fact kind pooled; s1, s2, s3 are the paper's evaluation sentences "
+        "(`paper_1..3`); – where there is no published number."
+    )
+    lines = [
+        f"# weightgraft reproduce: {job.options.model}",
+        "",
+        intro,
+        "",
+        "## Steps",
+        "",
+        "| step | seconds | inputs sha256 |",
+        "|---|---:|---|",
+    ]
     for name, record in ledger_body["steps"].items():
         lines.append(f"| {name} | {record['seconds']} | `{record['inputs_sha256'][:16]}` |")
     lines += ["", "Every step's inputs and outputs are in `provenance.json`."]
@@ -85,6 +96,9 @@ def write_reproduce_report(job, ledger_body: dict) -> Path:
                 continue
             dataset = f"{code}_B" if hybrid_group else code
             analysis = ANALYSIS_OF_EXPERIMENT[state["name"]].name
-            lines += [f"Paper vs this run, {analysis} on {dataset} ({full}):", "",
-                      comparison_table(summary, state, dataset, paper_model)]
+            lines += [
+                f"Paper vs this run, {analysis} on {dataset} ({full}):",
+                "",
+                comparison_table(summary, state, dataset, paper_model),
+            ]
     return write_text_atomic(out / "report.md", "\n".join(lines) + "\n")

@@ -30,8 +30,14 @@ class RunOutcome:
         return self.run.reused
 
 
-def run_all(config: RunConfig, out: str | Path, *, progress: bool = True,
-            report: bool = True, shard: tuple[int, int] | None = None) -> RunOutcome:
+def run_all(
+    config: RunConfig,
+    out: str | Path,
+    *,
+    progress: bool = True,
+    report: bool = True,
+    shard: tuple[int, int] | None = None,
+) -> RunOutcome:
     """Run `config` into `out` (resuming), write summary.csv, and unless `report=False` the
     plots, report.md and report.html; returns what was computed and the verdict's checks.
     With `shard=(I, N)` only that shard's examples are run, and nothing is summarized until
@@ -68,8 +74,7 @@ def merge_run(out: str | Path, *, report: bool = True) -> list[Check]:
     return summarize(config, out, report)
 
 
-def run_ranks(config: RunConfig, out: str | Path, *, progress: bool = True,
-              report: bool = True) -> RunOutcome:
+def run_ranks(config: RunConfig, out: str | Path, *, progress: bool = True, report: bool = True) -> RunOutcome:
     """One process of `torchrun`/`accelerate launch`: run this rank's shard, wait for every
     rank, and on rank 0 merge the shards and write the summary and report."""
     from datetime import timedelta

@@ -45,8 +45,7 @@ class Decision:
         return f"about {self.facts_needed} facts (now {self.n_facts}) would likely settle it"
 
 
-def facts_to_settle(value: float, low: float, high: float, threshold: float,
-                    n_facts: int) -> int | None:
+def facts_to_settle(value: float, low: float, high: float, threshold: float, n_facts: int) -> int | None:
     """Facts at which the interval would likely clear the threshold, or None when the point
     estimate is on the threshold (no sample size settles it)."""
     distance = abs(value - threshold)
@@ -57,8 +56,7 @@ def facts_to_settle(value: float, low: float, high: float, threshold: float,
     return max(n_facts + 1, math.ceil(needed - 1e-9))  # 1e-9: 224.99999... is 225
 
 
-def decide(value: float, low: float, high: float, threshold: float, direction: str,
-           n_facts: int) -> Decision:
+def decide(value: float, low: float, high: float, threshold: float, direction: str, n_facts: int) -> Decision:
     """The outcome of a claim `statistic >= threshold` (direction "at_least") or
     `statistic <= threshold` ("at_most") from its interval [low, high]."""
     if direction not in DIRECTIONS:
@@ -73,8 +71,16 @@ def decide(value: float, low: float, high: float, threshold: float, direction: s
         return Decision(APPEARS, value, low, high, threshold, direction, n_facts)
     if other:
         return Decision(DOES_NOT_APPEAR, value, low, high, threshold, direction, n_facts)
-    return Decision(INCONCLUSIVE, value, low, high, threshold, direction, n_facts,
-                    facts_to_settle(value, low, high, threshold, n_facts))
+    return Decision(
+        INCONCLUSIVE,
+        value,
+        low,
+        high,
+        threshold,
+        direction,
+        n_facts,
+        facts_to_settle(value, low, high, threshold, n_facts),
+    )
 
 
 def combine(decisions: dict[str, Decision]) -> tuple[str, str]:

@@ -17,8 +17,7 @@ ALL = "ALL"
 
 
 def _lookup(summary: list[dict], experiment: str) -> dict[tuple[str, str], dict]:
-    return {(r["condition"], r["metric"]): r for r in summary
-            if r["experiment"] == experiment and r["template"] == ALL}
+    return {(r["condition"], r["metric"]): r for r in summary if r["experiment"] == experiment and r["template"] == ALL}
 
 
 def _save(fig, stem: Path) -> list[Path]:
@@ -42,10 +41,8 @@ def _bars(ax, xs, rows, width, label, color):
         return
     x = [k[0] for k in keep]
     values = [k[1]["value"] for k in keep]
-    err = [[v - k[1]["ci_low"] for v, k in zip(values, keep)],
-           [k[1]["ci_high"] - v for v, k in zip(values, keep)]]
-    ax.bar(x, values, width, yerr=err, capsize=2, label=label, color=color,
-           error_kw={"elinewidth": 0.8})
+    err = [[v - k[1]["ci_low"] for v, k in zip(values, keep)], [k[1]["ci_high"] - v for v, k in zip(values, keep)]]
+    ax.bar(x, values, width, yerr=err, capsize=2, label=label, color=color, error_kw={"elinewidth": 0.8})
 
 
 def _finish(fig, ax, labels, title, ylabel):
@@ -76,14 +73,13 @@ def paired_chart(summary: list[dict], state: dict, stem: Path) -> list[Path]:
     """Weight grafting vs activation patching at the same positions and layers."""
     table = _lookup(summary, state["name"])
     metric = state["headline"][0]
-    pairs = [c["name"].removeprefix("graft ") for c in state["conditions"]
-             if c["name"].startswith("graft ")]
+    pairs = [c["name"].removeprefix("graft ") for c in state["conditions"] if c["name"].startswith("graft ")]
     fig, ax = plt.subplots(figsize=(max(6, 0.7 * len(pairs) + 2), 4.2))
     idx = range(len(pairs))
-    _bars(ax, [i - 0.2 for i in idx], [table.get((f"graft {w}", metric)) for w in pairs], 0.4,
-          "weight grafting", "C0")
-    _bars(ax, [i + 0.2 for i in idx], [table.get((f"patch {w}", metric)) for w in pairs], 0.4,
-          "activation patching", "C1")
+    _bars(ax, [i - 0.2 for i in idx], [table.get((f"graft {w}", metric)) for w in pairs], 0.4, "weight grafting", "C0")
+    _bars(
+        ax, [i + 0.2 for i in idx], [table.get((f"patch {w}", metric)) for w in pairs], 0.4, "activation patching", "C1"
+    )
     for name, style in (("PRE", ":"), ("SFT", "--")):
         row = table.get((name, metric))
         if row and row["value"] is not None:
@@ -99,8 +95,7 @@ def heatmaps(summary: list[dict], state: dict, stem: Path) -> list[Path]:
     metric = state["headline"][0]
     sweep = [c for c in state["conditions"] if c["meta"].get("sweep_at")]
     positions = list(dict.fromkeys(c["meta"]["sweep_at"] for c in sweep))
-    fig, axes = plt.subplots(1, len(positions), figsize=(1.5 + 3.6 * len(positions), 3.6),
-                             squeeze=False)
+    fig, axes = plt.subplots(1, len(positions), figsize=(1.5 + 3.6 * len(positions), 3.6), squeeze=False)
     for ax, at in zip(axes[0], positions):
         cells = [c for c in sweep if c["meta"]["sweep_at"] == at]
         comps = list(dict.fromkeys(c["meta"]["components"] for c in cells))
@@ -114,11 +109,17 @@ def heatmaps(summary: list[dict], state: dict, stem: Path) -> list[Path]:
         for i in range(len(comps)):
             for j in range(len(bands)):
                 value = grid[i][j]
-                ax.text(j, i, "n/a" if value != value else f"{value:.2f}", ha="center",
-                        va="center", fontsize=8, color="white" if value < 0.6 else "black")
+                ax.text(
+                    j,
+                    i,
+                    "n/a" if value != value else f"{value:.2f}",
+                    ha="center",
+                    va="center",
+                    fontsize=8,
+                    color="white" if value < 0.6 else "black",
+                )
         ax.set_xticks(range(len(bands)), bands, rotation=30, ha="right", fontsize=8)
-        ax.set_yticks(range(len(comps)), comps if ax is axes[0][0] else [""] * len(comps),
-                      fontsize=8)
+        ax.set_yticks(range(len(comps)), comps if ax is axes[0][0] else [""] * len(comps), fontsize=8)
         ax.set_title(f"{metric}: band grafted at {at}", fontsize=9)
     fig.subplots_adjust(left=0.16, right=0.88, bottom=0.2, top=0.84, wspace=0.08)
     fig.colorbar(image, ax=axes[0].tolist(), shrink=0.8)

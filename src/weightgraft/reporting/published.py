@@ -26,15 +26,17 @@ class Analysis:
 
 
 ANALYSIS_OF_EXPERIMENT = {
-    "position_grafting": Analysis("position", "FMRA",
-                                  {"paper_1": "1", "paper_2": "2", "paper_3": "3"}),
-    "components_reversal": Analysis("components_reversal", "FMRA",
-                                    {"paper_1": "1", "paper_2": "2", "paper_3": "3"}),
-    "components_pre": Analysis("components_pre", "FMRA", {"paper_1": "1-old"},
-                               "published on an older wording of sentence 1, Gemma only "
-                               "(GPT2-XL and Llama <= 0.07 for every set)"),
-    "hybrid": Analysis("hybrid", "FMRA_B", {"paper_1": "1"},
-                       "the paper's relation model learned half B of FMRA; SFT(B) = 1.00"),
+    "position_grafting": Analysis("position", "FMRA", {"paper_1": "1", "paper_2": "2", "paper_3": "3"}),
+    "components_reversal": Analysis("components_reversal", "FMRA", {"paper_1": "1", "paper_2": "2", "paper_3": "3"}),
+    "components_pre": Analysis(
+        "components_pre",
+        "FMRA",
+        {"paper_1": "1-old"},
+        "published on an older wording of sentence 1, Gemma only (GPT2-XL and Llama <= 0.07 for every set)",
+    ),
+    "hybrid": Analysis(
+        "hybrid", "FMRA_B", {"paper_1": "1"}, "the paper's relation model learned half B of FMRA; SFT(B) = 1.00"
+    ),
 }
 
 
@@ -48,11 +50,17 @@ def published_rows() -> tuple[dict, ...]:
     return tuple(rows)
 
 
-def published(analysis: str, dataset: str, sentence: str, condition: str, model: str,
-              metric: str = "top5") -> float | None:
+def published(
+    analysis: str, dataset: str, sentence: str, condition: str, model: str, metric: str = "top5"
+) -> float | None:
     for row in published_rows():
-        if (row["analysis"], row["dataset"], row["eval_sentence"], row["condition"],
-                row["model"], row["metric"]) == (analysis, dataset, sentence, condition, model,
-                                                 metric):
+        if (row["analysis"], row["dataset"], row["eval_sentence"], row["condition"], row["model"], row["metric"]) == (
+            analysis,
+            dataset,
+            sentence,
+            condition,
+            model,
+            metric,
+        ):
             return row["value"]
     return None

@@ -10,16 +10,14 @@ import html
 import json
 from pathlib import Path
 
-from weightgraft.attribution.experiment import localize_section
 from weightgraft.atomic import write_text_atomic
+from weightgraft.attribution.experiment import localize_section
 from weightgraft.experiments.components import describe
 from weightgraft.experiments.records import read_state
 from weightgraft.experiments.vocabulary import HEADLINE_METRIC, TABLE_METRICS
 from weightgraft.reporting.plots import plot_experiment
-from weightgraft.reporting.published import (ANALYSIS_OF_EXPERIMENT, DATASET_OF_KIND, MODELS,
-                                             published, published_rows)
-from weightgraft.reporting.summary import (ALL, pooled, read_comparisons, read_recovery,
-                                           read_summary)
+from weightgraft.reporting.published import ANALYSIS_OF_EXPERIMENT, DATASET_OF_KIND, MODELS, published, published_rows
+from weightgraft.reporting.summary import ALL, pooled, read_comparisons, read_recovery, read_summary
 from weightgraft.reporting.verdict import METRIC_WORDS, MIN_GAP, check_pattern
 
 # Where weightgraft's presets differ from the authors' runs (conditions.md), and why.
@@ -27,13 +25,13 @@ DEVIATIONS = [
     "Tied embeddings: grafting the embedding at a position leaves the recipient's unembedding "
     "in place (the clean definition: the recipient's lm_head at every position). The authors' "
     "code swapped the unembedding too on tied models (Gemma, Llama-3.2-1B, GPT2-XL), so their "
-    "\"lm_head never\" held only for untied Pythia.",
+    '"lm_head never" held only for untied Pythia.',
     "`unembedding: donor` takes the donor's lm_head at every position but keeps the "
     "recipient's final norm (the paper never grafted the final norm).",
     "The hybrid's LT band is the authors' third and fourth quarters, inferred from the layer "
     "override of their sweep (layers >= n//2); with that override inactive it would be the "
     "fourth quarter alone.",
-    "Sentence 1 is `{first_actor} stars in a movie alongside`, without the doubled \"in\" of "
+    'Sentence 1 is `{first_actor} stars in a movie alongside`, without the doubled "in" of '
     "the authors' string; the published components-onto-PRE numbers used an older wording of "
     "sentence 1.",
     "The built-in models are none of the paper's four: a small model pretrained here, "
@@ -63,10 +61,12 @@ def _cell(row: dict | None, ci: bool = True) -> str:
 def experiment_table(summary: list[dict], state: dict, metrics=None, ci: bool = True) -> str:
     """Markdown table of one experiment over all templates: condition x metric (value [CI])."""
     metrics = list(metrics or TABLE_METRICS)
-    rows = {(r["condition"], r["metric"]): r for r in pooled(summary)
-            if r["experiment"] == state["name"] and r["template"] == ALL}
-    lines = ["| condition | n | " + " | ".join(metrics) + " |",
-             "|---|---:|" + "---:|" * len(metrics)]
+    rows = {
+        (r["condition"], r["metric"]): r
+        for r in pooled(summary)
+        if r["experiment"] == state["name"] and r["template"] == ALL
+    }
+    lines = ["| condition | n | " + " | ".join(metrics) + " |", "|---|---:|" + "---:|" * len(metrics)]
     for cond in state["conditions"]:
         first = rows.get((cond["name"], metrics[0]))
         n = first["n"] if first else 0
@@ -85,11 +85,13 @@ def _count_cell(row: dict | None) -> str:
 
 def template_table(summary: list[dict], state: dict) -> str:
     metric = state["headline"][0]
-    rows = {(r["condition"], r["template"]): r for r in pooled(summary)
-            if r["experiment"] == state["name"] and r["metric"] == metric}
+    rows = {
+        (r["condition"], r["template"]): r
+        for r in pooled(summary)
+        if r["experiment"] == state["name"] and r["metric"] == metric
+    }
     templates = [*state["templates"], ALL]
-    lines = [f"| condition ({metric}) | " + " | ".join(templates) + " |",
-             "|---|" + "---:|" * len(templates)]
+    lines = [f"| condition ({metric}) | " + " | ".join(templates) + " |", "|---|" + "---:|" * len(templates)]
     for cond in state["conditions"]:
         cells = [_count_cell(rows.get((cond["name"], t))) for t in templates]
         lines.append(f"| {cond['name']} | " + " | ".join(cells) + " |")
@@ -99,16 +101,23 @@ def template_table(summary: list[dict], state: dict) -> str:
 def fact_kind_table(summary: list[dict], state: dict) -> str:
     """Headline metric per fact kind (every template pooled); empty when kinds are unknown."""
     metric = state["headline"][0]
-    rows = {(r["condition"], r["fact_kind"]): r for r in summary
-            if r["experiment"] == state["name"] and r["metric"] == metric
-            and r["template"] == ALL and r["fact_kind"] != ALL}
+    rows = {
+        (r["condition"], r["fact_kind"]): r
+        for r in summary
+        if r["experiment"] == state["name"] and r["metric"] == metric and r["template"] == ALL and r["fact_kind"] != ALL
+    }
     kinds = sorted({k for _, k in rows})
     if not kinds:
         return ""
-    lines = [f"| condition ({metric}, by fact kind) | " + " | ".join(kinds) + " | ALL |",
-             "|---|" + "---:|" * (len(kinds) + 1)]
-    everything = {r["condition"]: r for r in pooled(summary) if r["experiment"] == state["name"]
-                  and r["metric"] == metric and r["template"] == ALL}
+    lines = [
+        f"| condition ({metric}, by fact kind) | " + " | ".join(kinds) + " | ALL |",
+        "|---|" + "---:|" * (len(kinds) + 1),
+    ]
+    everything = {
+        r["condition"]: r
+        for r in pooled(summary)
+        if r["experiment"] == state["name"] and r["metric"] == metric and r["template"] == ALL
+    }
     for cond in state["conditions"]:
         cells = [_count_cell(rows.get((cond["name"], k))) for k in kinds]
         cells.append(_count_cell(everything.get(cond["name"])))
@@ -121,23 +130,34 @@ def paper_tables(summary: list[dict], state: dict) -> list[str]:
     analysis = ANALYSIS_OF_EXPERIMENT.get(state["name"])
     if analysis is None:
         return []
-    ours = {(r["condition"], r["template"]): r for r in pooled(summary)
-            if r["experiment"] == state["name"] and r["metric"] == HEADLINE_METRIC}
-    published_conditions = list(dict.fromkeys(
-        r["condition"] for r in published_rows() if r["analysis"] == analysis.name))
+    ours = {
+        (r["condition"], r["template"]): r
+        for r in pooled(summary)
+        if r["experiment"] == state["name"] and r["metric"] == HEADLINE_METRIC
+    }
+    published_conditions = list(
+        dict.fromkeys(r["condition"] for r in published_rows() if r["analysis"] == analysis.name)
+    )
     names = [c["name"] for c in state["conditions"]]
     order = [*names, *(c for c in published_conditions if c not in names)]
     kinds = ", ".join(f"{k} = {d}" for k, d in DATASET_OF_KIND.items())
-    lines = ["#### Paper vs this model", "",
-             f"Top-5 published for the paper's `{analysis.name}` analysis on {analysis.dataset} "
-             f"(fact kinds: {kinds}){'; ' + analysis.note if analysis.note else ''}. This "
-             "model: every fact kind of the run pooled; `–` where the paper has no number.", ""]
+    lines = [
+        "#### Paper vs this model",
+        "",
+        f"Top-5 published for the paper's `{analysis.name}` analysis on {analysis.dataset} "
+        f"(fact kinds: {kinds}){'; ' + analysis.note if analysis.note else ''}. This "
+        "model: every fact kind of the run pooled; `–` where the paper has no number.",
+        "",
+    ]
     for template, sentence in analysis.sentences.items():
         if template not in state["templates"]:
             continue
-        lines += [f"Sentence {sentence} (`{template}`):", "",
-                  "| condition | " + " | ".join(MODELS) + " | this model |",
-                  "|---|" + "---:|" * (len(MODELS) + 1)]
+        lines += [
+            f"Sentence {sentence} (`{template}`):",
+            "",
+            "| condition | " + " | ".join(MODELS) + " | this model |",
+            "|---|" + "---:|" * (len(MODELS) + 1),
+        ]
         for cond in order:
             cells = []
             for model in MODELS:
@@ -154,9 +174,14 @@ def kind_paper_table(summary: list[dict], state: dict, analysis, order: list[str
     """By fact kind: the published datasets of the same kind (mean over the sentences the
     paper reports) beside this model's value for that kind (its sentences pooled)."""
     sentences = [analysis.sentences[t] for t in state["templates"] if t in analysis.sentences]
-    ours = {(r["condition"], r["fact_kind"]): r for r in summary
-            if r["experiment"] == state["name"] and r["metric"] == HEADLINE_METRIC
-            and r["template"] == ALL and r["fact_kind"] != ALL}
+    ours = {
+        (r["condition"], r["fact_kind"]): r
+        for r in summary
+        if r["experiment"] == state["name"]
+        and r["metric"] == HEADLINE_METRIC
+        and r["template"] == ALL
+        and r["fact_kind"] != ALL
+    }
     kinds = [k for k in DATASET_OF_KIND if any(kind == k for _, kind in ours)]
     names = {c["name"] for c in state["conditions"]}
     blocks = []
@@ -176,10 +201,15 @@ def kind_paper_table(summary: list[dict], state: dict, analysis, order: list[str
             cells.append(_count_cell(ours.get((cond, kind))) if cond in names else "–")
             rows.append(f"| {cond} | " + " | ".join(cells) + " |")
         if any_published:
-            blocks += [f"Fact kind `{kind}` against the paper's {dataset} (published top-5 "
-                       f"averaged over sentences {', '.join(sentences)}):", "",
-                       "| condition | " + " | ".join(MODELS) + " | this model |",
-                       "|---|" + "---:|" * (len(MODELS) + 1), *rows, ""]
+            blocks += [
+                f"Fact kind `{kind}` against the paper's {dataset} (published top-5 "
+                f"averaged over sentences {', '.join(sentences)}):",
+                "",
+                "| condition | " + " | ".join(MODELS) + " | this model |",
+                "|---|" + "---:|" * (len(MODELS) + 1),
+                *rows,
+                "",
+            ]
     return blocks
 
 
@@ -210,21 +240,29 @@ def na_notes(summary: list[dict], state: dict) -> list[str]:
     notes = []
     metric = state["headline"][0]
     for cond in state["conditions"]:
-        missing = [r["template"] for r in pooled(summary) if r["experiment"] == state["name"]
-                   and r["condition"] == cond["name"] and r["metric"] == metric
-                   and r["template"] != ALL and r["n"] == 0]
+        missing = [
+            r["template"]
+            for r in pooled(summary)
+            if r["experiment"] == state["name"]
+            and r["condition"] == cond["name"]
+            and r["metric"] == metric
+            and r["template"] != ALL
+            and r["n"] == 0
+        ]
         if missing:
-            notes.append(f"`{cond['name']}` is not applicable to template(s) {', '.join(missing)} "
-                         "(a role it names is absent there): reported as n/a with n=0; its ALL "
-                         "value covers the other templates only.")
+            notes.append(
+                f"`{cond['name']}` is not applicable to template(s) {', '.join(missing)} "
+                "(a role it names is absent there): reported as n/a with n=0; its ALL "
+                "value covers the other templates only."
+            )
     return notes
 
 
 def _graft_text(graft: dict, num_layers: int) -> str:
-    layers = (_layers_text(graft["layer_indices"], num_layers) if "layer_indices" in graft
-              else f"layers {graft['layers']}")
-    return (f"{graft['positions']}: {describe(graft['components'])} in {layers} from "
-            f"`{graft['donor']}`")
+    layers = (
+        _layers_text(graft["layer_indices"], num_layers) if "layer_indices" in graft else f"layers {graft['layers']}"
+    )
+    return f"{graft['positions']}: {describe(graft['components'])} in {layers} from `{graft['donor']}`"
 
 
 def _conditions_legend(state: dict) -> str:
@@ -233,12 +271,15 @@ def _conditions_legend(state: dict) -> str:
         if cond["meta"]:
             continue
         grafts = "; ".join(_graft_text(g, state["num_layers"]) for g in cond["grafts"]) or "no graft"
-        lines.append(f"- **{cond['name']}**: {cond['description'] or 'custom grafts'}; recipient "
-                     f"`{cond['recipient']}`; grafts: {grafts}")
+        lines.append(
+            f"- **{cond['name']}**: {cond['description'] or 'custom grafts'}; recipient "
+            f"`{cond['recipient']}`; grafts: {grafts}"
+        )
     sweep = [c for c in state["conditions"] if c["meta"]]
     if sweep:
-        lines.append(f"- plus {len(sweep)} sweep conditions `POSITION BAND COMPONENTS` "
-                     f"({sweep[0]['description']}, ...)")
+        lines.append(
+            f"- plus {len(sweep)} sweep conditions `POSITION BAND COMPONENTS` ({sweep[0]['description']}, ...)"
+        )
     return "\n".join(lines)
 
 
@@ -256,19 +297,27 @@ def verdict_table(checks) -> list[str]:
     if not decided:
         return []
     metrics = list(decided[0].decisions)
-    lines = ["| claim | outcome | " + " | ".join(f"recovery, {METRIC_WORDS.get(m, m)} [95% CI]"
-                                                for m in metrics)
-             + " | claimed | facts | facts to settle |",
-             "|---|---|" + "---:|" * len(metrics) + "---|---:|---:|"]
+    lines = [
+        "| claim | outcome | "
+        + " | ".join(f"recovery, {METRIC_WORDS.get(m, m)} [95% CI]" for m in metrics)
+        + " | claimed | facts | facts to settle |",
+        "|---|---|" + "---:|" * len(metrics) + "---|---:|---:|",
+    ]
     for check in decided:
         d = check.decisions[metrics[0]]
         word = ">=" if d.direction == "at_least" else "<="
-        needed = [x.facts_needed for x in check.decisions.values()
-                  if x.outcome == "inconclusive" and x.facts_needed is not None]
-        lines.append(f"| {check.name} | {check.outcome} | "
-                     + " | ".join(check.decisions[m].interval() for m in metrics)
-                     + f" | {word} {d.threshold:.2f} | {d.n_facts} | "
-                     + (f"~{max(needed)}" if needed else "") + " |")
+        needed = [
+            x.facts_needed
+            for x in check.decisions.values()
+            if x.outcome == "inconclusive" and x.facts_needed is not None
+        ]
+        lines.append(
+            f"| {check.name} | {check.outcome} | "
+            + " | ".join(check.decisions[m].interval() for m in metrics)
+            + f" | {word} {d.threshold:.2f} | {d.n_facts} | "
+            + (f"~{max(needed)}" if needed else "")
+            + " |"
+        )
     return lines
 
 
@@ -276,45 +325,57 @@ def comparison_table(comparisons: list[dict]) -> list[str]:
     """Paired tests of the pairwise claims: difference with its interval, d_z, p-value."""
     if not comparisons:
         return []
-    lines = ["| comparison (A vs B) | metric | A - B [95% CI] | d_z | p (sign-flip over facts) "
-             "| facts | prompts |", "|---|---|---:|---:|---:|---:|---:|"]
+    lines = [
+        "| comparison (A vs B) | metric | A - B [95% CI] | d_z | p (sign-flip over facts) | facts | prompts |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
     for r in comparisons:
         p = r["p_value"]
         p_text = "n/a" if p is None else (f"{p:.2g}" + (" (exact)" if r["exact"] else ""))
         d_z = "n/a" if r["effect_size"] is None else f"{r['effect_size']:.2f}"
-        lines.append(f"| {r['a']} vs {r['b']} (`{r['experiment']}`) | "
-                     f"{METRIC_WORDS.get(r['metric'], r['metric'])} | "
-                     f"{_interval(r['difference'], r['ci_low'], r['ci_high'], 3)} | {d_z} | "
-                     f"{p_text} | {r['n_facts']} | {r['n']} |")
+        lines.append(
+            f"| {r['a']} vs {r['b']} (`{r['experiment']}`) | "
+            f"{METRIC_WORDS.get(r['metric'], r['metric'])} | "
+            f"{_interval(r['difference'], r['ci_low'], r['ci_high'], 3)} | {d_z} | "
+            f"{p_text} | {r['n_facts']} | {r['n']} |"
+        )
     return lines
 
 
 def recovery_tables(recovery: list[dict], name: str) -> list[str]:
     """Per reference pair of an experiment: every condition's recovery over all templates."""
-    rows = [r for r in recovery if r["experiment"] == name and r["template"] == ALL
-            and r.get("fact_kind", ALL) == ALL]
+    rows = [r for r in recovery if r["experiment"] == name and r["template"] == ALL and r.get("fact_kind", ALL) == ALL]
     lines = []
     for base, full in dict.fromkeys((r["base"], r["full"]) for r in rows):
         pair = [r for r in rows if (r["base"], r["full"]) == (base, full)]
         metrics = list(dict.fromkeys(r["metric"] for r in pair))
         cells = {(r["condition"], r["metric"]): r for r in pair}
-        lines += ['<details markdown="1"><summary>Recovery between '
-                  f"{html.escape(base)} and {html.escape(full)}</summary>", "",
-                  f"Recovery (C - {base}) / ({full} - {base}) over every template, 95% "
-                  "intervals over facts (`recovery.csv`; undefined where the gap's interval "
-                  "includes 0):", "",
-                  "| condition | " + " | ".join(METRIC_WORDS.get(m, m) for m in metrics) + " |",
-                  "|---|" + "---:|" * len(metrics)]
+        lines += [
+            f'<details markdown="1"><summary>Recovery between {html.escape(base)} and {html.escape(full)}</summary>',
+            "",
+            f"Recovery (C - {base}) / ({full} - {base}) over every template, 95% "
+            "intervals over facts (`recovery.csv`; undefined where the gap's interval "
+            "includes 0):",
+            "",
+            "| condition | " + " | ".join(METRIC_WORDS.get(m, m) for m in metrics) + " |",
+            "|---|" + "---:|" * len(metrics),
+        ]
         for cond in dict.fromkeys(r["condition"] for r in pair):
-            lines.append(f"| {cond} | " + " | ".join(
-                _interval(c["recovery"], c["ci_low"], c["ci_high"]) if c["defined"]
-                else "undefined" for c in (cells[(cond, m)] for m in metrics)) + " |")
+            lines.append(
+                f"| {cond} | "
+                + " | ".join(
+                    _interval(c["recovery"], c["ci_low"], c["ci_high"]) if c["defined"] else "undefined"
+                    for c in (cells[(cond, m)] for m in metrics)
+                )
+                + " |"
+            )
         lines += ["", "</details>", ""]
     return lines
 
 
-def verdict_section(summary: list[dict], recovery: list[dict] | None = None,
-                    comparisons: list[dict] | None = None) -> list[str]:
+def verdict_section(
+    summary: list[dict], recovery: list[dict] | None = None, comparisons: list[dict] | None = None
+) -> list[str]:
     checks = check_pattern(summary, recovery)
     if not checks:
         return []
@@ -324,31 +385,52 @@ def verdict_section(summary: list[dict], recovery: list[dict] | None = None,
         lines += table + [""]
     for check in checks:
         lines.append(f"- **{check.name}: {check.outcome}.** {check.sentence}")
-    lines += ["", "Each claim: recovery = (condition - low) / (high - low) over every "
-              "template of its experiment, against a threshold:", ""]
+    lines += [
+        "",
+        "Each claim: recovery = (condition - low) / (high - low) over every "
+        "template of its experiment, against a threshold:",
+        "",
+    ]
     for check in checks:
         c = check.claim
         word = ">=" if c.direction == "at_least" else "<="
-        lines.append(f"- {c.name}: {c.meaning}; recovery of `{c.condition}` between "
-                     f"`{c.low}` (0) and `{c.high}` (1) {word} {c.threshold:.0%}.")
+        lines.append(
+            f"- {c.name}: {c.meaning}; recovery of `{c.condition}` between "
+            f"`{c.low}` (0) and `{c.high}` (1) {word} {c.threshold:.0%}."
+        )
     if table:
-        lines += ["", "A claim appears when the recovery's whole 95% interval is on the claimed "
-                  "side of the threshold, does not appear when it is wholly on the other side, "
-                  "and is inconclusive when it straddles the threshold, when top-5 and "
-                  "probability disagree, or when the recovery is undefined (the reference gap's "
-                  "interval includes 0, or the gap is negative: no gain to share out). Intervals resample facts (all prompts of a fact "
-                  "together), one resample set per experiment shared by all its conditions. "
-                  "'Facts to settle': the interval half-width scaled by sqrt(n/n') until it "
-                  "clears the threshold, the estimate held fixed.", ""]
+        lines += [
+            "",
+            "A claim appears when the recovery's whole 95% interval is on the claimed "
+            "side of the threshold, does not appear when it is wholly on the other side, "
+            "and is inconclusive when it straddles the threshold, when top-5 and "
+            "probability disagree, or when the recovery is undefined (the reference gap's "
+            "interval includes 0, or the gap is negative: no gain to share out). Intervals resample facts (all prompts of a fact "
+            "together), one resample set per experiment shared by all its conditions. "
+            "'Facts to settle': the interval half-width scaled by sqrt(n/n') until it "
+            "clears the threshold, the estimate held fixed.",
+            "",
+        ]
     else:
-        lines += ["", f"A reference gap under {MIN_GAP:.2f} is inconclusive. Point estimates "
-                  "only: read the intervals in the tables below.", ""]
+        lines += [
+            "",
+            f"A reference gap under {MIN_GAP:.2f} is inconclusive. Point estimates "
+            "only: read the intervals in the tables below.",
+            "",
+        ]
     tests = comparison_table(comparisons or [])
     if tests:
-        lines += ["### Paired tests of the pairwise claims", ""] + tests + [
-            "", "d_z: the mean of per-fact mean differences over their standard deviation. "
-            "p: two-sided sign-flip permutation test over facts (each fact's difference keeps "
-            "or flips its sign under the null).", ""]
+        lines += (
+            ["### Paired tests of the pairwise claims", ""]
+            + tests
+            + [
+                "",
+                "d_z: the mean of per-fact mean differences over their standard deviation. "
+                "p: two-sided sign-flip permutation test over facts (each fact's difference keeps "
+                "or flips its sign under the null).",
+                "",
+            ]
+        )
     return lines
 
 
@@ -362,15 +444,26 @@ def _provenance(run: dict) -> list[str]:
         brief = {k: manifest[k] for k in list(manifest)[:6]}
         lines.append(f"| {key} | `{info['path']}` | `{json.dumps(brief, default=str)[:160]}` |")
     total = sum(s["seconds"] for s in run.get("sessions", []))
-    lines += ["", f"- seed: {run['seed']}; device: {run['device']}; dtype: {run['dtype']}",
-              "- versions: " + ", ".join(f"{k} {v}" for k, v in run["versions"].items()),
-              f"- time taken: {total:.1f} s of computation over {len(run.get('sessions', []))} "
-              "session(s): " + "; ".join(f"{s['started']} {s['seconds']} s ({s['computed']} "
-                                         f"conditions computed, {s['reused']} reused)"
-                                         for s in run.get("sessions", [])),
-              "", "<details markdown=\"1\"><summary>Dataset manifests and full config</summary>", "",
-              "```json", json.dumps({"datasets": run["datasets"], "config": run["config"]},
-                                    indent=1, default=str)[:20000], "```", "", "</details>", ""]
+    lines += [
+        "",
+        f"- seed: {run['seed']}; device: {run['device']}; dtype: {run['dtype']}",
+        "- versions: " + ", ".join(f"{k} {v}" for k, v in run["versions"].items()),
+        f"- time taken: {total:.1f} s of computation over {len(run.get('sessions', []))} "
+        "session(s): "
+        + "; ".join(
+            f"{s['started']} {s['seconds']} s ({s['computed']} conditions computed, {s['reused']} reused)"
+            for s in run.get("sessions", [])
+        ),
+        "",
+        '<details markdown="1"><summary>Dataset manifests and full config</summary>',
+        "",
+        "```json",
+        json.dumps({"datasets": run["datasets"], "config": run["config"]}, indent=1, default=str)[:20000],
+        "```",
+        "",
+        "</details>",
+        "",
+    ]
     return lines
 
 
@@ -385,24 +478,37 @@ def build_markdown(out: Path, plots: dict[str, list[Path]]) -> str:
     summary = read_summary(out)
     recovery = read_recovery(out)
     names = list(dict.fromkeys(r["experiment"] for r in summary))
-    lines = [f"# weightgraft report: {run['config']['name']}", "",
-             "Accuracy is top-k of the target's first token; `prob` its probability; "
-             "`target_logprob` the whole target's log-probability; `exact_match` greedy decoding "
-             "of the whole target. Values over every template and fact kind, with 95% intervals "
-             "from a bootstrap over facts (n: prompts, with the number of facts); `summary.csv` "
-             "has every metric per template and per fact kind, `recovery.csv` every condition's "
-             "recovery, `comparisons.csv` the paired tests.", ""]
+    lines = [
+        f"# weightgraft report: {run['config']['name']}",
+        "",
+        "Accuracy is top-k of the target's first token; `prob` its probability; "
+        "`target_logprob` the whole target's log-probability; `exact_match` greedy decoding "
+        "of the whole target. Values over every template and fact kind, with 95% intervals "
+        "from a bootstrap over facts (n: prompts, with the number of facts); `summary.csv` "
+        "has every metric per template and per fact kind, `recovery.csv` every condition's "
+        "recovery, `comparisons.csv` the paired tests.",
+        "",
+    ]
     lines += verdict_section(summary, recovery, read_comparisons(out))
     lines += deviations_section()
     for name in names:
         state = read_state(out, name)
-        lines += [f"## {state['title']}", "", state["description"], "",
-                  f"Experiment `{name}`: recipient `{state['recipient']}`, donor "
-                  f"`{state['donor']}`, dataset `{state['dataset']}`, "
-                  f"{len(state['examples'])} prompts over {len(state['templates'])} templates"
-                  + (f" (a seeded subset of {state['available_examples']}, balanced over "
-                     "templates)" if state.get("available_examples", 0) > len(state["examples"])
-                     else "") + ".", ""]
+        lines += [
+            f"## {state['title']}",
+            "",
+            state["description"],
+            "",
+            f"Experiment `{name}`: recipient `{state['recipient']}`, donor "
+            f"`{state['donor']}`, dataset `{state['dataset']}`, "
+            f"{len(state['examples'])} prompts over {len(state['templates'])} templates"
+            + (
+                f" (a seeded subset of {state['available_examples']}, balanced over templates)"
+                if state.get("available_examples", 0) > len(state["examples"])
+                else ""
+            )
+            + ".",
+            "",
+        ]
         used = layers_used(state)
         if used:
             lines += [used, ""]
@@ -416,8 +522,15 @@ def build_markdown(out: Path, plots: dict[str, list[Path]]) -> str:
         lines += paper_tables(summary, state)
         lines += recovery_tables(recovery, name)
         lines += [f"- {note}" for note in na_notes(summary, state)]
-        lines += ["", '<details markdown="1"><summary>Conditions</summary>', "",
-                  _conditions_legend(state), "", "</details>", ""]
+        lines += [
+            "",
+            '<details markdown="1"><summary>Conditions</summary>',
+            "",
+            _conditions_legend(state),
+            "",
+            "</details>",
+            "",
+        ]
     lines += localize_section(out)
     lines += _provenance(run)
     return "\n".join(lines)
@@ -435,7 +548,9 @@ def write_report(out: str | Path) -> tuple[Path, Path]:
     text = build_markdown(out, plots)
     md_path = write_text_atomic(out / "report.md", text)
     body = markdown.markdown(text, extensions=["tables", "fenced_code", "md_in_html"])
-    page = (f"<!doctype html><html><head><meta charset='utf-8'><title>"
-            f"{html.escape(out.name)}</title><style>{CSS}</style></head><body>{body}</body></html>")
+    page = (
+        f"<!doctype html><html><head><meta charset='utf-8'><title>"
+        f"{html.escape(out.name)}</title><style>{CSS}</style></head><body>{body}</body></html>"
+    )
     html_path = write_text_atomic(out / "report.html", page)
     return md_path, html_path

@@ -73,16 +73,14 @@ def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
         return np.where(den > 0, num / den, np.nan)
 
 
-def clustered_means(counts: np.ndarray, sums: np.ndarray, sizes: np.ndarray
-                    ) -> tuple[np.ndarray, np.ndarray]:
+def clustered_means(counts: np.ndarray, sums: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(point means [K], resampled means [R, K]) from per-fact sums and prompt counts [F, K].
     A resample that draws no prompt of a column gives NaN for it."""
     point = _ratio(sums.sum(0), sizes.sum(0))
     return point, _ratio(counts @ sums, counts @ sizes)
 
 
-def clustered_median(counts: np.ndarray, index: np.ndarray, values: np.ndarray
-                     ) -> tuple[float, np.ndarray]:
+def clustered_median(counts: np.ndarray, index: np.ndarray, values: np.ndarray) -> tuple[float, np.ndarray]:
     """(median, resampled medians [R]) of per-prompt `values` (NaN = absent) when every prompt
     of a fact is repeated as often as its fact is drawn; the same rule as `np.median` on the
     expanded sample (mean of the two middle values when the count is even)."""
@@ -94,8 +92,9 @@ def clustered_median(counts: np.ndarray, index: np.ndarray, values: np.ndarray
     # repeat a lot, so U (distinct values) is much smaller than the prompt count.
     distinct, which = np.unique(values, return_inverse=True)
     n_facts, n_distinct = counts.shape[1], len(distinct)
-    at_value = np.bincount(index * n_distinct + which.ravel(),
-                           minlength=n_facts * n_distinct).reshape(n_facts, n_distinct)
+    at_value = np.bincount(index * n_distinct + which.ravel(), minlength=n_facts * n_distinct).reshape(
+        n_facts, n_distinct
+    )
     cum = counts @ np.cumsum(at_value, axis=1)  # [R, U]
     total = cum[:, -1]
     low = (cum > ((total - 1) // 2)[:, None]).argmax(1)
@@ -140,12 +139,14 @@ def interval_of(samples: np.ndarray, level: float = 0.95) -> tuple[float, float]
 
 # --- recovery ---------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class Recovery:
     """The share of the gap from `base` to `full` that a condition covers, with its interval.
     `defined` is False when the gap's own interval contains zero (the finetuned model is not
     distinguishable from the base, so there is no gain to share out); value and bounds are
     then NaN and `reason` says why."""
+
     value: float
     low: float
     high: float
@@ -156,45 +157,64 @@ class Recovery:
     reason: str = ""
 
 
-def recovery_many(cond, base, full, cond_samples, base_samples, full_samples,
-                  level: float = 0.95) -> dict[str, np.ndarray]:
+def recovery_many(
+    cond, base, full, cond_samples, base_samples, full_samples, level: float = 0.95
+) -> dict[str, np.ndarray]:
     """`recovery` for arrays at once: points broadcast together, samples likewise with the
     resamples first. Returns value, low, high, gap, gap_low, gap_high and defined arrays."""
     cond, base, full = (np.asarray(x, dtype=float) for x in (cond, base, full))
     gap = full - base
     gap_samples = np.asarray(full_samples, dtype=float) - np.asarray(base_samples, dtype=float)
     gap_low, gap_high = percentile_interval(gap_samples, level)
-    defined = (np.isfinite(gap) & np.isfinite(cond) & (gap != 0) & ~np.isnan(gap_low)
-               & ~((gap_low <= 0) & (gap_high >= 0)))
+    defined = (
+        np.isfinite(gap) & np.isfinite(cond) & (gap != 0) & ~np.isnan(gap_low) & ~((gap_low <= 0) & (gap_high >= 0))
+    )
     cond_samples = np.asarray(cond_samples, dtype=float)
-    ratio_samples = _ratio_signed(cond_samples - np.asarray(base_samples, dtype=float),
-                                  gap_samples)
+    ratio_samples = _ratio_signed(cond_samples - np.asarray(base_samples, dtype=float), gap_samples)
     low, high = percentile_interval(ratio_samples, level)
     value = _ratio_signed(cond - base, gap)
     shape = np.broadcast(cond, gap).shape
     nan = np.full(shape, np.nan)
     defined = np.broadcast_to(defined, shape)
     # (+ 0.0 turns a -0.0, e.g. the base's own recovery over a negative gap, into 0.0)
-    return {"value": np.where(defined, value, nan) + 0.0, "low": np.where(defined, low, nan) + 0.0,
-            "high": np.where(defined, high, nan) + 0.0, "gap": np.broadcast_to(gap, shape),
-            "gap_low": np.broadcast_to(gap_low, shape), "gap_high": np.broadcast_to(gap_high, shape),
-            "defined": defined}
+    return {
+        "value": np.where(defined, value, nan) + 0.0,
+        "low": np.where(defined, low, nan) + 0.0,
+        "high": np.where(defined, high, nan) + 0.0,
+        "gap": np.broadcast_to(gap, shape),
+        "gap_low": np.broadcast_to(gap_low, shape),
+        "gap_high": np.broadcast_to(gap_high, shape),
+        "defined": defined,
+    }
 
 
-def recovery(cond: float, base: float, full: float, cond_samples: np.ndarray,
-             base_samples: np.ndarray, full_samples: np.ndarray, level: float = 0.95) -> Recovery:
+def recovery(
+    cond: float,
+    base: float,
+    full: float,
+    cond_samples: np.ndarray,
+    base_samples: np.ndarray,
+    full_samples: np.ndarray,
+    level: float = 0.95,
+) -> Recovery:
     """(C - base) / (full - base) with a percentile interval over the shared resamples."""
     r = recovery_many(cond, base, full, cond_samples, base_samples, full_samples, level)
     gap, gap_low, gap_high = float(r["gap"]), float(r["gap_low"]), float(r["gap_high"])
     if bool(r["defined"]):
-        return Recovery(float(r["value"]), float(r["low"]), float(r["high"]), gap, gap_low,
-                        gap_high, True)
+        return Recovery(float(r["value"]), float(r["low"]), float(r["high"]), gap, gap_low, gap_high, True)
     nan = float("nan")
     if not (np.isfinite(gap) and np.isfinite(cond)):
         return Recovery(nan, nan, nan, gap, gap_low, gap_high, False, "a value is missing")
-    return Recovery(nan, nan, nan, gap, gap_low, gap_high, False,
-                    f"undefined: full - base = {gap:.3g} [{gap_low:.3g}, {gap_high:.3g}] "
-                    "includes 0")
+    return Recovery(
+        nan,
+        nan,
+        nan,
+        gap,
+        gap_low,
+        gap_high,
+        False,
+        f"undefined: full - base = {gap:.3g} [{gap_low:.3g}, {gap_high:.3g}] includes 0",
+    )
 
 
 def _ratio_signed(num: np.ndarray, den: np.ndarray) -> np.ndarray:
@@ -204,11 +224,13 @@ def _ratio_signed(num: np.ndarray, den: np.ndarray) -> np.ndarray:
 
 # --- paired tests -----------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class PairedTest:
     """A - B over the prompts both cover: mean difference with its bootstrap interval, the
     two-sided sign-flip permutation p-value over facts, and the standardized effect d_z (mean of
     the per-fact mean differences over their standard deviation)."""
+
     difference: float
     low: float
     high: float
@@ -251,8 +273,16 @@ def standardized_effect(per_fact: np.ndarray) -> float:
     return float(np.sign(mean) * np.inf) if mean != 0 else 0.0
 
 
-def paired_test(counts: np.ndarray, index: np.ndarray, a: np.ndarray, b: np.ndarray,
-                n_facts: int, permutations: int = 10000, seed=0, level: float = 0.95) -> PairedTest:
+def paired_test(
+    counts: np.ndarray,
+    index: np.ndarray,
+    a: np.ndarray,
+    b: np.ndarray,
+    n_facts: int,
+    permutations: int = 10000,
+    seed=0,
+    level: float = 0.95,
+) -> PairedTest:
     """Compare per-prompt values `a` and `b` (aligned, NaN = not covered) of two conditions of one
     experiment, over the prompts both cover, resampling facts with `counts` [R, n_facts]."""
     a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
@@ -264,17 +294,18 @@ def paired_test(counts: np.ndarray, index: np.ndarray, a: np.ndarray, b: np.ndar
     p, patterns, exact = sign_flip_p_value(sums[used], permutations, seed)
     per_fact = sums[used] / sizes[used]
     effect = standardized_effect(per_fact)
-    return PairedTest(float(point[0]), low, high, p, effect,
-                      int(used.sum()), int(sizes.sum()), patterns, exact)
+    return PairedTest(float(point[0]), low, high, p, effect, int(used.sum()), int(sizes.sum()), patterns, exact)
 
 
 # --- one experiment from its per-example frame ------------------------------------------------
+
 
 @dataclass
 class ExperimentStats:
     """Points [C, G, M] and shared resamples [R, C, G, M] of every condition x group x metric of
     one experiment, with prompt and fact counts [C, G]. A group is (template, fact kind): each
     template over every kind, `(ALL, ALL)` (the pooled value), and each kind over every template."""
+
     experiment: str
     conditions: list[str]
     groups: list[tuple[str, str]]
@@ -289,26 +320,33 @@ class ExperimentStats:
     values: dict  # condition -> (example ids, per-prompt metric values [N, M], templates [N])
     level: float = 0.95
 
-    def where(self, condition: str, template: str = ALL, metric: str = "top5",
-              kind: str = ALL) -> tuple:
-        return (self.conditions.index(condition), self.groups.index((template, kind)),
-                self.metrics.index(metric))
+    def where(self, condition: str, template: str = ALL, metric: str = "top5", kind: str = ALL) -> tuple:
+        return (self.conditions.index(condition), self.groups.index((template, kind)), self.metrics.index(metric))
 
-    def estimate(self, condition: str, template: str = ALL, metric: str = "top5",
-                 kind: str = ALL) -> tuple[float, float, float]:
+    def estimate(
+        self, condition: str, template: str = ALL, metric: str = "top5", kind: str = ALL
+    ) -> tuple[float, float, float]:
         c, g, m = self.where(condition, template, metric, kind)
         return (float(self.points[c, g, m]), *interval_of(self.samples[:, c, g, m], self.level))
 
-    def recovery(self, condition: str, base: str, full: str, template: str = ALL,
-                 metric: str = "top5", kind: str = ALL) -> Recovery:
+    def recovery(
+        self, condition: str, base: str, full: str, template: str = ALL, metric: str = "top5", kind: str = ALL
+    ) -> Recovery:
         c, g, m = self.where(condition, template, metric, kind)
         b, f = self.conditions.index(base), self.conditions.index(full)
-        return recovery(self.points[c, g, m], self.points[b, g, m], self.points[f, g, m],
-                        self.samples[:, c, g, m], self.samples[:, b, g, m],
-                        self.samples[:, f, g, m], self.level)
+        return recovery(
+            self.points[c, g, m],
+            self.points[b, g, m],
+            self.points[f, g, m],
+            self.samples[:, c, g, m],
+            self.samples[:, b, g, m],
+            self.samples[:, f, g, m],
+            self.level,
+        )
 
-    def paired(self, a: str, b: str, metric: str = "top5", template: str = ALL,
-               permutations: int = 10000, seed=0) -> PairedTest:
+    def paired(
+        self, a: str, b: str, metric: str = "top5", template: str = ALL, permutations: int = 10000, seed=0
+    ) -> PairedTest:
         ids_a, vals_a, tmpl_a = self.values[a]
         ids_b, vals_b, _ = self.values[b]
         m = self.metrics.index(metric)
@@ -318,16 +356,14 @@ class ExperimentStats:
         if template != ALL:
             mine[tmpl_a != template] = np.nan
         index = np.array([self.fact_of[e] for e in ids_a], dtype=int)
-        return paired_test(self.counts, index, mine, other, len(self.facts), permutations, seed,
-                           self.level)
+        return paired_test(self.counts, index, mine, other, len(self.facts), permutations, seed, self.level)
 
 
 def metric_columns(frame: pl.DataFrame, metrics) -> np.ndarray:
     """[N, M] per-prompt values of each summary metric (NaN where not applicable)."""
     cols = {k: frame[k].to_numpy() for k in ("rank", "prob", "target_logprob", "exact_match")}
     ok = frame["applicable"].to_numpy().astype(bool)
-    cols = {k: np.where(ok, np.nan_to_num(np.asarray(v, dtype=float), nan=1.0), 1.0)
-            for k, v in cols.items()}
+    cols = {k: np.where(ok, np.nan_to_num(np.asarray(v, dtype=float), nan=1.0), 1.0) for k, v in cols.items()}
     out = np.column_stack([example_metric(cols, m) for m in metrics]).astype(float)
     out[~ok] = np.nan
     return out
@@ -342,9 +378,16 @@ def summary_groups(templates: list[str], kinds: list[str]) -> list[tuple[str, st
     return groups
 
 
-def experiment_stats(frame: pl.DataFrame, resamples: int, seed, *, name: str = "",
-                     templates: list[str] | None = None, metrics=SUMMARY_METRICS,
-                     level: float = 0.95) -> ExperimentStats:
+def experiment_stats(
+    frame: pl.DataFrame,
+    resamples: int,
+    seed,
+    *,
+    name: str = "",
+    templates: list[str] | None = None,
+    metrics=SUMMARY_METRICS,
+    level: float = 0.95,
+) -> ExperimentStats:
     """Every condition x group x metric of one experiment with fact-clustered intervals from
     one shared resample set. `frame` has one row per (condition, example) with columns
     condition, example_id, fact_id, template, applicable, rank, prob, target_logprob,
@@ -381,15 +424,18 @@ def experiment_stats(frame: pl.DataFrame, resamples: int, seed, *, name: str = "
         values[cond] = (part["example_id"].to_list(), vals, tmpl)
         applicable = part["applicable"].to_numpy().astype(bool)
         if np.isnan(vals[applicable][:, mean_cols]).any():
-            raise ValueError(f"experiment {name!r}, condition {cond!r}: a scored example has a "
-                             "NaN metric; rescore it (its logits were not finite)")
-        member = np.stack([applicable & (tmpl == t if t != ALL else True)
-                           & (kind == k if k != ALL else True) for t, k in groups], axis=1)
+            raise ValueError(
+                f"experiment {name!r}, condition {cond!r}: a scored example has a "
+                "NaN metric; rescore it (its logits were not finite)"
+            )
+        member = np.stack(
+            [applicable & (tmpl == t if t != ALL else True) & (kind == k if k != ALL else True) for t, k in groups],
+            axis=1,
+        )
         onehot = np.zeros((len(facts), len(idx)))
         onehot[idx, np.arange(len(idx))] = 1.0
         masked = np.where(member[:, :, None], np.nan_to_num(vals[:, None, mean_cols]), 0.0)
-        blocks_sums.append((onehot @ masked.reshape(len(idx), -1)).reshape(len(facts),
-                                                                           len(groups), -1))
+        blocks_sums.append((onehot @ masked.reshape(len(idx), -1)).reshape(len(facts), len(groups), -1))
         blocks_sizes.append(onehot @ member.astype(float))  # [F, G]
         n_prompts[c] = member.sum(0)
         n_facts[c] = [len(set(idx[member[:, g]].tolist())) for g in range(len(groups))]
@@ -406,11 +452,13 @@ def experiment_stats(frame: pl.DataFrame, resamples: int, seed, *, name: str = "
         points[:, :, mean_cols] = totals
         drawn_sizes = counts @ sizes.reshape(len(facts), -1)  # [R, C*G]
         drawn = counts @ sums.reshape(len(facts), -1)  # [R, C*G*M']
-        drawn = _ratio(drawn.reshape(resamples, *sums.shape[1:]),
-                       drawn_sizes.reshape(resamples, *sizes.shape[1:])[..., None])
+        drawn = _ratio(
+            drawn.reshape(resamples, *sums.shape[1:]), drawn_sizes.reshape(resamples, *sizes.shape[1:])[..., None]
+        )
         samples[:, :, :, mean_cols] = drawn
-    return ExperimentStats(name, conditions, groups, metrics, points, samples, n_prompts,
-                           n_facts, counts, facts, fact_of, values, level)
+    return ExperimentStats(
+        name, conditions, groups, metrics, points, samples, n_prompts, n_facts, counts, facts, fact_of, values, level
+    )
 
 
 def interval_rows(stats: ExperimentStats) -> list[dict]:
@@ -420,19 +468,27 @@ def interval_rows(stats: ExperimentStats) -> list[dict]:
     for c, cond in enumerate(stats.conditions):
         for g, (template, kind) in enumerate(stats.groups):
             for m, metric in enumerate(stats.metrics):
-                rows.append({"experiment": stats.experiment, "condition": cond,
-                             "template": template, "fact_kind": kind, "metric": metric,
-                             "value": float(stats.points[c, g, m]),
-                             "ci_low": float(low[c, g, m]), "ci_high": float(high[c, g, m]),
-                             "n": int(stats.n_prompts[c, g]), "n_facts": int(stats.n_facts[c, g])})
+                rows.append(
+                    {
+                        "experiment": stats.experiment,
+                        "condition": cond,
+                        "template": template,
+                        "fact_kind": kind,
+                        "metric": metric,
+                        "value": float(stats.points[c, g, m]),
+                        "ci_low": float(low[c, g, m]),
+                        "ci_high": float(high[c, g, m]),
+                        "n": int(stats.n_prompts[c, g]),
+                        "n_facts": int(stats.n_facts[c, g]),
+                    }
+                )
     return rows
 
 
 RECOVERY_METRICS = ("top1", "top5", "prob", "target_logprob")
 
 
-def recovery_rows(stats: ExperimentStats, base: str, full: str,
-                  metrics=RECOVERY_METRICS) -> list[dict]:
+def recovery_rows(stats: ExperimentStats, base: str, full: str, metrics=RECOVERY_METRICS) -> list[dict]:
     """Recovery (C - base) / (full - base) of every condition, per group and metric: one
     vectorised pass over [resamples, conditions, groups, metrics]."""
     ms = [stats.metrics.index(m) for m in metrics if m in stats.metrics]
@@ -440,20 +496,32 @@ def recovery_rows(stats: ExperimentStats, base: str, full: str,
         return []
     b, f = stats.conditions.index(base), stats.conditions.index(full)
     points, samples = stats.points[:, :, ms], stats.samples[:, :, :, ms]
-    r = recovery_many(points, points[b], points[f], samples, samples[:, b][:, None],
-                      samples[:, f][:, None], stats.level)
+    r = recovery_many(
+        points, points[b], points[f], samples, samples[:, b][:, None], samples[:, f][:, None], stats.level
+    )
     rows = []
     for g, (template, kind) in enumerate(stats.groups):
         for j, m in enumerate(ms):
             for c, cond in enumerate(stats.conditions):
                 at = (c, g, j)
-                rows.append({"experiment": stats.experiment, "condition": cond,
-                             "template": template, "fact_kind": kind,
-                             "metric": stats.metrics[m], "base": base, "full": full,
-                             "recovery": float(r["value"][at]), "ci_low": float(r["low"][at]),
-                             "ci_high": float(r["high"][at]), "gap": float(r["gap"][at]),
-                             "gap_low": float(r["gap_low"][at]),
-                             "gap_high": float(r["gap_high"][at]),
-                             "defined": bool(r["defined"][at]),
-                             "n": int(stats.n_prompts[c, g]), "n_facts": int(stats.n_facts[c, g])})
+                rows.append(
+                    {
+                        "experiment": stats.experiment,
+                        "condition": cond,
+                        "template": template,
+                        "fact_kind": kind,
+                        "metric": stats.metrics[m],
+                        "base": base,
+                        "full": full,
+                        "recovery": float(r["value"][at]),
+                        "ci_low": float(r["low"][at]),
+                        "ci_high": float(r["high"][at]),
+                        "gap": float(r["gap"][at]),
+                        "gap_low": float(r["gap_low"][at]),
+                        "gap_high": float(r["gap_high"][at]),
+                        "defined": bool(r["defined"][at]),
+                        "n": int(stats.n_prompts[c, g]),
+                        "n_facts": int(stats.n_facts[c, g]),
+                    }
+                )
     return rows

@@ -23,17 +23,43 @@ import polars as pl
 
 from weightgraft.atomic import write_text_atomic
 from weightgraft.experiments.records import read_condition, read_state
-from weightgraft.reporting.statistics import (ExperimentStats, experiment_stats, interval_rows,
-                                              recovery_rows, seed_for)
+from weightgraft.reporting.statistics import ExperimentStats, experiment_stats, interval_rows, recovery_rows, seed_for
 
-COLUMNS = ["experiment", "condition", "template", "fact_kind", "metric", "value", "ci_low",
-           "ci_high", "n", "n_facts"]
-RECOVERY_COLUMNS = ["experiment", "condition", "template", "fact_kind", "metric", "base", "full",
-                    "recovery",
-                    "ci_low", "ci_high", "gap", "gap_low", "gap_high", "defined", "n", "n_facts"]
-COMPARISON_COLUMNS = ["experiment", "a", "b", "template", "metric", "difference", "ci_low",
-                      "ci_high", "effect_size", "p_value", "permutations", "exact", "n",
-                      "n_facts"]
+COLUMNS = ["experiment", "condition", "template", "fact_kind", "metric", "value", "ci_low", "ci_high", "n", "n_facts"]
+RECOVERY_COLUMNS = [
+    "experiment",
+    "condition",
+    "template",
+    "fact_kind",
+    "metric",
+    "base",
+    "full",
+    "recovery",
+    "ci_low",
+    "ci_high",
+    "gap",
+    "gap_low",
+    "gap_high",
+    "defined",
+    "n",
+    "n_facts",
+]
+COMPARISON_COLUMNS = [
+    "experiment",
+    "a",
+    "b",
+    "template",
+    "metric",
+    "difference",
+    "ci_low",
+    "ci_high",
+    "effect_size",
+    "p_value",
+    "permutations",
+    "exact",
+    "n",
+    "n_facts",
+]
 COMPARISON_METRICS = ("top5", "prob", "target_logprob")
 PERMUTATIONS = 10000
 ALL = "ALL"
@@ -47,19 +73,33 @@ def experiment_statistics(out: Path, name: str, resamples: int, seed: int) -> Ex
     """Every condition of one experiment from its per-example files, with one shared resample
     set over facts seeded from the run seed and the experiment's name."""
     state = read_state(out, name)
-    columns = ["condition", "example_id", "fact_id", "fact_kind", "template", "applicable",
-               "rank", "prob", "target_logprob", "exact_match"]
-    frame = pl.concat([
-        pl.DataFrame(read_condition(out / "examples" / name / cond["file"]))
-        .with_columns(condition=pl.lit(cond["name"])).select(columns)
-        for cond in state["conditions"]])
-    return experiment_stats(frame, resamples, seed_for(seed, name), name=name,
-                            templates=list(state["templates"]))
+    columns = [
+        "condition",
+        "example_id",
+        "fact_id",
+        "fact_kind",
+        "template",
+        "applicable",
+        "rank",
+        "prob",
+        "target_logprob",
+        "exact_match",
+    ]
+    frame = pl.concat(
+        [
+            pl.DataFrame(read_condition(out / "examples" / name / cond["file"]))
+            .with_columns(condition=pl.lit(cond["name"]))
+            .select(columns)
+            for cond in state["conditions"]
+        ]
+    )
+    return experiment_stats(frame, resamples, seed_for(seed, name), name=name, templates=list(state["templates"]))
 
 
 def summary_rows(out: Path, experiment_names: list[str], resamples: int, seed: int) -> list[dict]:
-    return [row for name in experiment_names
-            for row in interval_rows(experiment_statistics(out, name, resamples, seed))]
+    return [
+        row for name in experiment_names for row in interval_rows(experiment_statistics(out, name, resamples, seed))
+    ]
 
 
 def recovery_references(stats: ExperimentStats, claims) -> list[tuple[str, str]]:
@@ -85,13 +125,25 @@ def comparison_rows(stats: ExperimentStats, pairs, seed: int) -> list[dict]:
         if a not in stats.conditions or b not in stats.conditions:
             continue
         for metric in COMPARISON_METRICS:
-            test = stats.paired(a, b, metric, ALL, PERMUTATIONS,
-                                seed_for(seed, f"{stats.experiment}/{a}/{b}/{metric}"))
-            rows.append({"experiment": stats.experiment, "a": a, "b": b, "template": ALL,
-                         "metric": metric, "difference": test.difference, "ci_low": test.low,
-                         "ci_high": test.high, "effect_size": test.effect_size,
-                         "p_value": test.p_value, "permutations": test.permutations,
-                         "exact": test.exact, "n": test.n_prompts, "n_facts": test.n_facts})
+            test = stats.paired(a, b, metric, ALL, PERMUTATIONS, seed_for(seed, f"{stats.experiment}/{a}/{b}/{metric}"))
+            rows.append(
+                {
+                    "experiment": stats.experiment,
+                    "a": a,
+                    "b": b,
+                    "template": ALL,
+                    "metric": metric,
+                    "difference": test.difference,
+                    "ci_low": test.low,
+                    "ci_high": test.high,
+                    "effect_size": test.effect_size,
+                    "p_value": test.p_value,
+                    "permutations": test.permutations,
+                    "exact": test.exact,
+                    "n": test.n_prompts,
+                    "n_facts": test.n_facts,
+                }
+            )
     return rows
 
 
@@ -108,7 +160,7 @@ def write_summary(out: Path, experiment_names: list[str], resamples: int, seed: 
     """Recompute summary.csv, recovery.csv and comparisons.csv from the per-example files of the
     named experiments. With `resamples` 0 there are no intervals: each bound equals the value
     and recovery.csv and comparisons.csv hold only their header."""
-    from weightgraft.reporting.verdict import PAPER_CLAIMS, PAIRED_TESTS
+    from weightgraft.reporting.verdict import PAIRED_TESTS, PAPER_CLAIMS
 
     rows, recovery, comparisons = [], [], []
     for name in experiment_names:
@@ -116,8 +168,7 @@ def write_summary(out: Path, experiment_names: list[str], resamples: int, seed: 
         rows += interval_rows(stats)
         for base, full in recovery_references(stats, PAPER_CLAIMS):
             recovery += recovery_rows(stats, base, full)
-        comparisons += comparison_rows(
-            stats, [(a, b) for exp, a, b in PAIRED_TESTS if exp == name], seed)
+        comparisons += comparison_rows(stats, [(a, b) for exp, a, b in PAIRED_TESTS if exp == name], seed)
     if resamples == 0:  # no intervals: bounds equal values, and the verdict uses point estimates
         for row in rows:
             row["ci_low"] = row["ci_high"] = row["value"]
@@ -127,8 +178,7 @@ def write_summary(out: Path, experiment_names: list[str], resamples: int, seed: 
     return _write_csv(out / "summary.csv", COLUMNS, rows)
 
 
-def _read_csv(path: Path, floats: tuple[str, ...], ints: tuple[str, ...],
-              bools: tuple[str, ...] = ()) -> list[dict]:
+def _read_csv(path: Path, floats: tuple[str, ...], ints: tuple[str, ...], bools: tuple[str, ...] = ()) -> list[dict]:
     rows = []
     with path.open(newline="") as handle:
         for row in csv.DictReader(handle):
@@ -159,8 +209,12 @@ def read_recovery(out: Path) -> list[dict]:
     """recovery.csv as dicts (None for undefined), or [] for a run folder without one."""
     if not (out / "recovery.csv").exists():
         return []
-    rows = _read_csv(out / "recovery.csv", ("recovery", "ci_low", "ci_high", "gap", "gap_low",
-                                            "gap_high"), ("n", "n_facts"), ("defined",))
+    rows = _read_csv(
+        out / "recovery.csv",
+        ("recovery", "ci_low", "ci_high", "gap", "gap_low", "gap_high"),
+        ("n", "n_facts"),
+        ("defined",),
+    )
     for row in rows:
         row.setdefault("fact_kind", ALL)
     return rows
@@ -170,6 +224,9 @@ def read_comparisons(out: Path) -> list[dict]:
     """comparisons.csv as dicts, or [] for a run folder without one."""
     if not (out / "comparisons.csv").exists():
         return []
-    return _read_csv(out / "comparisons.csv", ("difference", "ci_low", "ci_high", "effect_size",
-                                               "p_value"), ("permutations", "n", "n_facts"),
-                     ("exact",))
+    return _read_csv(
+        out / "comparisons.csv",
+        ("difference", "ci_low", "ci_high", "effect_size", "p_value"),
+        ("permutations", "n", "n_facts"),
+        ("exact",),
+    )

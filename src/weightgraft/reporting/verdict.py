@@ -57,65 +57,119 @@ class Check:
 # The paper's claims, in the paper's settings (conditions.md): position grafting onto PRE, and
 # component grafting at LT onto the one-direction (B2A) model.
 PAPER_CLAIMS = (
-    Claim("FE+LT vs SFT", "position_grafting", "FE+LT", "PRE", "SFT", 0.8, "at_least",
-          "grafting only the first entity and the last token recovers SFT"),
-    Claim("(FE+LT)^C vs PRE", "position_grafting", "(FE+LT)^C", "PRE", "SFT", 0.2, "at_most",
-          "grafting every position except FE and LT stays near PRE"),
-    Claim("O+FFN vs ATTN+O+FFN", "components_reversal", "O+FFN", "B2A", "ATTN+O+FFN", 0.8,
-          "at_least", "at the last token (fourth quarter), O and FFN recover what ATTN+O+FFN "
-          "adds to the one-direction model"),
-    Claim("FFN vs O+FFN (removing O)", "components_reversal", "FFN", "B2A", "O+FFN", 0.8,
-          "at_most", "removing O costs: FFN alone at LT recovers clearly less than O+FFN"),
+    Claim(
+        "FE+LT vs SFT",
+        "position_grafting",
+        "FE+LT",
+        "PRE",
+        "SFT",
+        0.8,
+        "at_least",
+        "grafting only the first entity and the last token recovers SFT",
+    ),
+    Claim(
+        "(FE+LT)^C vs PRE",
+        "position_grafting",
+        "(FE+LT)^C",
+        "PRE",
+        "SFT",
+        0.2,
+        "at_most",
+        "grafting every position except FE and LT stays near PRE",
+    ),
+    Claim(
+        "O+FFN vs ATTN+O+FFN",
+        "components_reversal",
+        "O+FFN",
+        "B2A",
+        "ATTN+O+FFN",
+        0.8,
+        "at_least",
+        "at the last token (fourth quarter), O and FFN recover what ATTN+O+FFN adds to the one-direction model",
+    ),
+    Claim(
+        "FFN vs O+FFN (removing O)",
+        "components_reversal",
+        "FFN",
+        "B2A",
+        "O+FFN",
+        0.8,
+        "at_most",
+        "removing O costs: FFN alone at LT recovers clearly less than O+FFN",
+    ),
 )
 
 
 # The pairwise claims' paired tests (condition a against b, over the same facts and prompts).
-PAIRED_TESTS = (("position_grafting", "FE+LT", "SFT"),
-                ("components_reversal", "O+FFN", "ATTN+O+FFN"),
-                ("components_reversal", "FFN", "O+FFN"))
+PAIRED_TESTS = (
+    ("position_grafting", "FE+LT", "SFT"),
+    ("components_reversal", "O+FFN", "ATTN+O+FFN"),
+    ("components_reversal", "FFN", "O+FFN"),
+)
 INTERVAL_METRICS = ("top5", "prob")
-METRIC_WORDS = {"top5": "top-5", "prob": "probability", "top1": "top-1",
-                "target_logprob": "target log-probability"}
+METRIC_WORDS = {"top5": "top-5", "prob": "probability", "top1": "top-1", "target_logprob": "target log-probability"}
 
 
-def summary_value(summary: list[dict], experiment: str, condition: str, template: str = ALL,
-                  metric: str = METRIC, fact_kind: str = ALL) -> float | None:
+def summary_value(
+    summary: list[dict],
+    experiment: str,
+    condition: str,
+    template: str = ALL,
+    metric: str = METRIC,
+    fact_kind: str = ALL,
+) -> float | None:
     for row in summary:
-        if (row["experiment"], row["condition"], row["template"], row["metric"],
-                row.get("fact_kind", ALL)) == (experiment, condition, template, metric, fact_kind):
+        if (row["experiment"], row["condition"], row["template"], row["metric"], row.get("fact_kind", ALL)) == (
+            experiment,
+            condition,
+            template,
+            metric,
+            fact_kind,
+        ):
             return row["value"]
     return None
 
 
 def decide(claim: Claim, summary: list[dict]) -> Check | None:
     """The point-estimate rule: recovery against the claim's threshold."""
-    values = {c: summary_value(summary, claim.experiment, c)
-              for c in (claim.low, claim.high, claim.condition)}
+    values = {c: summary_value(summary, claim.experiment, c) for c in (claim.low, claim.high, claim.condition)}
     if any(v is None for v in values.values()):
         return None
     low, high, value = values[claim.low], values[claim.high], values[claim.condition]
-    nums = (f"(top-5 in `{claim.experiment}`: {claim.low} {low:.2f}, {claim.high} {high:.2f}, "
-            f"{claim.condition} {value:.2f})")
+    nums = (
+        f"(top-5 in `{claim.experiment}`: {claim.low} {low:.2f}, {claim.high} {high:.2f}, "
+        f"{claim.condition} {value:.2f})"
+    )
     gap = high - low
     if gap < MIN_GAP:
-        return Check(claim.name, "inconclusive",
-                     f"{claim.high} gains only {gap:.2f} over {claim.low}, too little to share "
-                     f"out {nums}.", claim)
+        return Check(
+            claim.name,
+            "inconclusive",
+            f"{claim.high} gains only {gap:.2f} over {claim.low}, too little to share out {nums}.",
+            claim,
+        )
     recovery = (value - low) / gap
     holds = recovery >= claim.threshold if claim.direction == "at_least" else recovery <= claim.threshold
     sign = (">=" if holds else "<") if claim.direction == "at_least" else ("<=" if holds else ">")
     points = f"; {claim.high} - {claim.condition} = {high - value:+.2f} top-5"
-    return Check(claim.name, "appears" if holds else "does not appear",
-                 f"{claim.condition} recovers {recovery:.0%} of {claim.high}'s gain over "
-                 f"{claim.low} ({sign} {claim.threshold:.0%}{points}) {nums}.", claim, recovery)
+    return Check(
+        claim.name,
+        "appears" if holds else "does not appear",
+        f"{claim.condition} recovers {recovery:.0%} of {claim.high}'s gain over "
+        f"{claim.low} ({sign} {claim.threshold:.0%}{points}) {nums}.",
+        claim,
+        recovery,
+    )
 
 
 def decide_by_intervals(claim: Claim, recovery: list[dict]) -> Check | None:
     """The interval rule on top-5 and probability (see the module's docstring)."""
-    rows = {r["metric"]: r for r in recovery
-            if (r["experiment"], r["condition"], r["template"], r.get("fact_kind", ALL),
-                r["base"], r["full"]) == (claim.experiment, claim.condition, ALL, ALL, claim.low,
-                                          claim.high)}
+    rows = {
+        r["metric"]: r
+        for r in recovery
+        if (r["experiment"], r["condition"], r["template"], r.get("fact_kind", ALL), r["base"], r["full"])
+        == (claim.experiment, claim.condition, ALL, ALL, claim.low, claim.high)
+    }
     if not all(m in rows for m in INTERVAL_METRICS):
         return None
     decisions = {}
@@ -123,10 +177,10 @@ def decide_by_intervals(claim: Claim, recovery: list[dict]) -> Check | None:
         r = rows[metric]
         nan = float("nan")
         # A claim shares out a gain: a gap wholly below 0 (the reference is worse) has none.
-        value, low, high = ((r["recovery"], r["ci_low"], r["ci_high"])
-                            if r["defined"] and (r["gap"] or 0) > 0 else (nan, nan, nan))
-        decisions[metric] = decision.decide(value, low, high, claim.threshold, claim.direction,
-                                            r["n_facts"] or 0)
+        value, low, high = (
+            (r["recovery"], r["ci_low"], r["ci_high"]) if r["defined"] and (r["gap"] or 0) > 0 else (nan, nan, nan)
+        )
+        decisions[metric] = decision.decide(value, low, high, claim.threshold, claim.direction, r["n_facts"] or 0)
     outcome, note = decision.combine(decisions)
     word = ">=" if claim.direction == "at_least" else "<="
     parts = []
@@ -139,28 +193,31 @@ def decide_by_intervals(claim: Claim, recovery: list[dict]) -> Check | None:
             text = f"undefined on {word_metric} (a reference value is missing)"
         else:
             why = "includes 0" if r["gap_low"] <= 0 <= r["gap_high"] else "is below 0: no gain"
-            text = (f"undefined on {word_metric} ({claim.high} - {claim.low} = {r['gap']:.3f} "
-                    f"[{r['gap_low']:.3f}, {r['gap_high']:.3f}] {why})")
+            text = (
+                f"undefined on {word_metric} ({claim.high} - {claim.low} = {r['gap']:.3f} "
+                f"[{r['gap_low']:.3f}, {r['gap_high']:.3f}] {why})"
+            )
         if d.outcome == decision.INCONCLUSIVE:
             text += f"; {d.settle_note()}"
         parts.append(text)
     first = rows[INTERVAL_METRICS[0]]
-    sentence = (f"Recovery of {claim.condition} between {claim.low} (0) and {claim.high} (1): "
-                f"{'; '.join(parts)} (claim: {word} {claim.threshold:.2f}; 95% intervals over "
-                f"{first['n_facts']} facts, {first['n']} prompts, in `{claim.experiment}`); "
-                f"{note}.")
+    sentence = (
+        f"Recovery of {claim.condition} between {claim.low} (0) and {claim.high} (1): "
+        f"{'; '.join(parts)} (claim: {word} {claim.threshold:.2f}; 95% intervals over "
+        f"{first['n_facts']} facts, {first['n']} prompts, in `{claim.experiment}`); "
+        f"{note}."
+    )
     if outcome == decision.UNDEFINED:
         outcome = "inconclusive"
     top = decisions[INTERVAL_METRICS[0]]
-    return Check(claim.name, outcome, sentence, claim,
-                 None if top.outcome == decision.UNDEFINED else top.value, decisions)
+    return Check(
+        claim.name, outcome, sentence, claim, None if top.outcome == decision.UNDEFINED else top.value, decisions
+    )
 
 
-def check_pattern(summary: list[dict], recovery: list[dict] | None = None,
-                  claims=PAPER_CLAIMS) -> list[Check]:
+def check_pattern(summary: list[dict], recovery: list[dict] | None = None, claims=PAPER_CLAIMS) -> list[Check]:
     """Every claim whose experiment and conditions are in the summary, decided: by intervals
     when `recovery` rows (recovery.csv) are given, else by point estimates."""
     if recovery:
-        return [check for claim in claims
-                if (check := decide_by_intervals(claim, recovery)) is not None]
+        return [check for claim in claims if (check := decide_by_intervals(claim, recovery)) is not None]
     return [check for claim in claims if (check := decide(claim, summary)) is not None]

@@ -59,24 +59,60 @@ class BuiltinSpec:
 
 SPECS: dict[str, BuiltinSpec] = {
     "default": BuiltinSpec(
-        seed=0, n_films=60, n_first=280, n_last=200, n_background_films=150, vocab_size=2048,
-        tokenizer_docs=4000, general_docs=3000,
-        pretrain=PretrainConfig(hidden_size=128, num_layers=8, num_heads=4, intermediate_size=384,
-                                block_size=128, batch_size=16, steps=500, lr=3e-3, seed=0),
-        set_kinds={"relation": {"fake_fake": 56, "fake_real": 22, "real_shuffled": 22},
-                   "task": {"fake_fake": 30}, "freetext": {"fake_fake": 18}},
+        seed=0,
+        n_films=60,
+        n_first=280,
+        n_last=200,
+        n_background_films=150,
+        vocab_size=2048,
+        tokenizer_docs=4000,
+        general_docs=3000,
+        pretrain=PretrainConfig(
+            hidden_size=128,
+            num_layers=8,
+            num_heads=4,
+            intermediate_size=384,
+            block_size=128,
+            batch_size=16,
+            steps=500,
+            lr=3e-3,
+            seed=0,
+        ),
+        set_kinds={
+            "relation": {"fake_fake": 56, "fake_real": 22, "real_shuffled": 22},
+            "task": {"fake_fake": 30},
+            "freetext": {"fake_fake": 18},
+        },
         texts_per_fact=12,
         articles_per_fact=16,
         finetune=FinetuneConfig(lr=2e-3, epochs=6, batch_size=16, mix_ratio=0.5, seed=0),
         freetext_epochs=6,
     ),
     "tiny": BuiltinSpec(
-        seed=0, n_films=12, n_first=40, n_last=40, n_background_films=20, vocab_size=768,
-        tokenizer_docs=1000, general_docs=400,
-        pretrain=PretrainConfig(hidden_size=64, num_layers=4, num_heads=4, intermediate_size=192,
-                                block_size=64, batch_size=16, steps=300, lr=4e-3, seed=0),
-        set_kinds={"relation": {"fake_fake": 2, "fake_real": 2, "real_shuffled": 2},
-                   "task": {"fake_fake": 6}, "freetext": {"fake_fake": 6}},
+        seed=0,
+        n_films=12,
+        n_first=40,
+        n_last=40,
+        n_background_films=20,
+        vocab_size=768,
+        tokenizer_docs=1000,
+        general_docs=400,
+        pretrain=PretrainConfig(
+            hidden_size=64,
+            num_layers=4,
+            num_heads=4,
+            intermediate_size=192,
+            block_size=64,
+            batch_size=16,
+            steps=300,
+            lr=4e-3,
+            seed=0,
+        ),
+        set_kinds={
+            "relation": {"fake_fake": 2, "fake_real": 2, "real_shuffled": 2},
+            "task": {"fake_fake": 6},
+            "freetext": {"fake_fake": 6},
+        },
         texts_per_fact=12,
         articles_per_fact=12,
         finetune=FinetuneConfig(lr=3e-3, epochs=6, batch_size=16, mix_ratio=0.25, seed=0),
@@ -119,8 +155,13 @@ def _locked(path: Path):
 
 
 def build_world(spec: BuiltinSpec) -> World:
-    return World(spec.seed, n_films=spec.n_films, n_first=spec.n_first, n_last=spec.n_last,
-                 n_background_films=spec.n_background_films)
+    return World(
+        spec.seed,
+        n_films=spec.n_films,
+        n_first=spec.n_first,
+        n_last=spec.n_last,
+        n_background_films=spec.n_background_films,
+    )
 
 
 def write_world_dataset(world: World, directory: Path, general_docs: int) -> Path:
@@ -129,8 +170,15 @@ def write_world_dataset(world: World, directory: Path, general_docs: int) -> Pat
     evaluation = [p for f in world.heldout_films for p in eval_prompts_for(f, EVAL_TEMPLATES)]
     validation = [p for f in world.heldout_films for p in eval_prompts_for(f, VALIDATION_TEMPLATES)]
     check_no_leak(general, evaluation + validation)
-    return write_dataset(directory, world.films, general, validation, evaluation, world.seed,
-                         {"style": "world", "heldout_films": sorted(world.heldout_ids)})
+    return write_dataset(
+        directory,
+        world.films,
+        general,
+        validation,
+        evaluation,
+        world.seed,
+        {"style": "world", "heldout_films": sorted(world.heldout_ids)},
+    )
 
 
 def write_known_dataset(world: World, directory: Path) -> Path:
@@ -139,9 +187,19 @@ def write_known_dataset(world: World, directory: Path) -> Path:
     measures what a finetune kept. Films stated in evaluation wording during pretraining are
     listed as `exposed_films` in the manifest; the others were read only in articles."""
     evaluation = [p for f in world.films for p in eval_prompts_for(f, EVAL_TEMPLATES)]
-    return write_dataset(directory, world.films, [], [], evaluation, world.seed,
-                         {"style": "known", "heldout_films": sorted(world.heldout_ids),
-                          "exposed_films": sorted(f.id for f in world.exposed_films)})
+    return write_dataset(
+        directory,
+        world.films,
+        [],
+        [],
+        evaluation,
+        world.seed,
+        {
+            "style": "known",
+            "heldout_films": sorted(world.heldout_ids),
+            "exposed_films": sorted(f.id for f in world.exposed_films),
+        },
+    )
 
 
 def ensure_builtin(
@@ -154,14 +212,19 @@ def ensure_builtin(
     spec = SPECS[size]
     root = Path(home or default_home()) / f"builtin-{size}-v{BUILTIN_VERSION}"
     art = BuiltinArtifacts(
-        pretrained=root / "models" / "pretrained", relation_model=root / "models" / "relation",
+        pretrained=root / "models" / "pretrained",
+        relation_model=root / "models" / "relation",
         b2a_model=root / "models" / "relation_b2a",
-        task_model=root / "models" / "task", freetext_model=root / "models" / "freetext",
-        relation_data=root / "data" / "relation", b2a_data=root / "data" / "relation_b2a",
+        task_model=root / "models" / "task",
+        freetext_model=root / "models" / "freetext",
+        relation_data=root / "data" / "relation",
+        b2a_data=root / "data" / "relation_b2a",
         known_data=root / "data" / "known",
         task_data=root / "data" / "task",
-        freetext_data=root / "data" / "freetext", world_data=root / "data" / "world",
-        root=root, size=size,
+        freetext_data=root / "data" / "freetext",
+        world_data=root / "data" / "world",
+        root=root,
+        size=size,
     )
 
     def say(message: str) -> None:
@@ -196,8 +259,7 @@ def ensure_builtin(
             for counts in spec.set_kinds.values():
                 for kind, n in counts.items():
                     totals[kind] = totals.get(kind, 0) + n
-            facts = generate_facts(totals, spec.seed, w.pool, w.films, real_actors=w.actors,
-                                   forbidden=w.person_names())
+            facts = generate_facts(totals, spec.seed, w.pool, w.films, real_actors=w.actors, forbidden=w.person_names())
             parts = split_by_kind(facts, spec.set_kinds)
             with atomic_directory(root / "data" / "sets", overwrite=True) as tmp:
                 build_with_one_direction_sets(tmp / "relation", parts["relation"], spec.seed, spec.texts_per_fact)
@@ -212,6 +274,7 @@ def ensure_builtin(
             for name in set_names:
                 if (root / "data" / name).exists():  # a partial set from an older run: rebuild all together
                     import shutil
+
                     shutil.rmtree(root / "data" / name)
             step("datasets", art.relation_data, build_sets)
 
@@ -223,9 +286,19 @@ def ensure_builtin(
             tokenizer = train_bpe_tokenizer(w.documents(spec.tokenizer_docs, "tokenizer"), spec.vocab_size)
             cfg = spec.pretrain
             docs = w.documents(cfg.steps * cfg.batch_size * cfg.block_size // TOKENS_PER_DOCUMENT, "pretrain")
-            pretrain(docs, tokenizer, cfg, art.pretrained, progress=progress,
-                     extra_record={"world_seed": spec.seed, "n_films": spec.n_films, "size": size,
-                                   "vocab_size": spec.vocab_size})
+            pretrain(
+                docs,
+                tokenizer,
+                cfg,
+                art.pretrained,
+                progress=progress,
+                extra_record={
+                    "world_seed": spec.seed,
+                    "n_films": spec.n_films,
+                    "size": size,
+                    "vocab_size": spec.vocab_size,
+                },
+            )
 
         step("pretrained model", art.pretrained, build_pretrained)
         if not finetunes:
@@ -237,11 +310,22 @@ def ensure_builtin(
             from weightgraft.training.finetune import finetune
 
             cfg = replace(spec.finetune, epochs=epochs)
-            finetune(art.pretrained, data, out, cfg, general_texts=load_train_texts(art.world_data),
-                     progress=progress)
+            finetune(art.pretrained, data, out, cfg, general_texts=load_train_texts(art.world_data), progress=progress)
 
-        step("relation model", art.relation_model, lambda: finetune_on(art.relation_data, art.relation_model, spec.finetune.epochs))
-        step("one-direction (B2A) model", art.b2a_model, lambda: finetune_on(art.b2a_data, art.b2a_model, spec.finetune.epochs))
+        step(
+            "relation model",
+            art.relation_model,
+            lambda: finetune_on(art.relation_data, art.relation_model, spec.finetune.epochs),
+        )
+        step(
+            "one-direction (B2A) model",
+            art.b2a_model,
+            lambda: finetune_on(art.b2a_data, art.b2a_model, spec.finetune.epochs),
+        )
         step("task model", art.task_model, lambda: finetune_on(art.task_data, art.task_model, spec.finetune.epochs))
-        step("free-text model", art.freetext_model, lambda: finetune_on(art.freetext_data, art.freetext_model, spec.freetext_epochs))
+        step(
+            "free-text model",
+            art.freetext_model,
+            lambda: finetune_on(art.freetext_data, art.freetext_model, spec.freetext_epochs),
+        )
     return art

@@ -102,8 +102,7 @@ class _AccuracyTrainer(Trainer):
     def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval") -> dict:
         accuracy = topk_accuracy(self.model, self.eval_tokenizer, self.validation, self.k)
         self.history.append(accuracy)
-        if self.keep_best and (self.best_state is None
-                               or accuracy > max(self.history[:-1], default=-1.0)):
+        if self.keep_best and (self.best_state is None or accuracy > max(self.history[:-1], default=-1.0)):
             self.best_state = {n: t.detach().to("cpu", copy=True) for n, t in self.model.state_dict().items()}
             self.best_epoch = len(self.history)
         metrics = {f"{metric_key_prefix}_top{self.k}_accuracy": accuracy}
@@ -115,8 +114,11 @@ class _AccuracyTrainer(Trainer):
 def last_complete_checkpoint(folder: Path) -> str | None:
     """The newest `checkpoint-N` whose trainer_state.json (Trainer writes it last) exists: a
     process killed while saving leaves an incomplete folder that must not be resumed from."""
-    complete = [p for p in Path(folder).glob("checkpoint-*")
-                if p.name.split("-")[-1].isdigit() and (p / "trainer_state.json").is_file()]
+    complete = [
+        p
+        for p in Path(folder).glob("checkpoint-*")
+        if p.name.split("-")[-1].isdigit() and (p / "trainer_state.json").is_file()
+    ]
     if not complete:
         return None
     return str(max(complete, key=lambda p: int(p.name.split("-")[-1])))
@@ -205,16 +207,20 @@ def finetune(
     out_dir = Path(out_dir)
     # Under `accelerate launch` / torchrun every process trains; only rank 0 writes `out_dir`.
     is_main = int(os.environ.get("RANK", "0")) == 0
-    with (atomic_directory(out_dir, overwrite) if is_main else _scratch_directory()) as tmp:
+    with atomic_directory(out_dir, overwrite) if is_main else _scratch_directory() as tmp:
         steps_per_epoch = -(-len(dataset) // config.batch_size)
         resume_from = None
         if checkpoint_dir is not None:
             checkpoint_dir = Path(checkpoint_dir)
             if checkpoint_dir.is_dir():
                 resume_from = last_complete_checkpoint(checkpoint_dir)
-            saving = {"save_strategy": "epoch", "save_total_limit": 1,
-                      "load_best_model_at_end": True, "greater_is_better": True,
-                      "metric_for_best_model": f"top{config.eval_k}_accuracy"}
+            saving = {
+                "save_strategy": "epoch",
+                "save_total_limit": 1,
+                "load_best_model_at_end": True,
+                "greater_is_better": True,
+                "metric_for_best_model": f"top{config.eval_k}_accuracy",
+            }
         else:
             saving = {"save_strategy": "no"}
         args = TrainingArguments(
@@ -239,9 +245,14 @@ def finetune(
             dataloader_num_workers=0,
         )
         trainer = _AccuracyTrainer(
-            model=net, args=args, train_dataset=dataset, eval_dataset=dataset,
+            model=net,
+            args=args,
+            train_dataset=dataset,
+            eval_dataset=dataset,
             data_collator=_PadCollator(tokenizer.pad_token_id),
-            validation=validation, eval_tokenizer=tokenizer, k=config.eval_k,
+            validation=validation,
+            eval_tokenizer=tokenizer,
+            k=config.eval_k,
             keep_best=checkpoint_dir is None,
         )
         if device.startswith("cuda") and device != "cuda":
@@ -257,17 +268,30 @@ def finetune(
             net.save_pretrained(tmp, safe_serialization=True)
             tokenizer.save_pretrained(tmp)
             seconds = time.time() - start
-            write_json(tmp / "training_config.json", {
-                "kind": "finetune", "base_model": str(model), "data_dir": str(data_dir),
-                "data_sha256": manifest.get("sha256"), "data_seed": manifest.get("seed"),
-                **asdict(config), "device_used": device, "n_train_texts": len(train_texts),
-                "n_general_texts": n_general, "n_validation_prompts": len(validation),
-                "validation_top_k_by_epoch": trainer.history, "best_epoch": trainer.best_epoch,
-                "resumed_from": Path(resume_from).name if resume_from else None,
-                "seconds": round(seconds, 1),
-            })
+            write_json(
+                tmp / "training_config.json",
+                {
+                    "kind": "finetune",
+                    "base_model": str(model),
+                    "data_dir": str(data_dir),
+                    "data_sha256": manifest.get("sha256"),
+                    "data_seed": manifest.get("seed"),
+                    **asdict(config),
+                    "device_used": device,
+                    "n_train_texts": len(train_texts),
+                    "n_general_texts": n_general,
+                    "n_validation_prompts": len(validation),
+                    "validation_top_k_by_epoch": trainer.history,
+                    "best_epoch": trainer.best_epoch,
+                    "resumed_from": Path(resume_from).name if resume_from else None,
+                    "seconds": round(seconds, 1),
+                },
+            )
         shutil.rmtree(tmp / "trainer", ignore_errors=True)
     return FinetuneResult(
-        path=out_dir, best_epoch=trainer.best_epoch, best_accuracy=max(trainer.history),
-        history=trainer.history, seconds=time.time() - start,
+        path=out_dir,
+        best_epoch=trainer.best_epoch,
+        best_accuracy=max(trainer.history),
+        history=trainer.history,
+        seconds=time.time() - start,
     )

@@ -19,10 +19,14 @@ def check_lengths(tokenizer, model_config, train_texts: list[str], validation, m
         too_long = [(n, p) for n, p in zip(lengths, validation) if n > context]
         if too_long:
             n, prompt = max(too_long, key=lambda item: item[0])
-            raise DataError(f"{data_dir}: {len(too_long)} validation prompt(s) are longer than the model's "
-                            f"context of {context} tokens (prompt {prompt.id}: {n} tokens); shorten the names")
+            raise DataError(
+                f"{data_dir}: {len(too_long)} validation prompt(s) are longer than the model's "
+                f"context of {context} tokens (prompt {prompt.id}: {n} tokens); shorten the names"
+            )
     lengths = [len(ids) + 1 for ids in tokenizer(train_texts)["input_ids"]]
     cut = sum(n > max_length for n in lengths)
     if cut:
-        warn(f"{data_dir}: {cut} of {len(train_texts)} training texts are longer than max_length "
-             f"{max_length} tokens (longest {max(lengths)}) and are cut; check for very long names")
+        warn(
+            f"{data_dir}: {cut} of {len(train_texts)} training texts are longer than max_length "
+            f"{max_length} tokens (longest {max(lengths)}) and are cut; check for very long names"
+        )

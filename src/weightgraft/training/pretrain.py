@@ -75,8 +75,12 @@ def learning_rate(step: int, config: PretrainConfig) -> float:
 
 
 def pretrain(
-    documents: list[str], tokenizer, config: PretrainConfig, out_dir: Path,
-    progress: bool = True, extra_record: dict | None = None,
+    documents: list[str],
+    tokenizer,
+    config: PretrainConfig,
+    out_dir: Path,
+    progress: bool = True,
+    extra_record: dict | None = None,
 ) -> Path:
     """Train a fresh model on `documents` for `config.steps` steps and save it atomically."""
     blocks = pack_documents(documents, tokenizer, config.block_size)
@@ -85,7 +89,8 @@ def pretrain(
     no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
     optimizer = torch.optim.AdamW(
         [{"params": decay, "weight_decay": config.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=config.lr, betas=(0.9, 0.95),
+        lr=config.lr,
+        betas=(0.9, 0.95),
     )
     generator = torch.Generator().manual_seed(config.seed)
     order = torch.randperm(len(blocks), generator=generator)
@@ -114,10 +119,16 @@ def pretrain(
     with atomic_directory(out_dir) as tmp:
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
-        write_json(tmp / "training_config.json", {
-            "kind": "pretrain", **asdict(config), "n_blocks": len(blocks),
-            "tokens_seen": config.steps * config.batch_size * config.block_size,
-            "final_loss": sum(losses[-20:]) / len(losses[-20:]), "seconds": round(seconds, 1),
-            **(extra_record or {}),
-        })
+        write_json(
+            tmp / "training_config.json",
+            {
+                "kind": "pretrain",
+                **asdict(config),
+                "n_blocks": len(blocks),
+                "tokens_seen": config.steps * config.batch_size * config.block_size,
+                "final_loss": sum(losses[-20:]) / len(losses[-20:]),
+                "seconds": round(seconds, 1),
+                **(extra_record or {}),
+            },
+        )
     return Path(out_dir)
