@@ -30,7 +30,7 @@ from weightgraft.data.world import World
 from weightgraft.training.finetune import FinetuneConfig
 from weightgraft.training.pretrain import PretrainConfig
 
-BUILTIN_VERSION = "5"
+BUILTIN_VERSION = "6"
 # Pretraining draws (tokens it trains on) / TOKENS_PER_DOCUMENT documents from the world: a rough
 # average document length in tokens. Part of the built-in models' bytes: changing it changes them.
 TOKENS_PER_DOCUMENT = 25
@@ -79,7 +79,7 @@ SPECS: dict[str, BuiltinSpec] = {
             seed=0,
         ),
         set_kinds={
-            "relation": {"fake_fake": 56, "fake_real": 22, "real_shuffled": 22},
+            "relation": {"fake_fake": 34, "fake_real": 13, "real_shuffled": 13},
             "task": {"fake_fake": 30},
             "freetext": {"fake_fake": 18},
         },
