@@ -18,6 +18,9 @@ from weightgraft.reporting.verdict import Check
 # Prompts scored per experiment: enough for intervals of a few points, few enough that every
 # preset stays well under a minute on two CPU cores. `None` scores every evaluation prompt.
 DEMO_EXAMPLES = {"default": 80, "tiny": 24}
+# The minimal-graft search grafts dozens of nested sets exactly: fewer prompts keep the warm demo
+# within a minute.
+LOCALIZE_EXAMPLES = 16
 
 
 @dataclass
@@ -64,7 +67,7 @@ def demo_config(
             },
             "experiments": [{"preset": name, "max_examples": cap} for name in ALL_PRESETS]
             + (
-                [{"localize": "relation-minimal", "dataset": "relation", "max_examples": cap}]
+                [{"localize": "relation-minimal", "dataset": "relation", "max_examples": LOCALIZE_EXAMPLES}]
                 if size == "default"
                 else []
             ),
