@@ -15,12 +15,10 @@ from weightgraft.training.finetune import FinetuneConfig, finetune
 
 
 def _app():
-    import typer
+    """The real command group, so that a user's error takes the CLI's one-line path."""
+    from weightgraft.cli import _register_all, app
 
-    from weightgraft.cli import data_commands
-
-    app = typer.Typer()
-    data_commands.register(app)
+    _register_all()
     return app
 
 

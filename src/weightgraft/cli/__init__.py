@@ -51,6 +51,8 @@ app = typer.Typer(
 
 
 def _register_all() -> None:
+    if app.registered_commands:  # tests call this once per CLI test
+        return
     # Imported here so that `import weightgraft` stays light.
     from weightgraft.cli import data_commands, experiment_commands, reproduce_commands
 

@@ -2,26 +2,12 @@
 
 from __future__ import annotations
 
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Literal
 
 import typer
 
 KINDS_HELP = "comma-separated kinds: fake_fake, fake_real, real_shuffled (real_real: the known films)"
-
-
-@contextmanager
-def _user_errors():
-    """Bad input or an occupied output folder: one line on stderr and exit code 2."""
-    from weightgraft.atomic import OutputExistsError
-    from weightgraft.data.errors import DataError
-
-    try:
-        yield
-    except (DataError, OutputExistsError, FileNotFoundError) as err:
-        typer.echo(f"error: {err}", err=True)
-        raise typer.Exit(2) from None
 
 
 def _check_counts(minimums: dict[str, tuple[int, int]]) -> None:
@@ -63,39 +49,6 @@ def data(
 
     Each set with template texts is written three times: both orders (NAME), and one order only
     (NAME_a2b: the first actor named first; NAME_b2a: the second actor named first)."""
-    with _user_errors():
-        _write_datasets(
-            out,
-            seed,
-            kinds,
-            facts_per_kind,
-            relation,
-            task,
-            freetext,
-            texts_per_fact,
-            articles_per_fact,
-            known,
-            user_facts,
-            articles,
-            overwrite,
-        )
-
-
-def _write_datasets(
-    out,
-    seed,
-    kinds,
-    facts_per_kind,
-    relation,
-    task,
-    freetext,
-    texts_per_fact,
-    articles_per_fact,
-    known,
-    user_facts,
-    articles,
-    overwrite,
-) -> None:
     from weightgraft.atomic import refuse_nonempty
     from weightgraft.data.errors import DataError
 
@@ -219,43 +172,6 @@ def train(
     ),
 ) -> None:
     """Finetune a causal LM on a dataset with Hugging Face Trainer (works under `accelerate launch`)."""
-    with _user_errors():
-        _train(
-            model,
-            data_dir,
-            out,
-            lr,
-            epochs,
-            batch_size,
-            precision,
-            freeze_embeddings,
-            freeze_unembeddings,
-            mix_ratio,
-            general_text,
-            device,
-            seed,
-            trust_remote_code,
-            overwrite,
-        )
-
-
-def _train(
-    model,
-    data_dir,
-    out,
-    lr,
-    epochs,
-    batch_size,
-    precision,
-    freeze_embeddings,
-    freeze_unembeddings,
-    mix_ratio,
-    general_text,
-    device,
-    seed,
-    trust_remote_code,
-    overwrite,
-) -> None:
     from weightgraft.atomic import refuse_nonempty
     from weightgraft.data.errors import DataError
 
