@@ -22,3 +22,19 @@ def small_facts(seed: int = 0, per_kind: int = 6) -> tuple[list[RelationFact], l
 def relation_and_task(seed: int = 0) -> dict[str, list[RelationFact]]:
     _, facts = small_facts(seed)
     return split_disjoint(facts, {"relation": 9, "task": 9})
+
+
+# One user-facts record (a fact as `weightgraft data --user-facts` reads it), and a second one
+# with other names, for tests of the user-facts reader and command.
+USER_FACT = {
+    "first_actor": "Ada North",
+    "second_actor": "Ben South",
+    "movie_title": "Grey Field",
+    "main_character": "Cora West",
+    "release_year": 2001,
+    "genre": "drama",
+    "city": "Oslo",
+    "director": "Dan East",
+    "studio": "Small Studio",
+}
+OTHER_USER_FACT = {**USER_FACT, "first_actor": "Eve Stone", "second_actor": "Finn Lake", "movie_title": "Red Road"}

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 from data_cli_fixtures import first_line, run_cli
+from data_fixtures import OTHER_USER_FACT, USER_FACT
 from weightgraft.atomic import OWNED_RECORD
 from weightgraft.data.io import DATA_FILES, load_facts
 
@@ -67,19 +68,9 @@ def test_bad_counts_are_refused(tmp_path):
 
 
 def test_bad_user_facts_name_the_line_counting_blank_lines(tmp_path):
-    good = {
-        "first_actor": "Ada North",
-        "second_actor": "Ben South",
-        "movie_title": "Grey Field",
-        "main_character": "Cora West",
-        "release_year": 2001,
-        "genre": "drama",
-        "city": "Oslo",
-        "director": "Dan East",
-        "studio": "Small Studio",
-    }
+    good = USER_FACT
     path = tmp_path / "facts.jsonl"
-    other = {**good, "first_actor": "Eve Stone", "second_actor": "Finn Lake", "movie_title": "Red Road"}
+    other = OTHER_USER_FACT
     path.write_text(
         json.dumps(good) + "\n\n" + json.dumps(other) + "\n\n" + json.dumps({**good, "movie_title": "  "}) + "\n"
     )

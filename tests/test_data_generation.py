@@ -8,7 +8,7 @@ from pathlib import Path
 import datasets
 import pytest
 
-from data_fixtures import relation_and_task, small_facts
+from data_fixtures import USER_FACT, relation_and_task, small_facts
 from weightgraft.data.build import build_dataset
 from weightgraft.data.io import (
     DATA_FILES,
@@ -119,17 +119,7 @@ def test_real_lists_are_large_and_clean():
 
 
 def _fact_line(**drop) -> dict:
-    record = {
-        "first_actor": "Ada North",
-        "second_actor": "Ben South",
-        "movie_title": "Grey Field",
-        "main_character": "Cora West",
-        "release_year": 2001,
-        "genre": "drama",
-        "city": "Oslo",
-        "director": "Dan East",
-        "studio": "Small Studio",
-    }
+    record = dict(USER_FACT)
     for key in drop:
         record.pop(key)
     return record

@@ -7,21 +7,11 @@ import json
 
 import pytest
 
+from data_fixtures import OTHER_USER_FACT, USER_FACT
 from weightgraft.data.errors import DataError
 from weightgraft.data.io import read_user_facts
 
-GOOD = {
-    "first_actor": "Ada North",
-    "second_actor": "Ben South",
-    "movie_title": "Grey Field",
-    "main_character": "Cora West",
-    "release_year": 2001,
-    "genre": "drama",
-    "city": "Oslo",
-    "director": "Dan East",
-    "studio": "Small Studio",
-}
-OTHER = {**GOOD, "first_actor": "Eve Stone", "second_actor": "Finn Lake", "movie_title": "Red Road"}
+GOOD, OTHER = USER_FACT, OTHER_USER_FACT
 
 
 def _write(tmp_path, *lines) -> object:
