@@ -112,36 +112,7 @@ def generate_facts(
         made = []
         for index in range(n):
             fact_id = f"{KIND_PREFIX[kind]}-{index:04d}"
-            if kind == "fake_fake":
-                first = factory.person(unique_first=True)
-                second = factory.person(unique_first=True)
-                made.append(
-                    RelationFact(
-                        id=fact_id,
-                        kind=kind,
-                        first_actor=first,
-                        second_actor=second,
-                        movie_title=factory.title(),
-                        **_details(rng, factory),
-                    )
-                )
-            elif kind == "fake_real":
-                while True:
-                    first = _pick_actor(rng, real_actors, used_first, set())
-                    second = _pick_actor(rng, real_actors, used_first, {first})
-                    if frozenset((first, second)) not in known_pairs:
-                        break
-                made.append(
-                    RelationFact(
-                        id=fact_id,
-                        kind=kind,
-                        first_actor=first,
-                        second_actor=second,
-                        movie_title=factory.title(),
-                        **_details(rng, factory),
-                    )
-                )
-            else:  # real_shuffled
+            if kind == "real_shuffled":
                 if index >= len(shuffled_films):
                     raise ValueError(f"only {len(shuffled_films)} known films to shuffle; ask for fewer")
                 film = shuffled_films[index]
@@ -152,6 +123,27 @@ def generate_facts(
                     if frozenset((first, second)) not in known_pairs:
                         break
                 made.append(film.model_copy(update=dict(id=fact_id, kind=kind, first_actor=first, second_actor=second)))
+                continue
+            if kind == "fake_fake":
+                first = factory.person(unique_first=True)
+                second = factory.person(unique_first=True)
+            else:  # fake_real
+                while True:
+                    first = _pick_actor(rng, real_actors, used_first, set())
+                    second = _pick_actor(rng, real_actors, used_first, {first})
+                    if frozenset((first, second)) not in known_pairs:
+                        break
+            # The title and details are drawn after the actors, in this order, for every fake film.
+            made.append(
+                RelationFact(
+                    id=fact_id,
+                    kind=kind,
+                    first_actor=first,
+                    second_actor=second,
+                    movie_title=factory.title(),
+                    **_details(rng, factory),
+                )
+            )
         by_kind[kind] = made
     facts = []
     for index in range(max(counts.values(), default=0)):
