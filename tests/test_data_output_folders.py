@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from weightgraft.atomic import OWNED_RECORD, OutputExistsError
-from weightgraft.data.io import atomic_directory
+from weightgraft.atomic import OWNED_RECORD, OutputExistsError, atomic_directory
 
 
 def _write(folder, files: dict[str, str]) -> None:

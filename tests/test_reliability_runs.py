@@ -167,7 +167,7 @@ def test_layers_are_checked_before_any_model_loads(world, tmp_path, monkeypatch)
 def test_dataset_and_model_folders_follow_the_umask(tmp_path):
     """atomic_directory (datasets, pretrained and finetuned models) gives the umask's modes, also
     to files written private, as save_pretrained writes model.safetensors."""
-    from weightgraft.data.io import atomic_directory
+    from weightgraft.atomic import atomic_directory
 
     old = os.umask(0o022)
     try:

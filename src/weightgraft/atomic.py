@@ -7,9 +7,12 @@ by the group as the user's other files can.
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from weightgraft.errors import UserError
@@ -69,6 +72,11 @@ def write_text_atomic(path: str | Path, text: str) -> Path:
     return write_atomic(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
 
 
+def write_json(path: str | Path, obj: dict) -> Path:
+    """Indented JSON with sorted keys (stable diffs between runs), written atomically."""
+    return write_text_atomic(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
+
+
 # --- Output folders that may hold a user's own files -------------------------------------------
 # A folder weightgraft writes (a dataset, a finetuned model) records the names it wrote in
 # OWNED_RECORD. Replacing it touches only those names: a user's notes.txt beside them survives.
@@ -120,8 +128,6 @@ def install_folder(tmp: str | Path, final: str | Path) -> Path:
     for stale in _owned_names(final) - set(written):
         old = final / stale
         if old.is_dir() and not old.is_symlink():
-            import shutil
-
             shutil.rmtree(old)
         else:
             old.unlink(missing_ok=True)
@@ -136,3 +142,26 @@ def install_folder(tmp: str | Path, final: str | Path) -> Path:
     os.replace(tmp / OWNED_RECORD, final / OWNED_RECORD)
     tmp.rmdir()
     return final
+
+
+@contextmanager
+def atomic_directory(final: str | Path, overwrite: bool = False) -> Iterator[Path]:
+    """Yield a temp directory next to `final`; on success it becomes `final`.
+
+    An interrupted build leaves only a hidden temp directory (removed on the next try), never a
+    half-written `final`. An existing non-empty `final` is an error unless `overwrite`; then only
+    weightgraft's own files in it are replaced (`install_folder`).
+    """
+    final = Path(os.path.abspath(final))
+    refuse_nonempty(final, overwrite)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    for stale in final.parent.glob(f".{final.name}.tmp-*"):
+        shutil.rmtree(stale, ignore_errors=True)
+    tmp = make_temp_folder(final.parent, prefix=f".{final.name}.tmp-")
+    try:
+        yield tmp
+        follow_umask(tmp)  # tempfile and save_pretrained make private files
+        install_folder(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise

@@ -49,7 +49,7 @@ def data(
 
     Each set with template texts is written three times: both orders (NAME), and one order only
     (NAME_a2b: the first actor named first; NAME_b2a: the second actor named first)."""
-    from weightgraft.atomic import refuse_nonempty
+    from weightgraft.atomic import atomic_directory, refuse_nonempty
     from weightgraft.data.errors import DataError
 
     # Everything that can be checked is checked before any work (and before the slower imports).
@@ -70,7 +70,7 @@ def data(
 
     from weightgraft.data.build import build_dataset, build_with_one_direction_sets, split_disjoint
     from weightgraft.data.facts import GENERATED_KINDS, generate_facts, known_film_facts
-    from weightgraft.data.io import atomic_directory, read_user_articles, read_user_facts
+    from weightgraft.data.io import read_user_articles, read_user_facts
     from weightgraft.data.names import NamePool
 
     written: list[tuple[str, int]] = []

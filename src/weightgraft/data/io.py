@@ -16,15 +16,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import shutil
 from collections.abc import Iterable
-from contextlib import contextmanager
 from pathlib import Path
 
 from pydantic import ValidationError
 
-from weightgraft.atomic import follow_umask, install_folder, make_temp_folder, refuse_nonempty, write_text_atomic
+from weightgraft.atomic import atomic_directory, write_json, write_text_atomic
 from weightgraft.data.errors import DataError, warn
 from weightgraft.data.schema import EvalPrompt, RelationFact
 
@@ -36,10 +33,6 @@ def write_jsonl(path: Path, records: Iterable[dict]) -> None:
     """One JSON object per line, sorted keys, written atomically."""
     lines = "".join(json.dumps(r, sort_keys=True, ensure_ascii=False) + "\n" for r in records)
     write_text_atomic(path, lines)
-
-
-def write_json(path: Path, obj: dict) -> None:
-    write_text_atomic(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
 
 
 def read_jsonl_lines(path: Path) -> list[tuple[int, object]]:
@@ -75,29 +68,6 @@ def read_jsonl(path: Path) -> list[dict]:
 
 def sha256_file(path: Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-
-
-@contextmanager
-def atomic_directory(final: Path, overwrite: bool = False):
-    """Yield a temp directory next to `final`; on success it becomes `final`.
-
-    An interrupted build leaves only a hidden temp directory (removed on the next try), never a
-    half-written `final`. An existing non-empty `final` is an error unless `overwrite`; then only
-    weightgraft's own files in it are replaced (`weightgraft.atomic.install_folder`).
-    """
-    final = Path(os.path.abspath(final))
-    refuse_nonempty(final, overwrite)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    for stale in final.parent.glob(f".{final.name}.tmp-*"):
-        shutil.rmtree(stale, ignore_errors=True)
-    tmp = make_temp_folder(final.parent, prefix=f".{final.name}.tmp-")
-    try:
-        yield tmp
-        follow_umask(tmp)  # tempfile and save_pretrained make private files
-        install_folder(tmp, final)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
 
 
 def write_dataset(

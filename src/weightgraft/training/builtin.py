@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from weightgraft.atomic import OWNED_RECORD
+from weightgraft.atomic import OWNED_RECORD, atomic_directory
 from weightgraft.data.build import build_dataset, build_with_one_direction_sets, check_no_leak, split_by_kind
 from weightgraft.data.facts import generate_facts
-from weightgraft.data.io import atomic_directory, load_train_texts, write_dataset
+from weightgraft.data.io import load_train_texts, write_dataset
 from weightgraft.data.templates import EVAL_TEMPLATES, VALIDATION_TEMPLATES, eval_prompts_for
 from weightgraft.data.world import World
 from weightgraft.training.finetune import FinetuneConfig

@@ -26,10 +26,10 @@ from typing import Literal
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, Trainer, TrainingArguments
 
-from weightgraft.atomic import refuse_nonempty
+from weightgraft.atomic import atomic_directory, refuse_nonempty, write_json
 from weightgraft.data.batching import right_pad
 from weightgraft.data.errors import DataError
-from weightgraft.data.io import atomic_directory, load_eval_prompts, load_manifest, load_train_texts, write_json
+from weightgraft.data.io import load_eval_prompts, load_manifest, load_train_texts
 from weightgraft.training.evaluate import topk_accuracy
 from weightgraft.training.lengths import check_lengths
 

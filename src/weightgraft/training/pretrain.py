@@ -16,7 +16,7 @@ import torch
 from tqdm.auto import tqdm
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from weightgraft.data.io import atomic_directory, write_json
+from weightgraft.atomic import atomic_directory, write_json
 
 
 @dataclass
