@@ -14,6 +14,8 @@ from weightgraft import Graft, Grafter
 from weightgraft.donors import AdapterDonor
 
 ARCHS = ["llama", "gpt2", "qwen3"]
+# fp32 rounding: the adapter donor adds B(Ax) to the recipient's output, the merged model computes
+# with W + BA: the same math, summed in another order (measured <= 1.6e-6 on logits).
 ATOL = 1e-5
 
 

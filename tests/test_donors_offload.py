@@ -1,5 +1,6 @@
 """A recipient loaded with a device map that offloads layers to disk (accelerate's big-model
-inference) grafts exactly what the same recipient in memory grafts, with full, lazy and LoRA donors."""
+inference) grafts what the same recipient in memory grafts (up to fp32 rounding), with full, lazy
+and LoRA donors."""
 
 from __future__ import annotations
 
@@ -48,6 +49,8 @@ def test_offloaded_recipient_grafts_like_the_unsharded_one(models, kind):
     want = Grafter(models["recipient"], in_memory).logits(ids, row_grafts=row_grafts, attention_mask=mask)
     got = Grafter(models["sharded"], for_sharded).logits(ids, row_grafts=row_grafts, attention_mask=mask)
     real = mask.bool()
+    # Lazy and LoRA donors: measured bit-identical. A full donor that is itself offloaded: 1.4e-6
+    # (fp32 rounding somewhere on the offloaded route, not pinned down); 1e-5 allows for that.
     assert (got[real] - want[real]).abs().max().item() < 1e-5
     plain = models["recipient"](input_ids=ids, attention_mask=mask).logits
     assert (got[real] - plain[real]).abs().max().item() > 1e-3

@@ -150,7 +150,7 @@ def test_rows_that_differ_only_in_their_donor_do_not_share_past_the_graft():
     row_grafts = [to_grafts(s) for s in specs]
     shared = grafter.logits(ids, row_grafts=row_grafts)
     alone = grafter_of(arch, share_prefixes=False).logits(ids, row_grafts=row_grafts)
-    assert max_diff(shared, alone) < 1e-5
+    assert max_diff(shared, alone) < 1e-5  # fp32 rounding: prefix sharing on vs off (measured 1.7e-6)
     for b, spec in enumerate(specs):
         want = reference_logits(recipient, donors, torch.tensor(row), spec)
         assert max_diff(shared[b], want) < ATOL, f"row {b} {spec}"

@@ -8,6 +8,10 @@ from tiny_model_fixtures import make_pair
 from weightgraft import Graft, Grafter
 from weightgraft.engine.sharing import plan_segments
 
+# fp32 rounding: a shared prefix is computed once and the rows go on against its KV cache, so the
+# attention sums run over other shapes than a full forward of each row (measured: <= 1.7e-6).
+SHARING_ATOL = 1e-5
+
 
 def _grafter() -> Grafter:
     return Grafter(*make_pair("gpt2", vocab_size=71, n_layer=4))
@@ -38,7 +42,7 @@ def test_position_sweep_shares_and_equals_running_every_row_in_full():
     full_cost, full = _row_tokens_computed(grafter, lambda: grafter.logits(ids, row_grafts=row_grafts))
     assert full_cost == ids.numel()
     assert shared_cost < 0.8 * full_cost
-    assert (shared - full).abs().max().item() < 1e-5
+    assert (shared - full).abs().max().item() < SHARING_ATOL
 
 
 def test_last_token_sweep_costs_about_one_prompt_plus_one_token_per_condition():
@@ -51,7 +55,7 @@ def test_last_token_sweep_costs_about_one_prompt_plus_one_token_per_condition():
     assert cost == 15 + len(conditions)
     for row, graft in enumerate(conditions):
         alone = grafter.last_logits(prompt, grafts=graft)
-        assert (last[row] - alone[0]).abs().max().item() < 1e-5
+        assert (last[row] - alone[0]).abs().max().item() < SHARING_ATOL
 
 
 def test_planner_cuts_only_where_histories_split():

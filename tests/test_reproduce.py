@@ -141,7 +141,7 @@ def test_every_preset_has_results_and_the_report_compares_with_the_paper(job):
     cells = [c.strip() for c in sft_row.strip("|").split("|")]
     # Not a paper model: the four published models' sentence-1 columns, then this run's.
     assert cells[1:5] == ["0.99", "1.00", "1.00", "0.99"], sft_row
-    assert abs(float(cells[5]) - top5) < 0.006, (sft_row, top5)
+    assert abs(float(cells[5]) - top5) < 0.006, (sft_row, top5)  # the report prints 2 decimals: <= 0.005 off
 
 
 def test_a_second_invocation_reuses_everything(job):

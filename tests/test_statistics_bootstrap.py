@@ -62,9 +62,13 @@ def _coverage(cluster_by_prompt: bool) -> float:
 
 def test_fact_bootstrap_has_nominal_coverage_and_prompt_bootstrap_does_not():
     # The production path (experiment_stats) resamples facts: about 95% (the percentile
-    # interval with 30 clusters runs a little under nominal). Were it to resample prompts, this
-    # assertion fails: the companion below shows the same harness then covers far less often.
+    # interval with 30 clusters runs a little under nominal; measured 0.913). Were it to resample
+    # prompts, this assertion fails: the companion below shows the same harness then covers far
+    # less often. Monte-Carlo bands: 300 datasets give a binomial SE of about 0.013 at 0.95, so
+    # the band is nominal -5 SE (room for the small-cluster shortfall) to +3 SE.
     assert 0.88 <= _coverage(cluster_by_prompt=False) <= 0.985
+    # Resampling prompts, the interval is 2.7 times too narrow: expected coverage
+    # P(|Z| < 1.96 / 2.7) = 0.53 (measured 0.543); 0.65 is 4 SE (0.029) above that.
     assert _coverage(cluster_by_prompt=True) < 0.65
 
 
@@ -76,6 +80,8 @@ def test_ratio_of_sums_equals_mean_of_expanded_sample():
     sums, sizes = fact_sums(index, values, 7)
     counts = draw_fact_counts(7, 50, 3)
     point, samples = clustered_means(counts, sums, sizes)
+    # float64 default rtol 1e-7: a ratio of sums vs the mean of the expanded sample, summed in
+    # another order
     np.testing.assert_allclose(point, np.nanmean(values, axis=0))
     for r in range(50):
         repeat = counts[r].astype(int)[index]
@@ -104,8 +110,10 @@ def test_resamples_draw_whole_facts_and_are_seeded():
     assert counts.shape == (300, 20) and (counts.sum(1) == 20).all()
     np.testing.assert_array_equal(counts, draw_fact_counts(20, 300, [5, 6]))
     assert not np.array_equal(counts, draw_fact_counts(20, 300, [5, 7]))
-    # each fact is drawn once per resample on average, binomial(20, 1/20) spread
-    assert abs(counts.mean() - 1) < 0.02 and abs(counts.var() - 0.95) < 0.08
+    # Each fact is drawn once per resample on average (exactly: each resample draws 20, checked
+    # above), with a binomial(20, 1/20) spread: variance 0.95. Its estimate from 6000 counts has
+    # an SE of about 0.02 (fourth central moment 3.39), so the band is 4 SE.
+    assert abs(counts.var() - 0.95) < 0.08
     facts, index = fact_index(["b", "a", "b", "c", "a"])
     assert list(facts) == ["b", "a", "c"] and list(index) == [0, 1, 0, 2, 1]
 
@@ -117,7 +125,7 @@ def test_differences_are_paired_through_shared_resamples():
     a = np.repeat(rng.normal(size=FACTS), PROMPTS) + rng.normal(size=FACTS * PROMPTS)
     stats = experiment_stats(_frame(np.stack([a, a + 0.1])), 500, 0, metrics=["prob"])
     diff = stats.samples[:, 1, -1, 0] - stats.samples[:, 0, -1, 0]
-    np.testing.assert_allclose(diff, 0.1)
+    np.testing.assert_allclose(diff, 0.1)  # float64 default rtol 1e-7: 0.1 is not exact in binary
     _, low, high = stats.estimate("d0", ALL, "prob")
     assert high - low > 0.5
 
