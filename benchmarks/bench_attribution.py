@@ -17,18 +17,16 @@ import argparse
 import json
 import random
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
+from weightgraft import Grafter
+from weightgraft.attribution import attribute, exact_cell_effects
 
-from weightgraft import Grafter  # noqa: E402
-from weightgraft.attribution import attribute, exact_cell_effects  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 BATCH, SEQ, STEPS = 2, 32, 16
 
