@@ -3,8 +3,9 @@
 Helper modules are named `*_fixtures.py`: `tiny_model_fixtures` (random tiny models of every
 architecture), `engine_fixtures` (cached pairs, padding, random grafts), `donor_fixtures`,
 `exp_fixtures`, `data_fixtures`, `tokenizer_fixtures`, `training_fixtures`, `data_cli_fixtures`.
-The independent per-token reference grafter is `benchmarks/reference_grafter.py`, importable here
-through pytest's `pythonpath` setting (pyproject.toml) and by the benchmark from its own folder.
+The independent per-token reference grafter is `benchmarks/reference_grafter.py` and the tiny
+world of the experiment tests is `benchmarks/tiny_world.py`: importable here through pytest's
+`pythonpath` setting (pyproject.toml) and by the benchmarks that use them from their own folder.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from exp_fixtures import build_tokenizer, make_prompts
+from tiny_world import build_tokenizer, make_prompts
 from weightgraft import Graft, Grafter
 from weightgraft.attribution import attribute, encode_examples, exact_cell_effects, localize, spearman
 from weightgraft.attribution.localize import _evaluate, _size_schedule

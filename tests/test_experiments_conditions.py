@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from exp_fixtures import base_config, build_tokenizer, make_prompts
+from tiny_world import base_config, build_tokenizer, make_prompts
 from weightgraft.data.encode import encode_prompt
 from weightgraft.experiments.conditions import resolve_condition
 from weightgraft.experiments.config import ConfigError, parse_config

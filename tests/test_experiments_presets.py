@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from exp_fixtures import base_config, build_tokenizer, make_prompts
+from tiny_world import base_config, build_tokenizer, make_prompts
 from weightgraft.data.encode import encode_prompt
 from weightgraft.experiments.config import parse_config
 from weightgraft.experiments.execute import engine_graft

@@ -14,7 +14,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from exp_fixtures import ReferenceGrafter, RefGraft, base_config, build_models, write_dataset
+from exp_fixtures import ReferenceGrafter, RefGraft, build_models
+from tiny_world import base_config, write_dataset
 from weightgraft.data.encode import encode_prompt
 from weightgraft.data.io import load_eval_prompts
 from weightgraft.experiments.config import parse_config

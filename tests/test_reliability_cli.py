@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from exp_fixtures import build_models, write_dataset
+from exp_fixtures import build_models
+from tiny_world import write_dataset
 
 ENTRY = "from weightgraft.cli import main; main()"
 EXPERIMENT = {"name": "e", "dataset": "relation", "recipient": "pre", "donor": "sft", "conditions": ["PRE"]}

@@ -14,7 +14,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from exp_fixtures import base_config, build_models, write_dataset
+from exp_fixtures import build_models
+from tiny_world import base_config, write_dataset
 from weightgraft.errors import UserError
 from weightgraft.experiments import execute, records
 from weightgraft.experiments.config import ConfigError, parse_config

@@ -8,7 +8,8 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from exp_fixtures import build_models, write_dataset
+from exp_fixtures import build_models
+from tiny_world import write_dataset
 from weightgraft.cli import _register_all, app
 from weightgraft.experiments.models import fingerprint_model
 from weightgraft.reporting.verdict import check_pattern

@@ -18,7 +18,8 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from exp_fixtures import base_config, build_models, write_dataset
+from exp_fixtures import build_models
+from tiny_world import base_config, write_dataset
 from weightgraft.cli import _register_all, app
 from weightgraft.errors import UserError
 from weightgraft.experiments.config import parse_config
