@@ -186,9 +186,9 @@ def test_localize_command_writes_results_and_pictures(world, tmp_path):
 
 
 def test_localize_experiment_in_a_run_config_reports_and_is_reused(world, tmp_path):
-    from weightgraft.attribution.experiment import localize_section
     from weightgraft.experiments.config import ConfigError, parse_config
     from weightgraft.pipelines.run import run_all
+    from weightgraft.reporting.localize_section import localize_section
 
     tokenizer, examples, recipient = world
     donor = _unembedding_donor(recipient, examples)

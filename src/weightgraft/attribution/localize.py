@@ -26,6 +26,7 @@ from weightgraft.attribution.attribute import PAPER_ROLES, Attribution, attribut
 from weightgraft.attribution.cells import donor_name
 from weightgraft.data.batching import right_pad
 from weightgraft.engine.graft import Graft
+from weightgraft.reporting import statistics as st
 
 # A group: (role, layer or None for a model-level component, component).
 Group = tuple[str, "int | None", str]
@@ -411,14 +412,7 @@ def recovery_intervals(
 ) -> tuple[dict, str]:
     """95% fact-clustered bootstrap intervals of the recovery of the chosen set, the random set of
     the same size and FE+LT (facts resampled with all their prompts; one resample set shared by
-    PRE, SFT and each condition), from `weightgraft.reporting.statistics` when it is there."""
-    try:
-        from weightgraft.reporting import statistics as st
-    except ImportError:
-        return {}, (
-            "recovery is a point estimate over the prompts: no fact-clustered interval "
-            "(weightgraft.reporting.statistics is not available)"
-        )
+    PRE, SFT and each condition), by the run summary's own statistics."""
     _, index = st.fact_index([e.fact_id for e in examples])
     n_facts = int(index.max()) + 1
     counts = st.draw_fact_counts(n_facts, resamples, st.seed_for(seed, "localize"))

@@ -30,7 +30,6 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, field_validator, model_validator
 
-from weightgraft.attribution.experiment import LocalizeSpec
 from weightgraft.errors import UserError
 from weightgraft.experiments.components import parse_components
 from weightgraft.experiments.conditions import ConditionSpec, LayerSpec, Unembedding, check_layers, validate_condition
@@ -164,6 +163,36 @@ class PresetRef(BaseModel):
     def experiments(self) -> list[dict]:
         options = {} if self.unembedding is None else {"unembedding": self.unembedding}
         return PRESETS[self.preset](self.max_examples, self.templates, **options)
+
+
+class LocalizeSpec(BaseModel):
+    """A minimal graft search over one dataset's evaluation prompts (`weightgraft.attribution`
+    runs it: `attribution.experiment.run_localize`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    localize: str
+    dataset: str
+    recipient: str = "pre"
+    donor: str = "sft"
+    method: Literal["gradient", "integrated"] = "gradient"
+    steps: int = Field(default=16, ge=1)
+    target: float = Field(default=0.9, gt=0, le=1)
+    stop_on: list[Literal["top5", "prob"]] = Field(default=["top5", "prob"], min_length=1)
+    max_examples: int | None = Field(default=None, ge=1)
+    check_cells: int = Field(default=0, ge=0)
+    batch_size: int = Field(default=16, ge=1)
+
+    @field_validator("localize")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9_.-]+", value):
+            raise ValueError(f"localize experiment name {value!r} must use letters, digits, '_', '-', '.'")
+        return value
+
+    @property
+    def name(self) -> str:
+        return self.localize
 
 
 def _experiment_kind(value: Any) -> str:

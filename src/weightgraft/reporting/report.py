@@ -11,10 +11,10 @@ import json
 from pathlib import Path
 
 from weightgraft.atomic import write_text_atomic
-from weightgraft.attribution.experiment import localize_section
 from weightgraft.experiments.components import describe
 from weightgraft.experiments.records import read_state
 from weightgraft.experiments.vocabulary import HEADLINE_METRIC, TABLE_METRICS
+from weightgraft.reporting.localize_section import localize_section
 from weightgraft.reporting.plots import plot_experiment
 from weightgraft.reporting.published import ANALYSIS_OF_EXPERIMENT, DATASET_OF_KIND, MODELS, published, published_rows
 from weightgraft.reporting.summary import ALL, pooled, read_comparisons, read_recovery, read_summary
