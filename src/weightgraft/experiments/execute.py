@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from weightgraft.data.batching import right_pad
+from weightgraft.data.batching import align_on, right_pad
 from weightgraft.errors import UserError
 from weightgraft.experiments.components import resolve_for_model
 from weightgraft.experiments.conditions import Condition, ResolvedGraft
@@ -149,7 +149,8 @@ def example_batches(
     resumed run and every shard form the same batches."""
     if not examples:
         return []
-    longest = max(len(e.input_ids) + len(e.target_ids) - 1 for e in examples)
+    # the width of rows aligned on the prompt's last token (see compute_chunk)
+    longest = max(len(e.input_ids) - 1 for e in examples) + max(len(e.target_ids) for e in examples)
     # Tokens per forward: the config's cap, and at most ~1 GiB of float32 logits.
     vocab = resources.model(recipient).config.get_text_config().vocab_size
     budget = min(resources.config.max_batch_tokens, 2**28 // vocab)
@@ -198,8 +199,14 @@ def compute_chunk(
                     [engine_graft(m, g, available, num_layers, len(donors) > 1) for m, g in row_masks] or None
                     for row_masks in masks
                 ]
-                ids, attn = _pad(seqs, pad, device)
-                logits = grafter.logits(ids, row_grafts=row_grafts, attention_mask=attn)
+                # Aligned on the prompt's last token: its prefix shares one segment, and only the
+                # scored columns (that token and the target's) reach the unembedding.
+                ids, attn, column = align_on(seqs, [len(batch[ei].input_ids) - 1 for ei, _ in rows], pad)
+                ids, attn = ids.to(device), attn.to(device)
+                logits = grafter.logits(
+                    ids, row_grafts=row_grafts, attention_mask=attn, logits_to_keep=ids.shape[1] - column
+                )
+                first_steps = [0] * len(rows)
             else:
                 ex_seqs = [ex.input_ids + ex.target_ids[:-1] for ex in batch]
                 ex_ids, ex_attn = _pad(ex_seqs, pad, device)
@@ -209,9 +216,8 @@ def compute_chunk(
                         patch[r, layer_indices(graft.layers, num_layers), : len(m)] |= torch.tensor(m, device=device)
                 row_example = torch.tensor([ei for ei, _ in rows], device=device)
                 logits = patched_logits(rec_model, don_model, layers_of, ex_ids, ex_attn, row_example, patch)
-            scores = score_rows(
-                logits, [len(batch[ei].input_ids) for ei, _ in rows], [batch[ei].target_ids for ei, _ in rows]
-            )
+                first_steps = [len(batch[ei].input_ids) - 1 for ei, _ in rows]  # right-padded rows
+            scores = score_rows(logits, first_steps, [batch[ei].target_ids for ei, _ in rows])
             for (ei, cond), score in zip(rows, scores):
                 predicted = tokenizer.decode([score["predicted_id"]])
                 records[cond.name].append(scored_record(exp.name, cond.name, batch[ei], score, predicted))
