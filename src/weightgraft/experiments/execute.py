@@ -6,8 +6,10 @@ examples are cut into batches once per experiment (`example_batches`, from all i
 which shards take whole. Every forward therefore holds the same rows in every run, and the
 engine's prefix sharing (which splits rows by what the whole batch has in common) computes each
 row the same way: a resumed or sharded run equals an uninterrupted one bit for bit, and sweeps
-get sharing's speed-up. weight grafting goes through the engine's `row_grafts`, activation patching
-through `patching.patched_logits`, and both end in the same per-example scores.
+get sharing's speed-up. Each batch's rows are aligned on the prompt's last token (`align_on`),
+where the paper's conditions part ways, so one segment holds every prompt's prefix. Weight
+grafting goes through the engine's `row_grafts`, activation patching through
+`patching.patched_logits`, and both end in the same per-example scores.
 """
 
 from __future__ import annotations
