@@ -100,11 +100,13 @@ class Resources:
 
         key = (recipient, donors)
         if key not in self._grafters:
+            allow = self.config.allow_config_differences
             try:
                 if len(donors) == 1:
-                    grafter = Grafter(self.model(recipient), self.model(donors[0]))
+                    grafter = Grafter(self.model(recipient), self.model(donors[0]), allow_config_differences=allow)
                 else:
-                    grafter = Grafter(self.model(recipient), donors={k: self.model(k) for k in donors})
+                    models = {k: self.model(k) for k in donors}
+                    grafter = Grafter(self.model(recipient), donors=models, allow_config_differences=allow)
             except ValueError as err:  # the engine's word on models that do not fit together
                 raise UserError(f"models.{recipient} and models.{'/'.join(donors)} cannot be grafted: {err}") from err
             # Prefix sharing stays on: batches are fixed (see the module's docstring), so how
