@@ -58,15 +58,19 @@ def build_models(root: Path, quick: bool) -> dict[str, str]:
     return paths
 
 
-def time_run(config, share: bool, root: Path) -> float:
+def time_run(config, share: bool, root: Path) -> tuple[float, int]:
+    """Seconds of a fresh run, and the rows x tokens that passed through the first decoder
+    block (the work sharing saves, independent of how busy the machine is)."""
     out = Path(tempfile.mkdtemp(dir=root))
     runner = Runner(config, out, progress=False)
     runner.resources.share_prefixes = share
+    work = [0]
     for key in config.models:  # loading is not what is compared
-        runner.resources.model(key)
+        first_block = runner.resources.model(key).model.layers[0]
+        first_block.register_forward_hook(lambda m, args, out: work.__setitem__(0, work[0] + args[0].shape[:2].numel()))
     start = time.perf_counter()
     runner.run()
-    return time.perf_counter() - start
+    return time.perf_counter() - start, work[0]
 
 
 def main() -> None:
@@ -84,9 +88,12 @@ def main() -> None:
         for preset in PRESETS:
             config = parse_config(base_config(models, data, [{"preset": preset}]))
             times = {share: [] for share in (True, False)}
+            work = {}
+            time_run(config, True, root)  # warm-up: first-call costs are not what is compared
             for _ in range(repeats):
                 for share in (False, True):
-                    times[share].append(time_run(config, share, root))
+                    seconds, work[share] = time_run(config, share, root)
+                    times[share].append(seconds)
             on, off = statistics.median(times[True]), statistics.median(times[False])
             rows.append(
                 {
@@ -94,9 +101,19 @@ def main() -> None:
                     "seconds_sharing_on": round(on, 3),
                     "seconds_sharing_off": round(off, 3),
                     "speedup": round(off / on, 2),
+                    "row_tokens_sharing_on": work[True],
+                    "row_tokens_sharing_off": work[False],
+                    "work_ratio": round(work[False] / work[True], 2),
                 }
             )
-            print(f"{preset:22s} sharing off {off:7.2f} s   on {on:7.2f} s   {off / on:5.2f}x", flush=True)
+            print(
+                f"{preset:22s} sharing off {off:7.2f} s   on {on:7.2f} s   {off / on:5.2f}x   "
+                f"(row-tokens {work[False]} / {work[True]} = {work[False] / work[True]:.2f}x)",
+                flush=True,
+            )
+        total_on = sum(r["seconds_sharing_on"] for r in rows)
+        total_off = sum(r["seconds_sharing_off"] for r in rows)
+        print(f"{'all three':22s} sharing off {total_off:7.2f} s   on {total_on:7.2f} s   {total_off / total_on:5.2f}x")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(
         json.dumps(

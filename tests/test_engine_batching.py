@@ -9,6 +9,7 @@ import torch
 
 from engine_fixtures import (
     ATOL,
+    PAD,
     grafter_for,
     max_diff,
     pad_batch,
@@ -122,3 +123,48 @@ def test_gpt2_learned_positions_follow_real_tokens_under_left_padding():
     for b, (row, spec) in enumerate(zip(rows, specs)):
         want = reference_logits(recipient, donor, torch.tensor(row), spec)
         assert max_diff(got[b, real_slice(mask[b])], want) < ATOL, f"row {b} {spec}"
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_rows_aligned_on_their_last_prompt_token_keep_only_the_scored_logits(arch):
+    """The runner's layout: each prompt padded on the left so that its last token falls in one
+    column, its target tokens after it padded on the right; a sweep of last-token conditions
+    shares the prefix, and `logits_to_keep` returns only the columns from that one on. Every kept
+    row equals the per-token reference on the row alone."""
+    recipient, donor = pair(arch)
+    grafter = grafter_for(arch)
+    rng = random.Random(stable_seed("aligned", arch))
+    prompts = [random_prompt(rng, n) for n in (7, 4, 5)]
+    targets = [random_prompt(rng, n) for n in (2, 1, 3)]
+    conditions = [None, ("all", "o"), ("last_half", ["mlp", "lm_head"])]  # (layers, components) at LT
+    prompt_end = max(len(p) for p in prompts) - 1  # the column every prompt's last token falls in
+    width = prompt_end + max(len(t) for t in targets)
+    ids = torch.full((len(prompts) * len(conditions), width), PAD, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    rows, specs = [], []
+    for p, (prompt, target) in enumerate(zip(prompts, targets)):
+        row = prompt + target[:-1]
+        start = prompt_end - (len(prompt) - 1)
+        for c, spec in enumerate(conditions):
+            b = p * len(conditions) + c
+            ids[b, start : start + len(row)] = torch.tensor(row)
+            mask[b, start : start + len(row)] = 1
+            rows.append((row, len(prompt), len(target)))
+            specs.append(spec)
+    # at the prompt's last token (not the row's: the target's tokens follow it)
+    at_lt = [GraftSpec(n - 1, *spec) if spec else None for spec, (_, n, _) in zip(specs, rows)]
+    grafts = [to_grafts(g) for g in at_lt]
+    keep = width - prompt_end
+    kept = grafter.logits(ids, row_grafts=grafts, attention_mask=mask, logits_to_keep=keep)
+    assert kept.shape == (len(rows), keep, recipient.config.get_text_config().vocab_size)
+    unshared = _without_sharing(grafter).logits(ids, row_grafts=grafts, attention_mask=mask, logits_to_keep=keep)
+    for b, ((row, n, t), graft) in enumerate(zip(rows, at_lt)):
+        want = reference_logits(recipient, donor, torch.tensor(row), graft)[n - 1 : n - 1 + t]
+        assert max_diff(kept[b, :t], want) < ATOL, f"{arch} row {b} ({graft})"
+        assert max_diff(unshared[b, :t], want) < ATOL, f"{arch} row {b} ({graft}), sharing off"
+
+
+def _without_sharing(grafter):
+    from weightgraft import Grafter
+
+    return Grafter(grafter.recipient, grafter.donors["donor"].model, share_prefixes=False)

@@ -184,6 +184,26 @@ def test_float_input_ids_are_refused_not_truncated():
         grafter.generate(torch.ones(1, 3, dtype=torch.bool), max_new_tokens=1)
 
 
+@pytest.mark.parametrize("keep", [-1, 1.5, True, "2"])
+def test_logits_to_keep_must_be_a_count_of_positions(keep):
+    grafter = grafter_for("gpt2")
+    with pytest.raises(ValueError, match=r"logits_to_keep must be an int >= 0 \(0: every position\)"):
+        grafter.logits(torch.tensor([[3, 5, 9]]), logits_to_keep=keep)
+
+
+def test_logits_to_keep_beyond_the_sequence_keeps_every_position():
+    from weightgraft import Graft
+
+    grafter = grafter_for("gpt2")
+    ids = torch.tensor([[3, 5, 9], [4, 6, 8]])
+    full = grafter.logits(ids, grafts=Graft(-1, "all", "mlp"))
+    assert torch.equal(grafter.logits(ids, grafts=Graft(-1, "all", "mlp"), logits_to_keep=10), full)
+    last_two = grafter.logits(ids, grafts=Graft(-1, "all", "mlp"), logits_to_keep=2)
+    assert last_two.shape == (2, 2, full.shape[-1])
+    # the same pass; only the unembedding's matmul sees fewer rows (a BLAS may block them differently)
+    assert (last_two - full[:, -2:]).abs().max().item() < 1e-6
+
+
 def test_attention_mask_values_other_than_zero_and_one_are_refused():
     grafter = grafter_for("gpt2")
     ids = torch.tensor([[3, 5, 9], [4, 6, 8]])

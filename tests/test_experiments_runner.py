@@ -303,3 +303,36 @@ def test_model_overrides_replace_config_entries(world, tmp_path):
     cfg = load_config(tmp_path / "c.yaml", models={"sft": models["task"]}, device="cuda", dtype="bfloat16")
     assert cfg.models["sft"] == models["task"] and cfg.device == "cuda"
     assert cfg.dtype == "bfloat16"
+
+
+def test_config_differences_are_refused_unless_the_run_config_allows_them(world, tmp_path):
+    """A donor with another rope_theta changes the computation: the run refuses it, naming the
+    field, and runs when `allow_config_differences` lists it (and the graft then has an effect)."""
+    import json
+    import shutil
+
+    from weightgraft.errors import UserError
+
+    models, data = world
+    other = tmp_path / "other_rope"
+    shutil.copytree(models["sft"], other)
+    config = json.loads((other / "config.json").read_text())
+    theta = config.get("rope_theta") or config["rope_parameters"]["rope_theta"]
+    if "rope_parameters" in config:
+        config["rope_parameters"]["rope_theta"] = theta * 2
+    else:
+        config["rope_theta"] = theta * 2
+    (other / "config.json").write_text(json.dumps(config))
+    exp = {"name": "e", "dataset": "relation", "recipient": "pre", "donor": "sft", "conditions": ["PRE", "FE+LT"]}
+    body = base_config({**models, "sft": str(other)}, data, [exp])
+    with pytest.raises(UserError, match=r"models.pre and models.sft cannot be grafted.*rope_theta"):
+        run_all(parse_config(body), tmp_path / "refused", progress=False, report=False)
+    result = run_all(
+        parse_config(dict(body, allow_config_differences=["rope_theta"])),
+        tmp_path / "ran",
+        progress=False,
+        report=False,
+    )
+    assert sorted(result.computed) == ["e/FE+LT", "e/PRE"]
+    pre, grafted = (_rows(tmp_path / "ran", "e", c) for c in ("PRE", "FE+LT"))
+    assert any(abs(a["prob"] - b["prob"]) > 1e-4 for a, b in zip(pre, grafted))

@@ -98,43 +98,44 @@ def test_two_shards_and_merge_equal_one_process(setup, tmp_path):
     assert again.computed == [] and len(again.reused) == 4
 
 
+def _torchrun(config_path, out):
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    env.pop("WORLD_SIZE", None)
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+    command += ["-m", "weightgraft", "run", str(config_path), "--out", str(out), "--device", "cpu", "--no-progress"]
+    return subprocess.run(command, check=False, env=env, capture_output=True, text=True, timeout=600)
+
+
 def test_torchrun_two_gloo_processes_equal_one_process(setup, tmp_path):
     config, whole = setup
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(config))
     out = tmp_path / "ranks"
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    env.pop("WORLD_SIZE", None)
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            "--nproc_per_node",
-            "2",
-            "-m",
-            "weightgraft",
-            "run",
-            str(path),
-            "--out",
-            str(out),
-            "--device",
-            "cpu",
-            "--no-progress",
-        ],
-        check=False,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    done = _torchrun(path, out)
     assert done.returncode == 0, done.stderr[-3000:]
     for i in range(2):
         assert json.loads((out / f"run.shard-{i}-of-2.json").read_text())["status"] == "complete"
     assert json.loads((out / "run.json").read_text())["shards"] == 2
     assert (out / "report.md").is_file()
     _assert_same_results(out, whole)
+
+
+def test_a_failing_rank_is_reported_by_the_others_and_nothing_is_merged(setup, tmp_path):
+    """Rank 1 cannot write its result (a folder sits where its file goes): it fails with its own
+    message, rank 0 is told instead of waiting at a barrier, and no merged run appears."""
+    from weightgraft.experiments.records import condition_file
+
+    config, _ = setup
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    out = tmp_path / "ranks"
+    condition_file(out, "direct", "PRE", (1, 2)).mkdir(parents=True)
+    done = _torchrun(path, out)
+    assert done.returncode != 0
+    assert "not merged: shard 1/2 (" in done.stderr and "failed on another rank" in done.stderr
+    assert json.loads((out / "run.shard-0-of-2.json").read_text())["status"] == "complete"
+    assert json.loads((out / "run.shard-1-of-2.json").read_text())["status"] == "interrupted"
+    assert not (out / "run.json").exists() and not (out / "summary.csv").exists()
 
 
 def test_bad_shards_are_refused(setup, tmp_path):

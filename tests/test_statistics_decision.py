@@ -43,6 +43,13 @@ def test_facts_needed_scales_the_half_width_by_sqrt_n():
     assert "225 facts (now 100)" in d.settle_note()
     # below the threshold the upper half-width counts: 0.2 * sqrt(40 / n) = 0.05 => n = 640
     assert facts_to_settle(0.75, 0.7, 0.95, 0.8, 40) == 640
+    # far more facts than are at hand: said plainly, not only as a number
+    d = decide(0.805, 0.6, 1.0, 0.8, "at_least", 50)
+    assert d.facts_needed == 50 * 41**2
+    assert d.settle_note() == (
+        "the estimate sits close to the threshold: about 84,050 facts (now 50, 1681 times as many) "
+        "would be needed to settle it"
+    )
     # a point on the threshold cannot be settled by more facts
     d = decide(0.8, 0.7, 0.9, 0.8, "at_least", 50)
     assert d.facts_needed is None and "on the threshold" in d.settle_note()

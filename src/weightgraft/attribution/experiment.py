@@ -47,6 +47,7 @@ def run_localize(config, spec: LocalizeSpec, out: str | Path, progress: bool = T
     grafter = Grafter(
         load_model(config.models[spec.recipient], config.device, config.dtype, remote),
         load_model(config.models[spec.donor], config.device, config.dtype, remote),
+        allow_config_differences=config.allow_config_differences,
     )
     prompts = select_examples(
         load_eval_prompts(config.datasets[spec.dataset]),

@@ -160,11 +160,18 @@ class Grafter:
         grafts: Graft | Sequence[Graft] | None = None,
         row_grafts: RowGrafts | None = None,
         attention_mask: torch.Tensor | None = None,
+        logits_to_keep: int = 0,
     ) -> torch.Tensor:
-        """Logits `[batch, seq, vocab]` of the recipient with the grafts applied."""
+        """Logits `[batch, seq, vocab]` of the recipient with the grafts applied.
+
+        `logits_to_keep=N` returns only the last N positions' logits, `[batch, N, vocab]` (0: all),
+        as in transformers: the unembedding, often the largest matrix, then runs on N positions.
+        """
+        if isinstance(logits_to_keep, bool) or not isinstance(logits_to_keep, int) or logits_to_keep < 0:
+            raise ValueError(f"logits_to_keep must be an int >= 0 (0: every position), not {logits_to_keep!r}")
         ids, mask = self._prepare(input_ids, attention_mask)
         grafted = self._graft_masks(grafts, row_grafts, mask)
-        return self._forward(ids, mask, grafted, last_only=False)
+        return self._forward(ids, mask, grafted, keep=min(logits_to_keep, ids.shape[1]))
 
     def last_logits(
         self,
@@ -177,7 +184,7 @@ class Grafter:
         ids, mask = self._prepare(input_ids, attention_mask)
         grafted = self._graft_masks(grafts, row_grafts, mask)
         left_aligned = bool(mask[:, -1].all())
-        logits = self._forward(ids, mask, grafted, last_only=left_aligned)
+        logits = self._forward(ids, mask, grafted, keep=1 if left_aligned else 0)
         if left_aligned:
             return logits[:, -1]
         last = mask.long().cumsum(-1).argmax(-1)
@@ -217,8 +224,8 @@ class Grafter:
         done = torch.zeros(ids.shape[0], dtype=torch.bool, device=ids.device)
         out = ids
         with self._running(grafted) as hooks:
-            logits, cache = self._pass(hooks, ids, mask, grafted, None, last_only=True)
-            step_splices = self._splices(step, hooks.paths, last_only=True)  # the same for every step
+            logits, cache = self._pass(hooks, ids, mask, grafted, None, keep=1)
+            step_splices = self._splices(step, hooks.paths, keep=1)  # the same for every step
             for _ in range(max_new_tokens):
                 token = _next_token(logits[:, -1].float(), do_sample, temperature, top_k, top_p, generator)
                 token = torch.where(done, torch.full_like(token, pad), token)
@@ -227,9 +234,7 @@ class Grafter:
                 if bool(done.all()):
                     break
                 mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
-                logits, cache = self._pass(
-                    hooks, token[:, None], mask, step, cache, last_only=True, splices=step_splices
-                )
+                logits, cache = self._pass(hooks, token[:, None], mask, step, cache, keep=1, splices=step_splices)
         return out
 
     # --- input handling -----------------------------------------------------------------------
@@ -366,7 +371,7 @@ class Grafter:
         finally:
             self.recipient.train(was_training)
 
-    def _splices(self, chunk: GraftMasks, paths: list[str], last_only: bool) -> dict[str, list[Splice]]:
+    def _splices(self, chunk: GraftMasks, paths: list[str], keep: int) -> dict[str, list[Splice]]:
         """Per hooked module, this chunk's splices: for each donor, the output rows (and columns)
         it replaces. Fused parts that one donor grafts at the same rows merge into one splice.
 
@@ -375,20 +380,21 @@ class Grafter:
         """
         num_keys = len(self.keys)
         batch, seq = chunk.masks.shape[1:]
-        found: dict[tuple[int, bool], torch.Tensor] = {}
+        found: dict[tuple[int, int], torch.Tensor] = {}
 
-        def rows_of(index: int, tail: bool) -> torch.Tensor:
-            key = (chunk.classes[index], tail)
+        def rows_of(index: int, last: int) -> torch.Tensor:
+            """Flat rows grafted by key `index` within the last `last` positions (0: all)."""
+            key = (chunk.classes[index], last)
             if key not in found:
-                mask = chunk.masks[index, :, -1:] if tail else chunk.masks[index]
+                mask = chunk.masks[index, :, -last:] if last else chunk.masks[index]
                 found[key] = mask.reshape(-1).nonzero().squeeze(-1)
             return found[key]
 
         plan: dict[str, list[Splice]] = {}
         for path in paths:
             targets = self._targets[path]
-            # With logits_to_keep=1 the unembedding sees only each row's last position.
-            tail = last_only and path == self._lm_head_path
+            # With logits_to_keep=N the unembedding sees only each row's last N positions.
+            tail = keep > 0 and path == self._lm_head_path
             splices: list[Splice] = []
             for d in range(len(self.donors)):
                 served = [(d * num_keys + k, cols) for k, cols in targets if chunk.classes[d * num_keys + k] >= 0]
@@ -397,46 +403,51 @@ class Grafter:
                 if len(served) == len(targets) and len({chunk.classes[i] for i, _ in served}) == 1:
                     served = [(served[0][0], None)]  # every part at the same rows: the whole output
                 for index, cols in served:
-                    rows = {(batch, seq): rows_of(index, False)}
+                    rows = {(batch, seq): rows_of(index, 0)}
                     if tail:
-                        rows[(batch, 1)] = rows_of(index, True)
+                        rows[(batch, keep)] = rows_of(index, keep)
                     if any(r.numel() for r in rows.values()):
                         splices.append(Splice(rows, cols, d))
             if splices:
                 plan[path] = splices
         return plan
 
-    def _pass(self, hooks: SpliceHooks, ids, mask, chunk: GraftMasks, cache, last_only: bool, splices=None):
-        """One forward over `ids` (the chunk after the cached prefix), grafted by `chunk`."""
+    def _pass(self, hooks: SpliceHooks, ids, mask, chunk: GraftMasks, cache, keep: int, splices=None):
+        """One forward over `ids` (the chunk after the cached prefix), grafted by `chunk`; logits
+        for the last `keep` positions (0: all)."""
         past = 0 if cache is None else cache.get_seq_length()
         positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, past : past + ids.shape[1]]
-        hooks.current = self._splices(chunk, hooks.paths, last_only) if splices is None else splices
+        hooks.current = self._splices(chunk, hooks.paths, keep) if splices is None else splices
         out = self.recipient(
             input_ids=ids,
             attention_mask=mask,
             position_ids=positions,
             past_key_values=cache,
             use_cache=True,
-            logits_to_keep=1 if last_only else 0,
+            logits_to_keep=keep,
         )
         return out.logits, out.past_key_values
 
-    def _forward(self, ids: torch.Tensor, mask: torch.Tensor, grafted: GraftMasks, last_only: bool) -> torch.Tensor:
+    def _forward(self, ids: torch.Tensor, mask: torch.Tensor, grafted: GraftMasks, keep: int) -> torch.Tensor:
+        """Logits of the last `keep` positions (0: all), segment by segment when rows share."""
         segments = plan_segments(ids, mask, grafted.masks) if self.share_prefixes else None
         with self._running(grafted) as hooks:
             if segments is None:
-                logits, _ = self._pass(hooks, ids, mask, grafted, None, last_only)
+                logits, _ = self._pass(hooks, ids, mask, grafted, None, keep)
                 return logits
+            first_kept = ids.shape[1] - keep if keep else 0
             pieces, cache = [], None
             for seg in segments:
                 if cache is not None:
                     cache.reorder_cache(seg.parent)
-                final = seg.end == ids.shape[1]
+                # A segment before the kept positions still needs its cache; one position's logits
+                # (transformers has no "none") are computed and dropped.
+                wanted = seg.end - max(seg.start, first_kept)
                 logits, cache = self._pass(
                     hooks, ids[seg.rows, seg.start : seg.end], mask[seg.rows, : seg.end],
-                    grafted.chunk(seg.rows, seg.start, seg.end), cache, last_only and final,
+                    grafted.chunk(seg.rows, seg.start, seg.end), cache, max(wanted, 1) if keep else 0,
                 )  # fmt: skip
-                if final or not last_only:
+                if wanted > 0:
                     pieces.append(logits[seg.row_to_history])
             return torch.cat(pieces, dim=1)
 

@@ -221,6 +221,8 @@ class RunConfig(BaseModel):
     device: str = "cpu"
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     trust_remote_code: bool = False
+    # config fields the models may differ in (the engine refuses any other difference)
+    allow_config_differences: list[str] = Field(default_factory=list)
     models: dict[str, str]
     datasets: dict[str, str]
     experiments: list[ExperimentItem] = Field(min_length=1)

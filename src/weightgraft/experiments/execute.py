@@ -6,15 +6,17 @@ examples are cut into batches once per experiment (`example_batches`, from all i
 which shards take whole. Every forward therefore holds the same rows in every run, and the
 engine's prefix sharing (which splits rows by what the whole batch has in common) computes each
 row the same way: a resumed or sharded run equals an uninterrupted one bit for bit, and sweeps
-get sharing's speed-up. weight grafting goes through the engine's `row_grafts`, activation patching
-through `patching.patched_logits`, and both end in the same per-example scores.
+get sharing's speed-up. Each batch's rows are aligned on the prompt's last token (`align_on`),
+where the paper's conditions part ways, so one segment holds every prompt's prefix. Weight
+grafting goes through the engine's `row_grafts`, activation patching through
+`patching.patched_logits`, and both end in the same per-example scores.
 """
 
 from __future__ import annotations
 
 import torch
 
-from weightgraft.data.batching import right_pad
+from weightgraft.data.batching import align_on, right_pad
 from weightgraft.errors import UserError
 from weightgraft.experiments.components import resolve_for_model
 from weightgraft.experiments.conditions import Condition, ResolvedGraft
@@ -98,11 +100,13 @@ class Resources:
 
         key = (recipient, donors)
         if key not in self._grafters:
+            allow = self.config.allow_config_differences
             try:
                 if len(donors) == 1:
-                    grafter = Grafter(self.model(recipient), self.model(donors[0]))
+                    grafter = Grafter(self.model(recipient), self.model(donors[0]), allow_config_differences=allow)
                 else:
-                    grafter = Grafter(self.model(recipient), donors={k: self.model(k) for k in donors})
+                    models = {k: self.model(k) for k in donors}
+                    grafter = Grafter(self.model(recipient), donors=models, allow_config_differences=allow)
             except ValueError as err:  # the engine's word on models that do not fit together
                 raise UserError(f"models.{recipient} and models.{'/'.join(donors)} cannot be grafted: {err}") from err
             # Prefix sharing stays on: batches are fixed (see the module's docstring), so how
@@ -149,7 +153,8 @@ def example_batches(
     resumed run and every shard form the same batches."""
     if not examples:
         return []
-    longest = max(len(e.input_ids) + len(e.target_ids) - 1 for e in examples)
+    # the width of rows aligned on the prompt's last token (see compute_chunk)
+    longest = max(len(e.input_ids) - 1 for e in examples) + max(len(e.target_ids) for e in examples)
     # Tokens per forward: the config's cap, and at most ~1 GiB of float32 logits.
     vocab = resources.model(recipient).config.get_text_config().vocab_size
     budget = min(resources.config.max_batch_tokens, 2**28 // vocab)
@@ -198,8 +203,14 @@ def compute_chunk(
                     [engine_graft(m, g, available, num_layers, len(donors) > 1) for m, g in row_masks] or None
                     for row_masks in masks
                 ]
-                ids, attn = _pad(seqs, pad, device)
-                logits = grafter.logits(ids, row_grafts=row_grafts, attention_mask=attn)
+                # Aligned on the prompt's last token: its prefix shares one segment, and only the
+                # scored columns (that token and the target's) reach the unembedding.
+                ids, attn, column = align_on(seqs, [len(batch[ei].input_ids) - 1 for ei, _ in rows], pad)
+                ids, attn = ids.to(device), attn.to(device)
+                logits = grafter.logits(
+                    ids, row_grafts=row_grafts, attention_mask=attn, logits_to_keep=ids.shape[1] - column
+                )
+                first_steps = [0] * len(rows)
             else:
                 ex_seqs = [ex.input_ids + ex.target_ids[:-1] for ex in batch]
                 ex_ids, ex_attn = _pad(ex_seqs, pad, device)
@@ -209,9 +220,8 @@ def compute_chunk(
                         patch[r, layer_indices(graft.layers, num_layers), : len(m)] |= torch.tensor(m, device=device)
                 row_example = torch.tensor([ei for ei, _ in rows], device=device)
                 logits = patched_logits(rec_model, don_model, layers_of, ex_ids, ex_attn, row_example, patch)
-            scores = score_rows(
-                logits, [len(batch[ei].input_ids) for ei, _ in rows], [batch[ei].target_ids for ei, _ in rows]
-            )
+                first_steps = [len(batch[ei].input_ids) - 1 for ei, _ in rows]  # right-padded rows
+            scores = score_rows(logits, first_steps, [batch[ei].target_ids for ei, _ in rows])
             for (ei, cond), score in zip(rows, scores):
                 predicted = tokenizer.decode([score["predicted_id"]])
                 records[cond.name].append(scored_record(exp.name, cond.name, batch[ei], score, predicted))

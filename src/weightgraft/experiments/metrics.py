@@ -15,9 +15,10 @@ import numpy as np
 import torch
 
 
-def score_rows(logits: torch.Tensor, prompt_lens: list[int], targets: list[list[int]]) -> list[dict]:
-    """Scores for each row of `logits` [rows, seq, vocab] (right-padded rows), or of a list of
-    per-row [seq, vocab] tensors.
+def score_rows(logits: torch.Tensor, first_steps: list[int], targets: list[list[int]]) -> list[dict]:
+    """Scores for each row of `logits` [rows, seq, vocab], or of a list of per-row [seq, vocab]
+    tensors; `first_steps[row]` indexes the logits that score the row's first target token (the
+    prompt's last token: its length - 1 in a right-padded row).
 
     rank: 1 + the number of vocabulary entries with a strictly larger logit than the target's
     first token (ties count in the target's favour); prob: its softmax probability;
@@ -26,12 +27,12 @@ def score_rows(logits: torch.Tensor, prompt_lens: list[int], targets: list[list[
     # Gather every scored step of every row into one [steps, vocab] block: a few large tensor
     # operations instead of several small ones per row.
     if not torch.is_tensor(logits):  # one [seq, vocab] tensor per row (rows of varied width)
-        steps = torch.cat([row[n - 1 : n - 1 + len(t)] for row, n, t in zip(logits, prompt_lens, targets)]).float()
+        steps = torch.cat([row[n : n + len(t)] for row, n, t in zip(logits, first_steps, targets)]).float()
         device = steps.device
     else:
         device = logits.device
         row_of = [r for r, t in enumerate(targets) for _ in t]
-        pos_of = [prompt_lens[r] - 1 + j for r, t in enumerate(targets) for j in range(len(t))]
+        pos_of = [first_steps[r] + j for r, t in enumerate(targets) for j in range(len(t))]
         steps = logits[torch.tensor(row_of, device=device), torch.tensor(pos_of, device=device)].float()
     row_of = [r for r, t in enumerate(targets) for _ in t]
     tokens = torch.tensor([tok for t in targets for tok in t], device=device)

@@ -10,6 +10,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from weightgraft.errors import UserError
 from weightgraft.experiments.config import RunConfig
 from weightgraft.experiments.runner import RunResult, run_experiments
 from weightgraft.reporting.summary import read_recovery, read_summary, write_summary
@@ -97,8 +98,21 @@ def run_ranks(config: RunConfig, out: str | Path, *, progress: bool = True, repo
         backend = "nccl" if config.device.startswith("cuda") else "gloo"
         dist.init_process_group(backend, timeout=timedelta(days=7))
     try:
-        outcome = run_all(config, out, progress=progress and shard[0] == 0, shard=shard)
-        dist.barrier()
+        failure = None
+        try:
+            outcome = run_all(config, out, progress=progress and shard[0] == 0, shard=shard)
+        except Exception as err:  # told to every rank below, so that none waits for this one
+            failure = err
+        failures: list[str | None] = [None] * shard[1]
+        dist.all_gather_object(failures, None if failure is None else f"{type(failure).__name__}: {failure}")
+        if failure is not None:
+            raise failure
+        failed = [f"shard {rank}/{shard[1]} ({text})" for rank, text in enumerate(failures) if text]
+        if failed:
+            raise UserError(
+                f"not merged: {'; '.join(failed)} failed on another rank; this rank's shard is complete. "
+                "Fix that error and launch again: finished results are reused"
+            )
         if shard[0] == 0:
             outcome = RunOutcome(outcome.run, merge_run(out, report=report))
         dist.barrier()  # the merged files exist for every rank once this returns

@@ -19,6 +19,9 @@ DOES_NOT_APPEAR = "does not appear"
 INCONCLUSIVE = "inconclusive"
 UNDEFINED = "undefined"
 DIRECTIONS = ("at_least", "at_most")
+# Beyond this many times the facts at hand, "more facts" is no practical way to settle a claim:
+# the note says the estimate sits close to the threshold instead of only quoting a number.
+IMPRACTICAL_FACTOR = 20
 
 
 @dataclass(frozen=True)
@@ -42,7 +45,12 @@ class Decision:
             return ""
         if self.facts_needed is None:
             return "the estimate sits on the threshold: more facts alone would not settle it"
-        return f"about {self.facts_needed} facts (now {self.n_facts}) would likely settle it"
+        if self.facts_needed > IMPRACTICAL_FACTOR * self.n_facts:
+            return (
+                f"the estimate sits close to the threshold: about {self.facts_needed:,} facts "
+                f"(now {self.n_facts}, {self.facts_needed / self.n_facts:.0f} times as many) would be needed to settle it"
+            )
+        return f"about {self.facts_needed:,} facts (now {self.n_facts}) would likely settle it"
 
 
 def facts_to_settle(value: float, low: float, high: float, threshold: float, n_facts: int) -> int | None:

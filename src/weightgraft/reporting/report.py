@@ -315,7 +315,7 @@ def verdict_table(checks) -> list[str]:
             f"| {check.name} | {check.outcome} | "
             + " | ".join(check.decisions[m].interval() for m in metrics)
             + f" | {word} {d.threshold:.2f} | {d.n_facts} | "
-            + (f"~{max(needed)}" if needed else "")
+            + (f"~{max(needed):,}" if needed else "")
             + " |"
         )
     return lines
