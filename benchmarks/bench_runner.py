@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -22,12 +21,11 @@ from pathlib import Path
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))  # the tiny world of prompts lives with the tests
+from tiny_world import base_config, build_tokenizer, write_dataset  # the tests' tiny world, beside this script
+from weightgraft.experiments.config import parse_config
+from weightgraft.experiments.runner import Runner
 
-from exp_fixtures import base_config, build_tokenizer, write_dataset  # noqa: E402  (after the sys.path line above)
-from weightgraft.experiments.config import parse_config  # noqa: E402
-from weightgraft.experiments.runner import Runner  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 PRESETS = ["components_pre", "components_reversal", "layer_sweeps"]
 

@@ -14,9 +14,7 @@ from pathlib import Path
 
 import torch
 
-# base_config and write_dataset are read from here by benchmarks/bench_runner.py until it imports
-# them from tiny_world itself; then they leave this line.
-from tiny_world import base_config, build_tokenizer, write_dataset  # noqa: F401
+from tiny_world import build_tokenizer
 
 
 def build_models(root: Path, layers: int = 4, seed: int = 0) -> dict[str, str]:
