@@ -1,10 +1,13 @@
 """The runner's time on the component and layer-sweep presets, prefix sharing on vs off.
 
 Sharing on is the runner as it is: fixed batches (a chunk of conditions x a few examples) whose
-rows share what they have in common through the KV cache. Sharing off runs the same batches with
-every row computed in full (the runner as it was before). Both runs are fresh (nothing to resume), on
-random-weight Llama models of one shape (no download), CPU fp32, with the tests' tiny world of
-prompts; the ratio is measured in one run on this machine (medians of --repeats runs).
+rows share what they have in common through the KV cache, aligned on the prompt's last token.
+Sharing off runs the same batches with every row computed in full. Both runs are fresh (nothing
+to resume), on random-weight Llama models of one shape (no download), CPU fp32. The prompts are a
+generated relation set (`weightgraft data --relation 40`: the paper's three sentences, forward,
+120 prompts) under a BPE tokenizer trained on it, so prompt lengths are realistic; `--quick` uses
+the tests' tiny world (12 prompts) and smaller models. The ratio is measured in one run on this
+machine (medians of --repeats runs), beside the rows x tokens each run computed.
 
 Usage: python benchmarks/bench_runner.py [--quick] [--out benchmarks/results/runner.json]
 """
@@ -14,6 +17,8 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -22,38 +27,51 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from tiny_world import base_config, build_tokenizer, write_dataset  # the tests' tiny world, beside this script
+from weightgraft.data.io import load_eval_prompts, load_train_texts
 from weightgraft.experiments.config import parse_config
 from weightgraft.experiments.runner import Runner
+from weightgraft.training.tokenizer import train_bpe_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
 
 PRESETS = ["components_pre", "components_reversal", "layer_sweeps"]
+RELATION_FACTS = 40
+VOCAB = 4096
 
 
-def build_models(root: Path, quick: bool) -> dict[str, str]:
-    """pre and two perturbed copies (sft, b2a), saved as Hugging Face folders."""
+def build_world(root: Path, quick: bool) -> tuple[dict[str, str], str]:
+    """Models (pre and two other random inits: sft, b2a, saved as Hugging Face folders, with the
+    tokenizer) and the dataset folder."""
+    if quick:
+        tokenizer, dataset = build_tokenizer(), write_dataset(root / "data")
+    else:
+        command = [sys.executable, "-m", "weightgraft", "data", "--out", str(root / "data")]
+        command += ["--relation", str(RELATION_FACTS), "--task", "0"]
+        subprocess.run(command, check=True, capture_output=True)
+        dataset = str(root / "data" / "relation")
+        texts = load_train_texts(Path(dataset)) + [p.text + p.target for p in load_eval_prompts(Path(dataset))]
+        tokenizer = train_bpe_tokenizer(texts, VOCAB)
     layers, hidden = (4, 128) if quick else (8, 512)
-    tokenizer = build_tokenizer()
     config = LlamaConfig(
-        vocab_size=8192,
+        vocab_size=max(len(tokenizer), 8192 if quick else VOCAB),
         hidden_size=hidden,
         intermediate_size=hidden * 8 // 3,
         num_hidden_layers=layers,
         num_attention_heads=8,
         num_key_value_heads=4,
         max_position_embeddings=128,
-        bos_token_id=1,
-        pad_token_id=0,
+        bos_token_id=tokenizer.bos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
         eos_token_id=None,
     )
     paths = {}
     for seed, name in enumerate(["pre", "sft", "b2a"]):
         torch.manual_seed(seed)
         model = LlamaForCausalLM(config).eval()
-        model.save_pretrained(root / name)
-        tokenizer.save_pretrained(root / name)
-        paths[name] = str(root / name)
-    return paths
+        model.save_pretrained(root / "models" / name)
+        tokenizer.save_pretrained(root / "models" / name)
+        paths[name] = str(root / "models" / name)
+    return paths, dataset
 
 
 def time_run(config, share: bool, root: Path) -> tuple[float, int]:
@@ -81,8 +99,7 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        models = build_models(root / "models", args.quick)
-        data = write_dataset(root / "data")
+        models, data = build_world(root, args.quick)
         for preset in PRESETS:
             config = parse_config(base_config(models, data, [{"preset": preset}]))
             times = {share: [] for share in (True, False)}
