@@ -168,3 +168,38 @@ def _without_sharing(grafter):
     from weightgraft import Grafter
 
     return Grafter(grafter.recipient, grafter.donors["donor"].model, share_prefixes=False)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_a_layer_sweep_shares_the_layers_below_each_graft(arch):
+    """One prompt, a graft at one position in layer 0, 1, ... (and none): below its layer a row is
+    the ungrafted row's computation, so layer l runs on l + 2 rows (one per distinct history) until
+    every row is on its own. Every row equals the per-token reference, run alone."""
+    recipient, donor = pair(arch)
+    grafter = grafter_for(arch)
+    layers = grafter.num_layers
+    prompt = random_prompt(random.Random(stable_seed("layers", arch)), 7)
+    specs = [None] + [GraftSpec([2, 5], [layer], "all") for layer in range(layers)]
+    ids = torch.tensor([prompt] * len(specs))
+    seen = []
+    blocks = grafter.adapter.decoder_layers(grafter.recipient)
+    handles = [
+        block.get_submodule(grafter.adapter.mlp_module).register_forward_hook(
+            lambda m, args, out, layer=layer: seen.append((layer, args[0].shape[0], args[0].shape[1]))
+        )
+        for layer, block in enumerate(blocks)
+    ]
+    try:
+        got = grafter.logits(ids, row_grafts=[to_grafts(s) for s in specs])
+    finally:
+        for handle in handles:
+            handle.remove()
+    # positions 0-1 are one history (one row, every layer); from position 2 on, layer l sees
+    # l + 2 classes (the ungrafted rows, and one per graft at or below l), at most every row
+    assert [(layer, rows) for layer, rows, width in seen if width == 2] == [(n, 1) for n in range(layers)]
+    assert [(layer, rows) for layer, rows, width in seen if width == 5] == [
+        (n, min(n + 2, len(specs))) for n in range(layers)
+    ]
+    for b, spec in enumerate(specs):
+        want = reference_logits(recipient, donor, torch.tensor(prompt), spec)
+        assert max_diff(got[b], want) < ATOL, f"{arch} row {b} ({spec})"

@@ -19,6 +19,7 @@ from weightgraft.donors.placement import execution_device
 from weightgraft.engine.compat import check_compatible, uncovered_parameters
 from weightgraft.engine.graft import Graft, Key, as_graft_list
 from weightgraft.engine.hooks import Splice, SpliceHooks
+from weightgraft.engine.layer_sharing import BEFORE_THE_LAYERS, LayerGroups, SharedLayers, plan_layer_groups
 from weightgraft.engine.sharing import plan_segments
 
 RowGrafts = Sequence[Graft | Sequence[Graft] | None]
@@ -74,8 +75,9 @@ class Grafter:
     fields that may differ (for users who mean it, e.g. `("rope_theta",)`).
 
     Rows that agree on their inputs and grafts up to some position share that stretch's
-    computation through the KV cache; `share_prefixes=False` runs every row in full (results then
-    do not depend on what else is in the batch).
+    computation through the KV cache, and rows that agree on everything below some layer share
+    those layers (a layer sweep); `share_prefixes=False` runs every row in full (results then do
+    not depend on what else is in the batch).
     """
 
     def __init__(
@@ -109,6 +111,11 @@ class Grafter:
         self._key_index = {key: i for i, key in enumerate(self.keys)}
         self._targets = self._module_targets()
         self._lm_head_path = self.adapter.model_level.get("lm_head", "")
+        # For layer sharing: the masks (all donors') of what acts before layer 0, and of each layer.
+        every = [(d * len(self.keys) + k, key) for d in range(len(self.donors)) for k, key in enumerate(self.keys)]
+        self._keys_before = [i for i, (layer, comp) in every if layer is None and comp in BEFORE_THE_LAYERS]
+        self._keys_of_layer = [[i for i, (layer, _) in every if layer == n] for n in range(self.num_layers)]
+        self._path_layer = {path: self.keys[served[0][0]][0] for path, served in self._targets.items()}
         self._seq_dims = {
             f"{self.adapter.layers}.{layer}.{local}": dim
             for local, dim in self.adapter.seq_dims.items()
@@ -223,7 +230,7 @@ class Grafter:
         eos_ids = torch.tensor(sorted(eos), dtype=torch.long, device=ids.device)
         done = torch.zeros(ids.shape[0], dtype=torch.bool, device=ids.device)
         out = ids
-        with self._running(grafted) as hooks:
+        with self._running(grafted) as (hooks, _):
             logits, cache = self._pass(hooks, ids, mask, grafted, None, keep=1)
             step_splices = self._splices(step, hooks.paths, keep=1)  # the same for every step
             for _ in range(max_new_tokens):
@@ -349,8 +356,9 @@ class Grafter:
         return targets
 
     @contextmanager
-    def _running(self, grafted: GraftMasks) -> Iterator[SpliceHooks]:
-        """Eval mode, no grad, and hooks on the modules that are grafted anywhere in this call."""
+    def _running(self, grafted: GraftMasks) -> Iterator[tuple[SpliceHooks, SharedLayers]]:
+        """Eval mode, no grad, hooks on the modules that are grafted anywhere in this call, and the
+        decoder layers ready to run on shared rows."""
         num_keys = len(self.keys)
         sources = list(self.donors.values())
         donor_modules: dict[str, dict[int, nn.Module]] = {}
@@ -359,6 +367,7 @@ class Grafter:
             if used:
                 donor_modules[path] = {d: sources[d].module(path) for d in used}
         hooks = SpliceHooks(self.recipient, donor_modules, self._seq_dims)
+        layers = SharedLayers(self.adapter.decoder_layers(self.recipient))
         was_training = self.recipient.training
         self.recipient.eval()
         try:
@@ -367,26 +376,34 @@ class Grafter:
                     stack.enter_context(source.running())
                 stack.enter_context(torch.no_grad())
                 stack.enter_context(hooks.installed())
-                yield hooks
+                if self.share_prefixes:
+                    stack.enter_context(layers.installed())
+                yield hooks, layers
         finally:
             self.recipient.train(was_training)
 
-    def _splices(self, chunk: GraftMasks, paths: list[str], keep: int) -> dict[str, list[Splice]]:
+    def _splices(
+        self, chunk: GraftMasks, paths: list[str], keep: int, groups: Sequence[LayerGroups] = ()
+    ) -> dict[str, list[Splice]]:
         """Per hooked module, this chunk's splices: for each donor, the output rows (and columns)
         it replaces. Fused parts that one donor grafts at the same rows merge into one splice.
+        A module in a layer that runs on shared rows (`groups`) gets those rows' splices too.
 
         The bookkeeping happens here, once per chunk, so that the hooks only index: row indices
         are computed once per class of equal masks (usually a handful), not once per module.
         """
         num_keys = len(self.keys)
         batch, seq = chunk.masks.shape[1:]
-        found: dict[tuple[int, int], torch.Tensor] = {}
+        found: dict[tuple, torch.Tensor] = {}
 
-        def rows_of(index: int, last: int) -> torch.Tensor:
-            """Flat rows grafted by key `index` within the last `last` positions (0: all)."""
-            key = (chunk.classes[index], last)
+        def rows_of(index: int, last: int, layer: int | None = None) -> torch.Tensor:
+            """Flat rows grafted by key `index` within the last `last` positions (0: all), among
+            the representatives of `layer`'s shared rows when given."""
+            key = (chunk.classes[index], last, layer)
             if key not in found:
                 mask = chunk.masks[index, :, -last:] if last else chunk.masks[index]
+                if layer is not None:
+                    mask = mask[groups[layer].representatives]
                 found[key] = mask.reshape(-1).nonzero().squeeze(-1)
             return found[key]
 
@@ -406,18 +423,25 @@ class Grafter:
                     rows = {(batch, seq): rows_of(index, 0)}
                     if tail:
                         rows[(batch, keep)] = rows_of(index, keep)
+                    layer = self._path_layer[path]
+                    if layer is not None and layer < len(groups):
+                        rows[(len(groups[layer].representatives), seq)] = rows_of(index, 0, layer)
                     if any(r.numel() for r in rows.values()):
                         splices.append(Splice(rows, cols, d))
             if splices:
                 plan[path] = splices
         return plan
 
-    def _pass(self, hooks: SpliceHooks, ids, mask, chunk: GraftMasks, cache, keep: int, splices=None):
+    def _pass(
+        self, hooks: SpliceHooks, ids, mask, chunk: GraftMasks, cache, keep: int, splices=None, shared=None, groups=()
+    ):
         """One forward over `ids` (the chunk after the cached prefix), grafted by `chunk`; logits
-        for the last `keep` positions (0: all)."""
+        for the last `keep` positions (0: all). `groups`: the shared rows of the first layers."""
         past = 0 if cache is None else cache.get_seq_length()
         positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, past : past + ids.shape[1]]
-        hooks.current = self._splices(chunk, hooks.paths, keep) if splices is None else splices
+        hooks.current = self._splices(chunk, hooks.paths, keep, groups) if splices is None else splices
+        if shared is not None:
+            shared.groups = list(groups)
         out = self.recipient(
             input_ids=ids,
             attention_mask=mask,
@@ -431,9 +455,18 @@ class Grafter:
     def _forward(self, ids: torch.Tensor, mask: torch.Tensor, grafted: GraftMasks, keep: int) -> torch.Tensor:
         """Logits of the last `keep` positions (0: all), segment by segment when rows share."""
         segments = plan_segments(ids, mask, grafted.masks) if self.share_prefixes else None
-        with self._running(grafted) as hooks:
+
+        def layer_groups(rows, end: int) -> list[LayerGroups]:
+            if not self.share_prefixes:
+                return []
+            seen = grafted.masks[:, rows, :end] if rows is not None else grafted.masks
+            picked = (ids, mask) if rows is None else (ids[rows, :end], mask[rows, :end])
+            return plan_layer_groups(*picked, seen, self._keys_before, self._keys_of_layer)
+
+        with self._running(grafted) as (hooks, shared):
             if segments is None:
-                logits, _ = self._pass(hooks, ids, mask, grafted, None, keep)
+                groups = layer_groups(None, ids.shape[1])
+                logits, _ = self._pass(hooks, ids, mask, grafted, None, keep, shared=shared, groups=groups)
                 return logits
             first_kept = ids.shape[1] - keep if keep else 0
             pieces, cache = [], None
@@ -446,6 +479,7 @@ class Grafter:
                 logits, cache = self._pass(
                     hooks, ids[seg.rows, seg.start : seg.end], mask[seg.rows, : seg.end],
                     grafted.chunk(seg.rows, seg.start, seg.end), cache, max(wanted, 1) if keep else 0,
+                    shared=shared, groups=layer_groups(seg.rows, seg.end),
                 )  # fmt: skip
                 if wanted > 0:
                     pieces.append(logits[seg.row_to_history])
