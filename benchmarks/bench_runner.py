@@ -37,6 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PRESETS = ["components_pre", "components_reversal", "layer_sweeps"]
 RELATION_FACTS = 40
 VOCAB = 4096
+MAX_EXAMPLES = 120  # per preset: the paper presets' 40 facts x 3 sentences; layer_sweeps samples as many
 
 
 def build_world(root: Path, quick: bool) -> tuple[dict[str, str], str]:
@@ -75,15 +76,17 @@ def build_world(root: Path, quick: bool) -> tuple[dict[str, str], str]:
 
 
 def time_run(config, share: bool, root: Path) -> tuple[float, int]:
-    """Seconds of a fresh run, and the rows x tokens that passed through the first decoder
-    block (the work sharing saves, independent of how busy the machine is)."""
+    """Seconds of a fresh run, and the rows x tokens that passed through the decoder layers'
+    MLPs, summed over layers (the work sharing saves, whatever the machine is doing)."""
     out = Path(tempfile.mkdtemp(dir=root))
     runner = Runner(config, out, progress=False)
     runner.resources.share_prefixes = share
     work = [0]
     for key in config.models:  # loading is not what is compared
-        first_block = runner.resources.model(key).model.layers[0]
-        first_block.register_forward_hook(lambda m, args, out: work.__setitem__(0, work[0] + args[0].shape[:2].numel()))
+        for layer in runner.resources.model(key).model.layers:
+            layer.mlp.register_forward_hook(
+                lambda m, args, out: work.__setitem__(0, work[0] + args[0].shape[:2].numel())
+            )
     start = time.perf_counter()
     runner.run()
     return time.perf_counter() - start, work[0]
@@ -101,7 +104,7 @@ def main() -> None:
         root = Path(tmp)
         models, data = build_world(root, args.quick)
         for preset in PRESETS:
-            config = parse_config(base_config(models, data, [{"preset": preset}]))
+            config = parse_config(base_config(models, data, [{"preset": preset, "max_examples": MAX_EXAMPLES}]))
             times = {share: [] for share in (True, False)}
             work = {}
             time_run(config, True, root)  # warm-up: first-call costs are not what is compared
