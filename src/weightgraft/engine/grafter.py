@@ -24,6 +24,9 @@ from weightgraft.engine.sharing import plan_segments
 
 RowGrafts = Sequence[Graft | Sequence[Graft] | None]
 
+# Attention implementations whose masks are plain per-row tensors (see _shares_layers).
+LAYER_SHARING_ATTENTION = (None, "eager", "sdpa", "flash_attention_2", "flash_attention_3")
+
 # The name a donor passed as `Grafter(recipient, donor)` goes by.
 DEFAULT_DONOR_NAME = "donor"
 
@@ -376,7 +379,7 @@ class Grafter:
                     stack.enter_context(source.running())
                 stack.enter_context(torch.no_grad())
                 stack.enter_context(hooks.installed())
-                if self.share_prefixes:
+                if self._shares_layers():
                     stack.enter_context(layers.installed())
                 yield hooks, layers
         finally:
@@ -457,7 +460,7 @@ class Grafter:
         segments = plan_segments(ids, mask, grafted.masks) if self.share_prefixes else None
 
         def layer_groups(rows, end: int) -> list[LayerGroups]:
-            if not self.share_prefixes:
+            if not self._shares_layers():
                 return []
             seen = grafted.masks[:, rows, :end] if rows is not None else grafted.masks
             picked = (ids, mask) if rows is None else (ids[rows, :end], mask[rows, :end])
@@ -484,6 +487,12 @@ class Grafter:
                 if wanted > 0:
                     pieces.append(logits[seg.row_to_history])
             return torch.cat(pieces, dim=1)
+
+    def _shares_layers(self) -> bool:
+        """Layer sharing slices a layer's per-row arguments, which it knows as tensors; flex
+        attention passes a block mask object it cannot slice, so there layers run in full."""
+        attention = getattr(self.recipient.config, "_attn_implementation", None)
+        return self.share_prefixes and attention in LAYER_SHARING_ATTENTION
 
     def _config_eos(self) -> int | list[int] | None:
         gen = getattr(self.recipient, "generation_config", None)
