@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from typing import Literal
 
+from weightgraft.adapters.base import GROUPS, MODEL_LEVEL, PER_LAYER
 from weightgraft.engine.graft import BANDS
 
 # Prompt directions: `forward` asks the first actor for the second (the paper's only direction).
@@ -56,25 +57,10 @@ EVERY_WEIGHT = "WEIGHTS"
 BLOCKS = "BLOCKS"
 EMBEDDINGS = ("embed", "pos_embed")
 UNEMBEDDING = ("lm_head",)
-# Engine names (lower case), for configs that want them.
-ENGINE_MODEL_LEVEL = {"embed", "pos_embed", "ln_final", "lm_head"}
-ENGINE_GROUPS = {"attn", "mlp", "norms", "all"}
-ENGINE_PER_LAYER = {
-    "q",
-    "k",
-    "v",
-    "o",
-    "gate",
-    "up",
-    "down",
-    "ln1",
-    "ln2",
-    "q_norm",
-    "k_norm",
-    "post_attn_norm",
-    "post_mlp_norm",
-}
-ENGINE_NORMS = {"ln1", "ln2", "q_norm", "k_norm", "post_attn_norm", "post_mlp_norm"}
+# Engine names (lower case), for configs that want them: the adapters' canonical names.
+ENGINE_MODEL_LEVEL = frozenset(MODEL_LEVEL)
+ENGINE_GROUPS = frozenset(GROUPS)
+ENGINE_PER_LAYER = frozenset(PER_LAYER)
 ENGINE_NAMES = ENGINE_PER_LAYER | ENGINE_MODEL_LEVEL | ENGINE_GROUPS
 
 # ---- layer bands -----------------------------------------------------------------------------
