@@ -160,3 +160,31 @@ def test_percentile_interval_matches_numpy_and_leaves_out_undefined_resamples():
                 assert np.isnan(low[c, m]) and np.isnan(high[c, m])
             else:
                 assert (low[c, m], high[c, m]) == pytest.approx(tuple(np.percentile(column, [2.5, 97.5])))
+
+
+def test_mean_rank_beside_median_and_mrr_on_a_hand_computed_example():
+    # Two facts of two prompts: fact f0 ranks 1 and 3, fact f1 ranks 2 and 10. Mean rank
+    # (1+3+2+10)/4 = 4, median 2.5, MRR (1 + 1/3 + 1/2 + 1/10)/4. A fact-clustered resample
+    # draws f0 twice (mean 2), f1 twice (mean 6) or one of each (mean 4), each of the first two
+    # with probability 1/4, so the 95% interval is exactly [2, 6].
+    frame = pl.DataFrame(
+        {
+            "condition": ["c"] * 4,
+            "example_id": ["e0", "e1", "e2", "e3"],
+            "fact_id": ["f0", "f0", "f1", "f1"],
+            "template": ["a", "b", "a", "b"],
+            "applicable": [True] * 4,
+            "rank": [1, 3, 2, 10],
+            "prob": [0.5] * 4,
+            "target_logprob": [0.0] * 4,
+            "exact_match": [False] * 4,
+        }
+    )
+    stats = experiment_stats(frame, 400, 0, metrics=["rank_mean", "rank_median", "mrr"])
+    rows = {(r["template"], r["metric"]): r for r in interval_rows(stats)}
+    assert rows[(ALL, "rank_mean")]["value"] == 4.0
+    assert rows[(ALL, "rank_median")]["value"] == 2.5
+    assert rows[(ALL, "mrr")]["value"] == pytest.approx((1 + 1 / 3 + 1 / 2 + 1 / 10) / 4, abs=1e-12)
+    assert (rows[(ALL, "rank_mean")]["ci_low"], rows[(ALL, "rank_mean")]["ci_high"]) == (2.0, 6.0)
+    assert rows[("a", "rank_mean")]["value"] == 1.5  # ranks 1 and 2
+    assert rows[("b", "rank_mean")]["value"] == 6.5  # ranks 3 and 10

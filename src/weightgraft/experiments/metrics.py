@@ -62,11 +62,12 @@ def score_rows(logits: torch.Tensor, first_steps: list[int], targets: list[list[
 
 
 def example_metric(rows: dict[str, np.ndarray], metric: str) -> np.ndarray:
-    """The per-example values a summary metric averages (rank_median takes their median)."""
+    """The per-example values a summary metric averages (rank_median takes their median,
+    rank_mean their mean: the paper's mean target rank)."""
     rank = rows["rank"].astype(float)
     if metric.startswith("top"):
         return (rank <= int(metric[3:])).astype(float)
-    if metric == "rank_median":
+    if metric in ("rank_median", "rank_mean"):
         return rank
     if metric == "mrr":
         return 1.0 / rank

@@ -101,9 +101,22 @@ SUMMARY_METRICS = (
     "top100",
     "prob",
     "rank_median",
+    "rank_mean",
     "mrr",
     "target_logprob",
     "exact_match",
 )
-TABLE_METRICS = ("top1", "top5", "top10", "top50", "top100", "prob", "target_logprob", "exact_match")
+TABLE_METRICS = (
+    "top1",
+    "top5",
+    "top10",
+    "top50",
+    "top100",
+    "prob",
+    "rank_median",
+    "rank_mean",
+    "mrr",
+    "target_logprob",
+    "exact_match",
+)
 HEADLINE_METRIC = "top5"
