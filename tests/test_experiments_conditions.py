@@ -5,10 +5,11 @@ from __future__ import annotations
 import pytest
 
 from tiny_world import base_config, build_tokenizer, make_prompts
+from weightgraft.adapters import adapter_for
 from weightgraft.data.encode import encode_prompt
 from weightgraft.experiments.conditions import resolve_condition
 from weightgraft.experiments.config import ConfigError, parse_config
-from weightgraft.experiments.plan import experiment_conditions, layer_indices, select_examples
+from weightgraft.experiments.plan import ModelFacts, experiment_conditions, layer_indices, select_examples
 from weightgraft.experiments.roles import NotApplicable, parse_positions
 
 
@@ -170,7 +171,12 @@ def test_presets_expand_in_paper_order():
     )
     exps = cfg.expanded()
     assert [e.name for e in exps] == ["position_grafting", "position_title", "layer_sweeps"]
-    names = [c.name for c in experiment_conditions(exps[0], 8)]
+    # `fidelity: both` (the default) on an untied Llama: the authors' rows and the clean ones
+    # graft the same (no position embedding, no tied head), so each clean twin is dropped.
+    llama = ModelFacts(adapter_for("llama").components, tied=False)
+    conditions = experiment_conditions(exps[0], 8, llama)
+    assert {c.fidelity for c in conditions[:8]} == {"authors = clean"}
+    names = [c.name for c in conditions]
     assert names == [
         "PRE",
         "SFT",
@@ -184,12 +190,16 @@ def test_presets_expand_in_paper_order():
         "LT [donor unembedding]",
         "FE+LT [donor unembedding]",
     ]
+    # Without the model's facts the rows are compared as written: every position row differs
+    # (AUTHORS_WEIGHTS against WEIGHTS), so its clean twin stays beside it.
+    written = [c.name for c in experiment_conditions(exps[0], 8)]
+    assert written[:5] == ["PRE", "SFT", "FE", "FE [clean]", "LT"]
     sweep = [c for c in experiment_conditions(exps[2], 8) if c.meta]
     assert len(sweep) == 2 * 4 * 4  # FE/LT x 4 component sets x quarters of 8 layers
 
 
 def test_unembedding_option_only_where_it_means_something():
-    cfg = parse_config(_config([{"preset": "position_grafting", "unembedding": "donor"}]))
+    cfg = parse_config(_config([{"preset": "position_grafting", "unembedding": "donor", "fidelity": "clean"}]))
     conds = {c.name: c for c in experiment_conditions(cfg.expanded()[0], 8)}
     assert [g.components for g in conds["FE+LT"].grafts] == [["WEIGHTS"], ["lm_head"]]
     assert [g.components for g in conds["FE+LT [recipient unembedding]"].grafts] == [["WEIGHTS"]]

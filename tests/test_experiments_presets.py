@@ -1,6 +1,7 @@
 """Each paper preset, resolved on a tiny model, grafts exactly what conditions.md says.
 
-The model has 6 layers, where the authors' bands and the engine's differ: q = 6 // 4 = 1, so the
+These are the clean definitions (`fidelity: clean`); the authors' are checked per architecture
+in test_experiments_fidelity.py. The model has 6 layers, where the authors' bands and the engine's differ: q = 6 // 4 = 1, so the
 authors' fourth quarter is layers 3..5 (the engine's last_quarter would be 4..5) and their third
 and fourth quarters are 2..5. Grafts are checked as the engine resolves them: the set of
 (layer, component) keys, the token positions on the title prompt, and the donor.
@@ -63,6 +64,8 @@ def prompt():
 
 def resolve(preset: str, grafter, prompt, **options) -> dict:
     """condition -> recipient, and its grafts as (positions, donor, {(layer, component)})."""
+    if preset in PAPER_PRESETS:
+        options.setdefault("fidelity", "clean")
     models = {k: k for k in ("pre", "sft", "b2a", "task", "freetext")}
     cfg = parse_config(
         base_config(models, "d", [{"preset": preset, **options}])

@@ -104,6 +104,14 @@ PAPER_TEMPLATES: dict[str, str] = {
     "paper_3": "{entity} [stars] in {movie_title} alongside",
 }
 
+# The authors' verbatim strings where they differ from the sentences as written: sentences 1
+# and 3 with the doubled "in" (a typo in their code, present in every run of the paper). The
+# experiments' `wording: authors` re-renders those prompts with these (`in_authors_wording`).
+AUTHORS_PAPER_TEMPLATES: dict[str, str] = {
+    "paper_1": "{entity} [stars] in in a movie alongside",
+    "paper_3": "{entity} [stars] in in {movie_title} alongside",
+}
+
 OWN_EVAL_TEMPLATES: dict[str, str] = {
     "eval_title_acts": "In {movie_title}, {entity} [acts] alongside",
     "eval_title_costar": "{entity}'s [co-star] in {movie_title} is",
@@ -208,3 +216,18 @@ def eval_prompts_for(fact: RelationFact, templates: dict[str, str], id_prefix: s
                 )
             )
     return prompts
+
+
+def in_authors_wording(prompt: EvalPrompt) -> EvalPrompt:
+    """The prompt in the authors' verbatim wording (AUTHORS_PAPER_TEMPLATES) when its template
+    has one, else unchanged. Id, target and fact stay; text and spans are rendered anew."""
+    template = AUTHORS_PAPER_TEMPLATES.get(prompt.template_id)
+    if template is None:
+        return prompt
+
+    def span_text(role: str) -> str:
+        span = prompt.spans.get(role)
+        return "" if span is None else prompt.text[span.start : span.end]
+
+    rendered = render_marked(template, span_text("first_entity"), span_text("movie_title"))
+    return prompt.model_copy(update={"text": rendered.text, "spans": rendered.spans})

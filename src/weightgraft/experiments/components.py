@@ -8,6 +8,7 @@ norm to the recipient.
 from __future__ import annotations
 
 from weightgraft.experiments.vocabulary import (
+    AUTHORS_EVERY_WEIGHT,
     BLOCKS,
     EMBEDDINGS,
     ENGINE_NAMES,
@@ -17,7 +18,7 @@ from weightgraft.experiments.vocabulary import (
     PAPER_ATOMS,
 )
 
-SPECIAL = (EVERY_WEIGHT, BLOCKS)
+SPECIAL = (EVERY_WEIGHT, AUTHORS_EVERY_WEIGHT, BLOCKS)
 
 
 def is_component_expr(text: str) -> bool:
@@ -41,15 +42,20 @@ def parse_components(value: str | list[str]) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def resolve_for_model(names: list[str], available: list[str]) -> list[str] | str:
-    """Names a Graft on this model takes: WEIGHTS and BLOCKS expanded against the model's own
-    components, optional ones (gate) dropped where absent, `all` kept as the engine's string."""
+def resolve_for_model(names: list[str], available: list[str], tied: bool = False) -> list[str] | str:
+    """Names a Graft on this model takes: WEIGHTS, AUTHORS_WEIGHTS and BLOCKS expanded against
+    the model's own components (`tied`: its unembedding is its token embedding), optional ones
+    (gate) dropped where absent, `all` kept as the engine's string."""
     if names == ["all"]:
         return "all"
     out: list[str] = []
     for name in names:
         if name == EVERY_WEIGHT:
             out.extend(c for c in available if c in EMBEDDINGS or c in ENGINE_PER_LAYER)
+        elif name == AUTHORS_EVERY_WEIGHT:
+            out.extend(c for c in available if c == "embed" or c in ENGINE_PER_LAYER)
+            if tied and "lm_head" in available:
+                out.append("lm_head")
         elif name == BLOCKS:
             out.extend(c for c in available if c in ENGINE_PER_LAYER)
         elif name in OPTIONAL and name not in available:
@@ -63,6 +69,9 @@ def describe(names: list[str]) -> str:
     """`o, gate, up, down` for the report; WEIGHTS and BLOCKS in words."""
     words = {
         EVERY_WEIGHT: "every weight (embeddings and every layer's weights; not the final norm or unembedding)",
+        AUTHORS_EVERY_WEIGHT: "every weight as the authors grafted it (the token embedding, not the "
+        "position embedding, and every layer's weights; on a tied model the unembedding with the "
+        "embedding)",
         BLOCKS: "every per-layer weight",
         "all": "every weight incl. final norm and unembedding",
     }

@@ -8,9 +8,13 @@ different donors (the paper's hybrid), never the same (position, layer, componen
 
 Shorthand strings cover the paper's vocabulary:
 - `PRE` (the recipient alone) and `SFT` (the donor model itself: every weight everywhere);
-- a position expression (`FE+LT`, `(FE+LT)^C`, ...): every weight at those positions
-  (embeddings and every layer; the final norm and unembedding stay the recipient's unless the
-  experiment says `unembedding: donor`, which takes the donor's unembedding at every position);
+- a position expression (`FE+LT`, `(FE+LT)^C`, ...): every weight at those positions. In the
+  `clean` fidelity: the embeddings (token and position) and every layer; the final norm and
+  unembedding stay the recipient's unless the experiment says `unembedding: donor`, which takes
+  the donor's unembedding at every position. In the `authors` fidelity, as the authors' code did:
+  the token embedding only (never GPT-2's `wpe`) and every layer, and on a tied model the
+  unembedding with the embedding (the donor's where the last token's embedding is grafted);
+  the final norm is never grafted;
 - a component set (`ATTN+O+FFN`, `O+FFN`, ...): those components at the experiment's
   `component_at` positions (LT) in its `component_layers`, plus every weight at
   `component_base` positions (none by default, as in the paper's component figure).
@@ -29,10 +33,11 @@ from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 
 from weightgraft.experiments.components import describe, is_component_expr, parse_components
 from weightgraft.experiments.roles import PositionExpr, parse_positions
-from weightgraft.experiments.vocabulary import ATOMS, EVERY_WEIGHT, LAYER_BANDS, UNEMBEDDING
+from weightgraft.experiments.vocabulary import ATOMS, AUTHORS_EVERY_WEIGHT, EVERY_WEIGHT, LAYER_BANDS, UNEMBEDDING
 
 LayerSpec = str | int | list[int]
 Unembedding = Literal["recipient", "donor"]
+Fidelity = Literal["authors", "clean"]
 BASELINE_NAMES = {"PRE": "recipient alone", "SFT": "donor model alone (every weight everywhere)"}
 
 
@@ -82,6 +87,9 @@ class ConditionSpec(BaseModel):
     donor: str | None = None
     method: Literal["weights", "activations"] = "weights"
     description: str = ""
+    # The definition this row belongs to, for experiments that compare the two (see
+    # vocabulary: FIDELITIES); None: the experiment's own.
+    fidelity: Fidelity | None = None
 
     @model_validator(mode="after")
     def _activation_components(self) -> ConditionSpec:
@@ -128,6 +136,7 @@ class Condition:
     grafts: list[ResolvedGraft]
     description: str = ""
     meta: dict = field(default_factory=dict)  # e.g. sweep coordinates, for plots
+    fidelity: str = ""  # "authors", "clean" or vocabulary.SAME_IN_BOTH; "" outside paper presets
 
     @property
     def donors(self) -> tuple[str, ...]:
@@ -136,7 +145,7 @@ class Condition:
         return tuple(sorted({self.donor, *(g.donor for g in self.grafts)}))
 
     def to_json(self) -> dict:
-        return {
+        body = {
             "name": self.name,
             "recipient": self.recipient,
             "donor": self.donor,
@@ -145,6 +154,9 @@ class Condition:
             "meta": self.meta,
             "grafts": [g.to_json() for g in self.grafts],
         }
+        if self.fidelity:
+            body["fidelity"] = self.fidelity
+        return body
 
     def key(self) -> str:
         return json.dumps(self.to_json(), sort_keys=True)
@@ -174,8 +186,11 @@ def resolve_condition(
     component_base: str | None = None,
     unembedding: Unembedding = "recipient",
     context: str = "",
+    fidelity: Fidelity | None = None,
 ) -> Condition:
-    """Expand a shorthand string or a full spec into a Condition; errors name the condition."""
+    """Expand a shorthand string or a full spec into a Condition; errors name the condition.
+    `fidelity` says how a position expression grafts "every weight" (see the module's
+    docstring; None: clean, unlabelled); a full spec carries its own grafts."""
     if isinstance(item, ConditionSpec):
         own_donor = item.donor or donor
         grafts = [
@@ -189,10 +204,11 @@ def resolve_condition(
             method=item.method,
             description=item.description,
             grafts=grafts,
+            fidelity=item.fidelity or fidelity or "",
         )
     text = item.strip()
     if text in ("PRE", "RECIPIENT"):
-        return Condition(text, recipient, donor, "weights", [], BASELINE_NAMES["PRE"])
+        return Condition(text, recipient, donor, "weights", [], BASELINE_NAMES["PRE"], fidelity=fidelity or "")
     if text in ("SFT", "DONOR"):
         return Condition(
             text,
@@ -201,6 +217,7 @@ def resolve_condition(
             "weights",
             [ResolvedGraft(parse_positions("ALL"), "all", ["all"], donor)],
             BASELINE_NAMES["SFT"],
+            fidelity=fidelity or "",
         )
     head = [ResolvedGraft(parse_positions("ALL"), "all", list(UNEMBEDDING), donor)] if unembedding == "donor" else []
     head_words = (
@@ -216,7 +233,7 @@ def resolve_condition(
         grafts.append(ResolvedGraft(parse_positions(component_at), component_layers, comps, donor))
         base = f"every weight at {component_base}, " if component_base else "nothing at FE; "
         desc = f"{base}{text} ({describe(comps)}) at {component_at} in layers {component_layers}"
-        return Condition(text, recipient, donor, "weights", grafts, desc)
+        return Condition(text, recipient, donor, "weights", grafts, desc, fidelity=fidelity or "")
     try:
         expr = parse_positions(text)
     except ValueError as err:
@@ -225,6 +242,19 @@ def resolve_condition(
             f"unknown condition {text!r}{where}: it is not PRE/SFT, not a position expression "
             f"over {', '.join(ATOMS)} ({err}), nor a component set such as ATTN+O+FFN or O+FFN"
         ) from None
+    if fidelity == "authors":
+        return Condition(
+            text,
+            recipient,
+            donor,
+            "weights",
+            [ResolvedGraft(expr, "all", [AUTHORS_EVERY_WEIGHT], donor), *head],
+            f"every weight at {text} as the authors grafted it (the token embedding, not the position "
+            "embedding; every layer); the unembedding the recipient's, except on a tied model where "
+            "it goes with the embedding (the donor's when the last token is grafted)"
+            + ("; and the donor's unembedding at every position" if head else ""),
+            fidelity=fidelity,
+        )
     return Condition(
         text,
         recipient,
@@ -232,6 +262,7 @@ def resolve_condition(
         "weights",
         [ResolvedGraft(expr, "all", [EVERY_WEIGHT], donor), *head],
         f"every weight at {text} (embeddings included){head_words}",
+        fidelity=fidelity or "",
     )
 
 

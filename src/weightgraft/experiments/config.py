@@ -33,7 +33,7 @@ from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, Validatio
 from weightgraft.errors import UserError
 from weightgraft.experiments.components import parse_components
 from weightgraft.experiments.conditions import ConditionSpec, LayerSpec, Unembedding, check_layers, validate_condition
-from weightgraft.experiments.presets import ALL_PRESETS, PRESETS, TAKES_UNEMBEDDING
+from weightgraft.experiments.presets import ALL_PRESETS, PAPER_PRESETS, PRESETS, TAKES_UNEMBEDDING
 from weightgraft.experiments.roles import parse_positions
 from weightgraft.experiments.vocabulary import SUMMARY_METRICS as METRICS
 from weightgraft.experiments.vocabulary import Direction
@@ -104,8 +104,16 @@ class ExperimentSpec(BaseModel):
     component_at: str = "LT"
     component_layers: LayerSpec = "authors_fourth_quarter"
     component_base: str | None = None
-    # Position shorthand (`FE+LT`): whose final norm and unembedding score the row.
+    # Position shorthand (`FE+LT`): whose final norm and unembedding score the row (clean
+    # rows; the authors' rows follow the authors' rule, see `fidelity`).
     unembedding: Unembedding = "recipient"
+    # How shorthand conditions are defined: `authors` (exactly as the paper's code ran them),
+    # `clean` (weightgraft's definitions), `both` (the authors' rows, and beside them the clean
+    # rows that differ on the model, named `NAME [clean]`); None: clean, rows unlabelled.
+    fidelity: Literal["authors", "clean", "both"] | None = None
+    # The evaluation sentences' wording: `clean` as the dataset has them, `authors` the
+    # authors' verbatim strings (sentences 1 and 3 with the doubled "in").
+    wording: Literal["clean", "authors"] = "clean"
     headline: list[str] = ["top1", "top5"]
     plot: Literal["bars", "heatmap", "paired"] = "bars"
 
@@ -151,6 +159,10 @@ class PresetRef(BaseModel):
     max_examples: int | None = Field(default=None, ge=1)
     templates: list[str] | None = None
     unembedding: Unembedding | None = None
+    # The paper presets' definitions: `authors` (as the authors' code ran them), `clean`
+    # (weightgraft's), or `both` (default: the authors' rows and the clean rows that differ).
+    fidelity: Literal["authors", "clean", "both"] | None = None
+    wording: Literal["clean", "authors"] | None = None  # the paper sentences' wording
 
     @model_validator(mode="after")
     def _options(self) -> PresetRef:
@@ -158,10 +170,19 @@ class PresetRef(BaseModel):
             raise ValueError(
                 f"preset {self.preset!r} has no `unembedding` option (only {', '.join(sorted(TAKES_UNEMBEDDING))} do)"
             )
+        for option in ("fidelity", "wording"):
+            if getattr(self, option) is not None and self.preset not in PAPER_PRESETS:
+                raise ValueError(
+                    f"preset {self.preset!r} has no `{option}` option (only the paper presets "
+                    f"{', '.join(PAPER_PRESETS)} do)"
+                )
         return self
 
     def experiments(self) -> list[dict]:
         options = {} if self.unembedding is None else {"unembedding": self.unembedding}
+        for option in ("fidelity", "wording"):
+            if getattr(self, option) is not None:
+                options[option] = getattr(self, option)
         return PRESETS[self.preset](self.max_examples, self.templates, **options)
 
 

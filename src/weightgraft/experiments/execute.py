@@ -31,7 +31,7 @@ from weightgraft.experiments.models import (
     vocab_fingerprint,
 )
 from weightgraft.experiments.patching import patched_logits
-from weightgraft.experiments.plan import engine_layers, layer_indices, select_examples
+from weightgraft.experiments.plan import engine_layers, layer_indices, select_examples, ties_embeddings
 from weightgraft.experiments.records import Example, na_record, scored_record
 from weightgraft.experiments.roles import NotApplicable
 
@@ -126,8 +126,11 @@ class Resources:
 def encode_examples(resources: Resources, exp: ExperimentSpec, tokenizer) -> tuple[list[Example], int]:
     """The experiment's examples, encoded, and how many prompts it could have scored."""
     from weightgraft.data.encode import encode_prompt
+    from weightgraft.data.templates import in_authors_wording
 
     every = resources.prompts(exp.dataset)
+    if exp.wording == "authors":
+        every = [in_authors_wording(p) for p in every]
     available = select_examples(
         every, exp.templates, None, resources.config.seed, f"experiment {exp.name!r}", exp.directions
     )
@@ -178,6 +181,7 @@ def compute_chunk(
         grafter = resources.grafter(recipient, donors)
         available = list(grafter.components)
         num_layers = grafter.num_layers
+        tied = ties_embeddings(resources.model(recipient))
     else:
         from weightgraft.adapters import adapter_for
 
@@ -200,7 +204,7 @@ def compute_chunk(
             seqs = [batch[ei].input_ids + batch[ei].target_ids[:-1] for ei, _ in rows]
             if method == "weights":
                 row_grafts = [
-                    [engine_graft(m, g, available, num_layers, len(donors) > 1) for m, g in row_masks] or None
+                    [engine_graft(m, g, available, num_layers, len(donors) > 1, tied) for m, g in row_masks] or None
                     for row_masks in masks
                 ]
                 # Aligned on the prompt's last token: its prefix shares one segment, and only the
@@ -229,16 +233,20 @@ def compute_chunk(
     return records
 
 
-def engine_graft(mask: list[bool], graft: ResolvedGraft, available: list[str], num_layers: int, name_donor: bool):
-    """The engine's Graft for one row: concrete positions, layers and components; the donor is
-    named only when the Grafter holds several (a one-donor Grafter takes Grafts without one)."""
+def engine_graft(
+    mask: list[bool], graft: ResolvedGraft, available: list[str], num_layers: int, name_donor: bool, tied: bool = False
+):
+    """The engine's Graft for one row: concrete positions, layers and components (`tied`: the
+    recipient's unembedding is its token embedding, which the authors' every-weight graft
+    swaps together); the donor is named only when the Grafter holds several (a one-donor
+    Grafter takes Grafts without one)."""
     from weightgraft import Graft
 
     kwargs = {"donor": graft.donor} if name_donor else {}
     return Graft(
         positions=mask,
         layers=engine_layers(graft.layers, num_layers),
-        components=resolve_for_model(graft.components, available),
+        components=resolve_for_model(graft.components, available, tied),
         **kwargs,
     )
 

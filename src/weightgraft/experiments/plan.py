@@ -5,13 +5,38 @@ from __future__ import annotations
 
 import random
 from collections import defaultdict
+from dataclasses import dataclass
 
 from weightgraft.engine.graft import EIGHTHS, HALVES, QUARTERS, Graft
-from weightgraft.experiments.components import parse_components
-from weightgraft.experiments.conditions import Condition, ResolvedGraft, resolve_condition
+from weightgraft.experiments.components import parse_components, resolve_for_model
+from weightgraft.experiments.conditions import Condition, ConditionSpec, ResolvedGraft, resolve_condition
 from weightgraft.experiments.config import ExperimentSpec
 from weightgraft.experiments.roles import parse_positions
-from weightgraft.experiments.vocabulary import AUTHOR_BANDS, EVERY_WEIGHT, Direction, author_band
+from weightgraft.experiments.vocabulary import (
+    AUTHOR_BANDS,
+    CLEAN_SUFFIX,
+    EVERY_WEIGHT,
+    SAME_IN_BOTH,
+    Direction,
+    author_band,
+)
+
+MODEL_LEVEL_NAMES = ("embed", "pos_embed", "ln_final", "lm_head")
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    """What a condition's grafts mean on one model: its components and whether its
+    unembedding is its token embedding (tied)."""
+
+    components: tuple[str, ...]
+    tied: bool
+
+
+def ties_embeddings(model) -> bool:
+    """True when the model's unembedding is its token embedding (one matrix)."""
+    out, inp = model.get_output_embeddings(), model.get_input_embeddings()
+    return out is not None and inp is not None and out.weight.data_ptr() == inp.weight.data_ptr()
 
 
 def layer_indices(spec, num_layers: int) -> list[int]:
@@ -28,6 +53,15 @@ def engine_layers(spec, num_layers: int):
     return "all" if spec == "all" else layer_indices(spec, num_layers)
 
 
+def _band_or_none(name: str, num_layers: int) -> list[int] | None:
+    """The band's layers; None when it does not fit (kept, so that the check below names the
+    problem)."""
+    try:
+        return author_band(name, num_layers)
+    except ValueError:
+        return None
+
+
 def auto_bands(num_layers: int) -> list[str]:
     """Eighths for deep models, quarters from 4 layers, halves below; never an empty band."""
     if num_layers >= 16:
@@ -37,21 +71,91 @@ def auto_bands(num_layers: int) -> list[str]:
     return list(HALVES)
 
 
-def experiment_conditions(exp: ExperimentSpec, num_layers: int) -> list[Condition]:
-    """Every condition of an experiment, in the order the report shows them."""
-    conditions = [
-        resolve_condition(
-            item,
-            recipient=exp.recipient,
-            donor=exp.donor,
-            component_at=exp.component_at,
-            component_layers=exp.component_layers,
-            component_base=exp.component_base,
-            unembedding=exp.unembedding,
-            context=f"experiment {exp.name!r}",
-        )
-        for item in exp.conditions
-    ]
+def _resolve(exp: ExperimentSpec, item, mode: str | None) -> Condition:
+    return resolve_condition(
+        item,
+        recipient=exp.recipient,
+        donor=exp.donor,
+        component_at=exp.component_at,
+        component_layers=exp.component_layers,
+        component_base=exp.component_base,
+        # the authors' rows take the authors' unembedding rule; the option is the clean rows'
+        unembedding="recipient" if mode == "authors" else exp.unembedding,
+        context=f"experiment {exp.name!r}",
+        fidelity=mode,
+    )
+
+
+def fidelity_conditions(exp: ExperimentSpec) -> list[Condition]:
+    """The experiment's own conditions in its fidelity: under `both`, each shorthand (and each
+    spec without a fidelity) twice, the authors' row under its name and the clean row as
+    `NAME [clean]`; a spec with a fidelity only in that one."""
+    modes = ["authors", "clean"] if exp.fidelity == "both" else [exp.fidelity]
+    out = []
+    for item in exp.conditions:
+        own = item.fidelity if isinstance(item, ConditionSpec) else None
+        if own is not None:
+            if own in modes:
+                out.append(_resolve(exp, item, own))
+            continue
+        for mode in modes:
+            cond = _resolve(exp, item, mode)
+            if exp.fidelity == "both" and mode == "clean":
+                cond.name += CLEAN_SUFFIX
+            out.append(cond)
+    return out
+
+
+def graft_keys(cond: Condition, num_layers: int, model: ModelFacts | None) -> frozenset:
+    """What a condition grafts, as (positions, layer, component, donor) keys: on `model` its
+    components resolved against that model, else as written."""
+    keys = set()
+    for graft in cond.grafts:
+        layers = layer_indices(graft.layers, num_layers)
+        if model is None:
+            keys.add((graft.positions.text, tuple(layers), tuple(graft.components), graft.donor))
+            continue
+        names = resolve_for_model(graft.components, list(model.components), model.tied)
+        names = list(model.components) if names == "all" else names
+        for name in names:
+            for layer in [None] if name in MODEL_LEVEL_NAMES else layers:
+                keys.add((graft.positions.text, layer, name, graft.donor))
+    return frozenset(keys)
+
+
+def merge_twins(conditions: list[Condition], num_layers: int, model: ModelFacts | None) -> list[Condition]:
+    """Drop each clean row that grafts exactly what its authors' twin grafts (on `model` when
+    given, else as written) and label the twin SAME_IN_BOTH."""
+    by_name = {c.name: c for c in conditions}
+    dropped = set()
+    for cond in conditions:
+        if not cond.name.endswith(CLEAN_SUFFIX):
+            continue
+        twin = by_name.get(cond.name[: -len(CLEAN_SUFFIX)])
+        if twin is None or (twin.recipient, twin.method) != (cond.recipient, cond.method):
+            continue
+        if graft_keys(twin, num_layers, model) == graft_keys(cond, num_layers, model):
+            dropped.add(cond.name)
+            twin.fidelity = SAME_IN_BOTH
+    return [c for c in conditions if c.name not in dropped]
+
+
+def experiment_conditions(exp: ExperimentSpec, num_layers: int, model: ModelFacts | None = None) -> list[Condition]:
+    """Every condition of an experiment, in the order the report shows them. A graft on an
+    authors' band that is empty at this depth (`authors_third_quarter_below_half` when
+    n % 4 < 2) is left out; under `fidelity: both` a clean row equal to its authors' twin is
+    dropped (on `model`, the recipient's facts, when given)."""
+    conditions = fidelity_conditions(exp)
+    for cond in conditions:
+        cond.grafts = [
+            g
+            for g in cond.grafts
+            if not (
+                isinstance(g.layers, str) and g.layers in AUTHOR_BANDS and _band_or_none(g.layers, num_layers) == []
+            )
+        ]
+    if exp.fidelity == "both":
+        conditions = merge_twins(conditions, num_layers, model)
     if exp.sweep is not None:
         bands = auto_bands(num_layers) if exp.sweep.bands == "auto" else exp.sweep.bands
         for at in exp.sweep.at:

@@ -7,21 +7,33 @@ orders), `b2a` (finetuned on the same facts in the B2A order only: the one-direc
 (finetuned on articles). Dataset keys: `relation` (the facts SFT learned), `known` (real films
 the pretrained model knows), `freetext`.
 
-Paper presets (recipient <- donor; positions; layers; components):
+Paper presets (recipient <- donor; positions; layers; components). Each takes `fidelity`:
+`authors` (exactly as the authors' code ran them), `clean` (weightgraft's own definitions) or
+`both` (the default: the authors' rows under the plain names, and beside them every clean row
+that differs on the model, named `NAME [clean]`), and `wording` (`clean`, the default, or
+`authors`: their verbatim sentences 1 and 3 with the doubled "in").
 - position_grafting   pre <- sft; FE, LT, FE+LT, (FE+LT)^C, FE^C, LT^C; all layers; every
-                      weight incl. embeddings; the recipient's final norm and unembedding
+                      weight. Authors: the token embedding only (never GPT-2's `wpe`), and on
+                      a tied model the unembedding with the embedding (the donor's in the rows
+                      whose last token is grafted), else the recipient's; plus FE, LT, FE+LT
+                      with the donor's unembedding at every position (`[donor unembedding]`),
+                      which show how much of a gap the finetuned unembedding carries. Clean:
+                      both embeddings, the recipient's final norm and unembedding
                       (`unembedding: donor` for the donor's), plus FE, LT, FE+LT with the other
-                      unembedding so the report shows both.
+                      unembedding.
 - position_relation   pre <- sft; R, FE+R, R+LT, FE+R+LT (R = the relation word, never LT).
 - position_title      pre <- sft; M, M+LT, FE+M, FE+M+LT, (FE+M)^C, (FE+M+LT)^C on sentence 3
                       (the title prompt, FE -> M -> LT).
-- components_reversal b2a <- sft; nothing at FE; the eight sets at LT; authors' fourth quarter.
+- components_reversal b2a <- sft; nothing at FE; the eight sets at LT; authors' fourth quarter
+                      (the same in both fidelities).
 - components_pre      pre <- sft; the same grafts.
 - hybrid              pre <- task (FE: nothing / every weight / ATTN+O = q,k,v,o / FFN / O+FFN,
-                      all layers) and, at LT, task q,k,v,gate + sft o,up,down in the authors'
-                      third and fourth quarters. conditions.md infers the band from the
-                      authors' layer override (layers >= n//2); with the override inactive it
-                      would be the fourth quarter alone.
+                      all layers) and at LT the layers [2q, n) (q = n // 4) from a hybrid model.
+                      Authors: the hybrid model is the task model with the relation model's
+                      (SFT's) o, up and down in layers [n//2, n) only, so in [2q, n) q,k,v,gate
+                      come from the task model, o,up,down from SFT in [n//2, n) and from the
+                      task model in [2q, n//2) (empty when n % 4 < 2; layer 8 of Gemma's 18).
+                      Clean: task q,k,v,gate and SFT o,up,down in all of [2q, n).
 - known_facts         PRE and SFT on real films PRE knows: what finetuning kept.
 weightgraft's own: layer_sweeps, free_text (position grafting from an article-finetuned model),
 activation_patching (weights vs residual-stream patching).
@@ -32,7 +44,13 @@ Presets return plain dicts; `config` validates them (this module imports nothing
 from __future__ import annotations
 
 from weightgraft.experiments.conditions import ConditionSpec, GraftSpec
-from weightgraft.experiments.vocabulary import EVERY_WEIGHT, PAPER_COMPONENT_SETS
+from weightgraft.experiments.vocabulary import (
+    AUTHORS_EVERY_WEIGHT,
+    BLOCKS,
+    CLEAN_SUFFIX,
+    EVERY_WEIGHT,
+    PAPER_COMPONENT_SETS,
+)
 
 PAPER_TEMPLATES = ["paper_1", "paper_2", "paper_3"]
 TITLE_TEMPLATES = ["paper_3"]  # the only sentence with a movie title (FE -> M -> LT)
@@ -41,41 +59,101 @@ RELATION_CONDITIONS = ["PRE", "SFT", "R", "FE+R", "R+LT", "FE+R+LT"]
 TITLE_CONDITIONS = ["PRE", "SFT", "M", "M+LT", "FE+M", "FE+M+LT", "(FE+M)^C", "(FE+M+LT)^C"]
 BOTH_UNEMBEDDINGS = ["FE", "LT", "FE+LT"]  # shown with the other unembedding too
 COMPONENT_BAND = "authors_fourth_quarter"
-HYBRID_BAND = "authors_third_and_fourth_quarters"
+HYBRID_BAND = "authors_third_and_fourth_quarters"  # [2q, n): the layers grafted at LT
 # The hybrid's five FE variants from the task model: name -> components (None: nothing at FE).
 HYBRID_FE = {"no_FE": None, "full_FE": EVERY_WEIGHT, "FE_attn": "ATTN+O", "FE_ffn": "FFN", "FE_o_ffn": "O+FFN"}
-HYBRID_LT = [("task", ["q", "k", "v", "gate"]), ("sft", ["o", "up", "down"])]
+# At LT, per fidelity: (donor, components, layers). The authors grafted [2q, n) of a hybrid
+# model that holds the relation model's o,up,down in [n//2, n) only.
+HYBRID_LT = {
+    "authors": [
+        ("task", ["q", "k", "v", "gate"], HYBRID_BAND),
+        ("sft", ["o", "up", "down"], "authors_second_half"),
+        ("task", ["o", "up", "down"], "authors_third_quarter_below_half"),
+    ],
+    "clean": [("task", ["q", "k", "v", "gate"], HYBRID_BAND), ("sft", ["o", "up", "down"], HYBRID_BAND)],
+}
+HYBRID_LT_WORDS = {
+    "authors": "LT: layers [2q, n) of the authors' hybrid model: task q,k,v,gate throughout; "
+    "relation (sft) o,up,down in [n//2, n) and task o,up,down in [2q, n//2)",
+    "clean": "LT: task q,k,v,gate and relation (sft) o,up,down in layers [2q, n) (the authors' third and fourth quarters)",
+}
+# "Every weight" per fidelity, for grafts written out in full.
+EVERY = {"authors": AUTHORS_EVERY_WEIGHT, "clean": EVERY_WEIGHT}
+FIDELITY_OPTIONS = ("authors", "clean", "both")
 PATCH_POSITIONS = ["FE", "LT", "FE+LT", "(FE+LT)^C"]
 PATCH_LAYERS = ["all", "first_half", "last_half"]
 OTHER = {"recipient": "donor", "donor": "recipient"}
 
 
-def _head_variant(position: str, unembedding: str) -> ConditionSpec:
-    """`position` with every weight from the donor and the given unembedding, as a full spec."""
-    grafts = [GraftSpec(positions=position, layers="all", components=[EVERY_WEIGHT])]
+def modes(fidelity: str) -> list[str]:
+    """The fidelities a preset's rows are built in."""
+    if fidelity not in FIDELITY_OPTIONS:
+        raise ValueError(f"unknown fidelity {fidelity!r}; use one of {', '.join(FIDELITY_OPTIONS)}")
+    return ["authors", "clean"] if fidelity == "both" else [fidelity]
+
+
+def row_name(name: str, mode: str, fidelity: str) -> str:
+    """A row's name: the clean rows of a `both` experiment carry CLEAN_SUFFIX."""
+    return name + CLEAN_SUFFIX if fidelity == "both" and mode == "clean" else name
+
+
+def _head_variant(position: str, unembedding: str, mode: str, fidelity: str) -> ConditionSpec:
+    """`position` with every weight from the donor (as `mode` defines it, without its own
+    head) and the given unembedding at every position, as a full spec."""
+    body = [EVERY_WEIGHT] if mode == "clean" else ["embed", BLOCKS]
+    grafts = [GraftSpec(positions=position, layers="all", components=body)]
     if unembedding == "donor":
         grafts.append(GraftSpec(positions="ALL", layers="all", components=["lm_head"]))
+    what = "every weight" if mode == "clean" else "the token embedding and every layer's weights"
     return ConditionSpec(
-        name=f"{position} [{unembedding} unembedding]",
+        name=row_name(f"{position} [{unembedding} unembedding]", mode, fidelity),
         grafts=grafts,
-        description=f"every weight at {position}; the {unembedding}'s unembedding at every position",
+        description=f"{what} at {position}; the {unembedding}'s unembedding at every position",
+        fidelity=mode,
     )
 
 
-def position_grafting(max_examples=None, templates=None, unembedding="recipient") -> list[dict]:
-    others = [_head_variant(p, OTHER[unembedding]) for p in BOTH_UNEMBEDDINGS]
+def _head_variants(unembedding: str, fidelity: str) -> list[ConditionSpec]:
+    """The diagnostic rows: FE, LT, FE+LT with the donor's unembedding in the authors' rows
+    (how much of a gap the finetuned unembedding carries), the other one in the clean rows."""
+    out = []
+    for mode in modes(fidelity):
+        head = "donor" if mode == "authors" else OTHER[unembedding]
+        out += [_head_variant(p, head, mode, fidelity) for p in BOTH_UNEMBEDDINGS]
+    return out
+
+
+def _position_words(fidelity: str, unembedding: str, variants: bool = True) -> str:
+    authors = (
+        "Authors' rows: the token embedding (never the position embedding) and every layer; the "
+        "unembedding the recipient's, except on a tied model, where it goes with the embedding "
+        "(the donor's in the rows whose last token is grafted)"
+        + ("; rows marked [donor unembedding] take the donor's at every position." if variants else ".")
+    )
+    clean = (
+        "Clean rows: the embeddings (token and position) and every layer; final norm and "
+        f"unembedding the {unembedding}'s"
+        + (f" (rows marked [{OTHER[unembedding]} unembedding] use the other)." if variants else ".")
+    )
+    return " ".join(authors if m == "authors" else clean for m in modes(fidelity))
+
+
+def position_grafting(
+    max_examples=None, templates=None, unembedding="recipient", fidelity="both", wording="clean"
+) -> list[dict]:
+    others = _head_variants(unembedding, fidelity)
     return [
         dict(
             name="position_grafting",
             title="Position grafting (SFT into PRE)",
             description="Every weight of the relation model (SFT) at the named token positions, in "
-            "every layer, embeddings included; the pretrained model (PRE) elsewhere. "
-            f"Final norm and unembedding: the {unembedding}'s (rows marked "
-            f"[{OTHER[unembedding]} unembedding] use the other).",
+            "every layer; the pretrained model (PRE) elsewhere. " + _position_words(fidelity, unembedding),
             dataset="relation",
             recipient="pre",
             donor="sft",
             unembedding=unembedding,
+            fidelity=fidelity,
+            wording=wording,
             conditions=[*POSITION_CONDITIONS, *others],
             headline=["top1", "top5"],
             max_examples=max_examples,
@@ -85,16 +163,21 @@ def position_grafting(max_examples=None, templates=None, unembedding="recipient"
     ]
 
 
-def position_relation(max_examples=None, templates=None, unembedding="recipient") -> list[dict]:
+def position_relation(
+    max_examples=None, templates=None, unembedding="recipient", fidelity="both", wording="clean"
+) -> list[dict]:
     return [
         dict(
             name="position_relation",
             title="Position grafting with the relation word (R)",
-            description="As position grafting, with R = the relation word's tokens only (never the last token).",
+            description="As position grafting, with R = the relation word's tokens only (never the "
+            "last token). " + _position_words(fidelity, unembedding, variants=False),
             dataset="relation",
             recipient="pre",
             donor="sft",
             unembedding=unembedding,
+            fidelity=fidelity,
+            wording=wording,
             conditions=RELATION_CONDITIONS,
             headline=["top1", "top5"],
             max_examples=max_examples,
@@ -104,17 +187,21 @@ def position_relation(max_examples=None, templates=None, unembedding="recipient"
     ]
 
 
-def position_title(max_examples=None, templates=None, unembedding="recipient") -> list[dict]:
+def position_title(
+    max_examples=None, templates=None, unembedding="recipient", fidelity="both", wording="clean"
+) -> list[dict]:
     return [
         dict(
             name="position_title",
             title="Position grafting with the movie title (M), sentence 3",
             description="As position grafting, on the title prompt `{first_actor} stars in "
-            "{movie_title} alongside` (FE, then M, then LT).",
+            "{movie_title} alongside` (FE, then M, then LT). " + _position_words(fidelity, unembedding, variants=False),
             dataset="relation",
             recipient="pre",
             donor="sft",
             unembedding=unembedding,
+            fidelity=fidelity,
+            wording=wording,
             conditions=TITLE_CONDITIONS,
             headline=["top1", "top5"],
             max_examples=max_examples,
@@ -124,8 +211,10 @@ def position_title(max_examples=None, templates=None, unembedding="recipient") -
     ]
 
 
-def _components(name, title, recipient, baseline, description, max_examples, templates):
+def _components(name, title, recipient, baseline, description, max_examples, templates, fidelity, wording):
     return dict(
+        fidelity=fidelity,
+        wording=wording,
         name=name,
         title=title,
         description=description,
@@ -143,7 +232,7 @@ def _components(name, title, recipient, baseline, description, max_examples, tem
     )
 
 
-def components_reversal(max_examples=None, templates=None) -> list[dict]:
+def components_reversal(max_examples=None, templates=None, fidelity="both", wording="clean") -> list[dict]:
     return [
         _components(
             "components_reversal",
@@ -155,11 +244,13 @@ def components_reversal(max_examples=None, templates=None) -> list[dict]:
             "last token in the authors' fourth quarter of layers.",
             max_examples,
             templates,
+            fidelity,
+            wording,
         )
     ]
 
 
-def components_pre(max_examples=None, templates=None) -> list[dict]:
+def components_pre(max_examples=None, templates=None, fidelity="both", wording="clean") -> list[dict]:
     return [
         _components(
             "components_pre",
@@ -170,36 +261,48 @@ def components_pre(max_examples=None, templates=None) -> list[dict]:
             "the authors' fourth quarter of layers.",
             max_examples,
             templates,
+            fidelity,
+            wording,
         )
     ]
 
 
-def hybrid(max_examples=None, templates=None) -> list[dict]:
-    lt = [GraftSpec(positions="LT", layers=HYBRID_BAND, components=comps, donor=donor) for donor, comps in HYBRID_LT]
+def hybrid(max_examples=None, templates=None, fidelity="both", wording="clean") -> list[dict]:
     conditions: list = ["PRE", "SFT", ConditionSpec(name="TASK", recipient="task", description="task model alone")]
     for variant, comps in HYBRID_FE.items():
-        fe = [] if comps is None else [GraftSpec(positions="FE", layers="all", components=comps, donor="task")]
-        conditions.append(
-            ConditionSpec(
-                name=f"HYBRID {variant}",
-                grafts=[*fe, *lt],
-                description=f"FE: {'nothing' if comps is None else comps} from the task model, all "
-                "layers; LT: task q,k,v,gate and relation o,up,down in the authors' "
-                "third and fourth quarters",
+        for mode in modes(fidelity):
+            at_fe = EVERY[mode] if comps == EVERY_WEIGHT else comps
+            fe = [] if comps is None else [GraftSpec(positions="FE", layers="all", components=at_fe, donor="task")]
+            lt = [
+                GraftSpec(positions="LT", layers=band, components=parts, donor=donor)
+                for donor, parts, band in HYBRID_LT[mode]
+            ]
+            fe_words = "every weight" if comps == EVERY_WEIGHT else comps
+            conditions.append(
+                ConditionSpec(
+                    name=row_name(f"HYBRID {variant}", mode, fidelity),
+                    grafts=[*fe, *lt],
+                    description=f"FE: {'nothing' if comps is None else fe_words} from the task model, all "
+                    f"layers; {HYBRID_LT_WORDS[mode]}",
+                    fidelity=mode,
+                )
             )
-        )
     return [
         dict(
             name="hybrid",
             title="Hybrid: task model at FE, task and relation models at LT",
             description="Recipient PRE. The task model (finetuned on other facts) at FE in five "
-            "variants; at the last token the task model's q, k, v and gate with the "
-            "relation model's (SFT) o, up and down, in the authors' third and fourth "
-            "quarters (inferred: the authors' layer override grafted layers >= n//2). "
-            "Scored on the relation model's facts.",
+            "variants; at the last token the layers [2q, n) (q = n // 4, the authors' third and fourth "
+            "quarters) of a hybrid of the task model and the relation model (SFT). The authors' "
+            "hybrid holds SFT's o, up and down in layers [n//2, n) only: q, k, v, gate come from the "
+            "task model throughout, o, up, down from SFT in [n//2, n) and from the task model in "
+            "[2q, n//2) (empty when n % 4 < 2). The clean rows take SFT's o, up, down over all of "
+            "[2q, n). Scored on the relation model's facts.",
             dataset="relation",
             recipient="pre",
             donor="sft",
+            fidelity=fidelity,
+            wording=wording,
             conditions=conditions,
             headline=["top1", "top5"],
             max_examples=max_examples,
@@ -317,3 +420,12 @@ PRESETS = {
 }
 ALL_PRESETS = list(PRESETS)
 TAKES_UNEMBEDDING = {"position_grafting", "position_relation", "position_title", "free_text"}
+# The paper's presets: they take `fidelity` and `wording`.
+PAPER_PRESETS = (
+    "position_grafting",
+    "position_relation",
+    "position_title",
+    "components_reversal",
+    "components_pre",
+    "hybrid",
+)

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
+from weightgraft.adapters import adapter_for
 from weightgraft.errors import warn
 from weightgraft.experiments import records
 from weightgraft.experiments.config import ExperimentSpec, RunConfig
@@ -35,7 +36,7 @@ from weightgraft.experiments.execute import (
     encode_examples,
     example_batches,
 )
-from weightgraft.experiments.plan import experiment_conditions, layer_indices
+from weightgraft.experiments.plan import ModelFacts, experiment_conditions, layer_indices, ties_embeddings
 from weightgraft.experiments.preflight import check_before_loading
 from weightgraft.experiments.records import slug  # noqa: F401  (re-exported for callers)
 
@@ -106,8 +107,10 @@ class Runner:
 
     def run_experiment(self, exp: ExperimentSpec, tokenizer, result: RunResult) -> None:
         res = self.resources
-        num_layers = res.model(exp.recipient).config.get_text_config().num_hidden_layers
-        conditions = experiment_conditions(exp, num_layers)
+        recipient = res.model(exp.recipient)
+        num_layers = recipient.config.get_text_config().num_hidden_layers
+        facts = ModelFacts(adapter_for(recipient).components, ties_embeddings(recipient))
+        conditions = experiment_conditions(exp, num_layers, facts)
         examples, available = encode_examples(res, exp, tokenizer)
         every_example = examples
         batches = example_batches(
@@ -135,6 +138,9 @@ class Runner:
             "headline": exp.headline,
             "plot": exp.plot,
             "num_layers": num_layers,
+            "fidelity": exp.fidelity or "",
+            "wording": exp.wording,
+            "tied_embeddings": facts.tied,
             "conditions": [condition_state(c, num_layers) for c in conditions],
             "examples": [e.prompt.id for e in examples],
             "available_examples": available,

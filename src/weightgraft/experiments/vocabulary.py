@@ -53,6 +53,13 @@ PAPER_COMPONENT_SETS = ("ATTN+O+FFN", "ATTN+O", "ATTN+FFN", "O+FFN", "O", "FFN",
 # decoder layer's weights and the embeddings, but not the final norm or the unembedding
 # (the recipient's at every position, unless an experiment asks for the donor's).
 EVERY_WEIGHT = "WEIGHTS"
+# Every weight as the authors grafted it ("embeddings" = the token embedding only): the token
+# embedding and each decoder layer's weights, never the position embedding (GPT-2's wpe). On a
+# model whose unembedding is tied to the token embedding (one matrix), the unembedding goes
+# with it: the donor's unembedding scores exactly the positions whose embedding is grafted
+# (so a row gets the donor's unembedding where its last token's embedding is grafted). On an
+# untied model the unembedding stays the recipient's. The final norm is never grafted.
+AUTHORS_EVERY_WEIGHT = "AUTHORS_WEIGHTS"
 # Every per-layer parameter: what activation patching of whole blocks compares with.
 BLOCKS = "BLOCKS"
 EMBEDDINGS = ("embed", "pos_embed")
@@ -63,10 +70,25 @@ ENGINE_GROUPS = frozenset(GROUPS)
 ENGINE_PER_LAYER = frozenset(PER_LAYER)
 ENGINE_NAMES = ENGINE_PER_LAYER | ENGINE_MODEL_LEVEL | ENGINE_GROUPS
 
+# ---- fidelity --------------------------------------------------------------------------------
+# `authors`: the paper's presets exactly as the authors' code ran them (AUTHORS_EVERY_WEIGHT,
+# the hybrid's split LT band). `clean`: weightgraft's own definitions (EVERY_WEIGHT with the
+# position embedding, the recipient's unembedding unless asked, the hybrid's relation o,up,down
+# over the whole grafted band). `both`: authors' rows under the plain names and the clean rows
+# that differ on this model beside them, named with CLEAN_SUFFIX.
+FIDELITIES = ("authors", "clean")
+CLEAN_SUFFIX = " [clean]"
+SAME_IN_BOTH = "authors = clean"  # the label of a row the two definitions compute alike
+# Evaluation wording: `clean` (the paper's sentences as written) or `authors` (their verbatim
+# strings, sentences 1 and 3 with the doubled "in").
+WORDINGS = ("clean", "authors")
+
 # ---- layer bands -----------------------------------------------------------------------------
 AUTHOR_BANDS = (
     "authors_fourth_quarter",
     "authors_third_and_fourth_quarters",
+    "authors_second_half",
+    "authors_third_quarter_below_half",
     "authors_first_quarter",
     "authors_second_quarter",
     "authors_third_quarter",
@@ -75,7 +97,8 @@ LAYER_BANDS = ("all", *BANDS, *AUTHOR_BANDS)
 
 
 def author_band(name: str, num_layers: int) -> list[int]:
-    """The authors' quarters: q = n // 4; the fourth takes the remainder."""
+    """The authors' quarters: q = n // 4; the fourth takes the remainder. Only
+    `authors_third_quarter_below_half` may be empty (n % 4 < 2)."""
     q = num_layers // 4
     if q == 0:
         raise ValueError(f"band {name!r} needs at least 4 layers; the model has {num_layers}")
@@ -85,6 +108,10 @@ def author_band(name: str, num_layers: int) -> list[int]:
         "authors_third_quarter": (2 * q, 3 * q),
         "authors_fourth_quarter": (3 * q, num_layers),
         "authors_third_and_fourth_quarters": (2 * q, num_layers),
+        # The hybrid model's relation layers, and the part of the grafted band [2q, n) below
+        # them (empty when n % 4 < 2; layer 8 of Gemma's 18).
+        "authors_second_half": (num_layers // 2, num_layers),
+        "authors_third_quarter_below_half": (2 * q, num_layers // 2),
     }
     if name not in spans:
         raise ValueError(f"unknown authors' band {name!r}; known: {', '.join(AUTHOR_BANDS)}")
