@@ -22,6 +22,15 @@ from weightgraft.experiments.vocabulary import (
 )
 
 MODEL_LEVEL_NAMES = ("embed", "pos_embed", "ln_final", "lm_head")
+HEAD_NAMES = ("ln_final", "lm_head")  # they act on a position's output only
+# One position per role, the last token last: whether an expression covers LT.
+_ONE_EACH = {"first_entity": [0], "relation": [1], "movie_title": [2], "last_token": [4]}
+
+
+def covers_last_token(expr) -> bool:
+    """Whether a position expression grafts the prompt's last token, whose output (and the
+    target's, which copies its grafts) is the only one scored."""
+    return expr.mask(_ONE_EACH, 5)[4]
 
 
 @dataclass(frozen=True)
@@ -108,7 +117,8 @@ def fidelity_conditions(exp: ExperimentSpec) -> list[Condition]:
 
 def graft_keys(cond: Condition, num_layers: int, model: ModelFacts | None) -> frozenset:
     """What a condition grafts, as (positions, layer, component, donor) keys: on `model` its
-    components resolved against that model, else as written."""
+    components resolved against that model (the head counted only where it is scored: at the
+    last token), else as written."""
     keys = set()
     for graft in cond.grafts:
         layers = layer_indices(graft.layers, num_layers)
@@ -118,6 +128,10 @@ def graft_keys(cond: Condition, num_layers: int, model: ModelFacts | None) -> fr
         names = resolve_for_model(graft.components, list(model.components), model.tied)
         names = list(model.components) if names == "all" else names
         for name in names:
+            if name in HEAD_NAMES:
+                if covers_last_token(graft.positions):
+                    keys.add(("scored", None, name, graft.donor))
+                continue
             for layer in [None] if name in MODEL_LEVEL_NAMES else layers:
                 keys.add((graft.positions.text, layer, name, graft.donor))
     return frozenset(keys)
