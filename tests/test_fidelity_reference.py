@@ -73,9 +73,9 @@ def runner_logits(models, tokenizer, preset: str, prompt_id: str) -> tuple[dict,
         caught = []
         original = type(grafter).logits
 
-        def spy(*args, _original=original, _grafter=grafter, **kwargs):
+        def spy(*args, _original=original, _grafter=grafter, _caught=caught, **kwargs):
             result = _original(_grafter, *args, **kwargs)
-            caught.append(result.detach().float())
+            _caught.append(result.detach().float())
             return result
 
         grafter.logits = spy
