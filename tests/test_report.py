@@ -44,7 +44,8 @@ def test_run_writes_report_plots_and_provenance(cli_run):
     assert "report.md" in output and "FE+LT vs SFT" in output
     md = (out / "report.md").read_text()
     assert "## Does the paper's pattern appear?" in md
-    assert "| condition | n | top1 | top5 |" in md
+    assert "| condition | definition | n | top1 | top5 |" in md  # the paper presets' rows are labelled
+    assert "| FE+LT | authors = clean |" in md  # untied Llama: the authors' and clean rows agree
     for title in ("Position grafting", "Layer sweeps", "Activation patching"):
         assert title in md
     html = (out / "report.html").read_text()
@@ -58,7 +59,10 @@ def test_run_writes_report_plots_and_provenance(cli_run):
     assert run["seed"] == 1 and "torch" in run["versions"]
     assert run["datasets"]["relation"]["manifest"] == {"name": "test-world", "seed": 0}
     header = (out / "summary.csv").read_text().splitlines()[0]
-    assert header == ("experiment,condition,template,fact_kind,metric,value,ci_low,ci_high,n,n_facts")
+    assert header == ("experiment,condition,template,fact_kind,metric,value,ci_low,ci_high,n,n_facts,fidelity,wording")
+    rows = (out / "summary.csv").read_text().splitlines()
+    assert any(r.startswith("position_grafting,FE+LT,ALL,ALL,rank_mean,") for r in rows)
+    assert all(r.endswith(",authors = clean,clean") for r in rows if r.startswith("position_grafting,FE+LT,"))
     recovery = (out / "recovery.csv").read_text().splitlines()
     assert recovery[0].startswith("experiment,condition,template,fact_kind,metric,base,full,")
     assert "Recovery (C - PRE) / (SFT - PRE)" in md and "### Paired tests" in md
@@ -87,14 +91,16 @@ def test_report_sets_the_paper_beside_this_model(cli_run):
     table = section.split("Sentence 3 (`paper_3`):")[1].split("\n\n")[1]
     row = next(line for line in table.splitlines() if line.startswith("| FE+LT |"))
     # published FMRA sentence 3, FE+LT: gemma 1.0, gpt2-xl 1.0, llama 1.0, pythia 0.99
-    assert row.split("|")[2:6] == [" 1.00 ", " 1.00 ", " 1.00 ", " 0.99 "]
-    assert row.split("|")[6].strip().startswith(f"{ours[('FE+LT', 'paper_3')]:.2f} (n=")
+    assert row.split("|")[2].strip() == "authors = clean"
+    assert row.split("|")[3:7] == [" 1.00 ", " 1.00 ", " 1.00 ", " 0.99 "]
+    assert row.split("|")[7].strip().startswith(f"{ours[('FE+LT', 'paper_3')]:.2f} (n=")
     assert "| condition (top1, by fact kind) | fake_fake | fake_real | real_shuffled | ALL |" in md
     # by fact kind: fake_real against FMRA, published LT averaged over sentences 1-3
     # (gemma (.53+.61+.72)/3, gpt2-xl (.09+.12+.11)/3, llama (.34+.30+.59)/3, pythia (.08+.10+.16)/3)
     kind_table = section.split("Fact kind `fake_real` against the paper's FMRA")[1]
     lt_row = next(line for line in kind_table.splitlines() if line.startswith("| LT |"))
-    assert lt_row.split("|")[2:6] == [" 0.62 ", " 0.11 ", " 0.41 ", " 0.11 "]
+    assert lt_row.split("|")[3:7] == [" 0.62 ", " 0.11 ", " 0.41 ", " 0.11 "]
+    assert "This model's unembedding is untied" in section and "clean wording" in section
     # the components' band on a 4-layer model: q = 1, fourth quarter = layers 3..3
     assert "`authors_fourth_quarter` = layer 3" in md
     assert "O+FFN vs ATTN+O+FFN" in output

@@ -8,6 +8,10 @@ real_shuffled, ...; with `template` ALL). A condition that is not applicable to 
 names a role the template lacks) gets rows with an empty value and n=0, and a matching note in
 the report, rather than disappearing.
 
+Every summary row names the definition it was computed in (`fidelity`: `authors`, `clean`,
+`authors = clean` where the two graft alike on the model, empty outside the paper presets) and
+the wording of the paper's sentences (`wording`).
+
 Intervals resample facts, not prompts (a fact's prompts succeed or fail together), with one
 resample set per experiment shared by all its conditions: see `weightgraft.reporting.statistics`.
 """
@@ -25,7 +29,20 @@ from weightgraft.atomic import write_text_atomic
 from weightgraft.experiments.records import read_condition, read_state
 from weightgraft.reporting.statistics import ExperimentStats, experiment_stats, interval_rows, recovery_rows, seed_for
 
-COLUMNS = ["experiment", "condition", "template", "fact_kind", "metric", "value", "ci_low", "ci_high", "n", "n_facts"]
+COLUMNS = [
+    "experiment",
+    "condition",
+    "template",
+    "fact_kind",
+    "metric",
+    "value",
+    "ci_low",
+    "ci_high",
+    "n",
+    "n_facts",
+    "fidelity",  # the definition the row was computed in: authors, clean, `authors = clean`, or ""
+    "wording",  # the paper sentences' wording: clean or authors
+]
 RECOVERY_COLUMNS = [
     "experiment",
     "condition",
@@ -96,9 +113,19 @@ def experiment_statistics(out: Path, name: str, resamples: int, seed: int) -> Ex
     return experiment_stats(frame, resamples, seed_for(seed, name), name=name, templates=list(state["templates"]))
 
 
+def labelled(out: Path, name: str, rows: list[dict]) -> list[dict]:
+    """The rows with each condition's fidelity and the experiment's wording (from its state)."""
+    state = read_state(out, name)
+    fidelity = {c["name"]: c.get("fidelity", "") for c in state["conditions"]}
+    wording = state.get("wording", "clean")
+    return [dict(row, fidelity=fidelity.get(row["condition"], ""), wording=wording) for row in rows]
+
+
 def summary_rows(out: Path, experiment_names: list[str], resamples: int, seed: int) -> list[dict]:
     return [
-        row for name in experiment_names for row in interval_rows(experiment_statistics(out, name, resamples, seed))
+        row
+        for name in experiment_names
+        for row in labelled(out, name, interval_rows(experiment_statistics(out, name, resamples, seed)))
     ]
 
 
@@ -165,7 +192,7 @@ def write_summary(out: Path, experiment_names: list[str], resamples: int, seed: 
     rows, recovery, comparisons = [], [], []
     for name in experiment_names:
         stats = experiment_statistics(out, name, resamples, seed)
-        rows += interval_rows(stats)
+        rows += labelled(out, name, interval_rows(stats))
         for base, full in recovery_references(stats, PAPER_CLAIMS):
             recovery += recovery_rows(stats, base, full)
         comparisons += comparison_rows(stats, [(a, b) for exp, a, b in PAIRED_TESTS if exp == name], seed)
@@ -197,6 +224,8 @@ def read_summary(out: Path) -> list[dict]:
     rows = _read_csv(out / "summary.csv", ("value", "ci_low", "ci_high"), ("n", "n_facts"))
     for row in rows:
         row.setdefault("fact_kind", ALL)
+        row.setdefault("fidelity", "")  # summaries written before the column
+        row.setdefault("wording", "clean")
     return rows
 
 
