@@ -193,3 +193,93 @@ def test_verdict_thresholds():
         }
     )
     assert [c.outcome for c in check_pattern(flat)] == ["inconclusive"] * 2
+
+
+def test_verdict_is_decided_on_the_authors_rows_and_names_a_different_clean_outcome():
+    from weightgraft.reporting.report import verdict_section
+    from weightgraft.reporting.verdict import clean_differences
+
+    summary = _summary(
+        {
+            ("position_grafting", "PRE"): 0.0,
+            ("position_grafting", "SFT"): 1.0,
+            ("position_grafting", "FE+LT"): 0.9,  # authors': the donor's tied unembedding
+            ("position_grafting", "FE+LT [clean]"): 0.5,  # clean: the recipient's
+            ("position_grafting", "(FE+LT)^C"): 0.1,
+        }
+    )
+    labels = {"FE+LT": "authors", "FE+LT [clean]": "clean"}
+    for row in summary:
+        row["fidelity"] = labels.get(row["condition"], "authors = clean")
+    checks = check_pattern(summary)
+    assert checks[0].outcome == "appears"
+    differ = clean_differences(checks, summary)
+    assert list(differ) == ["FE+LT vs SFT"] and differ["FE+LT vs SFT"].outcome == "does not appear"
+    text = "\n".join(verdict_section(summary))
+    assert "Decided on the authors' definition, the paper's own setting." in text
+    assert "In the clean definition (`FE+LT [clean]`) it does not appear instead: recovery 0.50 on top-5." in text
+    # (FE+LT)^C has no clean twin: decided alike, no clean line
+    assert text.count("In the clean definition") == 1
+
+
+def _recovery(experiment, condition, base, full, metric, value, low, high, gap=(0.8, 0.7, 0.9)):
+    return {
+        "experiment": experiment,
+        "condition": condition,
+        "template": "ALL",
+        "fact_kind": "ALL",
+        "metric": metric,
+        "base": base,
+        "full": full,
+        "recovery": value,
+        "ci_low": low,
+        "ci_high": high,
+        "gap": gap[0],
+        "gap_low": gap[1],
+        "gap_high": gap[2],
+        "defined": value is not None,
+        "n": 96,
+        "n_facts": 8,
+    }
+
+
+@pytest.mark.parametrize(
+    "head,expected",
+    [
+        ((0.95, 0.90, 1.00), "the finetuned unembedding carries the rest of the gain"),
+        ((0.70, 0.60, 0.78), "the donor's unembedding adds +0.10 of the gain and the rest lies outside FE+LT"),
+        ((0.60, 0.47, 0.76), "already scored with the donor's unembedding here (a tied model)"),
+        ((0.85, 0.70, 0.95), "is not settled by these intervals"),
+    ],
+)
+def test_a_missing_claim_says_what_the_runs_rows_show(head, expected):
+    from weightgraft.reporting.missing_part import missing_part
+    from weightgraft.reporting.verdict import PAPER_CLAIMS, Check
+
+    claim = PAPER_CLAIMS[0]  # FE+LT vs SFT, at least 0.8
+    rows = []
+    for metric in ("top5", "prob"):
+        rows.append(_recovery("position_grafting", "FE+LT", "PRE", "SFT", metric, 0.60, 0.47, 0.76))
+        rows.append(_recovery("position_grafting", "FE+LT [donor unembedding]", "PRE", "SFT", metric, *head))
+    sentence = missing_part(Check(claim.name, "does not appear", "", claim), rows)
+    assert expected in sentence
+    assert f"FE+LT [donor unembedding] recovers {head[0]:.2f} [{head[1]:.2f}, {head[2]:.2f}]" in sentence
+    assert missing_part(Check(claim.name, "appears", "", claim), rows) is None
+
+
+def test_a_component_claim_without_a_gap_says_the_components_hold_none_of_the_gain():
+    from weightgraft.reporting.missing_part import missing_part
+    from weightgraft.reporting.verdict import PAPER_CLAIMS, Check
+
+    claim = PAPER_CLAIMS[2]  # O+FFN vs ATTN+O+FFN, between B2A and ATTN+O+FFN
+    rows = [
+        _recovery(
+            "components_reversal", "O+FFN", "B2A", "ATTN+O+FFN", "top5", None, None, None, (0.025, -0.024, 0.076)
+        ),
+        _recovery("components_reversal", "ATTN+O+FFN", "B2A", "SFT", "top5", 0.04, -0.03, 0.11, (0.6, 0.5, 0.7)),
+        _recovery("components_reversal", "SFT", "B2A", "SFT", "top5", 1.0, 1.0, 1.0, (0.6, 0.5, 0.7)),
+    ]
+    sentence = missing_part(Check(claim.name, "inconclusive", "", claim), rows)
+    assert sentence.startswith("ATTN+O+FFN adds +0.025 [-0.024, +0.076] top-5 to B2A, where SFT adds +0.600")
+    assert "ATTN+O+FFN recovers 0.04 [-0.03, 0.11] of it" in sentence
+    assert "hold no measurable part of the finetune's gain" in sentence

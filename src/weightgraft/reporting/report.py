@@ -14,12 +14,13 @@ from weightgraft.atomic import write_text_atomic
 from weightgraft.data.templates import AUTHORS_PAPER_TEMPLATES, PAPER_TEMPLATES
 from weightgraft.experiments.components import describe
 from weightgraft.experiments.records import read_state
-from weightgraft.experiments.vocabulary import CLEAN_SUFFIX, HEADLINE_METRIC, TABLE_METRICS
+from weightgraft.experiments.vocabulary import CLEAN_SUFFIX, HEADLINE_METRIC, SAME_IN_BOTH, TABLE_METRICS
 from weightgraft.reporting.localize_section import localize_section
+from weightgraft.reporting.missing_part import missing_part
 from weightgraft.reporting.plots import plot_experiment
 from weightgraft.reporting.published import ANALYSIS_OF_EXPERIMENT, DATASET_OF_KIND, MODELS, published, published_rows
 from weightgraft.reporting.summary import ALL, pooled, read_comparisons, read_recovery, read_summary
-from weightgraft.reporting.verdict import METRIC_WORDS, MIN_GAP, check_pattern
+from weightgraft.reporting.verdict import METRIC_WORDS, MIN_GAP, check_pattern, clean_differences, definition_of
 
 # The clean definitions' differences from the authors' runs (conditions.md): each paper preset
 # computes the authors' rows too (`fidelity: authors` or `both`), so these are choices, not gaps.
@@ -445,6 +446,36 @@ def recovery_tables(recovery: list[dict], name: str) -> list[str]:
     return lines
 
 
+def _setting(summary: list[dict], check) -> str:
+    """In which definition a claim was decided, from its condition's label."""
+    label = definition_of(summary, check.claim.experiment, check.claim.condition)
+    if label in ("authors", SAME_IN_BOTH):
+        extra = " (the clean definition computes it alike)" if label == SAME_IN_BOTH else ""
+        return f"Decided on the authors' definition, the paper's own setting{extra}."
+    if label == "clean":
+        return "Decided on the clean definition: this run has no authors' rows for it (`fidelity: clean`)."
+    return ""
+
+
+def _check_notes(check, summary: list[dict], recovery: list[dict], clean_check) -> list[str]:
+    """The lines under a claim: its setting, a different clean outcome, the missing part."""
+    notes = [_setting(summary, check)] if check.claim else []
+    if clean_check is not None:
+        first = next(iter(clean_check.decisions.values()), None)
+        if first is not None:
+            value = first.interval()
+        else:
+            value = "undefined" if clean_check.recovery is None else f"{clean_check.recovery:.2f}"
+        verb = "is inconclusive" if clean_check.outcome == "inconclusive" else clean_check.outcome
+        notes.append(
+            f"In the clean definition (`{clean_check.claim.condition}`) it {verb} instead: recovery {value} on top-5."
+        )
+    missing = missing_part(check, recovery)
+    if missing:
+        notes.append(f"What this run's rows show: {missing}")
+    return [n for n in notes if n]
+
+
 def verdict_section(
     summary: list[dict], recovery: list[dict] | None = None, comparisons: list[dict] | None = None
 ) -> list[str]:
@@ -455,8 +486,10 @@ def verdict_section(
     table = verdict_table(checks)
     if table:
         lines += table + [""]
+    clean = clean_differences(checks, summary, recovery)
     for check in checks:
         lines.append(f"- **{check.name}: {check.outcome}.** {check.sentence}")
+        lines += [f"  - {line}" for line in _check_notes(check, summary, recovery or [], clean.get(check.name))]
     lines += [
         "",
         "Each claim: recovery = (condition - low) / (high - low) over every "

@@ -10,6 +10,11 @@ recovery is at least (`direction="at_least"`) or at most (`"at_most"`) its thres
 inconclusive when the reference gap is under MIN_GAP (nothing to share out), and left out when
 its experiment or one of its conditions was not run.
 
+Claims are decided on the rows under their plain names: in the paper presets' default
+(`fidelity: both`) and in `fidelity: authors` those are the authors' definitions, the paper's own
+setting. Where the run has clean rows (`NAME [clean]`) that change a claim's outcome,
+`clean_differences` says so.
+
 With recovery.csv (written beside summary.csv) a claim is decided by its recovery's 95% interval
 over facts (`weightgraft.reporting.decision`): on top-5 and on probability, each must have its
 whole interval on one side of the threshold, and the two must agree; otherwise the claim is
@@ -21,7 +26,7 @@ recovery rows (a summary alone) the point-estimate rule `decide` below applies.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from weightgraft.experiments.vocabulary import HEADLINE_METRIC
@@ -213,6 +218,45 @@ def decide_by_intervals(claim: Claim, recovery: list[dict]) -> Check | None:
     return Check(
         claim.name, outcome, sentence, claim, None if top.outcome == decision.UNDEFINED else top.value, decisions
     )
+
+
+CLEAN_SUFFIX = " [clean]"  # experiments.vocabulary's: the clean twin of an authors' row
+
+
+def definition_of(summary: list[dict], experiment: str, condition: str) -> str:
+    """The fidelity label of a condition's rows in the summary ("" when unlabelled)."""
+    for row in summary:
+        if row["experiment"] == experiment and row["condition"] == condition:
+            return row.get("fidelity", "") or ""
+    return ""
+
+
+def clean_claim(claim: Claim, summary: list[dict]) -> Claim | None:
+    """The claim on the clean rows: each of its conditions replaced by its clean twin where the
+    run has one; None when none has (the clean definition computes the claim alike)."""
+    present = {r["condition"] for r in summary if r["experiment"] == claim.experiment}
+    twin = {c: c + CLEAN_SUFFIX for c in (claim.condition, claim.low, claim.high) if c + CLEAN_SUFFIX in present}
+    if not twin:
+        return None
+    return replace(
+        claim,
+        condition=twin.get(claim.condition, claim.condition),
+        low=twin.get(claim.low, claim.low),
+        high=twin.get(claim.high, claim.high),
+    )
+
+
+def clean_differences(checks: list[Check], summary: list[dict], recovery: list[dict] | None = None) -> dict[str, Check]:
+    """Claim name -> the check on the clean rows, for the claims whose outcome differs there."""
+    out = {}
+    for check in checks:
+        claim = clean_claim(check.claim, summary) if check.claim else None
+        if claim is None:
+            continue
+        other = decide_by_intervals(claim, recovery) if recovery else decide(claim, summary)
+        if other is not None and other.outcome != check.outcome:
+            out[check.name] = other
+    return out
 
 
 def check_pattern(summary: list[dict], recovery: list[dict] | None = None, claims=PAPER_CLAIMS) -> list[Check]:

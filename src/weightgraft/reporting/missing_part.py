@@ -1,0 +1,113 @@
+"""Where a claim does not appear, what the run's own rows say about the missing part.
+
+A claim that fails on a model is only useful with a pointer to where the finetune's gain went.
+The paper presets carry the rows that answer that for the first claim: `FE+LT [donor
+unembedding]` (FE+LT with the donor's unembedding at every position) says how much of the
+shortfall the finetuned unembedding carries; for the component claims, the reference gaps say
+whether the last-token components of the fourth quarter hold any of the gain at all. Every
+sentence is built from recovery.csv's rows (intervals over facts), never from a fixed story.
+"""
+
+from __future__ import annotations
+
+ALL = "ALL"
+HEAD_ROW = "{} [donor unembedding]"
+
+
+def _row(recovery: list[dict], experiment: str, condition: str, base: str, full: str, metric: str) -> dict | None:
+    for r in recovery:
+        if (r["experiment"], r["condition"], r["template"], r.get("fact_kind", ALL), r["base"], r["full"]) == (
+            experiment,
+            condition,
+            ALL,
+            ALL,
+            base,
+            full,
+        ) and r["metric"] == metric:
+            return r
+    return None
+
+
+def _share(r: dict | None) -> str:
+    if r is None or not r["defined"] or r["recovery"] is None:
+        return "an undefined share"
+    return f"{r['recovery']:.2f} [{r['ci_low']:.2f}, {r['ci_high']:.2f}]"
+
+
+def _gap(r: dict | None) -> str:
+    if r is None or r["gap"] is None:
+        return "n/a"
+    return f"{r['gap']:+.3f} [{r['gap_low']:+.3f}, {r['gap_high']:+.3f}]"
+
+
+def position_note(check, recovery: list[dict]) -> str | None:
+    """FE+LT against FE+LT with the donor's unembedding, between the claim's references."""
+    claim = check.claim
+    head = HEAD_ROW.format(claim.condition)
+    rows = {
+        (cond, m): _row(recovery, claim.experiment, cond, claim.low, claim.high, m)
+        for cond in (claim.condition, head)
+        for m in ("top5", "prob")
+    }
+    with_head, plain = rows[(head, "top5")], rows[(claim.condition, "top5")]
+    if with_head is None or plain is None or not with_head["defined"] or not plain["defined"]:
+        return None
+    numbers = (
+        f"{head} recovers {_share(with_head)} of {claim.high}'s top-5 gain over {claim.low} and "
+        f"{_share(rows[(head, 'prob')])} of its probability gain, against {_share(plain)} and "
+        f"{_share(rows[(claim.condition, 'prob')])} for {claim.condition}"
+    )
+    same = abs(with_head["recovery"] - plain["recovery"]) < 1e-9
+    if same:
+        return (
+            f"{numbers}: {claim.condition} is already scored with the donor's unembedding here (a tied "
+            "model), so the missing part is not in the unembedding but at positions other than "
+            f"{claim.condition} or in the final norm."
+        )
+    if with_head["ci_low"] >= claim.threshold:
+        return (
+            f"{numbers}: with the donor's unembedding the claim's share is reached, so on this model the "
+            "finetuned unembedding carries the rest of the gain."
+        )
+    if with_head["ci_high"] < claim.threshold:
+        gained = with_head["recovery"] - plain["recovery"]
+        return (
+            f"{numbers}: the donor's unembedding adds {gained:+.2f} of the gain and the rest lies outside "
+            f"{claim.condition} and the unembedding (at the other positions, or the final norm)."
+        )
+    return f"{numbers}: whether the finetuned unembedding carries all of the rest is not settled by these intervals."
+
+
+def component_note(check, recovery: list[dict]) -> str | None:
+    """Whether the last-token components hold any of the gain: the claim's reference gap beside
+    the whole finetune's gain over the same recipient."""
+    claim = check.claim
+    ref = _row(recovery, claim.experiment, claim.condition, claim.low, claim.high, "top5")
+    whole = _row(recovery, claim.experiment, claim.high, claim.low, "SFT", "top5")
+    total = _row(recovery, claim.experiment, "SFT", claim.low, "SFT", "top5")
+    if ref is None:
+        return None
+    text = f"{claim.high} adds {_gap(ref)} top-5 to {claim.low}"
+    if total is not None:
+        text += f", where SFT adds {_gap(total)}"
+        if whole is not None and whole["defined"]:
+            text += f" ({claim.high} recovers {_share(whole)} of it)"
+    if ref["gap_low"] is not None and ref["gap_low"] <= 0 <= ref["gap_high"]:
+        return (
+            f"{text}: the grafted components hold no measurable part of the finetune's gain on this "
+            "model, so there is nothing for the claim to share out; the gain lies elsewhere (other "
+            "positions, layers or the unembedding: see the position rows)."
+        )
+    return text + "."
+
+
+def missing_part(check, recovery: list[dict]) -> str | None:
+    """One sentence on what the run's rows show about a claim that does not appear (or cannot
+    be decided); None when it appears or the rows to say more are absent."""
+    if check.outcome == "appears" or check.claim is None or not recovery:
+        return None
+    if check.claim.experiment == "position_grafting" and check.claim.high == "SFT":
+        return position_note(check, recovery)
+    if check.claim.experiment.startswith("components"):
+        return component_note(check, recovery)
+    return None
