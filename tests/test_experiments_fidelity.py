@@ -230,3 +230,14 @@ def test_authors_wording_doubles_in_in_sentences_1_and_3_only():
         assert p.text[p.spans["last_token"].start :] == "alongside"
     assert three.text[three.spans["movie_title"].start : three.spans["movie_title"].end] == "Iron Tide"
     assert (one.id, one.target) == (prompts["paper_1"].id, prompts["paper_1"].target)
+
+
+def test_fidelity_and_wording_only_on_the_paper_presets():
+    from weightgraft.experiments.config import ConfigError
+
+    models = {k: k for k in ("pre", "sft")}
+    for option in ({"fidelity": "authors"}, {"wording": "authors"}):
+        with pytest.raises(ConfigError, match="has no `(fidelity|wording)` option"):
+            parse_config(base_config(models, "d", [{"preset": "layer_sweeps", **option}]))
+    with pytest.raises(ConfigError, match="fidelity"):
+        parse_config(base_config(models, "d", [{"preset": "hybrid", "fidelity": "faithful"}]))

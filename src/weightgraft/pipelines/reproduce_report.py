@@ -21,13 +21,15 @@ def _fmt(value) -> str:
 
 
 def comparison_table(summary: list[dict], state: dict, dataset: str, paper_model: str | None) -> str:
-    """Markdown: one row per condition; per sentence the published top-5 beside this run's
-    (every fact kind pooled). `paper_model` None: the four published models."""
+    """Markdown: one row per condition; per sentence the published top-5 beside this run's row
+    in the authors' definition (every fact kind pooled) and, where the run has one, its clean
+    row. `paper_model` None: the four published models."""
     from weightgraft.reporting.published import (
         ANALYSIS_OF_EXPERIMENT,
         MODELS,
         published,
     )
+    from weightgraft.reporting.report import split_twins
     from weightgraft.reporting.summary import pooled
 
     analysis = ANALYSIS_OF_EXPERIMENT[state["name"]]
@@ -36,19 +38,31 @@ def comparison_table(summary: list[dict], state: dict, dataset: str, paper_model
         for r in pooled(summary)
         if r["experiment"] == state["name"] and r["metric"] == "top5"
     }
+    names, label, twins = split_twins(state)
     models = [paper_model] if paper_model else list(MODELS)
     sentences = [(t, s) for t, s in analysis.sentences.items() if t in state["templates"]]
-    head, rule = ["condition"], ["---"]
+    head, rule = ["condition", "definition"], ["---", "---"]
     for template, sentence in sentences:
-        head += [f"paper s{sentence} {m}" for m in models] + [f"this run `{template}`"]
+        tag = f"{sentence} (unverified)" if sentence in analysis.unverified else sentence
+        head += [f"paper s{tag} {m}" for m in models] + [f"this run `{template}`"]
         rule += ["---:"] * (len(models) + 1)
+        if twins:
+            head.append(f"clean `{template}`")
+            rule.append("---:")
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join(rule) + "|"]
-    for cond in state["conditions"]:
-        cells = [cond["name"]]
+    for name in names:
+        cells = [name, label.get(name) or "–"]
         for template, sentence in sentences:
-            cells += [_fmt(published(analysis.name, dataset, sentence, cond["name"], m)) for m in models]
-            cells.append(_fmt(ours.get((cond["name"], template))))
+            cells += [_fmt(published(analysis.name, dataset, sentence, name, m)) for m in models]
+            cells.append(_fmt(ours.get((name, template))))
+            if twins:
+                cells.append(_fmt(ours.get((twins[name], template))) if name in twins else "=")
         lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", f"This run's rows: {state.get('wording', 'clean')} wording of the paper's sentences."]
+    if twins:
+        lines.append(
+            "`clean`: the clean definition's row where it differs from the authors' (`=`: it grafts the same)."
+        )
     if analysis.note:
         lines += ["", f"Published: {analysis.note}."]
     return "\n".join(lines)
