@@ -241,3 +241,12 @@ def test_fidelity_and_wording_only_on_the_paper_presets():
             parse_config(base_config(models, "d", [{"preset": "layer_sweeps", **option}]))
     with pytest.raises(ConfigError, match="fidelity"):
         parse_config(base_config(models, "d", [{"preset": "hybrid", "fidelity": "faithful"}]))
+
+
+def test_a_custom_experiment_keeps_a_condition_of_either_definition():
+    spec = {"name": "mine", "grafts": [{"positions": "LT", "components": ["embed"]}], "fidelity": "authors"}
+    experiment = {"name": "e", "dataset": "relation", "recipient": "pre", "donor": "sft", "conditions": ["PRE", spec]}
+    for fidelity, kept in ((None, ["PRE", "mine"]), ("authors", ["PRE", "mine"]), ("clean", ["PRE"])):
+        exp = dict(experiment) if fidelity is None else dict(experiment, fidelity=fidelity)
+        (parsed,) = parse_config(base_config({"pre": "p", "sft": "s"}, "d", [exp])).expanded()
+        assert [c.name for c in experiment_conditions(parsed, 4)] == kept, fidelity

@@ -98,13 +98,14 @@ def _resolve(exp: ExperimentSpec, item, mode: str | None) -> Condition:
 def fidelity_conditions(exp: ExperimentSpec) -> list[Condition]:
     """The experiment's own conditions in its fidelity: under `both`, each shorthand (and each
     spec without a fidelity) twice, the authors' row under its name and the clean row as
-    `NAME [clean]`; a spec with a fidelity only in that one."""
+    `NAME [clean]`; a spec with its own fidelity once, left out only when the experiment runs
+    the other definition alone."""
     modes = ["authors", "clean"] if exp.fidelity == "both" else [exp.fidelity]
     out = []
     for item in exp.conditions:
         own = item.fidelity if isinstance(item, ConditionSpec) else None
-        if own is not None:
-            if own in modes:
+        if own is not None:  # one definition's row: kept unless the experiment runs the other alone
+            if exp.fidelity in (None, "both", own):
                 out.append(_resolve(exp, item, own))
             continue
         for mode in modes:
