@@ -94,7 +94,7 @@ def test_report_sets_the_paper_beside_this_model(cli_run):
     assert row.split("|")[2].strip() == "authors = clean"
     assert row.split("|")[3:7] == [" 1.00 ", " 1.00 ", " 1.00 ", " 0.99 "]
     assert row.split("|")[7].strip().startswith(f"{ours[('FE+LT', 'paper_3')]:.2f} (n=")
-    assert "| condition (top1, by fact kind) | fake_fake | fake_real | real_shuffled | ALL |" in md
+    assert "| condition (top1, by fact kind) | definition | fake_fake | fake_real | real_shuffled | ALL |" in md
     # by fact kind: fake_real against FMRA, published LT averaged over sentences 1-3
     # (gemma (.53+.61+.72)/3, gpt2-xl (.09+.12+.11)/3, llama (.34+.30+.59)/3, pythia (.08+.10+.16)/3)
     kind_table = section.split("Fact kind `fake_real` against the paper's FMRA")[1]

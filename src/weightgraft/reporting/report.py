@@ -79,18 +79,15 @@ def experiment_table(summary: list[dict], state: dict, metrics=None, ci: bool = 
         for r in pooled(summary)
         if r["experiment"] == state["name"] and r["template"] == ALL
     }
-    labelled = any(c.get("fidelity") for c in state["conditions"])
-    head = "| condition | definition | n | " if labelled else "| condition | n | "
-    rule = "|---|---|---:|" if labelled else "|---|---:|"
-    lines = [head + " | ".join(metrics) + " |", rule + "---:|" * len(metrics)]
+    head, rule = _definition_head(state)
+    lines = [f"| condition |{head} n | " + " | ".join(metrics) + " |", f"|---|{rule}---:|" + "---:|" * len(metrics)]
     for cond in state["conditions"]:
         first = rows.get((cond["name"], metrics[0]))
         n = first["n"] if first else 0
         if first and first.get("n_facts") is not None:
             n = f"{n} ({first['n_facts']} facts)"
         cells = [_cell(rows.get((cond["name"], m)), ci) for m in metrics]
-        definition = f" {cond.get('fidelity', '')} |" if labelled else ""
-        lines.append(f"| {cond['name']} |{definition} {n} | " + " | ".join(cells) + " |")
+        lines.append(f"| {cond['name']} |{_definition_cell(state, cond)} {n} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -98,6 +95,15 @@ def _count_cell(row: dict | None) -> str:
     if row is None or row["value"] is None:
         return "n/a (n=0)"
     return f"{row['value']:.2f} (n={row['n']})"
+
+
+def _definition_head(state: dict) -> tuple[str, str]:
+    """The `definition` column's header and rule, for experiments whose rows are labelled."""
+    return (" definition |", "---|") if any(c.get("fidelity") for c in state["conditions"]) else ("", "")
+
+
+def _definition_cell(state: dict, cond: dict) -> str:
+    return f" {cond.get('fidelity', '')} |" if any(c.get("fidelity") for c in state["conditions"]) else ""
 
 
 def template_table(summary: list[dict], state: dict) -> str:
@@ -108,10 +114,14 @@ def template_table(summary: list[dict], state: dict) -> str:
         if r["experiment"] == state["name"] and r["metric"] == metric
     }
     templates = [*state["templates"], ALL]
-    lines = [f"| condition ({metric}) | " + " | ".join(templates) + " |", "|---|" + "---:|" * len(templates)]
+    head, rule = _definition_head(state)
+    lines = [
+        f"| condition ({metric}) |{head} " + " | ".join(templates) + " |",
+        f"|---|{rule}" + "---:|" * len(templates),
+    ]
     for cond in state["conditions"]:
         cells = [_count_cell(rows.get((cond["name"], t))) for t in templates]
-        lines.append(f"| {cond['name']} | " + " | ".join(cells) + " |")
+        lines.append(f"| {cond['name']} |{_definition_cell(state, cond)} " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -126,9 +136,10 @@ def fact_kind_table(summary: list[dict], state: dict) -> str:
     kinds = sorted({k for _, k in rows})
     if not kinds:
         return ""
+    head, rule = _definition_head(state)
     lines = [
-        f"| condition ({metric}, by fact kind) | " + " | ".join(kinds) + " | ALL |",
-        "|---|" + "---:|" * (len(kinds) + 1),
+        f"| condition ({metric}, by fact kind) |{head} " + " | ".join(kinds) + " | ALL |",
+        f"|---|{rule}" + "---:|" * (len(kinds) + 1),
     ]
     everything = {
         r["condition"]: r
@@ -138,7 +149,7 @@ def fact_kind_table(summary: list[dict], state: dict) -> str:
     for cond in state["conditions"]:
         cells = [_count_cell(rows.get((cond["name"], k))) for k in kinds]
         cells.append(_count_cell(everything.get(cond["name"])))
-        lines.append(f"| {cond['name']} | " + " | ".join(cells) + " |")
+        lines.append(f"| {cond['name']} |{_definition_cell(state, cond)} " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
