@@ -15,13 +15,13 @@ from weightgraft.experiments.roles import parse_positions
 from weightgraft.experiments.vocabulary import (
     AUTHOR_BANDS,
     CLEAN_SUFFIX,
+    ENGINE_MODEL_LEVEL,
     EVERY_WEIGHT,
     SAME_IN_BOTH,
     Direction,
     author_band,
 )
 
-MODEL_LEVEL_NAMES = ("embed", "pos_embed", "ln_final", "lm_head")
 HEAD_NAMES = ("ln_final", "lm_head")  # they act on a position's output only
 # One position per role, the last token last: whether an expression covers LT.
 _ONE_EACH = {"first_entity": [0], "relation": [1], "movie_title": [2], "last_token": [4]}
@@ -133,7 +133,7 @@ def graft_keys(cond: Condition, num_layers: int, model: ModelFacts | None) -> fr
                 if covers_last_token(graft.positions):
                     keys.add(("scored", None, name, graft.donor))
                 continue
-            for layer in [None] if name in MODEL_LEVEL_NAMES else layers:
+            for layer in [None] if name in ENGINE_MODEL_LEVEL else layers:
                 keys.add((graft.positions.text, layer, name, graft.donor))
     return frozenset(keys)
 
