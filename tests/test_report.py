@@ -283,3 +283,7 @@ def test_a_component_claim_without_a_gap_says_the_components_hold_none_of_the_ga
     assert sentence.startswith("ATTN+O+FFN adds +0.025 [-0.024, +0.076] top-5 to B2A, where SFT adds +0.600")
     assert "ATTN+O+FFN recovers 0.04 [-0.03, 0.11] of it" in sentence
     assert "hold no measurable part of the finetune's gain" in sentence
+    # a finetune without a measurable gain: nothing to localise, and the note says so
+    rows[2] = _recovery("components_reversal", "SFT", "B2A", "SFT", "top5", None, None, None, (0.0, -0.01, 0.01))
+    sentence = missing_part(Check(claim.name, "inconclusive", "", claim), rows)
+    assert sentence.startswith("SFT adds +0.000 [-0.010, +0.010] top-5 to B2A: the finetune itself has no")

@@ -40,9 +40,28 @@ def _gap(r: dict | None) -> str:
     return f"{r['gap']:+.3f} [{r['gap_low']:+.3f}, {r['gap_high']:+.3f}]"
 
 
+def _includes_zero(r: dict | None) -> bool:
+    return r is not None and r["gap_low"] is not None and r["gap_low"] <= 0 <= r["gap_high"]
+
+
+def no_gain(recovery: list[dict], experiment: str, base: str) -> str | None:
+    """A sentence when SFT itself gains nothing measurable over the recipient: then no claim
+    about where the gain lives can be decided."""
+    total = _row(recovery, experiment, "SFT", base, "SFT", "top5")
+    if not _includes_zero(total):
+        return None
+    return (
+        f"SFT adds {_gap(total)} top-5 to {base}: the finetune itself has no measurable gain over the "
+        "recipient on these prompts, so where its gain lives cannot be asked here."
+    )
+
+
 def position_note(check, recovery: list[dict]) -> str | None:
     """FE+LT against FE+LT with the donor's unembedding, between the claim's references."""
     claim = check.claim
+    nothing = no_gain(recovery, claim.experiment, claim.low)
+    if nothing:
+        return nothing
     head = HEAD_ROW.format(claim.condition)
     rows = {
         (cond, m): _row(recovery, claim.experiment, cond, claim.low, claim.high, m)
@@ -82,6 +101,9 @@ def component_note(check, recovery: list[dict]) -> str | None:
     """Whether the last-token components hold any of the gain: the claim's reference gap beside
     the whole finetune's gain over the same recipient."""
     claim = check.claim
+    nothing = no_gain(recovery, claim.experiment, claim.low)
+    if nothing:
+        return nothing
     ref = _row(recovery, claim.experiment, claim.condition, claim.low, claim.high, "top5")
     whole = _row(recovery, claim.experiment, claim.high, claim.low, "SFT", "top5")
     total = _row(recovery, claim.experiment, "SFT", claim.low, "SFT", "top5")
@@ -92,7 +114,7 @@ def component_note(check, recovery: list[dict]) -> str | None:
         text += f", where SFT adds {_gap(total)}"
         if whole is not None and whole["defined"]:
             text += f" ({claim.high} recovers {_share(whole)} of it)"
-    if ref["gap_low"] is not None and ref["gap_low"] <= 0 <= ref["gap_high"]:
+    if _includes_zero(ref):
         return (
             f"{text}: the grafted components hold no measurable part of the finetune's gain on this "
             "model, so there is nothing for the claim to share out; the gain lies elsewhere (other "
