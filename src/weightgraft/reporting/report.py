@@ -188,8 +188,9 @@ def _setting_words(state: dict) -> str:
         )
     wording = state.get("wording", "clean")
     texts = AUTHORS_PAPER_TEMPLATES if wording == "authors" else PAPER_TEMPLATES
-    shown = ", ".join(f"`{t}` = `{texts.get(t, PAPER_TEMPLATES[t])}`" for t in PAPER_TEMPLATES)
-    words.append(f"Every row used the {wording} wording of the paper's sentences ({shown}; R marked).")
+    plain = {t: texts.get(t, PAPER_TEMPLATES[t]).replace("{entity}", "{first_actor}") for t in PAPER_TEMPLATES}
+    shown = ", ".join(f"`{t}` = `{text.replace('[', '').replace(']', '')}`" for t, text in plain.items())
+    words.append(f"Every row used the {wording} wording of the paper's sentences ({shown}).")
     return " ".join(words)
 
 
