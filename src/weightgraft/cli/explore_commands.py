@@ -23,6 +23,11 @@ def explore_command(
     dtype: Dtype = typer.Option("float32", help=DTYPE_HELP),
     host: str = typer.Option("127.0.0.1", help="Address to listen on; anything but loopback opens it to your network."),
     port: int = typer.Option(8765, min=0, max=65535, help="Port (0: any free one)."),
+    threads: int | None = typer.Option(
+        1,
+        min=1,
+        help="Torch threads for the model calls; 1 answers fastest on small models, raise it for big ones on CPU.",
+    ),
     progress: bool = typer.Option(True, help="Show progress while the built-in models are built."),
 ) -> None:
     """Open a page where a click grafts a cell (position x layer x component) and the predictions
@@ -41,7 +46,7 @@ def explore_command(
         if "donor" in named:
             raise typer.BadParameter("--donor is named `donor`; give the --donors entry another name")
         named = {"donor": donor, **named}
-    session = open_session(recipient, named, data, device, dtype)
+    session = open_session(recipient, named, data, device, dtype, threads)
     serve(session, host, port, announce=lambda line: typer.echo(line))
 
 

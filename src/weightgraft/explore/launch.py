@@ -38,7 +38,12 @@ def builtin_models(size: str, home: str | None, progress: bool) -> tuple[str, di
 
 
 def open_session(
-    recipient: str, donors: dict[str, str], data: Path | None = None, device: str = "cpu", dtype: str = "float32"
+    recipient: str,
+    donors: dict[str, str],
+    data: Path | None = None,
+    device: str = "cpu",
+    dtype: str = "float32",
+    threads: int | None = None,
 ) -> ExploreSession:
     """Load the models (safetensors only, no remote code) and a dataset's evaluation prompts."""
     if dtype not in DTYPES:
@@ -53,4 +58,5 @@ def open_session(
     loaded = {name: load_model(path, device, dtype, field=f"donor {name}") for name, path in donors.items()}
     grafter = Grafter(model, donors=loaded)
     prompts = load_eval_prompts(Path(data)) if data is not None else []
-    return ExploreSession(grafter, tokenizer, prompts, ModelNames(recipient, dict(donors), dtype, device))
+    names = ModelNames(recipient, dict(donors), dtype, device)
+    return ExploreSession(grafter, tokenizer, prompts, names, threads=threads)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
@@ -64,7 +65,8 @@ class ModelNames:
 
 
 class ExploreSession:
-    """The explorer on one Grafter. `prompts` are a dataset's evaluation prompts (with roles)."""
+    """The explorer on one Grafter. `prompts` are a dataset's evaluation prompts (with roles);
+    `threads`: torch threads for the model calls (None: torch's setting)."""
 
     def __init__(
         self,
@@ -73,6 +75,7 @@ class ExploreSession:
         prompts: Sequence[EvalPrompt] = (),
         names: ModelNames | None = None,
         max_tokens: int = MAX_TOKENS,
+        threads: int | None = None,
     ):
         self.grafter = grafter
         self.tokenizer = tokenizer
@@ -81,8 +84,18 @@ class ExploreSession:
         context = getattr(grafter.recipient.config, "max_position_embeddings", None) or max_tokens
         self.max_tokens = min(max_tokens, int(context))
         self.grid = Grid(grafter.components, grafter.num_layers, grafter.donor_names)
+        self.threads = threads
         self._lock = threading.Lock()
         self._baselines: OrderedDict[tuple[int, ...], list[torch.Tensor]] = OrderedDict()
+
+    @contextmanager
+    def _running(self):
+        """One model call at a time, with `threads` torch threads in whichever server thread runs it
+        (on a small model one thread answers fastest: more threads wait on each other)."""
+        with self._lock:
+            if self.threads is not None and torch.get_num_threads() != self.threads:
+                torch.set_num_threads(self.threads)
+            yield
 
     # --- what the page needs first ----------------------------------------------------------------
     def info(self) -> dict:
@@ -169,7 +182,7 @@ class ExploreSession:
             raise ExploreError(f"top_k must be in 1..{MAX_TOP_K}, not {top_k}")
         grafts = self.grafts(encoded, cells)
         ids = torch.tensor([encoded.input_ids])
-        with self._lock:
+        with self._running():
             baselines = self._baseline_logits(ids)
             current = self.grafter.last_logits(ids, grafts=grafts)[0] if grafts else baselines[0]
         names = ["recipient", *self.grid.donors]
@@ -250,7 +263,7 @@ class ExploreSession:
         ids = torch.tensor([encoded.input_ids])
         rows = [None, *(Graft("all", "all", "all", donor=d) for d in self.grid.donors)]
         settings = dict(max_new_tokens=max_new_tokens, do_sample=False, eos_token_id=self._eos())
-        with self._lock:
+        with self._running():
             # A donor alone carries its every-position graft to the generated tokens.
             base = self.grafter.generate(ids.expand(len(rows), -1), row_grafts=rows, generated="last", **settings)
             mine = self.grafter.generate(ids, grafts=grafts, generated=generated, **settings)
@@ -280,7 +293,7 @@ class ExploreSession:
             raise ExploreError(f"unknown donor {donor!r}; this session's donors are {self.grid.donors}")
         if method not in ("gradient", "integrated"):
             raise ExploreError(f"method must be gradient or integrated, not {method!r}")
-        with self._lock:
+        with self._running():
             result = attribute(
                 self.grafter,
                 torch.tensor([encoded.input_ids]),
