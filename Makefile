@@ -43,6 +43,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_scale.py
 	$(BIN)/python benchmarks/bench_runner.py
 	$(BIN)/python benchmarks/bench_attribution.py
+	$(BIN)/python benchmarks/bench_explore.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info
