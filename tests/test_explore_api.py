@@ -161,3 +161,40 @@ def test_generate_and_attribute_endpoints(served):
     assert status == 200 and len(data["values"]) == 8
     status, data = _post(url, "/api/attribute", json.dumps({**body, "method": "eval"}).encode())
     assert status == 422 and "method" in data["error"]
+
+
+def test_the_command_prints_its_loopback_address_and_serves(tmp_path):
+    """`weightgraft explore` as a user runs it: the address line, then the page at that address."""
+    import subprocess
+    import sys
+
+    from explore_fixtures import world
+
+    paths, data = world(tmp_path)
+    command = [sys.executable, "-c", "from weightgraft.cli import main; main()", "explore", "--recipient", paths["pre"]]
+    command += ["--donor", paths["sft"], "--donors", f"task={paths['task']}", "--data", str(data), "--port", "0"]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = process.stdout.readline()
+        assert line.startswith("weightgraft explore: open http://127.0.0.1:"), (line, process.stderr.read())
+        url = line.split("open ")[1].split()[0]
+        with urllib.request.urlopen(url + "api/info", timeout=30) as response:
+            assert json.loads(response.read())["donors"] == ["donor", "task"]
+        _still_answers(url)
+        # The port is taken now: a second explorer on it fails with one line, before loading models.
+        port = url.rstrip("/").rsplit(":", 1)[1]
+        taken = subprocess.run(command[:-1] + [port], capture_output=True, text=True, timeout=120)
+        assert taken.returncode == 2 and taken.stderr.startswith(f"error: cannot listen on 127.0.0.1:{port}")
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+    assert process.returncode is not None
+
+
+def test_bad_command_lines_are_one_line(tmp_path):
+    from data_cli_fixtures import run_cli
+
+    bad = run_cli("explore", "--recipient", "x", "--donors", "task", "--port", "0")
+    assert bad.returncode == 2 and bad.stderr.startswith("error: --donors 'task': write NAME=PATH")
+    lonely = run_cli("explore", "--donor", "x", "--port", "0")
+    assert lonely.returncode == 2 and "need a --recipient" in lonely.stderr
