@@ -173,12 +173,15 @@ function renderPredictions() {
     const target = row.target
       ? el("div", { class: "target" }, `target ${JSON.stringify(view.target_token)}: rank `,
           el("span", { class: "rank", text: String(row.target.rank) }), ", p ",
-          el("span", { class: "tprob", text: row.target.prob.toFixed(4) }))
+          el("span", { class: "tprob", text: shownProb(row.target.prob) }))
       : el("div", { class: "target", text: "no target" });
     box.append(el("div", { class: `pred ${row.name === "graft" ? "graft" : ""}`, "data-name": row.name },
       el("h2", { text: title }), list, target));
   }
 }
+
+// Probabilities to 4 decimals; a target's below 0.001 in 3 significant digits (rank 646 is not p 0).
+const shownProb = (p) => (p > 0 && p < 1e-3 ? p.toExponential(2) : p.toFixed(4));
 
 function renderExport() {
   $("python").textContent = view.python;
