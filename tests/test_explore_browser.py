@@ -248,6 +248,25 @@ def test_bad_input_shows_a_message_and_the_page_goes_on(served, page):
     page.wait_for_selector("#map-legend:not([hidden])", timeout=30_000)
 
 
+def test_malformed_and_oversized_requests_leave_the_page_working(served, page):
+    """Requests the page would never send, sent from it (and over urllib in test_explore_api.py):
+    each gets a message, and the next click still answers."""
+    page.goto(served)
+    _answered(page, 1)
+    statuses = page.evaluate(
+        """async () => {
+        const send = (body) => fetch('/api/predict', {method: 'POST', body}).then(async (r) => [r.status, (await r.json()).error]);
+        return [await send('{oops'), await send(JSON.stringify({prompt: {text: 'x'.repeat(300000)}})),
+                await send(JSON.stringify({prompt: {text: 'Ada'}, cells: 'all'}))];
+    }"""
+    )
+    assert [s for s, _ in statuses] == [400, 413, 422]
+    assert all(message and "Traceback" not in message for _, message in statuses)
+    page.click("button[data-sel='LT']")
+    _answered(page, 2)
+    assert page.locator("#error").is_hidden() and _cells_on(page) == 17
+
+
 def test_screenshot_on_the_builtin_model(browser, tmp_path):
     """docs/explore.png, taken on the built-in default models when they are cached: all of them, as
     `weightgraft explore` opens them, or the pretrained and relation models while the other
