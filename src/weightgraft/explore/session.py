@@ -30,6 +30,7 @@ from weightgraft.explore.grid import Cells, Grid
 MAX_TOKENS = 256
 MAX_TOP_K = 20
 MAX_NEW_TOKENS = 64
+MAX_LISTED_PROMPTS = 5000  # dataset prompts offered in the page's menu (any of them opens by id)
 # Named position selections offered for a prompt, when its roles allow them.
 NAMED_POSITIONS = ("FE", "M", "R", "LT", "FE+LT", "(FE+LT)^C", "FE^C", "LT^C", "FE+M+LT", "M+LT", "other", "ALL")
 _BASELINE_CACHE = 64
@@ -103,7 +104,7 @@ class ExploreSession:
             **self.grid.describe(),
             "prompts": [
                 {"id": p.id, "text": p.text, "target": p.target, "template": p.template_id}
-                for p in self.prompts.values()
+                for p in list(self.prompts.values())[:MAX_LISTED_PROMPTS]
             ],
             "limits": {"max_tokens": self.max_tokens, "max_top_k": MAX_TOP_K, "max_new_tokens": MAX_NEW_TOKENS},
         }
