@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: env demo test lint bench clean
+.PHONY: env browser demo test lint bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -16,12 +16,21 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q -e ".[test]"
 	touch $(STAMP)
 
-env: $(STAMP)
+env: $(STAMP) browser
+
+# The browser tests (tests/test_explore_browser.py) drive Debian's Chromium. Installed here when
+# missing and this runs as root with apt-get; elsewhere install `chromium` yourself (the tests
+# skip, saying so, without it).
+browser:
+	@if ! test -x /usr/bin/chromium && command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+		echo "installing Debian's chromium for the browser tests"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; \
+	fi
 
 demo: $(STAMP)
 	$(BIN)/weightgraft demo $(DEMO_ARGS)
 
-test: $(STAMP)
+test: $(STAMP) browser
 	$(BIN)/python -m pytest -q $(TEST_ARGS)
 
 # Lint and formatting check; `ruff format src tests benchmarks` applies the formatting.
@@ -34,6 +43,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_scale.py
 	$(BIN)/python benchmarks/bench_runner.py
 	$(BIN)/python benchmarks/bench_attribution.py
+	$(BIN)/python benchmarks/bench_explore.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info

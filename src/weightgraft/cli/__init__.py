@@ -59,9 +59,10 @@ def _register_all() -> None:
     data_commands.register(app)
     experiment_commands.register(app)
     reproduce_commands.register(app)
-    from weightgraft.cli import localize_commands
+    from weightgraft.cli import explore_commands, localize_commands
 
     localize_commands.register(app)
+    explore_commands.register(app)
 
 
 def user_message(err: BaseException) -> str | None:

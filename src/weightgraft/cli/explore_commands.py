@@ -1,0 +1,54 @@
+"""`weightgraft explore`: graft interactively in a browser (a local web app over `weightgraft.explore`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import typer
+
+from weightgraft.cli.experiment_commands import DEVICE_HELP, DTYPE_HELP, Dtype
+
+
+def explore_command(
+    builtin: Literal["default", "tiny"] = typer.Option(
+        "default", help="Built-in models to explore when no --recipient is given: default or tiny (built or reused)."
+    ),
+    recipient: str | None = typer.Option(None, help="Recipient model: a folder (safetensors) or a cached hub id."),
+    donor: str | None = typer.Option(None, help="The donor model, named `donor` (or use --donors)."),
+    donors: list[str] = typer.Option([], "--donors", help="More donors by name: NAME=PATH (repeat the option)."),
+    data: Path | None = typer.Option(None, help="A weightgraft dataset folder: its prompts, with roles, in the page."),
+    home: str | None = typer.Option(None, help="Where built-in data and models are cached."),
+    device: str = typer.Option("cpu", help=DEVICE_HELP),
+    dtype: Dtype = typer.Option("float32", help=DTYPE_HELP),
+    host: str = typer.Option("127.0.0.1", help="Address to listen on; anything but loopback opens it to your network."),
+    port: int = typer.Option(8765, min=0, max=65535, help="Port (0: any free one)."),
+    threads: int | None = typer.Option(
+        1,
+        min=1,
+        help="Torch threads for the model calls; 1 answers fastest on small models, raise it for big ones on CPU.",
+    ),
+    progress: bool = typer.Option(True, help="Show progress while the built-in models are built."),
+) -> None:
+    """Open a page where a click grafts a cell (position x layer x component) and the predictions
+    of the recipient, each donor and the current graft update at once."""
+    from weightgraft.explore.launch import builtin_models, open_session, parse_donors
+    from weightgraft.explore.server import bind, serve
+
+    named = parse_donors(donors)
+    bind(host, port).close()  # a taken port fails now, not after the models load
+    if recipient is None:
+        if donor is not None or named:
+            raise typer.BadParameter("donors need a --recipient (or leave all three out for the built-in models)")
+        recipient, named, builtin_data = builtin_models(builtin, home, progress)
+        data = data or builtin_data
+    elif donor is not None:
+        if "donor" in named:
+            raise typer.BadParameter("--donor is named `donor`; give the --donors entry another name")
+        named = {"donor": donor, **named}
+    session = open_session(recipient, named, data, device, dtype, threads)
+    serve(session, host, port, announce=lambda line: typer.echo(line))
+
+
+def register(app: typer.Typer) -> None:
+    app.command("explore")(explore_command)

@@ -1,0 +1,10 @@
+"""`weightgraft explore`: graft interactively in a browser.
+
+`session` is the state and compute (no web), `grid` the cells and their Grafts, `export` the
+Python and run-config text of a graft, `schema` what a request may hold, `api` the ASGI app,
+`server` uvicorn around it; `static/` is the page (plain HTML, CSS and one JS file).
+"""
+
+from weightgraft.explore.session import ExploreSession, ModelNames
+
+__all__ = ["ExploreSession", "ModelNames"]

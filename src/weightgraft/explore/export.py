@@ -1,0 +1,118 @@
+"""The current graft as text a person copies: the Python that reproduces the page's numbers, and the
+run-config condition that asks the same question of a whole dataset.
+
+A run config names positions by role (FE, M, R, LT, other), so a graft whose positions are not a
+union of this prompt's roles (or its complement) has no condition form; the note says why.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from itertools import combinations
+from typing import TYPE_CHECKING
+
+import yaml
+
+from weightgraft.engine.graft import Graft
+from weightgraft.experiments.roles import NotApplicable, parse_positions
+
+if TYPE_CHECKING:
+    from weightgraft.explore.session import ModelNames
+
+ROLE_ATOMS = ("FE", "M", "R", "LT", "other")
+CONDITION_NAME = "explore"
+
+
+def python_code(
+    text: str, input_ids: list[int], tokenizer_matches: bool, grafts: Sequence[Graft], names: ModelNames | None
+) -> str:
+    """Python that computes the graft's next-token probabilities, as `probs`."""
+    lines = ["import torch", "from weightgraft import Graft, Grafter", ""]
+    if names is not None:
+        dtype = f"torch.{names.dtype}"
+        lines += [
+            "from transformers import AutoModelForCausalLM, AutoTokenizer",
+            "",
+            f"recipient = AutoModelForCausalLM.from_pretrained({names.recipient!r}, dtype={dtype}).to({names.device!r})",
+            "grafter = Grafter(recipient, donors={",
+            *(
+                f"    {name!r}: {path!r},  # read lazily, in the recipient's dtype"
+                for name, path in names.donors.items()
+            ),
+            "})",
+            f"tokenizer = AutoTokenizer.from_pretrained({names.recipient!r})",
+        ]
+    else:
+        lines += ["# grafter, tokenizer: the Grafter and tokenizer this explorer was started with"]
+    lines += ["", f"prompt = {json.dumps(text, ensure_ascii=False)}"]
+    if tokenizer_matches:
+        lines.append("input_ids = tokenizer(prompt, return_tensors='pt').input_ids")
+    else:
+        lines.append(f"input_ids = torch.tensor([{input_ids}])  # the prompt's tokens, as the explorer shows them")
+    lines.append("grafts = [")
+    lines += [f"    {graft_source(g)}," for g in grafts]
+    lines += [
+        "]",
+        "probs = grafter.last_logits(input_ids.to(grafter.device), grafts=grafts).float().softmax(-1)[0]",
+        "top = probs.topk(5)",
+        "print([(tokenizer.decode([int(i)]), round(float(p), 4)) for p, i in zip(top.values, top.indices)])",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def graft_source(graft: Graft) -> str:
+    donor = "" if graft.donor is None else f", donor={graft.donor!r}"
+    return f"Graft(positions={list(graft.positions)!r}, layers={graft.layers!r}, components={list(graft.components)!r}{donor})"
+
+
+def condition_yaml(
+    grafts: Sequence[Graft], role_positions: dict[str, list[int]], num_tokens: int, has_roles: bool
+) -> tuple[str | None, str]:
+    """The grafts as one condition of a run config (YAML), or None and the reason there is none."""
+    expressions = _role_expressions(role_positions, num_tokens, has_roles)
+    specs = []
+    for graft in grafts:
+        positions = tuple(sorted(graft.positions))
+        if positions not in expressions:
+            return None, (
+                f"positions {list(positions)} are not a union of this prompt's roles (or its complement): "
+                "a run config names positions by role (FE, M, R, LT, other); use the Python form"
+                + ("" if has_roles else ", or pick a dataset prompt, whose tokens have roles")
+            )
+        specs.append(
+            {
+                "positions": expressions[positions],
+                "layers": graft.layers,
+                "components": list(graft.components),
+                "donor": graft.donor,
+            }
+        )
+    if not specs:
+        return "- PRE  # nothing grafted: the recipient alone\n", ""
+    condition = [{"name": CONDITION_NAME, "grafts": specs}]
+    text = yaml.safe_dump(condition, sort_keys=False, default_flow_style=None, width=200)
+    note = "donor names are the run config's model keys; positions by role apply to every prompt of a dataset"
+    return text, note
+
+
+def _role_expressions(role_positions: dict[str, list[int]], n: int, has_roles: bool) -> dict[tuple[int, ...], str]:
+    """Position set -> the shortest role expression that selects it on this prompt."""
+    atoms = ROLE_ATOMS if has_roles else ("LT",)
+    sets: dict[str, set[int]] = {}
+    for atom in atoms:
+        try:
+            sets[atom] = set(parse_positions(atom).evaluate(role_positions, n))
+        except NotApplicable:
+            continue
+    found: dict[tuple[int, ...], str] = {tuple(range(n)): "ALL"}
+    names = list(sets)
+    for size in range(1, len(names) + 1):
+        for combo in combinations(names, size):
+            chosen = set().union(*(sets[a] for a in combo))
+            text = "+".join(combo)
+            found.setdefault(tuple(sorted(chosen)), text)
+            complement = tuple(sorted(set(range(n)) - chosen))
+            if complement:
+                found.setdefault(complement, f"{text}^C" if size == 1 else f"({text})^C")
+    return found

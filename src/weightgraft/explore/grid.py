@@ -1,0 +1,181 @@
+"""The explorer's grid: token positions x columns, a column being one component group of one layer
+(or a model-level group: the embeddings, the final norm and unembedding).
+
+A selection is a list of `Cells` (one column, some positions, one donor). `to_grafts` turns it into
+the fewest `Graft`s that graft exactly those cells, so the Python the page shows stays short and
+the numbers it shows are what `Grafter.last_logits` gives for that list.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from weightgraft.engine.graft import Graft
+from weightgraft.errors import UserError
+from weightgraft.experiments.vocabulary import author_band
+
+# Component groups of the grid, in the paper's names (ATTN is q, k, v without o). Each keeps the
+# members a model has; a group with none is left out.
+LAYER_GROUPS: dict[str, tuple[str, ...]] = {
+    "ATTN": ("q", "k", "v"),
+    "O": ("o",),
+    "FFN": ("gate", "up", "down"),
+    "NORMS": ("ln1", "ln2", "q_norm", "k_norm", "post_attn_norm", "post_mlp_norm"),
+}
+MODEL_GROUPS: dict[str, tuple[str, ...]] = {
+    "EMB": ("embed", "pos_embed"),
+    "HEAD": ("ln_final", "lm_head"),
+}
+# Named component sets over groups. WEIGHTS is the paper's "every weight" of a position
+# condition: the embeddings and every layer's weights, not the final norm or unembedding.
+COMPONENT_SETS: dict[str, tuple[str, ...]] = {
+    "WEIGHTS": ("EMB", "ATTN", "O", "FFN", "NORMS"),
+    "ATTN+O+FFN": ("ATTN", "O", "FFN"),
+    "ATTN+O": ("ATTN", "O"),
+    "O+FFN": ("O", "FFN"),
+    "ATTN": ("ATTN",),
+    "O": ("O",),
+    "FFN": ("FFN",),
+    "NORMS": ("NORMS",),
+    "EMB": ("EMB",),
+    "HEAD": ("HEAD",),
+    "all": ("EMB", "ATTN", "O", "FFN", "NORMS", "HEAD"),
+}
+AUTHOR_BAND_NAMES = {
+    "authors_first_quarter": "Q1",
+    "authors_second_quarter": "Q2",
+    "authors_third_quarter": "Q3",
+    "authors_fourth_quarter": "Q4",
+    "authors_third_and_fourth_quarters": "Q3+Q4",
+}
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column of the grid: a group at one layer, or a model-level group (layer None)."""
+
+    group: str
+    layer: int | None
+
+
+@dataclass(frozen=True)
+class Cells:
+    """Grafted cells of one column from one donor, at `positions` (real-token indices)."""
+
+    donor: str
+    group: str
+    layer: int | None
+    positions: tuple[int, ...]
+
+
+class GridError(UserError, ValueError):
+    """A selection that does not fit the grid (unknown group or donor, a position or layer out of
+    range, a cell given two donors)."""
+
+
+class Grid:
+    """The columns and groups of one model, and selections on it."""
+
+    def __init__(self, components: Sequence[str], num_layers: int, donors: Sequence[str]):
+        have = set(components)
+        self.num_layers = num_layers
+        self.donors = list(donors)
+        self.layer_groups = {g: [c for c in m if c in have] for g, m in LAYER_GROUPS.items()}
+        self.layer_groups = {g: m for g, m in self.layer_groups.items() if m}
+        self.model_groups = {g: [c for c in m if c in have] for g, m in MODEL_GROUPS.items()}
+        self.model_groups = {g: m for g, m in self.model_groups.items() if m}
+        self.order = [c for c in components]  # the model's component order, for stable output
+        columns = [Column("EMB", None)] if "EMB" in self.model_groups else []
+        columns += [Column(g, layer) for g in self.layer_groups for layer in range(num_layers)]
+        columns += [Column("HEAD", None)] if "HEAD" in self.model_groups else []
+        self.columns = columns
+
+    def members(self, group: str) -> list[str]:
+        return self.layer_groups.get(group) or self.model_groups[group]
+
+    def bands(self) -> dict[str, list[int]]:
+        """Layer selections: every layer, and the authors' quarters (where the model has 4+ layers)."""
+        out = {"all layers": list(range(self.num_layers))}
+        if self.num_layers >= 4:
+            out.update({label: author_band(name, self.num_layers) for name, label in AUTHOR_BAND_NAMES.items()})
+        return out
+
+    def component_sets(self) -> dict[str, list[str]]:
+        groups = set(self.layer_groups) | set(self.model_groups)
+        out = {name: [g for g in members if g in groups] for name, members in COMPONENT_SETS.items()}
+        return {name: members for name, members in out.items() if members}
+
+    def describe(self) -> dict:
+        """The grid as the page draws it."""
+        return {
+            "num_layers": self.num_layers,
+            "columns": [{"group": c.group, "layer": c.layer} for c in self.columns],
+            "groups": {**{g: m for g, m in self.model_groups.items()}, **self.layer_groups},
+            "bands": self.bands(),
+            "component_sets": self.component_sets(),
+            "donors": self.donors,
+        }
+
+    # --- selections ---------------------------------------------------------------------------
+    def check(self, cells: Sequence[Cells], num_tokens: int) -> list[Cells]:
+        """The cells, checked against the grid and a prompt of `num_tokens` tokens; one donor per cell."""
+        owner: dict[tuple[str, int | None, int], str] = {}
+        for c in cells:
+            if c.donor not in self.donors:
+                raise GridError(f"unknown donor {c.donor!r}; this session's donors are {self.donors}")
+            if c.group in self.model_groups:
+                if c.layer is not None:
+                    raise GridError(f"group {c.group} has no layers; give layer null")
+            elif c.group in self.layer_groups:
+                if c.layer is None or not 0 <= c.layer < self.num_layers:
+                    raise GridError(f"group {c.group} needs a layer in 0..{self.num_layers - 1}, not {c.layer}")
+            else:
+                known = [*self.model_groups, *self.layer_groups]
+                raise GridError(f"unknown component group {c.group!r}; use one of {known}")
+            for p in c.positions:
+                if not 0 <= p < num_tokens:
+                    raise GridError(f"position {p} is outside the prompt's {num_tokens} tokens")
+                other = owner.setdefault((c.group, c.layer, p), c.donor)
+                if other != c.donor:
+                    where = f"{c.group}" + ("" if c.layer is None else f" layer {c.layer}")
+                    raise GridError(f"cell {where}, position {p} is given to two donors ({other}, {c.donor})")
+        return list(cells)
+
+    def to_grafts(self, cells: Sequence[Cells]) -> list[Graft]:
+        """The fewest Grafts (up to this grouping) covering exactly these cells.
+
+        Per donor and position set: the layer columns that share a component set become one Graft
+        over their layers; model-level groups join the first Graft with the same positions.
+        """
+        # (donor, positions) -> layer -> components; (donor, positions) -> model-level components
+        by_layer: dict[tuple[str, tuple[int, ...]], dict[int, set[str]]] = {}
+        model: dict[tuple[str, tuple[int, ...]], set[str]] = {}
+        merged: dict[tuple[str, str, int | None], set[int]] = {}
+        for c in cells:
+            merged.setdefault((c.donor, c.group, c.layer), set()).update(c.positions)
+        for (donor, group, layer), positions in merged.items():
+            if not positions:
+                continue
+            key = (donor, tuple(sorted(positions)))
+            if layer is None:
+                model.setdefault(key, set()).update(self.members(group))
+            else:
+                by_layer.setdefault(key, {}).setdefault(layer, set()).update(self.members(group))
+        grafts: list[Graft] = []
+        for key in sorted(set(by_layer) | set(model), key=lambda k: (self.donors.index(k[0]), k[1])):
+            donor, positions = key
+            runs: dict[tuple[str, ...], list[int]] = {}
+            for layer, comps in sorted(by_layer.get(key, {}).items()):
+                runs.setdefault(self._ordered(comps), []).append(layer)
+            extra = self._ordered(model.get(key, set()))
+            for comps, layers in runs.items():
+                spec = "all" if layers == list(range(self.num_layers)) else layers
+                grafts.append(Graft(list(positions), spec, [*extra, *comps], donor))
+                extra = ()
+            if extra:
+                grafts.append(Graft(list(positions), "all", list(extra), donor))
+        return grafts
+
+    def _ordered(self, comps: set[str]) -> tuple[str, ...]:
+        return tuple(c for c in self.order if c in comps)

@@ -1,0 +1,62 @@
+"""Opening an explorer session on models named on the command line: the built-in family, or a
+recipient, donors by name, and a dataset folder (for prompts with roles)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from weightgraft.data.io import load_eval_prompts
+from weightgraft.engine.grafter import Grafter
+from weightgraft.errors import UserError
+from weightgraft.experiments.models import DTYPES, load_model, load_tokenizer
+from weightgraft.explore.session import ExploreSession, ModelNames, donors_from_mapping
+
+# The built-in family as the explorer offers it: the pretrained model as recipient, each finetune
+# as a donor under its run-config key.
+BUILTIN_DONORS = {"sft": "relation_model", "task": "task_model", "b2a": "b2a_model", "freetext": "freetext_model"}
+
+
+def parse_donors(items: list[str]) -> dict[str, str]:
+    """`name=path` items -> {name: path}; a bad item is a plain error naming it."""
+    out: dict[str, str] = {}
+    for item in items:
+        name, sep, path = item.partition("=")
+        if not sep or not name.strip() or not path.strip():
+            raise UserError(f"--donors {item!r}: write NAME=PATH, e.g. --donors task=./ckpt/task")
+        if name.strip() in out:
+            raise UserError(f"--donors: the name {name.strip()!r} is given twice; give each donor its own name")
+        out[name.strip()] = path.strip()
+    return out
+
+
+def builtin_models(size: str, home: str | None, progress: bool) -> tuple[str, dict[str, str], Path]:
+    """The built-in recipient, donors and relation dataset (built or reused)."""
+    from weightgraft.training.builtin import ensure_builtin
+
+    art = ensure_builtin(size=size, home=Path(home) if home else None, progress=progress)
+    return str(art.pretrained), {n: str(getattr(art, a)) for n, a in BUILTIN_DONORS.items()}, art.relation_data
+
+
+def open_session(
+    recipient: str,
+    donors: dict[str, str],
+    data: Path | None = None,
+    device: str = "cpu",
+    dtype: str = "float32",
+    threads: int | None = None,
+) -> ExploreSession:
+    """Load the models (safetensors only, no remote code) and a dataset's evaluation prompts."""
+    if dtype not in DTYPES:
+        raise UserError(f"--dtype {dtype!r}: use one of {sorted(DTYPES)}")
+    if not donors:
+        raise UserError("give at least one donor: --donor PATH or --donors NAME=PATH (or --builtin default)")
+    donors = donors_from_mapping(donors)
+    tokenizer = load_tokenizer(recipient, field="--recipient")
+    if not getattr(tokenizer, "is_fast", False):
+        raise UserError(f"--recipient: {recipient} has no fast tokenizer (tokenizer.json); the explorer needs one")
+    model = load_model(recipient, device, dtype, field="--recipient")
+    loaded = {name: load_model(path, device, dtype, field=f"donor {name}") for name, path in donors.items()}
+    grafter = Grafter(model, donors=loaded)
+    prompts = load_eval_prompts(Path(data)) if data is not None else []
+    names = ModelNames(recipient, dict(donors), dtype, device)
+    return ExploreSession(grafter, tokenizer, prompts, names, threads=threads)

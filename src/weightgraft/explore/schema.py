@@ -1,0 +1,51 @@
+"""What the page may send, validated before anything runs: every field typed and bounded, unknown
+fields refused. The page keeps the whole state; each request carries what it needs."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from weightgraft.explore.session import MAX_NEW_TOKENS, MAX_TOKENS, MAX_TOP_K
+
+MAX_TEXT_CHARS = 4000  # characters of a prompt (its tokens are bounded separately)
+MAX_CELL_ENTRIES = 4096  # columns x donors of one selection, well above any grid the page draws
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class PromptIn(_Strict):
+    text: str = Field(max_length=MAX_TEXT_CHARS)
+    target: str = Field("", max_length=400)
+    prompt_id: str | None = Field(None, max_length=200)
+
+
+class CellsIn(_Strict):
+    """Grafted cells of one grid column from one donor."""
+
+    donor: str = Field(max_length=64)
+    group: str = Field(max_length=16)
+    layer: int | None = Field(None, ge=0, le=10_000)
+    positions: list[int] = Field(max_length=MAX_TOKENS)
+
+
+class PredictIn(_Strict):
+    prompt: PromptIn
+    cells: list[CellsIn] = Field(default_factory=list, max_length=MAX_CELL_ENTRIES)
+    top_k: int = Field(5, ge=1, le=MAX_TOP_K)
+
+
+class GenerateIn(_Strict):
+    prompt: PromptIn
+    cells: list[CellsIn] = Field(default_factory=list, max_length=MAX_CELL_ENTRIES)
+    max_new_tokens: int = Field(20, ge=1, le=MAX_NEW_TOKENS)
+    generated: Literal["none", "last"] = "none"
+
+
+class AttributeIn(_Strict):
+    prompt: PromptIn
+    donor: str = Field(max_length=64)
+    method: Literal["gradient", "integrated"] = "gradient"

@@ -1,0 +1,337 @@
+"""The explorer's state and compute, without any web: prompt -> tokens and roles, a selection of
+grid cells -> Grafts, and what the page shows (predictions, continuations, attribution).
+
+One `ExploreSession` holds a Grafter, its tokenizer and a dataset's prompts. Every call takes the
+whole state it needs (the page keeps the state, in its address), so calls are independent and a
+bad one changes nothing. Model calls are serialised by a lock: the models are shared.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import torch
+
+from weightgraft.attribution.attribute import attribute, position_roles
+from weightgraft.data.encode import SpanMappingError, encode_prompt
+from weightgraft.data.schema import EvalPrompt
+from weightgraft.engine.graft import Graft
+from weightgraft.engine.grafter import Grafter
+from weightgraft.errors import UserError
+from weightgraft.experiments.roles import NotApplicable, parse_positions
+from weightgraft.explore.export import condition_yaml, python_code
+from weightgraft.explore.grid import Cells, Grid
+
+# Bounds on what one request may ask for (the grid is tokens x columns).
+MAX_TOKENS = 256
+MAX_TOP_K = 20
+MAX_NEW_TOKENS = 64
+MAX_LISTED_PROMPTS = 5000  # dataset prompts offered in the page's menu (any of them opens by id)
+# Named position selections offered for a prompt, when its roles allow them.
+NAMED_POSITIONS = ("FE", "M", "R", "LT", "FE+LT", "(FE+LT)^C", "FE^C", "LT^C", "FE+M+LT", "M+LT", "other", "ALL")
+_BASELINE_CACHE = 64
+
+
+class ExploreError(UserError, ValueError):
+    """A request the explorer cannot answer as asked; the message says what to change."""
+
+
+@dataclass
+class Encoded:
+    """A prompt as the grid sees it."""
+
+    text: str
+    target: str
+    prompt_id: str | None
+    input_ids: list[int]
+    tokens: list[str]
+    roles: list[str] | None  # the paper's role of each token (FE, M, R, LT, other); None for free text
+    role_positions: dict[str, list[int]]
+    target_id: int | None
+    selections: dict[str, list[int]] = field(default_factory=dict)
+
+
+@dataclass
+class ModelNames:
+    """Where the session's models came from, for the Python the page shows."""
+
+    recipient: str
+    donors: dict[str, str]
+    dtype: str = "float32"
+    device: str = "cpu"
+
+
+class ExploreSession:
+    """The explorer on one Grafter. `prompts` are a dataset's evaluation prompts (with roles);
+    `threads`: torch threads for the model calls (None: torch's setting)."""
+
+    def __init__(
+        self,
+        grafter: Grafter,
+        tokenizer,
+        prompts: Sequence[EvalPrompt] = (),
+        names: ModelNames | None = None,
+        max_tokens: int = MAX_TOKENS,
+        threads: int | None = None,
+    ):
+        self.grafter = grafter
+        self.tokenizer = tokenizer
+        self.prompts = {p.id: p for p in prompts}
+        self.names = names
+        context = getattr(grafter.recipient.config, "max_position_embeddings", None) or max_tokens
+        self.max_tokens = min(max_tokens, int(context))
+        self.grid = Grid(grafter.components, grafter.num_layers, grafter.donor_names)
+        self.threads = threads
+        self._lock = threading.Lock()
+        self._baselines: OrderedDict[tuple[int, ...], list[torch.Tensor]] = OrderedDict()
+
+    @contextmanager
+    def _running(self):
+        """One model call at a time, with `threads` torch threads in whichever server thread runs it
+        (on a small model one thread answers fastest: more threads wait on each other)."""
+        with self._lock:
+            if self.threads is not None and torch.get_num_threads() != self.threads:
+                torch.set_num_threads(self.threads)
+            yield
+
+    # --- what the page needs first ----------------------------------------------------------------
+    def info(self) -> dict:
+        return {
+            **self.grid.describe(),
+            "prompts": [
+                {"id": p.id, "text": p.text, "target": p.target, "template": p.template_id}
+                for p in list(self.prompts.values())[:MAX_LISTED_PROMPTS]
+            ],
+            "limits": {"max_tokens": self.max_tokens, "max_top_k": MAX_TOP_K, "max_new_tokens": MAX_NEW_TOKENS},
+        }
+
+    # --- prompts --------------------------------------------------------------------------------
+    def encode(self, text: str, target: str = "", prompt_id: str | None = None) -> Encoded:
+        """Tokens of a prompt; a dataset prompt (by id, with its text unchanged) also gets roles."""
+        if not text.strip():
+            raise ExploreError("the prompt is empty; type a prompt or pick one of the dataset's")
+        dataset = None
+        if prompt_id is not None:
+            if prompt_id not in self.prompts:
+                raise ExploreError(f"unknown dataset prompt {prompt_id!r}; pick one from the list")
+            if self.prompts[prompt_id].text == text:
+                dataset = self.prompts[prompt_id]
+        try:
+            if dataset is not None:
+                enc = encode_prompt(self.tokenizer, dataset.model_copy(update={"target": target or dataset.target}))
+                ids, roles_by_name, target_ids = enc.input_ids, dict(enc.positions), enc.target_ids
+            elif target:
+                enc = encode_prompt(self.tokenizer, EvalPrompt(id="free", fact_id="", template_id="", text=text, target=target, spans={}))  # fmt: skip
+                ids, roles_by_name, target_ids = enc.input_ids, {}, enc.target_ids
+            else:
+                ids, roles_by_name, target_ids = self._ids(text), {}, []
+        except SpanMappingError as err:
+            raise ExploreError(f"{err}; change the prompt or the target") from None
+        if len(ids) > self.max_tokens:
+            raise ExploreError(
+                f"the prompt has {len(ids)} tokens; the explorer takes at most {self.max_tokens} "
+                "(the model's context or the grid's bound): shorten it"
+            )
+        roles_by_name["last_token"] = [len(ids) - 1]
+        roles = position_roles(roles_by_name, len(ids)) if dataset is not None else None
+        encoded = Encoded(
+            text=text,
+            target=target,
+            prompt_id=dataset.id if dataset is not None else None,
+            input_ids=list(ids),
+            tokens=[self.tokenizer.decode([i]) for i in ids],
+            roles=roles,
+            role_positions=roles_by_name,
+            target_id=target_ids[0] if target_ids else None,
+        )
+        encoded.selections = self._selections(encoded)
+        return encoded
+
+    def _ids(self, text: str) -> list[int]:
+        ids = list(self.tokenizer(text)["input_ids"])
+        special = set(getattr(self.tokenizer, "all_special_ids", []))
+        while len(ids) > 1 and ids[-1] in special:  # an EOS some tokenizers append
+            ids.pop()
+        return ids
+
+    def _selections(self, encoded: Encoded) -> dict[str, list[int]]:
+        """Named position sets this prompt has (free text: only those built from LT)."""
+        out = {}
+        n = len(encoded.input_ids)
+        for name in NAMED_POSITIONS:
+            if encoded.roles is None and name not in ("LT", "LT^C", "ALL"):
+                continue
+            try:
+                out[name] = parse_positions(name).evaluate(encoded.role_positions, n)
+            except NotApplicable:
+                continue
+        return out
+
+    # --- selections -----------------------------------------------------------------------------
+    def grafts(self, encoded: Encoded, cells: Sequence[Cells]) -> list[Graft]:
+        return self.grid.to_grafts(self.grid.check(cells, len(encoded.input_ids)))
+
+    # --- predictions ----------------------------------------------------------------------------
+    def predict(self, encoded: Encoded, cells: Sequence[Cells], top_k: int = 5) -> dict:
+        """Top-k next tokens and the target's rank and probability: recipient, each donor alone,
+        and the current graft; with the Python and the run-config condition of the graft."""
+        if not 1 <= top_k <= MAX_TOP_K:
+            raise ExploreError(f"top_k must be in 1..{MAX_TOP_K}, not {top_k}")
+        grafts = self.grafts(encoded, cells)
+        ids = torch.tensor([encoded.input_ids])
+        with self._running():
+            baselines = self._baseline_logits(ids)
+            current = self.grafter.last_logits(ids, grafts=grafts)[0] if grafts else baselines[0]
+        names = ["recipient", *self.grid.donors]
+        rows = [self._scored(name, logits, encoded, top_k) for name, logits in zip(names, baselines)]
+        rows.append(self._scored("graft", current, encoded, top_k))
+        condition, why = condition_yaml(
+            grafts, encoded.role_positions, len(encoded.input_ids), encoded.roles is not None
+        )
+        return {
+            **self.prompt_view(encoded),
+            "predictions": rows,
+            "python": python_code(
+                encoded.text, encoded.input_ids, self._tokenizer_matches(encoded), grafts, self.names
+            ),
+            "condition": condition,
+            "condition_note": why,
+            "num_grafts": len(grafts),
+        }
+
+    def prompt_view(self, encoded: Encoded) -> dict:
+        return {
+            "tokens": encoded.tokens,
+            "roles": encoded.roles,
+            "prompt_id": encoded.prompt_id,
+            "selections": encoded.selections,
+            "target_id": encoded.target_id,
+            "target_token": None if encoded.target_id is None else self.tokenizer.decode([encoded.target_id]),
+        }
+
+    def _baseline_logits(self, ids: torch.Tensor) -> list[torch.Tensor]:
+        """Last-token logits of the recipient and of each donor alone (cached per prompt)."""
+        key = tuple(ids[0].tolist())
+        if key in self._baselines:
+            self._baselines.move_to_end(key)
+            return self._baselines[key]
+        rows = [None, *(Graft("all", "all", "all", donor=d) for d in self.grid.donors)]
+        logits = self.grafter.last_logits(ids.expand(len(rows), -1), row_grafts=rows)
+        self._baselines[key] = list(logits)
+        while len(self._baselines) > _BASELINE_CACHE:
+            self._baselines.popitem(last=False)
+        return self._baselines[key]
+
+    def _scored(self, name: str, logits: torch.Tensor, encoded: Encoded, top_k: int) -> dict:
+        probs = torch.softmax(logits.float(), -1)
+        top = torch.topk(probs, min(top_k, probs.shape[-1]))
+        row = {
+            "name": name,
+            "top": [
+                {"token": self.tokenizer.decode([int(i)]), "id": int(i), "prob": float(p)}
+                for p, i in zip(top.values, top.indices)
+            ],
+            "target": None,
+        }
+        if encoded.target_id is not None:
+            p = probs[encoded.target_id]
+            row["target"] = {"rank": int((probs > p).sum()) + 1, "prob": float(p)}
+        return row
+
+    def _tokenizer_matches(self, encoded: Encoded) -> bool:
+        """Whether `tokenizer(text).input_ids` gives the grid's tokens (else the Python spells them out)."""
+        return list(self.tokenizer(encoded.text)["input_ids"]) == encoded.input_ids
+
+    # --- continuation ---------------------------------------------------------------------------
+    def generate(
+        self, encoded: Encoded, cells: Sequence[Cells], max_new_tokens: int = 20, generated: str = "none"
+    ) -> dict:
+        """Greedy continuations: the recipient, each donor alone, and the current graft (its
+        generated tokens grafted as `generated` says: none, or as the prompt's last token)."""
+        if not 1 <= max_new_tokens <= MAX_NEW_TOKENS:
+            raise ExploreError(f"max_new_tokens must be in 1..{MAX_NEW_TOKENS}, not {max_new_tokens}")
+        context = getattr(self.grafter.recipient.config, "max_position_embeddings", None)
+        if context is not None and len(encoded.input_ids) + max_new_tokens > context:
+            raise ExploreError(
+                f"the prompt ({len(encoded.input_ids)} tokens) and {max_new_tokens} new tokens exceed "
+                f"the model's context of {context}; ask for fewer tokens"
+            )
+        grafts = self.grafts(encoded, cells)
+        ids = torch.tensor([encoded.input_ids])
+        rows = [None, *(Graft("all", "all", "all", donor=d) for d in self.grid.donors)]
+        settings = dict(max_new_tokens=max_new_tokens, do_sample=False, eos_token_id=self._eos())
+        with self._running():
+            # A donor alone carries its every-position graft to the generated tokens.
+            base = self.grafter.generate(ids.expand(len(rows), -1), row_grafts=rows, generated="last", **settings)
+            mine = self.grafter.generate(ids, grafts=grafts, generated=generated, **settings)
+        n = ids.shape[1]
+        names = ["recipient", *self.grid.donors]
+        out = [{"name": name, "text": self._decode_new(row[n:])} for name, row in zip(names, base)]
+        out.append({"name": "graft", "text": self._decode_new(mine[0, n:])})
+        return {"continuations": out, "generated": generated}
+
+    def _eos(self) -> list[int]:
+        eos = getattr(self.tokenizer, "eos_token_id", None)
+        return [] if eos is None else [int(eos)]
+
+    def _decode_new(self, ids: torch.Tensor) -> str:
+        ids = ids.tolist()
+        eos = set(self._eos())
+        cut = next((i for i, t in enumerate(ids) if t in eos), len(ids))
+        return self.tokenizer.decode(ids[:cut])
+
+    # --- attribution ----------------------------------------------------------------------------
+    def attribute(self, encoded: Encoded, donor: str, method: str = "gradient") -> dict:
+        """Graft attribution of the target's log-probability over the grid, for one donor: each
+        cell's effect summed over its group's components (`weightgraft.attribute`)."""
+        if encoded.target_id is None:
+            raise ExploreError("attribution scores the target: give a target")
+        if donor not in self.grid.donors:
+            raise ExploreError(f"unknown donor {donor!r}; this session's donors are {self.grid.donors}")
+        if method not in ("gradient", "integrated"):
+            raise ExploreError(f"method must be gradient or integrated, not {method!r}")
+        with self._running():
+            result = attribute(
+                self.grafter,
+                torch.tensor([encoded.input_ids]),
+                [encoded.target_id],
+                method=method,
+                steps=8,
+                donor=donor,
+            )
+        n = len(encoded.input_ids)
+        layer_index = {c: i for i, c in enumerate(result.layer_components)}
+        model_index = {c: i for i, c in enumerate(result.model_components)}
+        values = []
+        for column in self.grid.columns:
+            members = self.grid.members(column.group)
+            if column.layer is None:
+                picked = [model_index[c] for c in members]
+                values.append(result.model_level[0, :n, picked].sum(-1))
+            else:
+                picked = [layer_index[c] for c in members]
+                values.append(result.cells[0, :n, column.layer, picked].sum(-1))
+        grid = torch.stack(values, dim=1)  # [positions, columns]
+        return {
+            "donor": donor,
+            "method": method,
+            "metric": "target log-probability",
+            "values": [[round(float(v), 6) for v in row] for row in grid],
+            "recipient": float(result.metric_recipient[0]),
+            "donor_everywhere": float(result.metric_donor[0]),
+            "sum": float(grid.sum()),
+        }
+
+
+def donors_from_mapping(donors: Mapping[str, object]) -> dict[str, object]:
+    """Donor names as the page shows them: non-empty, short, no markup characters."""
+    out = {}
+    for name, model in donors.items():
+        if not name or len(name) > 32 or not all(ch.isalnum() or ch in "_-." for ch in name):
+            raise ExploreError(f"donor name {name!r}: use 1-32 letters, digits, '_', '-' or '.'")
+        out[name] = model
+    return out

@@ -1,0 +1,309 @@
+// weightgraft explore: the page. Plain JS, no build step. The page holds the whole state (prompt,
+// target, grafted cells, donor, top-k), keeps it in the address (#...), and asks the server for
+// predictions after every change. Text from the server is always set with textContent.
+"use strict";
+
+const $ = (id) => document.getElementById(id);
+let info = null;          // /api/info: grid columns, groups, bands, component sets, donors, prompts
+let view = null;          // the last /api/predict answer: tokens, roles, selections, predictions
+let map = null;           // the attribution map shown over the grid, or null
+let state = null;         // {text, target, id, donor, k, cells: {"group|layer|pos": donor}}
+const undoStack = [], redoStack = [];
+let asked = 0;            // sequence number of the latest request, to drop stale answers
+window.explore = { answered: 0, latency: null };  // for tests and the benchmark
+
+// ---- state ----------------------------------------------------------------------------------
+const cellKey = (group, layer, pos) => `${group}|${layer === null ? "" : layer}|${pos}`;
+function parseKey(key) {
+  const [group, layer, pos] = key.split("|");
+  return { group, layer: layer === "" ? null : Number(layer), pos: Number(pos) };
+}
+function cellsForApi(cells) {   // {"g|l|p": donor} -> [{donor, group, layer, positions}]
+  const columns = new Map();
+  for (const [key, donor] of Object.entries(cells)) {
+    const { group, layer, pos } = parseKey(key);
+    const id = `${donor}|${group}|${layer}`;
+    if (!columns.has(id)) columns.set(id, { donor, group, layer, positions: [] });
+    columns.get(id).positions.push(pos);
+  }
+  for (const c of columns.values()) c.positions.sort((a, b) => a - b);
+  return [...columns.values()];
+}
+function encodeState(s) {
+  const p = new URLSearchParams({ t: s.text, y: s.target, d: s.donor, k: String(s.k) });
+  if (s.id) p.set("id", s.id);
+  const cells = cellsForApi(s.cells).map((c) => [c.donor, c.group, c.layer, c.positions]);
+  if (cells.length) p.set("c", JSON.stringify(cells));
+  return "#" + p.toString();
+}
+function decodeState(hash) {
+  const p = new URLSearchParams(hash.replace(/^#/, ""));
+  if (!p.has("t")) return null;
+  const s = { text: p.get("t"), target: p.get("y") || "", id: p.get("id") || null,
+              donor: info.donors.includes(p.get("d")) ? p.get("d") : info.donors[0],
+              k: Math.max(1, Math.min(info.limits.max_top_k, Number(p.get("k")) || 5)), cells: {} };
+  try {
+    for (const [donor, group, layer, positions] of JSON.parse(p.get("c") || "[]"))
+      for (const pos of positions) s.cells[cellKey(group, layer, pos)] = donor;
+  } catch (err) { showError("the address holds a selection this page cannot read; it was dropped"); }
+  return s;
+}
+function commit(next) {           // a change the user made: undoable, in the address, asked for
+  undoStack.push(state);
+  redoStack.length = 0;
+  setState(next);
+}
+function setState(next) {
+  const promptChanged = !state || state.text !== next.text || state.target !== next.target;
+  state = next;
+  if (promptChanged) map = null;
+  history.replaceState(null, "", encodeState(state));
+  syncInputs();
+  ask();
+}
+const withCells = (cells) => ({ ...state, cells });
+
+// ---- talking to the server --------------------------------------------------------------------
+async function post(path, body) {
+  const response = await fetch(path, { method: "POST", headers: { "Content-Type": "application/json" },
+                                       body: JSON.stringify(body) });
+  let data;
+  try { data = await response.json(); } catch (err) { data = { error: `the server answered ${response.status}` }; }
+  if (!response.ok) throw new Error(data.error || `the server answered ${response.status}`);
+  return data;
+}
+const promptBody = () => ({ text: state.text, target: state.target, prompt_id: state.id });
+
+async function ask() {
+  const mine = ++asked, start = performance.now();
+  $("status").textContent = "…";
+  try {
+    const data = await post("/api/predict", { prompt: promptBody(), cells: cellsForApi(state.cells), top_k: state.k });
+    if (mine !== asked) return;
+    view = data;
+    showError(null);
+    render();
+    const ms = performance.now() - start;
+    window.explore.latency = ms;
+    $("status").textContent = `answered in ${ms.toFixed(0)} ms`;
+  } catch (err) {
+    if (mine !== asked) return;
+    showError(err.message);
+    $("status").textContent = "";
+  } finally {
+    if (mine === asked) window.explore.answered += 1;
+  }
+}
+function showError(message) {
+  $("error").hidden = !message;
+  $("error").textContent = message || "";
+}
+
+// ---- drawing ------------------------------------------------------------------------------------
+function el(tag, attrs = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (k === "class") node.className = v; else if (k === "text") node.textContent = v;
+    else if (k.startsWith("on")) node.addEventListener(k.slice(2), v); else node.setAttribute(k, v);
+  }
+  for (const child of children) if (child !== null) node.append(child);
+  return node;
+}
+const donorClass = (donor) => `d${info.donors.indexOf(donor) % 6}`;
+
+function render() { renderGrid(); renderPredictions(); renderExport(); renderSelectors(); }
+
+function renderGrid() {
+  const table = $("grid");
+  table.replaceChildren();
+  table.classList.toggle("map", !!map);
+  const cols = info.columns;
+  const groupRow = el("tr", {}, el("th", { text: "token" }));
+  const layerRow = el("tr", {}, el("th", { text: "" }));
+  cols.forEach((c, i) => {
+    const first = i === 0 || cols[i - 1].group !== c.group;
+    if (first) {
+      const span = cols.filter((d) => d.group === c.group).length;
+      groupRow.append(el("th", { colspan: span, class: "gstart", text: c.group }));
+    }
+    layerRow.append(el("th", { class: "col" + (first ? " gstart" : ""), text: c.layer === null ? "·" : String(c.layer),
+      title: `${c.group}${c.layer === null ? "" : " layer " + c.layer}: every position`, onclick: () => toggleColumn(c) }));
+  });
+  table.append(el("thead", {}, groupRow, layerRow));
+  const body = el("tbody");
+  let scale = 0;
+  if (map) for (const row of map.values) for (const v of row) scale = Math.max(scale, Math.abs(v));
+  view.tokens.forEach((token, pos) => {
+    const role = view.roles ? view.roles[pos] : null;
+    const head = el("th", { class: "tok", title: `position ${pos}: every column`, onclick: () => toggleRow(pos) },
+      role ? el("span", { class: `role ${role}`, text: role }) : null, token);
+    const tr = el("tr", {}, head);
+    cols.forEach((c, i) => {
+      const donor = state.cells[cellKey(c.group, c.layer, pos)];
+      const first = i === 0 || cols[i - 1].group !== c.group;
+      const td = el("td", { class: "cell" + (first ? " gstart" : "") + (donor ? ` on ${donorClass(donor)}` : ""),
+        "data-group": c.group, "data-layer": c.layer === null ? "" : c.layer, "data-pos": pos,
+        title: `${token.trim() || token} · ${c.group}${c.layer === null ? "" : " L" + c.layer}` + (donor ? ` · from ${donor}` : ""),
+        onclick: () => toggleCells([[c, pos]]) });
+      if (map && scale > 0) {
+        const v = map.values[pos][i], a = Math.min(1, Math.abs(v) / scale);
+        td.style.backgroundColor = v >= 0 ? `rgba(40,160,60,${a})` : `rgba(200,40,40,${a})`;
+        td.title += ` · attribution ${v.toPrecision(3)}`;
+      }
+      tr.append(td);
+    });
+    body.append(tr);
+  });
+  table.append(body);
+  $("map-legend").hidden = !map;
+  if (map) $("map-legend").textContent = `Attribution from ${map.donor} (${map.method}): each cell's estimated change of the
+    target's log-probability if it alone were grafted (green raises it, red lowers it). Sum ${map.sum.toFixed(3)};
+    the donor everywhere changes it by ${(map.donor_everywhere - map.recipient).toFixed(3)}.`;
+}
+
+function renderPredictions() {
+  const box = $("predictions");
+  box.replaceChildren();
+  for (const row of view.predictions) {
+    const title = row.name === "graft" ? "current graft" : row.name === "recipient" ? "recipient" : `donor ${row.name}`;
+    const list = el("ol");
+    for (const t of row.top)
+      list.append(el("li", { class: t.id === view.target_id ? "hit" : "" },
+        el("span", { class: "tok", text: JSON.stringify(t.token) }), el("span", { class: "prob", text: t.prob.toFixed(4) })));
+    const target = row.target
+      ? el("div", { class: "target" }, `target ${JSON.stringify(view.target_token)}: rank `,
+          el("span", { class: "rank", text: String(row.target.rank) }), ", p ",
+          el("span", { class: "tprob", text: shownProb(row.target.prob) }))
+      : el("div", { class: "target", text: "no target" });
+    box.append(el("div", { class: `pred ${row.name === "graft" ? "graft" : ""}`, "data-name": row.name },
+      el("h2", { text: title }), list, target));
+  }
+}
+
+// Probabilities to 4 decimals; a target's below 0.001 in 3 significant digits (rank 646 is not p 0).
+const shownProb = (p) => (p > 0 && p < 1e-3 ? p.toExponential(2) : p.toFixed(4));
+
+function renderExport() {
+  $("python").textContent = view.python;
+  $("condition").textContent = view.condition || "(none)";
+  $("condition-note").textContent = view.condition_note || "";
+}
+
+function renderSelectors() {
+  const quick = $("quick");
+  quick.replaceChildren();
+  for (const name of ["FE", "LT", "FE+LT", "(FE+LT)^C", "FE^C", "LT^C"]) {
+    const positions = view.selections[name];
+    quick.append(el("button", { text: name, "data-sel": name,
+      title: positions ? `every weight at ${name} (positions ${positions.join(", ")}), all layers` : `this prompt has no ${name}`,
+      onclick: () => positions && commit(withCells(select({}, positions, info.bands["all layers"], info.component_sets.WEIGHTS, true))) }));
+    if (!positions) quick.lastChild.disabled = true;
+  }
+  const pos = $("sel-pos"), keep = pos.value;
+  pos.replaceChildren(...Object.keys(view.selections).map((n) => el("option", { value: n, text: n })));
+  if (view.selections[keep]) pos.value = keep;
+}
+
+// ---- selecting ----------------------------------------------------------------------------------
+function select(cells, positions, layers, groups, on) {   // returns new cells: on=true grafts from state.donor
+  const next = { ...cells };
+  for (const c of info.columns) {
+    if (!groups.includes(c.group) || (c.layer !== null && !layers.includes(c.layer))) continue;
+    for (const p of positions) {
+      const key = cellKey(c.group, c.layer, p);
+      if (on) next[key] = state.donor; else delete next[key];
+    }
+  }
+  return next;
+}
+function toggleCells(pairs) {     // all on (from this donor) -> off; else -> on
+  const keys = pairs.map(([c, p]) => cellKey(c.group, c.layer, p));
+  const allOn = keys.every((k) => state.cells[k] === state.donor);
+  const next = { ...state.cells };
+  for (const k of keys) if (allOn) delete next[k]; else next[k] = state.donor;
+  commit(withCells(next));
+}
+const toggleRow = (pos) => toggleCells(info.columns.map((c) => [c, pos]));
+const toggleColumn = (c) => toggleCells(view.tokens.map((_, p) => [c, p]));
+function composed(on) {
+  const positions = view.selections[$("sel-pos").value] || [];
+  commit(withCells(select(state.cells, positions, info.bands[$("sel-layers").value],
+                          info.component_sets[$("sel-comps").value], on)));
+}
+
+// ---- the rest of the page -----------------------------------------------------------------------
+function syncInputs() {
+  $("text").value = state.text; $("target").value = state.target; $("dataset").value = state.id || "";
+  $("donor").value = state.donor; $("topk").value = state.k;
+}
+function promptFromInputs() {
+  const text = $("text").value, target = $("target").value;
+  const id = state.id && info.prompts.find((p) => p.id === state.id && p.text === text) ? state.id : null;
+  if (text === state.text && target === state.target && id === state.id) return;
+  commit({ ...state, text, target, id, cells: {} });
+}
+
+async function generate() {
+  const box = $("continuations");
+  box.textContent = "…";
+  try {
+    const data = await post("/api/generate", { prompt: promptBody(), cells: cellsForApi(state.cells),
+      max_new_tokens: Number($("new-tokens").value), generated: $("generated").value });
+    box.replaceChildren(...data.continuations.map((c) => el("div", { text: `${c.name.padEnd(10)} ${state.text}▸${c.text}` })));
+  } catch (err) { box.textContent = ""; showError(err.message); }
+}
+async function attribution() {
+  $("status").textContent = "attributing…";
+  try {
+    map = await post("/api/attribute", { prompt: promptBody(), donor: state.donor, method: $("method").value });
+    renderGrid();
+    $("status").textContent = "";
+  } catch (err) { showError(err.message); $("status").textContent = ""; }
+}
+async function copy(button) {
+  const text = $(button.dataset.from).textContent;
+  try { await navigator.clipboard.writeText(text); button.textContent = "copied"; }
+  catch (err) { getSelection().selectAllChildren($(button.dataset.from)); button.textContent = "selected: Ctrl+C"; }
+  setTimeout(() => { button.textContent = "copy"; }, 1500);
+}
+
+async function start() {
+  const response = await fetch("/api/info");
+  info = await response.json();
+  $("models").textContent = `${info.num_layers} layers · donors: ${info.donors.join(", ")}`;
+  $("donor").replaceChildren(...info.donors.map((d) => el("option", { value: d, text: d })));
+  $("dataset").append(...info.prompts.map((p) => el("option", { value: p.id, text: `${p.template}: ${p.text}` })));
+  $("sel-layers").replaceChildren(...Object.keys(info.bands).map((b) => el("option", { value: b, text: b })));
+  $("sel-comps").replaceChildren(...Object.keys(info.component_sets).map((c) => el("option", { value: c, text: c })));
+  $("topk").max = info.limits.max_top_k; $("new-tokens").max = info.limits.max_new_tokens;
+
+  $("dataset").onchange = () => {
+    const p = info.prompts.find((q) => q.id === $("dataset").value);
+    if (p) commit({ ...state, text: p.text, target: p.target, id: p.id, cells: {} });
+    else commit({ ...state, id: null });
+  };
+  $("apply").onclick = promptFromInputs;
+  for (const id of ["text", "target"])
+    $(id).addEventListener("keydown", (e) => { if (e.key === "Enter" && (e.ctrlKey || id === "target")) { e.preventDefault(); promptFromInputs(); } });
+  $("donor").onchange = () => commit({ ...state, donor: $("donor").value });
+  $("topk").onchange = () => commit({ ...state, k: Math.max(1, Math.min(info.limits.max_top_k, Number($("topk").value) || 5)) });
+  $("sel-add").onclick = () => composed(true);
+  $("sel-remove").onclick = () => composed(false);
+  $("clear").onclick = () => commit(withCells({}));
+  $("undo").onclick = () => { if (undoStack.length) { redoStack.push(state); setState(undoStack.pop()); } };
+  $("redo").onclick = () => { if (redoStack.length) { undoStack.push(state); setState(redoStack.pop()); } };
+  document.addEventListener("keydown", (e) => {
+    if (!(e.ctrlKey || e.metaKey) || e.key.toLowerCase() !== "z" || ["TEXTAREA", "INPUT"].includes(e.target.tagName)) return;
+    e.preventDefault(); $(e.shiftKey ? "redo" : "undo").click();
+  });
+  $("generate").onclick = generate;
+  $("attribute").onclick = attribution;
+  $("hide-map").onclick = () => { map = null; renderGrid(); };
+  for (const b of document.querySelectorAll("button.copy")) b.onclick = () => copy(b);
+
+  const first = info.prompts[0];
+  setState(decodeState(location.hash) || { text: first ? first.text : "The capital of France is", target: first ? first.target : "",
+    id: first ? first.id : null, donor: info.donors[0], k: 5, cells: {} });
+}
+
+start().catch((err) => showError(`cannot start: ${err.message}`));

@@ -1,0 +1,41 @@
+"""The explorer on the tests' tiny world (benchmarks/tiny_world.py): tiny Llama models saved as
+folders with a tokenizer, a dataset with roles, and an explorer session served from a thread."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+import torch
+
+import tiny_world
+from exp_fixtures import build_models
+
+DONORS = ("sft", "task")
+# The grid's groups in Llama's engine components, written out here (not asked of weightgraft).
+LLAMA_GROUPS = {
+    "EMB": ["embed"],
+    "ATTN": ["q", "k", "v"],
+    "O": ["o"],
+    "FFN": ["gate", "up", "down"],
+    "NORMS": ["ln1", "ln2"],
+    "HEAD": ["ln_final", "lm_head"],
+}
+EVERY_WEIGHT = ["embed", "q", "k", "v", "o", "gate", "up", "down", "ln1", "ln2"]
+
+
+@lru_cache(maxsize=1)
+def world(root: Path) -> tuple[dict[str, str], Path]:
+    """Model folders (pre, sft, task, b2a) and the dataset folder, built once per root."""
+    torch.manual_seed(0)
+    paths = build_models(root / "models")
+    data = root / "data"
+    tiny_world.write_dataset(data)
+    return paths, data
+
+
+def open_world_session(root: Path):
+    from weightgraft.explore.launch import open_session
+
+    paths, data = world(root)
+    return open_session(paths["pre"], {d: paths[d] for d in DONORS}, data)

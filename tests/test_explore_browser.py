@@ -1,0 +1,304 @@
+"""The explorer in a real browser: Debian's Chromium (`apt-get install chromium`; `make env` and
+`make test` install it when run as root), driven by Playwright for Python, never a browser that a
+tool downloads itself.
+
+On the tests' tiny world: load the page, click FE+LT and compare the probabilities shown with
+`Grafter.last_logits` of the same graft, built here from the dataset's spans; ungraft a cell;
+undo and redo; reopen the address; run the Python the page shows; bad input shows a message.
+A screenshot of the page on the built-in model (when it is cached) goes to docs/explore.png.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+import tiny_world
+from explore_fixtures import DONORS, EVERY_WEIGHT, open_world_session, world
+from weightgraft.data.encode import encode_prompt
+from weightgraft.engine.graft import Graft
+from weightgraft.engine.grafter import Grafter
+from weightgraft.experiments.models import load_model, load_tokenizer
+from weightgraft.explore.server import ServerThread
+
+CHROMIUM = "/usr/bin/chromium"
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+SCREENSHOT = Path(__file__).resolve().parents[1] / "docs" / "explore.png"
+
+pytestmark = pytest.mark.skipif(
+    not os.path.exists(CHROMIUM), reason=f"no {CHROMIUM}: install Debian's chromium (`make env` does, as root)"
+)
+PROMPT = tiny_world.make_prompts()[0]  # the page opens on the dataset's first prompt (paper_1)
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory):
+    return tmp_path_factory.mktemp("explore-browser")
+
+
+@pytest.fixture(scope="module")
+def served(root):
+    server = ServerThread(open_world_session(root))
+    yield server.start()
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture
+def page(browser):
+    context = browser.new_context(viewport={"width": 1300, "height": 1000})
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda err: errors.append(str(err)))
+    yield page
+    context.close()
+    assert not errors, errors
+
+
+@pytest.fixture(scope="module")
+def grafter(root):
+    """A Grafter of its own on the same model folders: the numbers the page must show."""
+    paths, _ = world(root)
+    return Grafter(
+        load_model(paths["pre"], "cpu", "float32"), donors={d: load_model(paths[d], "cpu", "float32") for d in DONORS}
+    )
+
+
+def _answered(page, count: int) -> None:
+    page.wait_for_function(f"window.explore.answered >= {count}", timeout=30_000)
+
+
+def _shown(page, name: str = "graft") -> dict:
+    box = page.locator(f".pred[data-name='{name}']")
+    return {
+        "tokens": box.locator(".tok").all_text_contents(),
+        "probs": box.locator(".prob").all_text_contents(),
+        "rank": box.locator(".rank").text_content(),
+        "tprob": box.locator(".tprob").text_content(),
+    }
+
+
+def _expected(grafter, tokenizer, ids: list[int], target_id: int, grafts: list[Graft], k: int = 5) -> dict:
+    probs = torch.softmax(grafter.last_logits(torch.tensor([ids]), grafts=grafts)[0].float(), -1)
+    top = torch.topk(probs, k)
+    return {
+        "ids": top.indices.tolist(),
+        "probs": [f"{float(p):.4f}" for p in top.values],
+        "rank": str(int((probs > probs[target_id]).sum()) + 1),
+        "tprob_value": float(probs[target_id]),
+    }
+
+
+def _printed_equal(shown: str, value: float) -> bool:
+    """`shown` is `value` to the precision printed (4 decimals, or 3 significant digits as 1.23e-5)."""
+    mantissa, _, exponent = shown.partition("e")
+    decimals = len(mantissa.partition(".")[2])
+    unit = 10.0 ** (int(exponent or 0) - decimals)
+    return abs(float(shown) - value) <= unit / 2 + 1e-12
+
+
+def _same(shown: dict, expected: dict, tokenizer) -> None:
+    assert shown["probs"] == expected["probs"]
+    assert shown["rank"] == expected["rank"] and _printed_equal(shown["tprob"], expected["tprob_value"])
+    tokens = [tokenizer.decode([i]) for i in expected["ids"]]
+    assert [t.strip('"') for t in shown["tokens"]] == tokens
+
+
+def _cells_on(page) -> int:
+    return page.locator("td.cell.on").count()
+
+
+def test_click_fe_lt_ungraft_undo_reload_and_run_the_python(served, page, grafter, root):
+    paths, _ = world(root)
+    tokenizer = load_tokenizer(paths["pre"])
+    enc = encode_prompt(tokenizer, PROMPT)
+    ids, target = enc.input_ids, enc.target_ids[0]
+    lt = len(ids) - 1
+    fe_lt = sorted(enc.positions["first_entity"] + [lt])
+
+    page.goto(served)
+    _answered(page, 1)
+    assert page.locator("th.tok").count() == len(ids)
+    _same(_shown(page), _expected(grafter, tokenizer, ids, target, []), tokenizer)
+
+    page.click("button[data-sel='FE+LT']")
+    _answered(page, 2)
+    graft_fe_lt = [Graft(fe_lt, "all", EVERY_WEIGHT, donor="sft")]
+    expected_fe_lt = _expected(grafter, tokenizer, ids, target, graft_fe_lt)
+    _same(_shown(page), expected_fe_lt, tokenizer)
+    columns = 1 + 4 * 4  # EMB and ATTN, O, FFN, NORMS of 4 layers; not HEAD
+    assert _cells_on(page) == len(fe_lt) * columns
+    address = page.url
+
+    # Ungraft one cell: O of layer 2 at the last token.
+    page.click(f"td.cell[data-group='O'][data-layer='2'][data-pos='{lt}']")
+    _answered(page, 3)
+    fe = enc.positions["first_entity"]
+    without_o2 = [
+        Graft(fe, "all", EVERY_WEIGHT, donor="sft"),
+        Graft([lt], "all", [c for c in EVERY_WEIGHT if c != "o"], donor="sft"),
+        Graft([lt], [0, 1, 3], ["o"], donor="sft"),
+    ]
+    _same(_shown(page), _expected(grafter, tokenizer, ids, target, without_o2), tokenizer)
+    assert _cells_on(page) == len(fe_lt) * columns - 1
+
+    page.click("#undo")
+    _answered(page, 4)
+    _same(_shown(page), expected_fe_lt, tokenizer)
+    assert page.url == address
+    page.click("#redo")
+    _answered(page, 5)
+    assert _cells_on(page) == len(fe_lt) * columns - 1
+    page.click("#undo")
+    _answered(page, 6)
+
+    # The address alone restores the view, in a new page.
+    other = page.context.new_page()
+    other.goto(address)
+    _answered(other, 1)
+    _same(_shown(other), expected_fe_lt, tokenizer)
+    assert _cells_on(other) == len(fe_lt) * columns
+    assert other.input_value("#donor") == "sft" and other.input_value("#dataset") == PROMPT.id
+
+    # The Python shown, run as it stands, gives the numbers shown.
+    scope: dict = {}
+    exec(other.locator("#python").text_content(), scope)  # noqa: S102 - what a user copies
+    top = torch.topk(scope["probs"], 5)
+    assert [f"{float(p):.4f}" for p in top.values] == expected_fe_lt["probs"]
+    assert other.locator("#condition").text_content().count("positions: FE+LT") == 1
+    other.close()
+
+
+def test_copy_buttons_put_the_text_on_the_clipboard(served, browser):
+    context = browser.new_context()
+    context.grant_permissions(["clipboard-read", "clipboard-write"], origin=served.rstrip("/"))
+    page = context.new_page()
+    page.goto(served)
+    _answered(page, 1)
+    page.click("button.copy[data-from='python']")
+    assert page.evaluate("navigator.clipboard.readText()") == page.locator("#python").text_content()
+    context.close()
+
+
+def test_rows_columns_selections_and_donors(served, page):
+    page.goto(served)
+    _answered(page, 1)
+    tokens = page.locator("th.tok").count()
+    page.click("th.col >> nth=5")  # a whole column (O, layer 0 on this grid)
+    _answered(page, 2)
+    assert _cells_on(page) == tokens
+    page.click("th.tok >> nth=0")  # a whole row, from the same donor
+    _answered(page, 3)
+    assert _cells_on(page) == tokens + 17  # the row's 18 columns, one of them already on
+    assert page.locator("#condition").text_content() == "(none)"  # position 0 alone is no union of roles
+    assert "not a union" in page.locator("#condition-note").text_content()
+    page.click("#clear")
+    _answered(page, 4)
+    assert _cells_on(page) == 0
+    page.select_option("#donor", "task")
+    _answered(page, 5)
+    page.select_option("#sel-pos", "LT")
+    page.select_option("#sel-layers", "Q4")
+    page.select_option("#sel-comps", "O+FFN")
+    page.click("#sel-add")
+    _answered(page, 6)
+    assert page.locator("td.cell.on.d1").count() == 2  # O and FFN of the last layer at LT, from task
+    condition = page.locator("#condition").text_content()
+    assert "positions: LT" in condition and "layers: [3]" in condition and "donor: task" in condition
+
+
+def test_bad_input_shows_a_message_and_the_page_goes_on(served, page):
+    page.goto(served)
+    _answered(page, 1)
+    page.fill("#text", "Ada " * 300)
+    page.click("#apply")
+    _answered(page, 2)
+    message = page.locator("#error").text_content()
+    assert "at most" in message and "Traceback" not in message
+    page.fill("#text", "Ada Brook stars in")
+    page.fill("#target", " Cyril")
+    page.click("#apply")
+    _answered(page, 3)
+    assert page.locator("#error").is_hidden()
+    assert page.locator("th.tok").count() == 5 and page.locator("th.tok .role").count() == 0  # free text
+    page.click("#generate")
+    page.wait_for_function("document.querySelectorAll('#continuations div').length === 4", timeout=30_000)
+    page.click("#attribute")
+    page.wait_for_selector("#map-legend:not([hidden])", timeout=30_000)
+
+
+def test_malformed_and_oversized_requests_leave_the_page_working(served, page):
+    """Requests the page would never send, sent from it (and over urllib in test_explore_api.py):
+    each gets a message, and the next click still answers."""
+    page.goto(served)
+    _answered(page, 1)
+    statuses = page.evaluate(
+        """async () => {
+        const send = (body) => fetch('/api/predict', {method: 'POST', body}).then(async (r) => [r.status, (await r.json()).error]);
+        return [await send('{oops'), await send(JSON.stringify({prompt: {text: 'x'.repeat(300000)}})),
+                await send(JSON.stringify({prompt: {text: 'Ada'}, cells: 'all'}))];
+    }"""
+    )
+    assert [s for s, _ in statuses] == [400, 413, 422]
+    assert all(message and "Traceback" not in message for _, message in statuses)
+    page.click("button[data-sel='LT']")
+    _answered(page, 2)
+    assert page.locator("#error").is_hidden() and _cells_on(page) == 17
+
+
+def test_screenshot_on_the_builtin_model(browser, tmp_path):
+    """docs/explore.png, taken on the built-in default models when they are cached: all of them, as
+    `weightgraft explore` opens them, or the pretrained and relation models while the other
+    finetunes are missing. Without them, on the tests' tiny world into a temporary folder (the
+    README keeps the built-in picture)."""
+    from weightgraft.explore.launch import BUILTIN_DONORS, open_session
+    from weightgraft.training.builtin import BUILTIN_VERSION, default_home
+
+    models = default_home() / f"builtin-default-v{BUILTIN_VERSION}" / "models"
+    folders = {"sft": "relation", "task": "task", "b2a": "relation_b2a", "freetext": "freetext"}
+    assert set(folders) == set(BUILTIN_DONORS)
+    cached = {name: str(models / f) for name, f in folders.items() if (models / f / "config.json").exists()}
+    if (models / "pretrained" / "config.json").exists() and "sft" in cached:
+        donors = cached if len(cached) == len(folders) else {"sft": cached["sft"]}
+        session = open_session(str(models / "pretrained"), donors, models.parent / "data" / "relation")
+        out = SCREENSHOT
+    else:
+        session = open_world_session(tmp_path)
+        out = tmp_path / "explore.png"
+    server = ServerThread(session)
+    url = server.start()
+    try:
+        context = browser.new_context(viewport={"width": 1400, "height": 900})
+        page = context.new_page()
+        page.goto(url)
+        _answered(page, 1)
+        page.click("button[data-sel='FE+LT']")
+        _answered(page, 2)
+        page.click("#attribute")
+        page.wait_for_selector("#map-legend:not([hidden])", timeout=60_000)
+        page.screenshot(path=str(out), full_page=True)
+        context.close()
+    finally:
+        server.stop()
+    assert out.stat().st_size > 10_000

@@ -1,0 +1,204 @@
+"""The explorer's session layer without a browser: cells -> Grafts checked against the independent
+reference grafter, predictions against the models alone, roles, bounds, the exported Python and
+run-config condition, continuations and the attribution grid."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+import yaml
+
+import tiny_world
+from exp_fixtures import ReferenceGrafter, RefGraft
+from explore_fixtures import DONORS, EVERY_WEIGHT, LLAMA_GROUPS, open_world_session, world
+from weightgraft.data.encode import encode_prompt
+from weightgraft.experiments.conditions import ConditionSpec, resolve_condition
+from weightgraft.experiments.models import load_model
+from weightgraft.explore.grid import Cells, GridError
+from weightgraft.explore.session import ExploreError
+
+PROMPT = tiny_world.make_prompts()[2]  # paper_3: FE, R, M and LT all present
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory):
+    return tmp_path_factory.mktemp("explore-world")
+
+
+@pytest.fixture(scope="module")
+def session(root):
+    return open_world_session(root)
+
+
+@pytest.fixture(scope="module")
+def reference(root):
+    paths, _ = world(root)
+    return ReferenceGrafter(
+        load_model(paths["pre"], "cpu", "float32"), {d: load_model(paths[d], "cpu", "float32") for d in DONORS}
+    )
+
+
+def _graft_probs(result) -> torch.Tensor:
+    row = next(r for r in result["predictions"] if r["name"] == "graft")
+    return torch.tensor([t["prob"] for t in row["top"]]), [t["id"] for t in row["top"]]
+
+
+def _reference_probs(reference, ids: list[int], cells: list[Cells]) -> torch.Tensor:
+    """One reference graft per cell: its position, its layer, its group's components."""
+    n = len(ids)
+    grafts = []
+    for c in cells:
+        for p in c.positions:
+            mask = [i == p for i in range(n)]
+            layers = "all" if c.layer is None else [c.layer]
+            grafts.append(RefGraft(mask, layers, LLAMA_GROUPS[c.group], c.donor))
+    logits = reference.logits(torch.tensor([ids]), grafts=grafts)[0, -1]
+    return torch.softmax(logits.float(), -1)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_random_selections_match_the_reference(session, reference, seed):
+    encoded = session.encode(PROMPT.text, PROMPT.target, PROMPT.id)
+    n = len(encoded.input_ids)
+    rng = random.Random(seed)
+    taken, cells = set(), []
+    for column in rng.sample(session.grid.columns, 8):
+        positions = tuple(sorted(rng.sample(range(n), rng.randint(1, n))))
+        donor = rng.choice(DONORS)
+        cells.append(Cells(donor, column.group, column.layer, positions))
+        taken |= {(column, p) for p in positions}
+    result = session.predict(encoded, cells, top_k=5)
+    shown, ids = _graft_probs(result)
+    expected = _reference_probs(reference, encoded.input_ids, cells)
+    assert torch.allclose(shown, expected[ids], atol=1e-5)
+    assert ids == torch.topk(expected, 5).indices.tolist() or torch.allclose(
+        shown, torch.topk(expected, 5).values, atol=1e-6
+    )  # ties may order differently, never differ in value
+
+
+def test_baselines_are_the_models_alone(session, root):
+    paths, _ = world(root)
+    encoded = session.encode(PROMPT.text, PROMPT.target, PROMPT.id)
+    result = session.predict(encoded, [], top_k=3)
+    ids = torch.tensor([encoded.input_ids])
+    for row in result["predictions"]:
+        name = "pre" if row["name"] in ("recipient", "graft") else row["name"]
+        model = load_model(paths[name], "cpu", "float32")
+        with torch.no_grad():
+            probs = torch.softmax(model(ids).logits[0, -1].float(), -1)
+        top = torch.topk(probs, 3)
+        assert [t["id"] for t in row["top"]] == top.indices.tolist()
+        assert [t["prob"] for t in row["top"]] == pytest.approx(top.values.tolist(), abs=1e-6)
+        target = encoded.target_id
+        assert row["target"]["rank"] == int((probs > probs[target]).sum()) + 1
+        assert row["target"]["prob"] == pytest.approx(float(probs[target]), abs=1e-6)
+
+
+def test_fe_lt_is_one_graft_of_every_weight(session):
+    encoded = session.encode(PROMPT.text, PROMPT.target, PROMPT.id)
+    fe_lt = encoded.selections["FE+LT"]
+    groups = session.grid.component_sets()["WEIGHTS"]
+    cells = [Cells("sft", c.group, c.layer, tuple(fe_lt)) for c in session.grid.columns if c.group in groups]
+    grafts = session.grafts(encoded, cells)
+    assert len(grafts) == 1
+    assert list(grafts[0].positions) == fe_lt and grafts[0].layers == "all" and grafts[0].donor == "sft"
+    assert sorted(grafts[0].components) == sorted(EVERY_WEIGHT)
+
+
+def test_roles_come_from_the_dataset_spans(session):
+    encoded = session.encode(PROMPT.text, PROMPT.target, PROMPT.id)
+    enc = encode_prompt(session.tokenizer, PROMPT)
+    assert encoded.input_ids == enc.input_ids and encoded.target_id == enc.target_ids[0]
+    assert [i for i, r in enumerate(encoded.roles) if r == "FE"] == enc.positions["first_entity"]
+    assert [i for i, r in enumerate(encoded.roles) if r == "M"] == enc.positions["movie_title"]
+    assert encoded.roles[-1] == "LT"
+    assert encoded.selections["FE+LT"] == sorted(enc.positions["first_entity"] + [len(enc.input_ids) - 1])
+    # Edited text is free text: no roles, and only LT-based selections.
+    free = session.encode(PROMPT.text + " Ada", PROMPT.target, PROMPT.id)
+    assert free.roles is None and free.prompt_id is None
+    assert set(free.selections) == {"LT", "LT^C", "ALL"}
+
+
+def test_bad_prompts_and_cells_are_refused_with_a_message(session):
+    with pytest.raises(ExploreError, match="empty"):
+        session.encode("   ")
+    with pytest.raises(ExploreError, match="unknown dataset prompt"):
+        session.encode("Ada", "", "no-such-id")
+    with pytest.raises(ExploreError, match="at most"):
+        session.encode(" ".join(["Ada"] * 200))
+    encoded = session.encode(PROMPT.text, PROMPT.target, PROMPT.id)
+    n = len(encoded.input_ids)
+    bad = {
+        "unknown donor": Cells("nobody", "O", 0, (1,)),
+        "unknown component group": Cells("sft", "XYZ", 0, (1,)),
+        "needs a layer": Cells("sft", "O", 99, (1,)),
+        "has no layers": Cells("sft", "EMB", 0, (1,)),
+        "outside the prompt": Cells("sft", "O", 0, (n,)),
+    }
+    for message, cells in bad.items():
+        with pytest.raises(GridError, match=message):
+            session.predict(encoded, [cells])
+    with pytest.raises(GridError, match="two donors"):
+        session.predict(encoded, [Cells("sft", "O", 1, (2,)), Cells("task", "O", 1, (2, 3))])
+    with pytest.raises(ExploreError, match="top_k"):
+        session.predict(encoded, [], top_k=0)
+
+
+def test_the_python_reproduces_the_numbers(session):
+    encoded = session.encode(PROMPT.text, PROMPT.target, PROMPT.id)
+    cells = [Cells("sft", "FFN", 3, (7,)), Cells("task", "ATTN", 1, (1, 2)), Cells("sft", "EMB", None, (1, 2))]
+    result = session.predict(encoded, cells, top_k=5)
+    scope: dict = {}
+    exec(result["python"], scope)  # noqa: S102 - the code the page shows, run as a user would
+    shown, ids = _graft_probs(result)
+    assert torch.allclose(scope["probs"][ids], shown, atol=1e-6)
+
+
+def test_the_condition_is_a_valid_run_config_condition(session):
+    encoded = session.encode(PROMPT.text, PROMPT.target, PROMPT.id)
+    fe_lt = tuple(encoded.selections["FE+LT"])
+    cells = [Cells("sft", "O", 3, fe_lt), Cells("sft", "FFN", 3, fe_lt), Cells("task", "EMB", None, (0, 4))]
+    result = session.predict(encoded, cells)
+    [spec] = yaml.safe_load(result["condition"])
+    condition = resolve_condition(ConditionSpec.model_validate(spec), recipient="pre", donor="sft")
+    roles = encode_prompt(session.tokenizer, PROMPT).positions
+    got = {
+        (tuple(g.positions.evaluate(roles, len(encoded.input_ids))), str(g.layers), tuple(g.components), g.donor)
+        for g in condition.grafts
+    }
+    assert got == {(fe_lt, "[3]", ("o", "gate", "up", "down"), "sft"), ((0, 4), "all", ("embed",), "task")}
+    # Positions that are no union of roles have no condition, and the note says so.
+    partial = session.predict(encoded, [Cells("sft", "O", 0, (1,))])  # half of FE
+    assert partial["condition"] is None and "not a union" in partial["condition_note"]
+
+
+def test_continuations(session, reference):
+    encoded = session.encode(PROMPT.text, PROMPT.target, PROMPT.id)
+    out = session.generate(encoded, [], max_new_tokens=4)
+    by_name = {c["name"]: c["text"] for c in out["continuations"]}
+    assert list(by_name) == ["recipient", *DONORS, "graft"]
+    ids = list(encoded.input_ids)
+    for _ in range(4):  # greedy decoding of the recipient alone, step by step
+        ids.append(int(reference.logits(torch.tensor([ids]))[0, -1].argmax()))
+    assert by_name["recipient"] == session.tokenizer.decode(ids[len(encoded.input_ids) :])
+    assert by_name["graft"] == by_name["recipient"]  # nothing grafted
+    with pytest.raises(ExploreError, match="max_new_tokens"):
+        session.generate(encoded, [], max_new_tokens=0)
+
+
+def test_attribution_grid_sums_the_cells(session):
+    from weightgraft.attribution.attribute import attribute
+
+    encoded = session.encode(PROMPT.text, PROMPT.target, PROMPT.id)
+    out = session.attribute(encoded, "task")
+    values = torch.tensor(out["values"])
+    assert values.shape == (len(encoded.input_ids), len(session.grid.columns))
+    direct = attribute(session.grafter, torch.tensor([encoded.input_ids]), [encoded.target_id], donor="task")
+    assert float(values.sum()) == pytest.approx(float(direct.total[0]), abs=1e-4)
+    column = next(i for i, c in enumerate(session.grid.columns) if c.group == "FFN" and c.layer == 2)
+    ffn = [direct.layer_components.index(c) for c in ("gate", "up", "down")]
+    assert values[:, column].tolist() == pytest.approx(direct.cells[0, :, 2, ffn].sum(-1).tolist(), abs=1e-5)
+    with pytest.raises(ExploreError, match="target"):
+        session.attribute(session.encode("Ada Brook stars"), "task")
