@@ -88,6 +88,29 @@ class OutputExistsError(UserError, ValueError):
     """The output folder exists and holds files; the user must ask for --overwrite."""
 
 
+class UntrustedRecordError(UserError, ValueError):
+    """A record of names weightgraft wrote (OWNED_RECORD) names something outside its folder."""
+
+
+def is_plain_name(name: str) -> bool:
+    """A name that can only mean an entry directly inside a folder: not empty, not `.` or `..`,
+    no path separator, no NUL, not absolute."""
+    return bool(name) and name not in (".", "..") and not any(c in name for c in "/\\\0") and not os.path.isabs(name)
+
+
+def remove_entry(folder: str | Path, name: str) -> None:
+    """Delete the entry `name` directly inside `folder`: the only way weightgraft deletes in a
+    folder a user gave it. `name` must be a plain name (see `is_plain_name`); a symlink is
+    removed as a link, never followed (nor are links inside a removed folder). Absent is fine."""
+    if not is_plain_name(name):
+        raise UntrustedRecordError(f"refusing to delete {name!r} in {folder}: not a plain name inside that folder")
+    target = Path(folder) / name
+    if target.is_symlink() or (target.exists() and not target.is_dir()):
+        target.unlink(missing_ok=True)
+    elif target.is_dir():
+        shutil.rmtree(target)
+
+
 def is_nonempty_folder(path: str | Path) -> bool:
     path = Path(path)
     return path.is_dir() and any(path.iterdir())
@@ -105,11 +128,32 @@ def refuse_nonempty(final: str | Path, overwrite: bool, flag: str = "--overwrite
         )
 
 
-def _owned_names(folder: Path) -> set[str]:
-    record = folder / OWNED_RECORD
+def owned_names(folder: Path) -> set[str]:
+    """The names OWNED_RECORD lists; a line that is not a plain name (`..`, `.`, a path) is
+    refused, never obeyed: it would point outside the folder."""
+    record = Path(folder) / OWNED_RECORD
     if not record.is_file():
         return set()
-    return {line for line in record.read_text(encoding="utf-8").splitlines() if line and "/" not in line}
+    names = set()
+    for number, line in enumerate(record.read_text(encoding="utf-8", errors="replace").splitlines(), start=1):
+        if not line:
+            continue
+        if not is_plain_name(line):
+            raise UntrustedRecordError(
+                f"{record} line {number} names {line!r}, which is not a file in {folder}; weightgraft "
+                f"will not delete through it: delete that line (or the file {OWNED_RECORD}) and run again"
+            )
+        names.add(line)
+    return names
+
+
+def check_records(folder: Path) -> None:
+    """Read every OWNED_RECORD of `folder` and of the folders it records (recursively), so
+    that an untrusted line stops a replacement before anything moves."""
+    for name in owned_names(folder):
+        entry = Path(folder) / name
+        if entry.is_dir() and not entry.is_symlink():
+            check_records(entry)
 
 
 def install_folder(tmp: str | Path, final: str | Path) -> Path:
@@ -125,12 +169,8 @@ def install_folder(tmp: str | Path, final: str | Path) -> Path:
     if not final.exists():
         os.replace(tmp, final)
         return final
-    for stale in _owned_names(final) - set(written):
-        old = final / stale
-        if old.is_dir() and not old.is_symlink():
-            shutil.rmtree(old)
-        else:
-            old.unlink(missing_ok=True)
+    for stale in sorted(owned_names(final) - set(written)):
+        remove_entry(final, stale)
     for name in written:
         source, target = tmp / name, final / name
         if source.is_dir() and target.is_dir() and not target.is_symlink():
@@ -155,13 +195,15 @@ def atomic_directory(final: str | Path, overwrite: bool = False) -> Iterator[Pat
     final = Path(os.path.abspath(final))
     refuse_nonempty(final, overwrite)
     final.parent.mkdir(parents=True, exist_ok=True)
+    check_records(final)  # an untrusted record stops us before any work
     for stale in final.parent.glob(f".{final.name}.tmp-*"):
-        shutil.rmtree(stale, ignore_errors=True)
+        remove_entry(final.parent, stale.name)
     tmp = make_temp_folder(final.parent, prefix=f".{final.name}.tmp-")
     try:
         yield tmp
         follow_umask(tmp)  # tempfile and save_pretrained make private files
         install_folder(tmp, final)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if tmp.exists():
+            remove_entry(final.parent, tmp.name)
         raise

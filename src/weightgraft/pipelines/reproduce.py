@@ -22,12 +22,12 @@ Layout of DIR:
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from weightgraft.atomic import OutputExistsError, is_nonempty_folder, remove_entry
 from weightgraft.pipelines.ledger import Ledger, sha256_of, sha256_of_file
 
 # The paper's dataset codes and weightgraft's fact kinds.
@@ -456,8 +456,13 @@ class Pipeline:
             stamp = ft.checkpoints / "inputs_sha256.txt"
             if self.is_main:
                 if ft.checkpoints.exists() and (not stamp.is_file() or stamp.read_text() != sha256_of(inputs)):
+                    if not stamp.is_file() and is_nonempty_folder(ft.checkpoints):
+                        raise OutputExistsError(
+                            f"{ft.checkpoints} holds files weightgraft did not write (it has no {stamp.name}); "
+                            "move them away or choose another --out"
+                        )
                     self.say(f"  {ft.checkpoints}: checkpoints of other inputs, removed")
-                    shutil.rmtree(ft.checkpoints)
+                    remove_entry(ft.checkpoints.parent, ft.checkpoints.name)
                 ft.checkpoints.mkdir(parents=True, exist_ok=True)
                 stamp.write_text(sha256_of(inputs))
             else:  # resume from the same checkpoint as rank 0: wait until it has cleaned up
@@ -478,7 +483,7 @@ class Pipeline:
             import json
 
             record = json.loads((ft.out / "training_config.json").read_text())
-            shutil.rmtree(ft.checkpoints, ignore_errors=True)
+            remove_entry(ft.checkpoints.parent, ft.checkpoints.name)
             outputs = {
                 "path": str(ft.out),
                 "sha256": fingerprint_model(str(ft.out)),

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import random
-import shutil
 import tempfile
 import time
 from contextlib import contextmanager
@@ -26,7 +25,7 @@ from typing import Literal
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, Trainer, TrainingArguments
 
-from weightgraft.atomic import atomic_directory, refuse_nonempty, write_json
+from weightgraft.atomic import atomic_directory, refuse_nonempty, remove_entry, write_json
 from weightgraft.data.batching import right_pad
 from weightgraft.data.errors import DataError
 from weightgraft.data.io import load_eval_prompts, load_manifest, load_train_texts
@@ -287,7 +286,7 @@ def finetune(
                     "seconds": round(seconds, 1),
                 },
             )
-        shutil.rmtree(tmp / "trainer", ignore_errors=True)
+        remove_entry(tmp, "trainer")
     return FinetuneResult(
         path=out_dir,
         best_epoch=trainer.best_epoch,
