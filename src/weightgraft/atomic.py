@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from weightgraft.errors import UserError
+from weightgraft.locking import LOCK_NAME, folder_lock, sibling_lock_file
 
 
 def current_umask() -> int:
@@ -128,6 +129,24 @@ def refuse_nonempty(final: str | Path, overwrite: bool, flag: str = "--overwrite
         )
 
 
+def refuse_foreign(folder: str | Path, marks: tuple[str, ...], what: str) -> None:
+    """Stop before any work when `folder` holds files but none of `marks` (glob patterns of the
+    files that make it `what`, e.g. run.json for a run folder): they are someone else's, and
+    writing there would overwrite them. An earlier `what` is resumed as before."""
+    folder = Path(os.path.abspath(folder))
+    if folder.exists() and not folder.is_dir():
+        raise OutputExistsError(f"{folder} is a file, not a folder; choose another --out")
+    if not folder.is_dir():
+        return
+    if any(not p.name.startswith(LOCK_NAME) for p in folder.iterdir()) and not any(
+        any(folder.glob(mark)) for mark in marks
+    ):
+        raise OutputExistsError(
+            f"{folder} holds files that are not an earlier {what} (it has no {marks[0]}); weightgraft "
+            "would overwrite them: choose a new or empty folder with --out"
+        )
+
+
 def owned_names(folder: Path) -> set[str]:
     """The names OWNED_RECORD lists; a line that is not a plain name (`..`, `.`, a path) is
     refused, never obeyed: it would point outside the folder."""
@@ -196,14 +215,15 @@ def atomic_directory(final: str | Path, overwrite: bool = False) -> Iterator[Pat
     refuse_nonempty(final, overwrite)
     final.parent.mkdir(parents=True, exist_ok=True)
     check_records(final)  # an untrusted record stops us before any work
-    for stale in final.parent.glob(f".{final.name}.tmp-*"):
-        remove_entry(final.parent, stale.name)
-    tmp = make_temp_folder(final.parent, prefix=f".{final.name}.tmp-")
-    try:
-        yield tmp
-        follow_umask(tmp)  # tempfile and save_pretrained make private files
-        install_folder(tmp, final)
-    except BaseException:
-        if tmp.exists():
-            remove_entry(final.parent, tmp.name)
-        raise
+    with folder_lock(sibling_lock_file(final), final):  # temp folders of a live writer are its own
+        for stale in final.parent.glob(f".{final.name}.tmp-*"):
+            remove_entry(final.parent, stale.name)
+        tmp = make_temp_folder(final.parent, prefix=f".{final.name}.tmp-")
+        try:
+            yield tmp
+            follow_umask(tmp)  # tempfile and save_pretrained make private files
+            install_folder(tmp, final)
+        except BaseException:
+            if tmp.exists():
+                remove_entry(final.parent, tmp.name)
+            raise

@@ -6,6 +6,7 @@ import json
 import time
 from pathlib import Path
 
+import click
 import typer
 
 
@@ -71,6 +72,12 @@ def localize_command(
             f"missing {', '.join(missing)}: give the models and a dataset folder, or --builtin default", err=True
         )
         raise typer.Exit(2)
+    from weightgraft.atomic import refuse_foreign
+    from weightgraft.locking import folder_lock, lock_file
+
+    refuse_foreign(out, ("localize.json",), "weightgraft localize")
+    # Held until the command ends: one writer per folder.
+    click.get_current_context().with_resource(folder_lock(lock_file(out), out))
     console = Console()
     tokenizer = load_tokenizer(recipient)
     grafter = Grafter(load_model(recipient, device, dtype), load_model(donor, device, dtype))

@@ -21,14 +21,17 @@ import hashlib
 import json
 import platform
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from weightgraft.atomic import write_atomic, write_text_atomic
+from weightgraft.atomic import refuse_foreign, write_atomic, write_text_atomic
 from weightgraft.experiments.models import sha256_file
+from weightgraft.locking import folder_lock, lock_file
 
 SCHEMA = pa.schema(
     [
@@ -271,6 +274,25 @@ def provenance(config, model_info: dict[str, dict], datasets: set[str]) -> dict:
 
 def run_json_file(out: Path, shard: tuple[int, int] | None = None) -> Path:
     return out / f"run{shard_tag(shard)}.json"
+
+
+RUN_MARKS = ("run.json", "run.shard-*-of-*.json")
+
+
+@contextmanager
+def run_folder(out: Path, shard: tuple[int, int] | None = None) -> Iterator[Path]:
+    """Hold `out` as a run folder: refuse one holding files that are not a weightgraft run
+    (they would be overwritten), and lock it (its shard only, when `shard` is given: the shards
+    of one run are written side by side) against a second process."""
+    out = Path(out)
+    refuse_foreign(out, RUN_MARKS, "weightgraft run")
+    made = not out.exists()
+    try:
+        with folder_lock(lock_file(out, shard_tag(shard)), out):
+            yield out
+    finally:
+        if made and out.is_dir() and not any(out.iterdir()):
+            out.rmdir()  # stopped before writing anything (e.g. a check failed): leave no trace
 
 
 def previous_sessions(out: Path, shard: tuple[int, int] | None = None) -> list:

@@ -69,7 +69,10 @@ class Runner:
         start = time.perf_counter()
         started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
         check_before_loading(self.config)  # bad paths, layers, devices fail here, in one line
-        self.out.mkdir(parents=True, exist_ok=True)
+        with records.run_folder(self.out, self.shard):
+            return self._run(start, started_at)
+
+    def _run(self, start: float, started_at: str) -> RunResult:
         experiments = self.config.expanded()
         keys = {k for e in experiments for k in (e.recipient, e.donor)}
         for exp in experiments:

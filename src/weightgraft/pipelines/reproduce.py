@@ -27,7 +27,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from weightgraft.atomic import OutputExistsError, is_nonempty_folder, remove_entry
+from weightgraft.atomic import OutputExistsError, is_nonempty_folder, refuse_foreign, remove_entry
+from weightgraft.locking import folder_lock, lock_file
 from weightgraft.pipelines.ledger import Ledger, sha256_of, sha256_of_file
 
 # The paper's dataset codes and weightgraft's fact kinds.
@@ -315,6 +316,7 @@ class Pipeline:
         }
         self.out.mkdir(parents=True, exist_ok=True)
         self.ledger = Ledger(self.out / "provenance.json", header, write=self.is_main)
+        self.ledger.save()  # at once: a folder with provenance.json is this job's, even if killed now
         self.model_paths: dict[str, str] = {}
         self.fingerprints: dict[str, str] = {}
         self.total = 2 + len(job.finetunes) + len(job.runs)
@@ -551,6 +553,8 @@ def reproduce(options: ReproduceOptions, progress: bool = True, echo=None) -> Re
 
     job = plan_job(options)
     rank, _ = _rank()
+    if rank == 0:  # the other ranks start once rank 0 holds the folder
+        refuse_foreign(options.out, ("provenance.json",), "weightgraft reproduce")
     if rank == 0:
         (echo or print)(describe_plan(job))
     if not progress:
@@ -558,4 +562,7 @@ def reproduce(options: ReproduceOptions, progress: bool = True, echo=None) -> Re
 
         hf_logging.disable_progress_bar()
     sys.stdout.flush()
-    return Pipeline(job, progress=progress, echo=echo).run()
+    if rank != 0:
+        return Pipeline(job, progress=progress, echo=echo).run()
+    with folder_lock(lock_file(options.out), options.out):  # one job per folder
+        return Pipeline(job, progress=progress, echo=echo).run()
