@@ -83,10 +83,26 @@ def write_json(path: str | Path, obj: dict) -> Path:
 # OWNED_RECORD. Replacing it touches only those names: a user's notes.txt beside them survives.
 
 OWNED_RECORD = ".weightgraft-files"
+INSTALLING = ".weightgraft-installing"  # present while a folder is replaced entry by entry
 
 
 class OutputExistsError(UserError, ValueError):
     """The output folder exists and holds files; the user must ask for --overwrite."""
+
+
+class IncompleteFolderError(UserError, ValueError):
+    """A folder weightgraft was replacing when it was stopped: it mixes two builds."""
+
+
+def check_whole(folder: str | Path) -> None:
+    """Refuse a folder whose replacement was cut off (see `install_folder`): every reader of a
+    dataset or model folder calls this before trusting what it reads."""
+    folder = Path(folder)
+    if (folder / INSTALLING).exists():
+        raise IncompleteFolderError(
+            f"{folder} was being replaced when weightgraft was stopped, so it mixes two builds; "
+            "run the command that wrote it again (with --overwrite)"
+        )
 
 
 class UntrustedRecordError(UserError, ValueError):
@@ -188,7 +204,12 @@ def install_folder(tmp: str | Path, final: str | Path) -> Path:
     if not final.exists():
         os.replace(tmp, final)
         return final
-    for stale in sorted(owned_names(final) - set(written)):
+    # Entry by entry is not one rename: until the end, a marker tells every reader that the
+    # folder mixes two builds, and the record names both builds' entries (all of them ours).
+    previous = owned_names(final)
+    write_text_atomic(final / INSTALLING, "".join(f"{name}\n" for name in written))
+    write_text_atomic(final / OWNED_RECORD, "".join(f"{name}\n" for name in sorted(previous | set(written))))
+    for stale in sorted(previous - set(written)):
         remove_entry(final, stale)
     for name in written:
         source, target = tmp / name, final / name
@@ -200,6 +221,7 @@ def install_folder(tmp: str | Path, final: str | Path) -> Path:
             os.replace(source, target)
     os.replace(tmp / OWNED_RECORD, final / OWNED_RECORD)
     tmp.rmdir()
+    (final / INSTALLING).unlink()
     return final
 
 

@@ -6,11 +6,11 @@ import json
 import time
 from pathlib import Path
 
-import click
 import typer
 
 
 def localize_command(
+    ctx: typer.Context,
     recipient: str | None = typer.Option(None, help="Recipient (pretrained) model: folder or cached hub id."),
     donor: str | None = typer.Option(None, help="Donor (finetuned) model: folder or cached hub id."),
     data: Path | None = typer.Option(None, help="A weightgraft dataset folder (eval.jsonl with role spans)."),
@@ -77,7 +77,7 @@ def localize_command(
 
     refuse_foreign(out, ("localize.json",), "weightgraft localize")
     # Held until the command ends: one writer per folder.
-    click.get_current_context().with_resource(folder_lock(lock_file(out), out))
+    ctx.with_resource(folder_lock(lock_file(out), out))
     console = Console()
     tokenizer = load_tokenizer(recipient)
     grafter = Grafter(load_model(recipient, device, dtype), load_model(donor, device, dtype))

@@ -25,7 +25,7 @@ from typing import Literal
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, Trainer, TrainingArguments
 
-from weightgraft.atomic import atomic_directory, refuse_nonempty, remove_entry, write_json
+from weightgraft.atomic import atomic_directory, check_whole, refuse_nonempty, remove_entry, write_json
 from weightgraft.data.batching import right_pad
 from weightgraft.data.errors import DataError
 from weightgraft.data.io import load_eval_prompts, load_manifest, load_train_texts
@@ -175,6 +175,8 @@ def finetune(
         raise DataError("fp16 training needs a CUDA GPU; on CPU use --precision bf16 or fp32")
     data_dir = Path(data_dir)
     manifest = load_manifest(data_dir)
+    if Path(model).is_dir():
+        check_whole(model)  # a model folder whose replacement was cut off mixes two builds
     tokenizer = AutoTokenizer.from_pretrained(model, trust_remote_code=trust_remote_code)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
