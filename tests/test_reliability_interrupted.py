@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from exp_fixtures import build_models
+from exp_fixtures import build_models, gain_donor
 from tiny_world import base_config, write_dataset
 from weightgraft.experiments import records
 from weightgraft.experiments.config import parse_config
@@ -36,26 +36,6 @@ def world(tmp_path_factory):
         models = build_models(root / "models", layers=2)
         models["gain"] = gain_donor(models["pre"], root / "models" / "gain")
         yield models, write_dataset(root / "data"), root
-
-
-def gain_donor(recipient: str, folder: Path) -> str:
-    """The recipient with each target's unembedding row pushed along its prompt's last hidden
-    state: a donor with a gain for `localize` to find."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from tiny_world import make_prompts
-    from weightgraft.attribution import encode_examples
-
-    tokenizer = AutoTokenizer.from_pretrained(recipient)
-    model = AutoModelForCausalLM.from_pretrained(recipient).eval()
-    with torch.no_grad():
-        for example in encode_examples(tokenizer, make_prompts()):
-            hidden = model.model(input_ids=torch.tensor([example.input_ids])).last_hidden_state[0, -1]
-            model.lm_head.weight[example.target_id] += 3.0 * hidden / hidden.norm() ** 2
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return str(folder)
 
 
 def config(world, **changes):

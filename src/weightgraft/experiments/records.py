@@ -90,17 +90,38 @@ def condition_file(out: Path, experiment: str, condition: str, shard: tuple[int,
 
 
 def condition_fingerprint(
-    condition_json: dict, dtype: str, model_fingerprints: dict[str, str], examples: list[Example]
+    condition_json: dict,
+    dtype: str,
+    model_fingerprints: dict[str, str],
+    examples: list[Example],
+    computation: dict | None = None,
 ) -> str:
-    """What a condition's result depends on: its grafts, the models it reads, dtype, examples."""
+    """What a condition's result depends on: its grafts, the models it reads, dtype, the
+    examples (their tokens and every field of the prompt a record copies: id, fact, kind,
+    template, direction, target text), and `computation`: what else changes the floating-point
+    result (the device type, the example batches and the conditions per chunk)."""
     return sha_of(
         {
             "condition": condition_json,
             "dtype": dtype,
             "models": model_fingerprints,
-            "examples": [(e.prompt.id, e.input_ids, e.target_ids, e.positions) for e in examples],
+            "examples": [
+                (e.prompt.id, e.input_ids, e.target_ids, e.positions, prompt_fields(e.prompt)) for e in examples
+            ],
+            "computation": computation or {},
         }
     )
+
+
+def prompt_fields(prompt) -> dict:
+    """The fields of a prompt that a record copies (see `base_record`)."""
+    return {
+        "template": prompt.template_id,
+        "fact_id": prompt.fact_id,
+        "fact_kind": fact_kind_of(prompt),
+        "reversed": bool(prompt.reversed),
+        "target": prompt.target,
+    }
 
 
 # ---- per-example records ---------------------------------------------------------------------
