@@ -224,3 +224,14 @@ def test_reproduce_keeps_a_checkpoints_folder_it_did_not_stamp(world, tmp_path):
     with pytest.raises(OutputExistsError, match=f"{ft.checkpoints} holds files weightgraft did not write"):
         run.run_finetune(ft, data)
     assert (ft.checkpoints / "my-notes.txt").read_text() == "mine"
+
+
+def test_a_lock_file_that_is_not_weightgrafts_is_refused_with_the_file_to_delete(tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    lock = lock_file(out)
+    lock.write_text("not json")
+    with pytest.raises(FolderInUseError, match=f"locked by {lock}, which weightgraft cannot read.*delete {lock}"):
+        with folder_lock(lock, out):
+            pass
+    assert lock.read_text() == "not json"
