@@ -77,14 +77,23 @@ def _describe(holder: dict) -> str:
 
 def _try_take(path: Path, what: str) -> bool:
     """Put our lock file at `path` unless one is there; True when we hold it now."""
+    body = json.dumps(_holder() | {"folder": what})
     fd, tmp = tempfile.mkstemp(prefix=f"{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(_holder() | {"folder": what}, handle)
+            handle.write(body)
         os.link(tmp, path)
         return True
     except FileExistsError:
         return False
+    except OSError:  # a file system without hard links: exclusive create, then write
+        try:
+            lock = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            return False
+        with os.fdopen(lock, "w", encoding="utf-8") as handle:
+            handle.write(body)
+        return True
     finally:
         os.unlink(tmp)
 
