@@ -53,6 +53,25 @@ def build_models(root: Path, layers: int = 4, seed: int = 0) -> dict[str, str]:
     return paths
 
 
+def gain_donor(recipient: str, folder: Path) -> str:
+    """The recipient with each target's unembedding row pushed along its prompt's last hidden
+    state: a donor with a gain for `localize` to find."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from tiny_world import make_prompts
+    from weightgraft.attribution import encode_examples
+
+    tokenizer = AutoTokenizer.from_pretrained(recipient)
+    model = AutoModelForCausalLM.from_pretrained(recipient).eval()
+    with torch.no_grad():
+        for example in encode_examples(tokenizer, make_prompts()):
+            hidden = model.model(input_ids=torch.tensor([example.input_ids])).last_hidden_state[0, -1]
+            model.lm_head.weight[example.target_id] += 3.0 * hidden / hidden.norm() ** 2
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return str(folder)
+
+
 # ---- reference grafting -------------------------------------------------------------------
 @dataclass
 class RefGraft:

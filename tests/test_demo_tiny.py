@@ -85,3 +85,36 @@ def test_warm_demo_reuses_finished_conditions(demo):
     assert again.exit_code == 0, again.output
     run = json.loads((out / "run.json").read_text())
     assert run["sessions"][-1]["computed"] == 0 and run["sessions"][-1]["reused"] > 100
+
+
+@pytest.mark.parametrize("results_before_the_cut", [0, 7])
+def test_a_demo_cut_off_finishes_identically_on_the_next_call(demo, tmp_path, results_before_the_cut):
+    """Ctrl-C inside the demo's run (before its first result, and after seven), then the demo
+    again: every record, the summary and the report's results equal the uninterrupted demo's."""
+    from weightgraft.experiments import records
+    from weightgraft.pipelines.demo import demo_config
+    from weightgraft.pipelines.run import run_all
+
+    clean, _ = demo
+    config = demo_config(tiny_artifacts(), size="tiny")
+    out = tmp_path / "demo"
+    real, seen = records.write_condition, []
+
+    def cut(*args):
+        if len(seen) >= results_before_the_cut:
+            raise KeyboardInterrupt
+        seen.append(1)
+        return real(*args)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(records, "write_condition", cut)
+        with pytest.raises(KeyboardInterrupt):
+            run_all(config, out, progress=False)
+    run_all(config, out, progress=False)
+    files = sorted(p.relative_to(clean) for p in clean.glob("examples/*/*.parquet"))
+    assert files and files == sorted(p.relative_to(out) for p in out.glob("examples/*/*.parquet"))
+    for name in [*files, "summary.csv"]:
+        assert (out / name).read_bytes() == (clean / name).read_bytes(), name
+    report = (out / "report.md").read_text()
+    assert report.split("## Provenance")[0] == (clean / "report.md").read_text().split("## Provenance")[0]
+    assert " interrupted (" in report

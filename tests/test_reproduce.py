@@ -152,3 +152,28 @@ def test_a_second_invocation_reuses_everything(job):
     assert last["computed"] == []
     assert set(last["reused"]) == set(provenance["steps"])
     assert "0 steps computed" in again_output
+
+
+def test_a_job_cut_in_its_report_step_finishes_it_on_the_next_call(job):
+    """Last in this file: it takes the job's report away and writes it again. Ctrl-C while the
+    report is written (every other step reused), then the same command: the report comes back
+    byte-identical, and the cut session (no seconds) is kept in provenance.json."""
+    from weightgraft.pipelines import reproduce_report
+
+    out, provenance, _, _ = job
+    before = (out / "report.md").read_bytes()
+    (out / "report.md").unlink()
+    args = _args(Path(provenance["options"]["model"]), out)
+    with pytest.MonkeyPatch.context() as patch:
+
+        def cut(*args, **kwargs):
+            raise KeyboardInterrupt
+
+        patch.setattr(reproduce_report, "write_reproduce_report", cut)
+        stopped = CliRunner().invoke(app, args)
+    assert stopped.exit_code != 0 and not (out / "report.md").exists()
+    done = CliRunner().invoke(app, args)
+    assert done.exit_code == 0, done.output
+    assert (out / "report.md").read_bytes() == before
+    sessions = json.loads((out / "provenance.json").read_text())["sessions"]
+    assert "seconds" not in sessions[-2] and sessions[-1]["computed"] == ["report"]

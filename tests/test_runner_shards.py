@@ -130,6 +130,7 @@ def test_a_failing_rank_is_reported_by_the_others_and_nothing_is_merged(setup, t
     path.write_text(yaml.safe_dump(config))
     out = tmp_path / "ranks"
     condition_file(out, "direct", "PRE", (1, 2)).mkdir(parents=True)
+    (out / "run.shard-1-of-2.json").write_text("{}")  # an earlier run's folder: resumed, not refused
     done = _torchrun(path, out)
     assert done.returncode != 0
     assert "not merged: shard 1/2 (" in done.stderr and "failed on another rank" in done.stderr

@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from weightgraft.errors import UserError
+from weightgraft.locking import LOCK_NAME, folder_lock, sibling_lock_file
 
 
 def current_umask() -> int:
@@ -82,10 +83,49 @@ def write_json(path: str | Path, obj: dict) -> Path:
 # OWNED_RECORD. Replacing it touches only those names: a user's notes.txt beside them survives.
 
 OWNED_RECORD = ".weightgraft-files"
+INSTALLING = ".weightgraft-installing"  # present while a folder is replaced entry by entry
 
 
 class OutputExistsError(UserError, ValueError):
     """The output folder exists and holds files; the user must ask for --overwrite."""
+
+
+class IncompleteFolderError(UserError, ValueError):
+    """A folder weightgraft was replacing when it was stopped: it mixes two builds."""
+
+
+def check_whole(folder: str | Path) -> None:
+    """Refuse a folder whose replacement was cut off (see `install_folder`): every reader of a
+    dataset or model folder calls this before trusting what it reads."""
+    folder = Path(folder)
+    if (folder / INSTALLING).exists():
+        raise IncompleteFolderError(
+            f"{folder} was being replaced when weightgraft was stopped, so it mixes two builds; "
+            "run the command that wrote it again (with --overwrite)"
+        )
+
+
+class UntrustedRecordError(UserError, ValueError):
+    """A record of names weightgraft wrote (OWNED_RECORD) names something outside its folder."""
+
+
+def is_plain_name(name: str) -> bool:
+    """A name that can only mean an entry directly inside a folder: not empty, not `.` or `..`,
+    no path separator, no NUL, not absolute."""
+    return bool(name) and name not in (".", "..") and not any(c in name for c in "/\\\0") and not os.path.isabs(name)
+
+
+def remove_entry(folder: str | Path, name: str) -> None:
+    """Delete the entry `name` directly inside `folder`: the only way weightgraft deletes in a
+    folder a user gave it. `name` must be a plain name (see `is_plain_name`); a symlink is
+    removed as a link, never followed (nor are links inside a removed folder). Absent is fine."""
+    if not is_plain_name(name):
+        raise UntrustedRecordError(f"refusing to delete {name!r} in {folder}: not a plain name inside that folder")
+    target = Path(folder) / name
+    if target.is_symlink() or (target.exists() and not target.is_dir()):
+        target.unlink(missing_ok=True)
+    elif target.is_dir():
+        shutil.rmtree(target)
 
 
 def is_nonempty_folder(path: str | Path) -> bool:
@@ -105,11 +145,50 @@ def refuse_nonempty(final: str | Path, overwrite: bool, flag: str = "--overwrite
         )
 
 
-def _owned_names(folder: Path) -> set[str]:
-    record = folder / OWNED_RECORD
+def refuse_foreign(folder: str | Path, marks: tuple[str, ...], what: str) -> None:
+    """Stop before any work when `folder` holds files but none of `marks` (glob patterns of the
+    files that make it `what`, e.g. run.json for a run folder): they are someone else's, and
+    writing there would overwrite them. An earlier `what` is resumed as before."""
+    folder = Path(os.path.abspath(folder))
+    if folder.exists() and not folder.is_dir():
+        raise OutputExistsError(f"{folder} is a file, not a folder; choose another --out")
+    if not folder.is_dir():
+        return
+    if any(not p.name.startswith(LOCK_NAME) for p in folder.iterdir()) and not any(
+        any(folder.glob(mark)) for mark in marks
+    ):
+        raise OutputExistsError(
+            f"{folder} holds files that are not an earlier {what} (it has no {marks[0]}); weightgraft "
+            "would overwrite them: choose a new or empty folder with --out"
+        )
+
+
+def owned_names(folder: Path) -> set[str]:
+    """The names OWNED_RECORD lists; a line that is not a plain name (`..`, `.`, a path) is
+    refused, never obeyed: it would point outside the folder."""
+    record = Path(folder) / OWNED_RECORD
     if not record.is_file():
         return set()
-    return {line for line in record.read_text(encoding="utf-8").splitlines() if line and "/" not in line}
+    names = set()
+    for number, line in enumerate(record.read_text(encoding="utf-8", errors="replace").splitlines(), start=1):
+        if not line:
+            continue
+        if not is_plain_name(line):
+            raise UntrustedRecordError(
+                f"{record} line {number} names {line!r}, which is not a file in {folder}; weightgraft "
+                f"will not delete through it: delete that line (or the file {OWNED_RECORD}) and run again"
+            )
+        names.add(line)
+    return names
+
+
+def check_records(folder: Path) -> None:
+    """Read every OWNED_RECORD of `folder` and of the folders it records (recursively), so
+    that an untrusted line stops a replacement before anything moves."""
+    for name in owned_names(folder):
+        entry = Path(folder) / name
+        if entry.is_dir() and not entry.is_symlink():
+            check_records(entry)
 
 
 def install_folder(tmp: str | Path, final: str | Path) -> Path:
@@ -125,12 +204,13 @@ def install_folder(tmp: str | Path, final: str | Path) -> Path:
     if not final.exists():
         os.replace(tmp, final)
         return final
-    for stale in _owned_names(final) - set(written):
-        old = final / stale
-        if old.is_dir() and not old.is_symlink():
-            shutil.rmtree(old)
-        else:
-            old.unlink(missing_ok=True)
+    # Entry by entry is not one rename: until the end, a marker tells every reader that the
+    # folder mixes two builds, and the record names both builds' entries (all of them ours).
+    previous = owned_names(final)
+    write_text_atomic(final / INSTALLING, "".join(f"{name}\n" for name in written))
+    write_text_atomic(final / OWNED_RECORD, "".join(f"{name}\n" for name in sorted(previous | set(written))))
+    for stale in sorted(previous - set(written)):
+        remove_entry(final, stale)
     for name in written:
         source, target = tmp / name, final / name
         if source.is_dir() and target.is_dir() and not target.is_symlink():
@@ -141,6 +221,7 @@ def install_folder(tmp: str | Path, final: str | Path) -> Path:
             os.replace(source, target)
     os.replace(tmp / OWNED_RECORD, final / OWNED_RECORD)
     tmp.rmdir()
+    (final / INSTALLING).unlink()
     return final
 
 
@@ -155,13 +236,16 @@ def atomic_directory(final: str | Path, overwrite: bool = False) -> Iterator[Pat
     final = Path(os.path.abspath(final))
     refuse_nonempty(final, overwrite)
     final.parent.mkdir(parents=True, exist_ok=True)
-    for stale in final.parent.glob(f".{final.name}.tmp-*"):
-        shutil.rmtree(stale, ignore_errors=True)
-    tmp = make_temp_folder(final.parent, prefix=f".{final.name}.tmp-")
-    try:
-        yield tmp
-        follow_umask(tmp)  # tempfile and save_pretrained make private files
-        install_folder(tmp, final)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    check_records(final)  # an untrusted record stops us before any work
+    with folder_lock(sibling_lock_file(final), final):  # temp folders of a live writer are its own
+        for stale in final.parent.glob(f".{final.name}.tmp-*"):
+            remove_entry(final.parent, stale.name)
+        tmp = make_temp_folder(final.parent, prefix=f".{final.name}.tmp-")
+        try:
+            yield tmp
+            follow_umask(tmp)  # tempfile and save_pretrained make private files
+            install_folder(tmp, final)
+        except BaseException:
+            if tmp.exists():
+                remove_entry(final.parent, tmp.name)
+            raise

@@ -12,13 +12,14 @@ experiments:
 ```
 
 Results go to RUN/localize/NAME/ (localize.json, parquet tables, pictures); a finished one with
-the same settings and models is reused. The run report's section on them is
+the same settings, models and dataset (every field of every prompt) is reused. The run report's section on them is
 `weightgraft.reporting.localize_section`.
 """
 
 from __future__ import annotations
 
 import json
+from hashlib import sha256
 from pathlib import Path
 
 from weightgraft.experiments.config import LocalizeSpec
@@ -33,11 +34,17 @@ def run_localize(config, spec: LocalizeSpec, out: str | Path, progress: bool = T
     from weightgraft.experiments.plan import select_examples
 
     folder = Path(out) / "localize" / spec.name
+    prompts_read = load_eval_prompts(config.datasets[spec.dataset])
     stamp = {
         "spec": spec.model_dump(),
         "seed": config.seed,
         "dtype": config.dtype,
+        "device": config.device.split(":")[0],
         "models": {k: fingerprint_model(config.models[k]) for k in (spec.recipient, spec.donor)},
+        # every field of every prompt: a changed dataset is searched again
+        "dataset": sha256(
+            json.dumps([p.model_dump(mode="json") for p in prompts_read], sort_keys=True).encode()
+        ).hexdigest(),
     }
     done = folder / "settings.json"
     if done.is_file() and json.loads(done.read_text()) == stamp and (folder / "localize.json").is_file():
@@ -50,7 +57,7 @@ def run_localize(config, spec: LocalizeSpec, out: str | Path, progress: bool = T
         allow_config_differences=config.allow_config_differences,
     )
     prompts = select_examples(
-        load_eval_prompts(config.datasets[spec.dataset]),
+        prompts_read,
         None,
         spec.max_examples,
         config.seed,

@@ -10,6 +10,7 @@ import typer
 
 
 def localize_command(
+    ctx: typer.Context,
     recipient: str | None = typer.Option(None, help="Recipient (pretrained) model: folder or cached hub id."),
     donor: str | None = typer.Option(None, help="Donor (finetuned) model: folder or cached hub id."),
     data: Path | None = typer.Option(None, help="A weightgraft dataset folder (eval.jsonl with role spans)."),
@@ -71,6 +72,12 @@ def localize_command(
             f"missing {', '.join(missing)}: give the models and a dataset folder, or --builtin default", err=True
         )
         raise typer.Exit(2)
+    from weightgraft.atomic import refuse_foreign
+    from weightgraft.locking import folder_lock, lock_file
+
+    refuse_foreign(out, ("localize.json",), "weightgraft localize")
+    # Held until the command ends: one writer per folder.
+    ctx.with_resource(folder_lock(lock_file(out), out))
     console = Console()
     tokenizer = load_tokenizer(recipient)
     grafter = Grafter(load_model(recipient, device, dtype), load_model(donor, device, dtype))

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from weightgraft.atomic import atomic_directory, write_json, write_text_atomic
+from weightgraft.atomic import atomic_directory, check_whole, write_json, write_text_atomic
 from weightgraft.data.errors import DataError, warn
 from weightgraft.data.schema import EvalPrompt, RelationFact
 
@@ -105,22 +105,49 @@ def write_dataset(
 
 def load_manifest(path: Path) -> dict:
     file = Path(path) / "manifest.json"
+    check_whole(path)
     if not file.is_file():
         raise FileNotFoundError(f"{file} is missing: {path} is not a complete dataset directory")
     return json.loads(file.read_text())
 
 
+class DatasetMismatchError(DataError):
+    """A dataset file's bytes differ from the sha256 its manifest recorded."""
+
+
+def dataset_file(path: Path, name: str) -> Path:
+    """`path/name`, checked before it is read: the folder is whole (not cut off while being
+    replaced), and the file's sha256 is the one manifest.json recorded when the manifest has one
+    (datasets written by hand may carry none)."""
+    path = Path(path)
+    check_whole(path)
+    file = path / name
+    manifest = path / "manifest.json"
+    if file.is_file() and manifest.is_file():
+        try:
+            recorded = json.loads(manifest.read_text()).get("sha256", {}).get(name)
+        except (ValueError, AttributeError):
+            recorded = None
+        if recorded is not None and sha256_file(file) != recorded:
+            raise DatasetMismatchError(
+                f"{file} does not match the sha256 in {manifest} (the folder mixes two builds, or the "
+                "file was edited); rebuild the dataset (weightgraft data --overwrite), or after an "
+                f"edit on purpose delete {name}'s line under sha256 in manifest.json"
+            )
+    return file
+
+
 def load_facts(path: Path) -> list[RelationFact]:
-    return [RelationFact.model_validate(r) for r in read_jsonl(Path(path) / "facts.jsonl")]
+    return [RelationFact.model_validate(r) for r in read_jsonl(dataset_file(path, "facts.jsonl"))]
 
 
 def load_eval_prompts(path: Path, split: str = "eval") -> list[EvalPrompt]:
     """Evaluation prompts of a dataset directory (`split="validation"` for the validation ones)."""
-    return [EvalPrompt.model_validate(r) for r in read_jsonl(Path(path) / f"{split}.jsonl")]
+    return [EvalPrompt.model_validate(r) for r in read_jsonl(dataset_file(path, f"{split}.jsonl"))]
 
 
 def load_train_texts(path: Path) -> list[str]:
-    return [r["text"] for r in read_jsonl(Path(path) / "train.jsonl")]
+    return [r["text"] for r in read_jsonl(dataset_file(path, "train.jsonl"))]
 
 
 def read_user_facts(jsonl: Path) -> list[RelationFact]:

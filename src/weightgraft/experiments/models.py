@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from weightgraft.atomic import write_text_atomic
+from weightgraft.atomic import check_whole, write_text_atomic
 from weightgraft.errors import UserError
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -140,6 +140,7 @@ def check_model_files(name_or_path: str, field: str = "model") -> Path | None:
                 "(relative paths are read from the config file's folder)"
             )
         return None  # a hub id that is not cached: from_pretrained says whether it can be had
+    check_whole(folder)
     if not (folder / "config.json").is_file():
         raise UserError(
             f"{field}: {folder} is not a model folder (no config.json); give the "
@@ -228,6 +229,9 @@ def load_model(name_or_path: str, device: str, dtype: str, trust_remote_code: bo
 def load_tokenizer(name_or_path: str, trust_remote_code: bool = False, field: str = "model"):
     from transformers import AutoTokenizer
 
+    folder = model_dir(name_or_path)
+    if folder is not None:
+        check_whole(folder)
     try:
         return AutoTokenizer.from_pretrained(name_or_path, trust_remote_code=trust_remote_code)
     except (OSError, ValueError) as err:

@@ -21,14 +21,17 @@ import hashlib
 import json
 import platform
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from weightgraft.atomic import write_atomic, write_text_atomic
+from weightgraft.atomic import refuse_foreign, write_atomic, write_text_atomic
 from weightgraft.experiments.models import sha256_file
+from weightgraft.locking import folder_lock, lock_file
 
 SCHEMA = pa.schema(
     [
@@ -87,17 +90,38 @@ def condition_file(out: Path, experiment: str, condition: str, shard: tuple[int,
 
 
 def condition_fingerprint(
-    condition_json: dict, dtype: str, model_fingerprints: dict[str, str], examples: list[Example]
+    condition_json: dict,
+    dtype: str,
+    model_fingerprints: dict[str, str],
+    examples: list[Example],
+    computation: dict | None = None,
 ) -> str:
-    """What a condition's result depends on: its grafts, the models it reads, dtype, examples."""
+    """What a condition's result depends on: its grafts, the models it reads, dtype, the
+    examples (their tokens and every field of the prompt a record copies: id, fact, kind,
+    template, direction, target text), and `computation`: what else changes the floating-point
+    result (the device type, the example batches and the conditions per chunk)."""
     return sha_of(
         {
             "condition": condition_json,
             "dtype": dtype,
             "models": model_fingerprints,
-            "examples": [(e.prompt.id, e.input_ids, e.target_ids, e.positions) for e in examples],
+            "examples": [
+                (e.prompt.id, e.input_ids, e.target_ids, e.positions, prompt_fields(e.prompt)) for e in examples
+            ],
+            "computation": computation or {},
         }
     )
+
+
+def prompt_fields(prompt) -> dict:
+    """The fields of a prompt that a record copies (see `base_record`)."""
+    return {
+        "template": prompt.template_id,
+        "fact_id": prompt.fact_id,
+        "fact_kind": fact_kind_of(prompt),
+        "reversed": bool(prompt.reversed),
+        "target": prompt.target,
+    }
 
 
 # ---- per-example records ---------------------------------------------------------------------
@@ -271,6 +295,25 @@ def provenance(config, model_info: dict[str, dict], datasets: set[str]) -> dict:
 
 def run_json_file(out: Path, shard: tuple[int, int] | None = None) -> Path:
     return out / f"run{shard_tag(shard)}.json"
+
+
+RUN_MARKS = ("run.json", "run.shard-*-of-*.json")
+
+
+@contextmanager
+def run_folder(out: Path, shard: tuple[int, int] | None = None) -> Iterator[Path]:
+    """Hold `out` as a run folder: refuse one holding files that are not a weightgraft run
+    (they would be overwritten), and lock it (its shard only, when `shard` is given: the shards
+    of one run are written side by side) against a second process."""
+    out = Path(out)
+    refuse_foreign(out, RUN_MARKS, "weightgraft run")
+    made = not out.exists()
+    try:
+        with folder_lock(lock_file(out, shard_tag(shard)), out):
+            yield out
+    finally:
+        if made and out.is_dir() and not any(out.iterdir()):
+            out.rmdir()  # stopped before writing anything (e.g. a check failed): leave no trace
 
 
 def previous_sessions(out: Path, shard: tuple[int, int] | None = None) -> list:

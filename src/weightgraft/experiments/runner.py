@@ -70,7 +70,10 @@ class Runner:
         start = time.perf_counter()
         started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
         check_before_loading(self.config)  # bad paths, layers, devices fail here, in one line
-        self.out.mkdir(parents=True, exist_ok=True)
+        with records.run_folder(self.out, self.shard):
+            return self._run(start, started_at)
+
+    def _run(self, start: float, started_at: str) -> RunResult:
         experiments = self.config.expanded()
         keys = {k for e in experiments for k in (e.recipient, e.donor)}
         for exp in experiments:
@@ -116,6 +119,15 @@ class Runner:
         batches = example_batches(
             res, exp.recipient, every_example, min(self.config.conditions_per_chunk, len(conditions))
         )
+
+        def computation(of: list) -> dict:
+            return {
+                "device": torch_device_type(self.config.device),
+                "conditions_per_chunk": self.config.conditions_per_chunk,
+                "batches": [[e.prompt.id for e in batch] for batch in of],
+            }
+
+        whole = computation(batches)
         if self.shard is not None:
             batches = batches[self.shard[0] :: self.shard[1]]
             mine = {e.prompt.id for batch in batches for e in batch}
@@ -155,10 +167,12 @@ class Runner:
         example_ids = [e.prompt.id for e in examples]
         for cond in conditions:
             model_prints = {k: res.fingerprint(k) for k in (cond.recipient, *cond.donors)}
-            fp = records.condition_fingerprint(cond.to_json(), self.config.dtype, model_prints, examples)
+            fp = records.condition_fingerprint(
+                cond.to_json(), self.config.dtype, model_prints, examples, computation(batches)
+            )
             if self.shard is not None:
                 state["merged"]["fingerprints"][cond.name] = records.condition_fingerprint(
-                    cond.to_json(), self.config.dtype, model_prints, every_example
+                    cond.to_json(), self.config.dtype, model_prints, every_example, whole
                 )
             path = records.condition_file(self.out, exp.name, cond.name, self.shard)
             problem = records.reuse_problem(path, fp, example_ids, known.get(path.name))
@@ -196,6 +210,11 @@ class Runner:
                     state["result_sha256"][path.name] = records.write_condition(path, rows[cond.name], fp)
                     records.write_state(self.out, state, self.shard)
                     result.computed.append(f"{exp.name}/{cond.name}")
+
+
+def torch_device_type(device: str) -> str:
+    """cpu, cuda, mps: results differ between kinds of device, not between two GPUs of a kind."""
+    return device.split(":")[0]
 
 
 def condition_state(cond, num_layers: int) -> dict:

@@ -10,8 +10,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from weightgraft.atomic import refuse_foreign
 from weightgraft.experiments.config import RunConfig, parse_config
 from weightgraft.experiments.presets import ALL_PRESETS
+from weightgraft.experiments.records import RUN_MARKS
 from weightgraft.pipelines.run import run_all
 from weightgraft.reporting.verdict import Check
 
@@ -84,6 +86,7 @@ def run_demo(
 
     if size not in DEMO_EXAMPLES:
         raise ValueError(f"unknown demo size {size!r}; choose one of {sorted(DEMO_EXAMPLES)}")
+    refuse_foreign(out, RUN_MARKS, "weightgraft run")  # before minutes of building
     start = time.perf_counter()
     artifacts = ensure_builtin(size=size, home=home, progress=progress)
     built = time.perf_counter()

@@ -22,12 +22,13 @@ Layout of DIR:
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from weightgraft.atomic import OutputExistsError, is_nonempty_folder, refuse_foreign, remove_entry
+from weightgraft.locking import folder_lock, lock_file
 from weightgraft.pipelines.ledger import Ledger, sha256_of, sha256_of_file
 
 # The paper's dataset codes and weightgraft's fact kinds.
@@ -315,6 +316,7 @@ class Pipeline:
         }
         self.out.mkdir(parents=True, exist_ok=True)
         self.ledger = Ledger(self.out / "provenance.json", header, write=self.is_main)
+        self.ledger.save()  # at once: a folder with provenance.json is this job's, even if killed now
         self.model_paths: dict[str, str] = {}
         self.fingerprints: dict[str, str] = {}
         self.total = 2 + len(job.finetunes) + len(job.runs)
@@ -456,8 +458,13 @@ class Pipeline:
             stamp = ft.checkpoints / "inputs_sha256.txt"
             if self.is_main:
                 if ft.checkpoints.exists() and (not stamp.is_file() or stamp.read_text() != sha256_of(inputs)):
+                    if not stamp.is_file() and is_nonempty_folder(ft.checkpoints):
+                        raise OutputExistsError(
+                            f"{ft.checkpoints} holds files weightgraft did not write (it has no {stamp.name}); "
+                            "move them away or choose another --out"
+                        )
                     self.say(f"  {ft.checkpoints}: checkpoints of other inputs, removed")
-                    shutil.rmtree(ft.checkpoints)
+                    remove_entry(ft.checkpoints.parent, ft.checkpoints.name)
                 ft.checkpoints.mkdir(parents=True, exist_ok=True)
                 stamp.write_text(sha256_of(inputs))
             else:  # resume from the same checkpoint as rank 0: wait until it has cleaned up
@@ -478,7 +485,7 @@ class Pipeline:
             import json
 
             record = json.loads((ft.out / "training_config.json").read_text())
-            shutil.rmtree(ft.checkpoints, ignore_errors=True)
+            remove_entry(ft.checkpoints.parent, ft.checkpoints.name)
             outputs = {
                 "path": str(ft.out),
                 "sha256": fingerprint_model(str(ft.out)),
@@ -546,6 +553,8 @@ def reproduce(options: ReproduceOptions, progress: bool = True, echo=None) -> Re
 
     job = plan_job(options)
     rank, _ = _rank()
+    if rank == 0:  # the other ranks start once rank 0 holds the folder
+        refuse_foreign(options.out, ("provenance.json",), "weightgraft reproduce")
     if rank == 0:
         (echo or print)(describe_plan(job))
     if not progress:
@@ -553,4 +562,7 @@ def reproduce(options: ReproduceOptions, progress: bool = True, echo=None) -> Re
 
         hf_logging.disable_progress_bar()
     sys.stdout.flush()
-    return Pipeline(job, progress=progress, echo=echo).run()
+    if rank != 0:
+        return Pipeline(job, progress=progress, echo=echo).run()
+    with folder_lock(lock_file(options.out), options.out):  # one job per folder
+        return Pipeline(job, progress=progress, echo=echo).run()

@@ -93,6 +93,8 @@ def write_reproduce_report(job, ledger_body: dict) -> Path:
         "|---|---:|---|",
     ]
     for name, record in ledger_body["steps"].items():
+        if name == "report":  # the step writing this: recorded only after a first report
+            continue
         lines.append(f"| {name} | {record['seconds']} | `{record['inputs_sha256'][:16]}` |")
     lines += ["", "Every step's inputs and outputs are in `provenance.json`."]
     lines += [f"\nNote: {note}" for note in job.notes]

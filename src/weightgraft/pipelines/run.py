@@ -12,6 +12,7 @@ from pathlib import Path
 
 from weightgraft.errors import UserError
 from weightgraft.experiments.config import RunConfig
+from weightgraft.experiments.records import run_folder
 from weightgraft.experiments.runner import RunResult, run_experiments
 from weightgraft.reporting.summary import read_recovery, read_summary, write_summary
 from weightgraft.reporting.verdict import Check, check_pattern
@@ -44,14 +45,15 @@ def run_all(
     With `shard=(I, N)` only that shard's examples are run, and nothing is summarized until
     `merge_run` joins the shards (no checks then)."""
     out = Path(out)
-    result = run_experiments(config, out, progress=progress, shard=shard)
-    if shard is not None:
-        return RunOutcome(result, [])
-    for spec in config.localizations():
-        from weightgraft.attribution.experiment import run_localize
+    with run_folder(out, shard):
+        result = run_experiments(config, out, progress=progress, shard=shard)
+        if shard is not None:
+            return RunOutcome(result, [])
+        for spec in config.localizations():
+            from weightgraft.attribution.experiment import run_localize
 
-        run_localize(config, spec, out, progress=progress)
-    return RunOutcome(result, summarize(config, out, report))
+            run_localize(config, spec, out, progress=progress)
+        return RunOutcome(result, summarize(config, out, report))
 
 
 def summarize(config: RunConfig, out: Path, report: bool = True) -> list[Check]:
@@ -71,8 +73,9 @@ def merge_run(out: str | Path, *, report: bool = True) -> list[Check]:
     from weightgraft.experiments.shards import merge_shards
 
     out = Path(out)
-    config = parse_config(merge_shards(out))
-    return summarize(config, out, report)
+    with run_folder(out):
+        config = parse_config(merge_shards(out))
+        return summarize(config, out, report)
 
 
 def run_ranks(config: RunConfig, out: str | Path, *, progress: bool = True, report: bool = True) -> RunOutcome:

@@ -551,6 +551,21 @@ def verdict_section(
     return lines
 
 
+def session_line(session: dict) -> str:
+    """One session of run.json for the report. A session cut off (Ctrl-C, kill, full disk) has
+    no `seconds`, and one killed outright no counts either: it is shown as interrupted."""
+    started = session.get("started", "?")
+    shard = f" shard {session['shard']}" if session.get("shard") else ""
+    counts = (
+        f" ({session['computed']} conditions computed, {session['reused']} reused)"
+        if "computed" in session and "reused" in session
+        else ""
+    )
+    if "seconds" not in session:
+        return f"{started}{shard} interrupted{counts}"
+    return f"{started}{shard} {session['seconds']} s{counts}"
+
+
 def _provenance(run: dict) -> list[str]:
     lines = ["## Provenance", "", "| model | path | sha256 |", "|---|---|---|"]
     for key, info in run["models"].items():
@@ -560,17 +575,14 @@ def _provenance(run: dict) -> list[str]:
         manifest = info["manifest"]
         brief = {k: manifest[k] for k in list(manifest)[:6]}
         lines.append(f"| {key} | `{info['path']}` | `{json.dumps(brief, default=str)[:160]}` |")
-    total = sum(s["seconds"] for s in run.get("sessions", []))
+    sessions = [s for s in run.get("sessions", []) if isinstance(s, dict)]
+    total = sum(s.get("seconds") or 0 for s in sessions)
     lines += [
         "",
         f"- seed: {run['seed']}; device: {run['device']}; dtype: {run['dtype']}",
         "- versions: " + ", ".join(f"{k} {v}" for k, v in run["versions"].items()),
-        f"- time taken: {total:.1f} s of computation over {len(run.get('sessions', []))} "
-        "session(s): "
-        + "; ".join(
-            f"{s['started']} {s['seconds']} s ({s['computed']} conditions computed, {s['reused']} reused)"
-            for s in run.get("sessions", [])
-        ),
+        f"- time taken: {total:.1f} s of computation over {len(sessions)} session(s): "
+        + "; ".join(session_line(s) for s in sessions),
         "",
         '<details markdown="1"><summary>Dataset manifests and full config</summary>',
         "",

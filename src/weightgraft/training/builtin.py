@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from weightgraft.atomic import OWNED_RECORD, atomic_directory
+from weightgraft.atomic import OWNED_RECORD, atomic_directory, remove_entry
 from weightgraft.data.build import build_dataset, build_with_one_direction_sets, check_no_leak, split_by_kind
 from weightgraft.data.facts import generate_facts
 from weightgraft.data.io import load_train_texts, write_dataset
@@ -273,9 +273,7 @@ def ensure_builtin(
         if not all((root / "data" / name).exists() for name in set_names):
             for name in set_names:
                 if (root / "data" / name).exists():  # a partial set from an older run: rebuild all together
-                    import shutil
-
-                    shutil.rmtree(root / "data" / name)
+                    remove_entry(root / "data", name)
             step("datasets", art.relation_data, build_sets)
 
         def build_pretrained() -> None:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import random
-import shutil
 import tempfile
 import time
 from contextlib import contextmanager
@@ -26,7 +25,7 @@ from typing import Literal
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, Trainer, TrainingArguments
 
-from weightgraft.atomic import atomic_directory, refuse_nonempty, write_json
+from weightgraft.atomic import atomic_directory, check_whole, refuse_nonempty, remove_entry, write_json
 from weightgraft.data.batching import right_pad
 from weightgraft.data.errors import DataError
 from weightgraft.data.io import load_eval_prompts, load_manifest, load_train_texts
@@ -176,6 +175,8 @@ def finetune(
         raise DataError("fp16 training needs a CUDA GPU; on CPU use --precision bf16 or fp32")
     data_dir = Path(data_dir)
     manifest = load_manifest(data_dir)
+    if Path(model).is_dir():
+        check_whole(model)  # a model folder whose replacement was cut off mixes two builds
     tokenizer = AutoTokenizer.from_pretrained(model, trust_remote_code=trust_remote_code)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
@@ -287,7 +288,7 @@ def finetune(
                     "seconds": round(seconds, 1),
                 },
             )
-        shutil.rmtree(tmp / "trainer", ignore_errors=True)
+        remove_entry(tmp, "trainer")
     return FinetuneResult(
         path=out_dir,
         best_epoch=trainer.best_epoch,
