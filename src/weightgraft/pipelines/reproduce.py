@@ -165,6 +165,13 @@ def _known_count() -> int:
     return len(REAL_FILMS)
 
 
+def _fake_fake_limit(seed: int) -> int:
+    from weightgraft.data.facts import max_fake_fake_facts
+    from weightgraft.data.names import NamePool
+
+    return max_fake_fake_facts(NamePool(seed))
+
+
 def plan_job(options: ReproduceOptions) -> Job:
     """The sets, finetunes and runs the options ask for (nothing is built)."""
     from weightgraft.experiments.presets import PRESETS
@@ -209,6 +216,11 @@ def plan_job(options: ReproduceOptions) -> Job:
             n = _known_count()
             notes.append(
                 f"{code}: {n} facts, not {options.facts}: weightgraft's list holds {n} real films to shuffle casts over"
+            )
+        if kind == "fake_fake" and n > _fake_fake_limit(options.seed):
+            raise ValueError(
+                f"--facts {n}: {code} needs two fake actors with first names of their own per fact, and our "
+                f"name lists give at most {_fake_fake_limit(options.seed)} such facts; ask for at most that"
             )
         sets[code] = DataSet(out / "data" / code, kind, n, purpose="both directions")
         add_finetune(f"{code}_sft", code, "SFT: both directions, all facts")
