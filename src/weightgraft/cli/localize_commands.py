@@ -39,6 +39,9 @@ def localize_command(
     device: str = typer.Option("cpu", help="cpu, cuda, cuda:1, mps."),
     dtype: str = typer.Option("float32", help="float32, bfloat16 or float16."),
     progress: bool = typer.Option(True, help="Print progress."),
+    trust_remote_code: bool = typer.Option(
+        False, help="Allow model folders that ship their own Python code (auto_map) to run it (off by default)."
+    ),
 ) -> None:
     """Rank (role x layer x component) cells by graft attribution, graft the top-k exactly, and
     stop at the smallest set that recovers the target share of the finetune's gain."""
@@ -49,6 +52,7 @@ def localize_command(
     from weightgraft.engine import Grafter
     from weightgraft.experiments.models import DTYPES, load_model, load_tokenizer
     from weightgraft.experiments.plan import select_examples
+    from weightgraft.remote_code import refuse_remote_code
 
     if method not in ("gradient", "integrated"):
         raise typer.BadParameter("use gradient or integrated", param_hint="--method")
@@ -71,9 +75,14 @@ def localize_command(
             f"missing {', '.join(missing)}: give the models and a dataset folder, or --builtin default", err=True
         )
         raise typer.Exit(2)
+    for flag, model in (("--recipient", recipient), ("--donor", donor)):
+        refuse_remote_code(model, trust_remote_code, flag, "pass --trust-remote-code")
     console = Console()
-    tokenizer = load_tokenizer(recipient)
-    grafter = Grafter(load_model(recipient, device, dtype), load_model(donor, device, dtype))
+    tokenizer = load_tokenizer(recipient, trust_remote_code, "--recipient")
+    grafter = Grafter(
+        load_model(recipient, device, dtype, trust_remote_code, "--recipient"),
+        load_model(donor, device, dtype, trust_remote_code, "--donor"),
+    )
     prompts = select_examples(load_eval_prompts(data, split), None, max_examples, seed, f"dataset {data}")
     examples = encode_examples(tokenizer, prompts)
     start = time.perf_counter()

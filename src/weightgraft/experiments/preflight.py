@@ -13,6 +13,7 @@ from weightgraft.errors import UserError
 from weightgraft.experiments.conditions import ConditionSpec
 from weightgraft.experiments.config import RunConfig
 from weightgraft.experiments.models import check_model_files
+from weightgraft.remote_code import refuse_remote_code
 
 # Config fields that set parameter shapes: models that differ here can never be grafted (the
 # engine compares the rest, such as head counts or RoPE settings, once the models are loaded).
@@ -65,6 +66,7 @@ def model_configs(config: RunConfig, keys: set[str]) -> dict[str, object]:
         folder = check_model_files(config.models[key], field)
         if folder is None:
             continue
+        refuse_remote_code(folder, config.trust_remote_code, field, "set `trust_remote_code: true` in the run config")
         try:
             loaded = AutoConfig.from_pretrained(folder, trust_remote_code=config.trust_remote_code)
         except (OSError, ValueError) as err:

@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from weightgraft.pipelines.ledger import Ledger, sha256_of, sha256_of_file
+from weightgraft.remote_code import refuse_remote_code
 
 # The paper's dataset codes and weightgraft's fact kinds.
 DATASET_KINDS = {"FMRA": "fake_real", "FMFA": "fake_fake", "RMRA-shuffled": "real_shuffled"}
@@ -183,6 +184,13 @@ def plan_job(options: ReproduceOptions) -> Job:
         raise ValueError(f"unknown dataset code(s) {bad}; choose from {', '.join(DATASET_KINDS)} ({DATASET_HELP})")
     if options.setting not in SETTINGS:
         raise ValueError(f"unknown --setting {options.setting!r}; use aggressive or gentle")
+    refuse_remote_code(
+        options.model,
+        False,
+        "--model",
+        "reproduce never does; finetune it with `weightgraft train --trust-remote-code` and run "
+        "configs with `trust_remote_code: true` instead",
+    )
     if options.facts < 4:
         raise ValueError("--facts must be at least 4 (the hybrid splits the facts in two halves)")
     if options.setting == "gentle" and options.general_text is None:

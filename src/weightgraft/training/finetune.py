@@ -30,6 +30,7 @@ from weightgraft.atomic import atomic_directory, refuse_nonempty, write_json
 from weightgraft.data.batching import right_pad
 from weightgraft.data.errors import DataError
 from weightgraft.data.io import load_eval_prompts, load_manifest, load_train_texts
+from weightgraft.remote_code import refuse_remote_code
 from weightgraft.training.evaluate import topk_accuracy
 from weightgraft.training.lengths import check_lengths
 
@@ -167,6 +168,7 @@ def finetune(
     makes sure that a checkpoint found there belongs to this model, data and config)."""
     start = time.time()
     refuse_nonempty(out_dir, overwrite)
+    refuse_remote_code(model, trust_remote_code, "--model", "pass --trust-remote-code (Python: trust_remote_code=True)")
     if not 0.0 <= config.mix_ratio < 1.0:
         raise DataError("mix_ratio must be in [0, 1): the share of general text among training examples")
     if config.mix_ratio > 0 and not general_texts:
