@@ -69,13 +69,17 @@ class Runner:
         start = time.perf_counter()
         started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
         check_before_loading(self.config)  # bad paths, layers, devices fail here, in one line
-        self.out.mkdir(parents=True, exist_ok=True)
         experiments = self.config.expanded()
         keys = {k for e in experiments for k in (e.recipient, e.donor)}
         for exp in experiments:
             for item in exp.conditions:
                 if not isinstance(item, str):
                     keys |= {k for k in (item.recipient, item.donor, *(g.donor for g in item.grafts)) if k}
+        # Encoded once before any weights load: a prompt past a model's context, an empty
+        # target or a span off the tokens fails here, in one line (the tokenizer is cached).
+        for exp in experiments:
+            encode_examples(self.resources, exp, self.resources.tokenizer(sorted(keys)))
+        self.out.mkdir(parents=True, exist_ok=True)
         datasets = {e.dataset for e in experiments}
         body = records.provenance(self.config, {k: self.resources.model_info(k) for k in keys}, datasets)
         result = RunResult(out=self.out)

@@ -28,6 +28,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from weightgraft.errors import UserError
 from weightgraft.pipelines.ledger import Ledger, sha256_of, sha256_of_file
 from weightgraft.remote_code import refuse_remote_code
 
@@ -166,6 +167,24 @@ def _known_count() -> int:
     return len(REAL_FILMS)
 
 
+def _check_tokenizer(model: str) -> None:
+    """A local model folder must hold its tokenizer: every step after the plan needs it."""
+    from weightgraft.experiments.models import model_dir
+
+    folder = model_dir(str(model))
+    if folder is None:
+        return  # a hub id not cached: the finetune step says whether it can be had
+    from transformers import AutoTokenizer
+
+    try:
+        AutoTokenizer.from_pretrained(folder, trust_remote_code=False)
+    except (OSError, ValueError) as err:
+        raise UserError(
+            f"--model: no usable tokenizer in {folder} ({str(err).splitlines()[0][:200]}); save the "
+            "tokenizer beside the model with tokenizer.save_pretrained(DIR)"
+        ) from None
+
+
 def _fake_fake_limit(seed: int) -> int:
     from weightgraft.data.facts import max_fake_fake_facts
     from weightgraft.data.names import NamePool
@@ -191,6 +210,7 @@ def plan_job(options: ReproduceOptions) -> Job:
         "reproduce never does; finetune it with `weightgraft train --trust-remote-code` and run "
         "configs with `trust_remote_code: true` instead",
     )
+    _check_tokenizer(options.model)
     if options.facts < 4:
         raise ValueError("--facts must be at least 4 (the hybrid splits the facts in two halves)")
     if options.setting == "gentle" and options.general_text is None:
