@@ -165,6 +165,22 @@ def bomb(w: World) -> list:
     return ["run", w.file("bomb.yaml", "\n".join(rows) + "\n")]
 
 
+def model_changed_between_shards(w: World) -> list:
+    movable = w.model("movable", lambda folder: None)
+    models = {"pre": str(w["pre"]), "sft": movable}
+    out = w.shards("0/2", models=models)
+    shutil.copy(w["task"] / "model.safetensors", Path(movable) / "model.safetensors")
+    w.shards("1/2", models=models)
+    return ["merge", out]
+
+
+def damaged_shard_file(w: World) -> list:
+    out = w.shards("0/2", "1/2")
+    path = next((out / "examples" / "e").glob("*.shard-1-of-2.parquet"))
+    path.write_bytes(b"not a parquet file")
+    return ["merge", out]
+
+
 def folder_in_the_way(w: World) -> list:
     (w.tmp / "d" / "relation" / "facts.jsonl").mkdir(parents=True)
     return w.data("--overwrite", "--facts-per-kind", "4", "--relation", "4", "--task", "0")
@@ -365,6 +381,10 @@ RECIPES: dict[str, R] = {
     "E-shard-03": R(mixed_splits, "holds shards of different splits"),
     "E-shard-04": R(one_missing_shard, "shard 1/2 (missing) is not complete", "is not complete; run"),
     "E-shard-05": R(shards_of_two_configs, "its shards were run from different configs"),
+    "E-shard-07": R(model_changed_between_shards, "the shards of experiment 'e' saw different examples or models"),
+    "E-shard-08": R(
+        damaged_shard_file, ".shard-1-of-2.parquet is damaged", "is damaged (...) / stale (...); run shard"
+    ),
     "E-shard-06": R(lost_state, "e.shard-1-of-2.json is missing or unreadable", "is missing or unreadable"),
     # weightgraft data
     "E-data-01": R(
@@ -481,6 +501,7 @@ DOC_FRAGMENTS = {
     "E-config-16": "unknown condition",
     "E-config-23": "characters is too long; use at most 100",
     "E-shard-01": "write it as I/N with 0 <= I < N",
+    "E-shard-07": "saw different examples or models",
     "E-data-03": "is a folder where weightgraft writes a file; move it away",
     "E-train-03": "asked for, but no CUDA GPU is visible; use --device cpu",
 }
@@ -491,8 +512,6 @@ PENDING = {
     "E-load-02": "damage past the safetensors header that safe_open's header check does not see",
     "E-load-03": "a hub id whose tokenizer is cached but whose weights are not (the tokenizer loads first)",
     "E-load-07": "parameter/architecture differences are refused earlier, by E-preload-09",
-    "E-shard-07": "shards whose models or datasets changed between them",
-    "E-shard-08": "a shard's result file changed after it was written",
     "E-shard-09": "shard files from different example sets",
 }
 
