@@ -25,6 +25,7 @@ import torch
 from weightgraft.attribution.attribute import PAPER_ROLES, Attribution, attribute, position_roles
 from weightgraft.attribution.cells import donor_name
 from weightgraft.data.batching import right_pad
+from weightgraft.data.errors import DataError
 from weightgraft.engine.graft import Graft
 from weightgraft.reporting import statistics as st
 
@@ -55,7 +56,10 @@ def encode_examples(tokenizer, prompts) -> list[Example]:
     for prompt in prompts:
         enc = encode_prompt(tokenizer, prompt)
         if not enc.target_ids:
-            raise ValueError(f"prompt {prompt.id!r}: target {prompt.target!r} has no tokens")
+            raise DataError(
+                f"prompt {prompt.id!r}: target {prompt.target!r} has no tokens; rebuild the dataset "
+                "(every prompt needs a non-empty target)"
+            )
         named = position_roles({str(k): v for k, v in enc.positions.items()}, len(enc.input_ids))
         roles = {role: [p for p, r in enumerate(named) if r == role] for role in PAPER_ROLES}
         tokens = [tokenizer.decode([i]) for i in enc.input_ids]

@@ -7,7 +7,9 @@ line, shows the traceback instead. docs/errors.md lists the messages.
 
 from __future__ import annotations
 
+import errno
 import os
+import re
 import sys
 
 import typer
@@ -74,6 +76,16 @@ def user_message(err: BaseException) -> str | None:
 
     if isinstance(err, UserError):
         return str(err)
+    if getattr(err, "exit_code", None) == 2 and hasattr(err, "format_message"):
+        # click's usage errors (typer's own copy of click included): a bad option value, an
+        # unknown option or command, found while the command line is read.
+        return " ".join(err.format_message().split())
+    if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
+        where = f" while writing {err.filename}" if err.filename else ""
+        return (
+            f"no space left on the device{where}; free some space (or write to another disk with --out) "
+            "and run the command again: nothing half-written is kept"
+        )
     if isinstance(err, (FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError)):
         if err.filename:
             return f"{err.filename}: {err.strerror}; check the path and its permissions"
@@ -93,6 +105,30 @@ def user_message(err: BaseException) -> str | None:
     if isinstance(err, SafetensorError):
         return f"damaged safetensors file ({err}); save or download the model again"
     return None
+
+
+DEVICE_PATTERN = re.compile(r"auto|cpu|mps|cuda(:[0-9]+)?")
+
+
+def check_device(value: str) -> str:
+    """A typer callback: `--device` is auto, cpu, mps, cuda or cuda:N (checked as the line is read)."""
+    if not DEVICE_PATTERN.fullmatch(value):
+        raise typer.BadParameter(f"{value!r} is not a device; use auto, cpu, cuda, cuda:N or mps")
+    return value
+
+
+def check_positive(value: float | None) -> float | None:
+    """A typer callback: a number that must be above 0 (a learning rate)."""
+    if value is not None and not value > 0:
+        raise typer.BadParameter(f"{value} is not above 0; give a positive number")
+    return value
+
+
+def check_share(value: float) -> float:
+    """A typer callback: a share in (0, 1] (a recovery target)."""
+    if not 0 < value <= 1:
+        raise typer.BadParameter(f"{value} is not in (0, 1]; give a share such as 0.9")
+    return value
 
 
 def debugging() -> bool:

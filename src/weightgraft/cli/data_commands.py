@@ -7,6 +7,8 @@ from typing import Literal
 
 import typer
 
+from weightgraft.cli import check_device, check_positive
+
 KINDS_HELP = "comma-separated kinds: fake_fake, fake_real, real_shuffled (real_real: the known films)"
 
 
@@ -154,17 +156,19 @@ def train(
     model: str = typer.Option(..., help="Causal LM: a hub id or a local directory."),
     data_dir: Path = typer.Option(..., "--data", help="Dataset directory (from `weightgraft data`)."),
     out: Path = typer.Option(..., "--out", help="Where to save the finetuned model."),
-    lr: float = typer.Option(1e-3, help="Learning rate (use ~1e-5 for large pretrained models)."),
-    epochs: int = typer.Option(6),
-    batch_size: int = typer.Option(16, "--batch"),
+    lr: float = typer.Option(
+        1e-3, callback=check_positive, help="Learning rate (use ~1e-5 for large pretrained models)."
+    ),
+    epochs: int = typer.Option(6, min=1),
+    batch_size: int = typer.Option(16, "--batch", min=1),
     precision: Literal["fp32", "bf16", "fp16"] = typer.Option("fp32", help="fp32, bf16 or fp16 (fp16 needs a GPU)."),
     freeze_embeddings: bool = typer.Option(False, help="Keep the input embeddings fixed."),
     freeze_unembeddings: bool = typer.Option(False, help="Keep the output embeddings (lm_head) fixed."),
-    mix_ratio: float = typer.Option(0.0, help="Share of general text among training examples."),
+    mix_ratio: float = typer.Option(0.0, min=0.0, max=0.999, help="Share of general text among training examples."),
     general_text: Path | None = typer.Option(
         None, help='JSONL of general text ({"text": ...}) or a dataset directory whose train.jsonl is general text.'
     ),
-    device: str = typer.Option("auto", help="auto, cpu, cuda or cuda:N."),
+    device: str = typer.Option("auto", callback=check_device, help="auto, cpu, cuda, cuda:N or mps."),
     seed: int = typer.Option(0),
     trust_remote_code: bool = typer.Option(False, help="Run model code from the hub (off by default)."),
     overwrite: bool = typer.Option(

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import typer
 
+from weightgraft.cli import check_device, check_share
+
 
 def localize_command(
     ctx: typer.Context,
@@ -22,34 +24,45 @@ def localize_command(
     split: str = typer.Option("eval", help="Dataset split: eval or validation."),
     out: Path = typer.Option(Path("runs/localize"), "--out", help="Folder for results and pictures."),
     method: str = typer.Option("gradient", help="Attribution: gradient or integrated."),
-    steps: int = typer.Option(16, help="Path points of integrated attribution."),
-    target: float = typer.Option(0.9, help="Recovery of the SFT gain to reach (on every --stop-on metric)."),
+    steps: int = typer.Option(16, min=1, help="Path points of integrated attribution."),
+    target: float = typer.Option(
+        0.9, callback=check_share, help="Recovery of the SFT gain to reach (on every --stop-on metric)."
+    ),
     stop_on: list[str] = typer.Option(
         ["top5", "prob"],
         "--stop-on",
         help="Metric whose recovery must reach --target: top5, prob (repeat the option for both; default both).",
     ),
-    max_examples: int | None = typer.Option(None, help="Use at most this many prompts (seeded, templates in turn)."),
+    max_examples: int | None = typer.Option(
+        None, min=1, help="Use at most this many prompts (seeded, templates in turn)."
+    ),
     check_cells: int = typer.Option(
         0,
+        min=0,
         help="On this many prompts, graft every FE and LT cell alone and "
         "report Spearman(attribution, exact effect) and the times; 0 skips.",
     ),
-    batch_size: int = typer.Option(16, help="Prompts per attribution pass."),
+    batch_size: int = typer.Option(16, min=1, help="Prompts per attribution pass."),
     seed: int = typer.Option(0, help="Seed of the prompt choice and the random-order baseline."),
-    device: str = typer.Option("cpu", help="cpu, cuda, cuda:1, mps."),
+    device: str = typer.Option("cpu", callback=check_device, help="cpu, cuda, cuda:1, mps."),
     dtype: str = typer.Option("float32", help="float32, bfloat16 or float16."),
     progress: bool = typer.Option(True, help="Print progress."),
+    trust_remote_code: bool = typer.Option(
+        False, help="Allow model folders that ship their own Python code (auto_map) to run it (off by default)."
+    ),
 ) -> None:
     """Rank (role x layer x component) cells by graft attribution, graft the top-k exactly, and
     stop at the smallest set that recovers the target share of the finetune's gain."""
     from rich.console import Console
 
     from weightgraft.attribution.localize import encode_examples, localize
+    from weightgraft.data.encode import check_context
     from weightgraft.data.io import load_eval_prompts
     from weightgraft.engine import Grafter
-    from weightgraft.experiments.models import DTYPES, load_model, load_tokenizer
+    from weightgraft.errors import UserError
+    from weightgraft.experiments.models import DTYPES, context_length, load_model, load_tokenizer
     from weightgraft.experiments.plan import select_examples
+    from weightgraft.remote_code import refuse_remote_code
 
     if method not in ("gradient", "integrated"):
         raise typer.BadParameter("use gradient or integrated", param_hint="--method")
@@ -72,6 +85,8 @@ def localize_command(
             f"missing {', '.join(missing)}: give the models and a dataset folder, or --builtin default", err=True
         )
         raise typer.Exit(2)
+    for flag, model in (("--recipient", recipient), ("--donor", donor)):
+        refuse_remote_code(model, trust_remote_code, flag, "pass --trust-remote-code")
     from weightgraft.atomic import refuse_foreign
     from weightgraft.locking import folder_lock, lock_file
 
@@ -79,10 +94,18 @@ def localize_command(
     # Held until the command ends: one writer per folder.
     ctx.with_resource(folder_lock(lock_file(out), out))
     console = Console()
-    tokenizer = load_tokenizer(recipient)
-    grafter = Grafter(load_model(recipient, device, dtype), load_model(donor, device, dtype))
+    tokenizer = load_tokenizer(recipient, trust_remote_code, "--recipient")
     prompts = select_examples(load_eval_prompts(data, split), None, max_examples, seed, f"dataset {data}")
     examples = encode_examples(tokenizer, prompts)
+    check_context({e.id: len(e.input_ids) for e in examples}, context_length(recipient), f"--data {data}")
+    models = (
+        load_model(recipient, device, dtype, trust_remote_code, "--recipient"),
+        load_model(donor, device, dtype, trust_remote_code, "--donor"),
+    )
+    try:
+        grafter = Grafter(*models)
+    except ValueError as err:  # the engine's word on models that do not fit together
+        raise UserError(f"--recipient and --donor cannot be grafted: {err}") from None
     start = time.perf_counter()
     result = localize(
         grafter,

@@ -7,6 +7,7 @@ from typing import Literal
 
 import typer
 
+from weightgraft.cli import check_device, check_positive
 from weightgraft.pipelines.estimate import PAPER_MODELS
 
 DATASETS_HELP = (
@@ -25,7 +26,7 @@ def reproduce_command(
         f"Published numbers are shown for {', '.join(PAPER_MODELS)} (matched by name).",
     ),
     out: Path = typer.Option(..., "--out", help="Job folder; an existing one is resumed."),
-    device: str = typer.Option("auto", help="auto, cpu, cuda or cuda:N."),
+    device: str = typer.Option("auto", callback=check_device, help="auto, cpu, cuda, cuda:N or mps."),
     dtype: Literal["float32", "bfloat16", "float16"] = typer.Option(
         "float32", help="dtype of the preset runs: float32, bfloat16 or float16."
     ),
@@ -33,8 +34,10 @@ def reproduce_command(
         "auto", help="Finetuning precision: auto (fp16 on a GPU as in the paper, fp32 on CPU), fp32, bf16 or fp16."
     ),
     facts: int = typer.Option(1000, help="Facts per dataset (the paper: 1000)."),
-    epochs: int | None = typer.Option(None, help="Finetuning epochs (default: the paper's 10)."),
-    lr: float | None = typer.Option(None, help="Learning rate (default: the setting's: 2e-5 aggressive, 2e-6 gentle)."),
+    epochs: int | None = typer.Option(None, min=1, help="Finetuning epochs (default: the paper's 10)."),
+    lr: float | None = typer.Option(
+        None, callback=check_positive, help="Learning rate (default: the setting's: 2e-5 aggressive, 2e-6 gentle)."
+    ),
     setting: Literal["aggressive", "gentle"] = typer.Option(
         "aggressive",
         help="aggressive (the paper's main: lr 2e-5, weight "
@@ -46,9 +49,9 @@ def reproduce_command(
         None, help='General text for --setting gentle: a JSONL of {"text": ...} or a dataset directory.'
     ),
     max_examples: int | None = typer.Option(
-        None, help="Cap on the prompts scored per experiment (default: every prompt)."
+        None, min=1, help="Cap on the prompts scored per experiment (default: every prompt)."
     ),
-    bootstrap: int = typer.Option(1000, help="Bootstrap resamples for the intervals."),
+    bootstrap: int = typer.Option(1000, min=1, help="Bootstrap resamples for the intervals."),
     seed: int = typer.Option(0),
     dry_run: bool = typer.Option(
         False, "--dry-run", help="Print the plan (steps, estimated steps, tokens and time) and stop."

@@ -11,11 +11,28 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from weightgraft.data.errors import DataError
 from weightgraft.data.schema import EvalPrompt, Role
 
 
-class SpanMappingError(ValueError):
+class SpanMappingError(DataError):
     """A role span does not line up with token boundaries."""
+
+
+def check_context(lengths: dict[str, int], limit: int | None, where: str) -> None:
+    """Every prompt (its tokens and its target's) must fit the model's context of `limit`
+    tokens; checked before any forward pass (past it, GPT-2 fails inside torch and rotary models
+    compute at positions they never saw). `lengths`: prompt id -> tokens."""
+    if limit is None:
+        return
+    over = {pid: n for pid, n in lengths.items() if n > limit}
+    if over:
+        pid, n = max(over.items(), key=lambda item: item[1])
+        raise DataError(
+            f"{where}: {len(over)} prompt(s) are longer than the model's context of {limit} tokens "
+            f"(the longest, {pid!r}, has {n}); shorten them (e.g. the names in the facts) or use a "
+            "model with a longer context"
+        )
 
 
 @dataclass

@@ -16,6 +16,7 @@ import random
 from collections.abc import Sequence
 
 from weightgraft.data import words
+from weightgraft.data.errors import DataError
 from weightgraft.data.names import NameFactory, NamePool
 from weightgraft.data.real_entities import REAL_ACTORS, REAL_FILMS, RealFilm
 from weightgraft.data.schema import FactKind, RelationFact
@@ -78,10 +79,15 @@ def _pick_actor(rng: random.Random, actors: Sequence[str], used_first: set[str],
     if not fresh:
         fresh = [a for a in actors if a not in exclude]
     if not fresh:
-        raise ValueError("not enough real actors for the facts asked; ask for fewer real-actor facts")
+        raise DataError("not enough real actors for the facts asked; ask for fewer real-actor facts")
     actor = rng.choice(fresh)
     used_first.add(actor.split()[0])
     return actor
+
+
+def max_fake_fake_facts(pool: NamePool) -> int:
+    """The most fake_fake facts one call can make: each needs two actors with distinct first names."""
+    return pool.max_unique_first // 2
 
 
 def generate_facts(
@@ -96,6 +102,17 @@ def generate_facts(
     for kind in counts:
         if kind not in GENERATED_KINDS:
             raise ValueError(f"cannot generate facts of kind {kind!r}; choose from {GENERATED_KINDS}")
+    most = max_fake_fake_facts(pool)
+    if counts.get("fake_fake", 0) > most:
+        raise DataError(
+            f"{counts['fake_fake']} fake_fake facts asked for, but our name lists give at most {most} "
+            "(two fake actors with first names of their own per fact); ask for at most that"
+        )
+    if counts.get("real_shuffled", 0) > len(known):
+        raise DataError(
+            f"{counts['real_shuffled']} real_shuffled facts asked for, but there are only {len(known)} "
+            "known films to shuffle; ask for at most that"
+        )
     rng = random.Random(f"facts-{seed}")
     taken = set(forbidden)
     for fact in known:
@@ -114,7 +131,7 @@ def generate_facts(
             fact_id = f"{KIND_PREFIX[kind]}-{index:04d}"
             if kind == "real_shuffled":
                 if index >= len(shuffled_films):
-                    raise ValueError(f"only {len(shuffled_films)} known films to shuffle; ask for fewer")
+                    raise DataError(f"only {len(shuffled_films)} known films to shuffle; ask for fewer")
                 film = shuffled_films[index]
                 cast = {film.first_actor, film.second_actor}
                 while True:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 FactKind = Literal["fake_fake", "fake_real", "real_real", "real_shuffled", "user", "world"]
 
@@ -59,3 +59,14 @@ class EvalPrompt(BaseModel):
     # The kind of the fact asked (results are reported per kind); None only in datasets written
     # before weightgraft-data-2, which did not record it.
     fact_kind: FactKind | None = None
+
+    @model_validator(mode="after")
+    def _spans_inside_text(self) -> EvalPrompt:
+        """A span past the text (a hand edit) would mark no tokens, or the wrong ones."""
+        for role, span in self.spans.items():
+            if span.end > len(self.text) or span.start > span.end:
+                raise ValueError(
+                    f"span {role} [{span.start}, {span.end}) does not lie inside the text of "
+                    f"{len(self.text)} characters"
+                )
+        return self

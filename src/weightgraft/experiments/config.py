@@ -260,6 +260,17 @@ class RunConfig(BaseModel):
                 f"{value!r} is not a plain name; use letters, digits, '-', '_' or "
                 "'.' without path separators (choose the folder with --out)"
             )
+        # It becomes a folder name: bounded well below a file system's 255 bytes per name.
+        if len(value) > MAX_NAME_CHARS or len(value.encode("utf-8")) > 2 * MAX_NAME_CHARS:
+            raise ValueError(
+                f"a name of {len(value)} characters is too long; use at most {MAX_NAME_CHARS} "
+                "(letters, digits, '-', '_', '.')"
+            )
+        if any(c in value for c in UNSAFE_NAME_CHARS) or not value.isprintable():
+            raise ValueError(
+                f"{value[:40]!r} holds characters a file name cannot (control characters or any of "
+                f"{UNSAFE_NAME_CHARS}); use letters, digits, '-', '_' or '.'"
+            )
         return value
 
     @field_validator("device")
@@ -335,14 +346,76 @@ class RunConfig(BaseModel):
         return [item for item in self.experiments if isinstance(item, LocalizeSpec)]
 
 
+MAX_NAME_CHARS = 100  # a run name becomes a folder name
+UNSAFE_NAME_CHARS = '<>:"|?*'
+MAX_CONFIG_BYTES = 1_000_000  # a run config is a page of YAML, not a data file
+MAX_CONFIG_NODES = 100_000  # values after expanding YAML aliases (a "billion laughs" file has 10^9)
+
+
+def _expanded_nodes(root: yaml.Node) -> int:
+    """How many values the YAML document holds once every alias is expanded, counted without
+    expanding (each anchored node is counted once and reused); a recursive alias counts as
+    unbounded."""
+    sizes: dict[int, int] = {}
+    active: set[int] = set()
+
+    def size(node: yaml.Node) -> int:
+        key = id(node)
+        if key in sizes:
+            return sizes[key]
+        if key in active:
+            return MAX_CONFIG_NODES + 1
+        active.add(key)
+        total = 1
+        if isinstance(node, yaml.SequenceNode):
+            total += sum(size(child) for child in node.value)
+        elif isinstance(node, yaml.MappingNode):
+            total += sum(size(k) + size(v) for k, v in node.value)
+        active.discard(key)
+        sizes[key] = min(total, 10 * MAX_CONFIG_NODES)
+        return sizes[key]
+
+    return size(root)
+
+
 _MAPPING_EXAMPLES = {"models": "{pre: gpt2, sft: ./ckpt/relation}", "datasets": "{relation: ./data/relation}"}
 
 
+_TYPE_NAMES = {"str", "int", "float", "bool", "list", "dict", "none", "tuple", "set"}
+
+
+def _is_branch(part: object) -> bool:
+    """A step of an error's location that names a union member (`str`, `literal['auto']`,
+    `function-after[..., ConditionSpec]`), not a field of the user's config."""
+    return isinstance(part, str) and (part in _TYPE_NAMES or "[" in part)
+
+
+def _relevant_errors(errors: list[dict]) -> list[dict]:
+    """Leave out a union member's plain type mismatch ("Input should be a valid string") where
+    another member of the same union took the input and found the real problem further in: that
+    one names the field the user has to fix."""
+    keep = []
+    for item in errors:
+        loc = list(item["loc"])
+        at = next((i for i, part in enumerate(loc) if _is_branch(part)), None)
+        mismatch = item["type"].endswith("_type") or item["type"] in ("literal_error", "is_instance_of")
+        if at is not None and mismatch and len(loc) == at + 1:
+            prefix = loc[:at]
+            if any(
+                list(other["loc"][:at]) == prefix and len(other["loc"]) > at and other["loc"][at] != loc[at]
+                for other in errors
+            ):
+                continue
+        keep.append(item)
+    return keep or errors
+
+
 def _format_error(err: ValidationError, source: str) -> str:
-    """One line per problem, the first naming the source (file) too, each with its field."""
+    """One line: the first problem, naming the source (file) and its field path, and how many
+    more there are (each is named in turn as the config is fixed)."""
     lines = []
-    for item in err.errors():
-        loc = [str(p) for p in item["loc"] if p not in ("custom", "preset", "localize")]
+    for item in _relevant_errors(err.errors()):
+        loc = [str(p) for p in item["loc"] if p not in ("custom", "preset", "localize") and not _is_branch(p)]
         where = ".".join(loc) or "config"
         if item["type"] == "extra_forbidden":
             parent = ".".join(loc[:-1]) or "top level"
@@ -359,7 +432,8 @@ def _format_error(err: ValidationError, source: str) -> str:
             msg = item["msg"].removeprefix("Value error, ")
             lines.append(f"{where}: {msg}")
     head = f"invalid run config {source}: " if source else "invalid run config: "
-    return head + "\n  ".join(lines)
+    more = f" (and {len(lines) - 1} more problem(s), named once this one is fixed)" if len(lines) > 1 else ""
+    return head + lines[0] + more
 
 
 def parse_config(data: dict, source: str = "") -> RunConfig:
@@ -377,8 +451,20 @@ def load_config(path: str | Path, **overrides: Any) -> RunConfig:
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"config file {path} does not exist; check the path")
+    if path.stat().st_size > MAX_CONFIG_BYTES:
+        raise ConfigError(
+            f"{path}: {path.stat().st_size} bytes is too large for a run config (at most "
+            f"{MAX_CONFIG_BYTES}); is it the right file?"
+        )
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        text = path.read_text(encoding="utf-8")
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        if root is not None and _expanded_nodes(root) > MAX_CONFIG_NODES:
+            raise ConfigError(
+                f"{path}: its YAML aliases expand to more than {MAX_CONFIG_NODES} values; a run config "
+                "needs far fewer: write the values out, or use fewer nested aliases (*name)"
+            )
+        data = yaml.safe_load(text) or {}
     except UnicodeDecodeError as err:
         raise ConfigError(
             f"{path}: not UTF-8 text ({err.reason} at byte {err.start}); save the config as UTF-8"

@@ -17,6 +17,7 @@ from __future__ import annotations
 import torch
 
 from weightgraft.data.batching import align_on, right_pad
+from weightgraft.data.errors import DataError
 from weightgraft.errors import UserError
 from weightgraft.experiments.components import resolve_for_model
 from weightgraft.experiments.conditions import Condition, ResolvedGraft
@@ -125,8 +126,9 @@ class Resources:
 
 def encode_examples(resources: Resources, exp: ExperimentSpec, tokenizer) -> tuple[list[Example], int]:
     """The experiment's examples, encoded, and how many prompts it could have scored."""
-    from weightgraft.data.encode import encode_prompt
+    from weightgraft.data.encode import check_context, encode_prompt
     from weightgraft.data.templates import in_authors_wording
+    from weightgraft.experiments.models import context_length
 
     every = resources.prompts(exp.dataset)
     if exp.wording == "authors":
@@ -141,9 +143,17 @@ def encode_examples(resources: Resources, exp: ExperimentSpec, tokenizer) -> tup
     for prompt in prompts:
         enc = encode_prompt(tokenizer, prompt)
         if not enc.target_ids:
-            raise ValueError(f"prompt {prompt.id!r}: target {prompt.target!r} has no tokens")
+            raise DataError(
+                f"prompt {prompt.id!r}: target {prompt.target!r} has no tokens; rebuild the dataset "
+                "(every prompt needs a non-empty target)"
+            )
         positions = {str(k): list(v) for k, v in enc.positions.items()}
         examples.append(Example(prompt, list(enc.input_ids), list(enc.target_ids), positions))
+    check_context(
+        {e.prompt.id: len(e.input_ids) + len(e.target_ids) for e in examples},
+        context_length(resources.config.models[exp.recipient]),
+        f"experiment {exp.name!r} (models.{exp.recipient})",
+    )
     return examples, len(available)
 
 

@@ -39,6 +39,22 @@ def model_dir(name_or_path: str) -> Path | None:
         return None
 
 
+def context_length(name_or_path: str) -> int | None:
+    """The most tokens the model takes (config.json's n_positions or max_position_embeddings,
+    of its text config), read without loading it; None when unknown."""
+    folder = model_dir(name_or_path)
+    try:
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8")) if folder else {}
+    except (OSError, ValueError):
+        return None
+    if isinstance(config.get("text_config"), dict):
+        config = {**config, **config["text_config"]}
+    for name in ("n_positions", "max_position_embeddings", "n_ctx"):
+        if isinstance(config.get(name), int) and config[name] > 0:
+            return config[name]
+    return None
+
+
 def looks_like_path(name: str) -> bool:
     """A hub id is `name` or `org/name`; anything else (or anything on disk) is a path."""
     return name.startswith(("/", ".", "~")) or name.count("/") > 1 or "\\" in name or Path(name).expanduser().exists()
@@ -192,8 +208,9 @@ def load_model(name_or_path: str, device: str, dtype: str, trust_remote_code: bo
     from transformers.utils import logging as hf_logging
 
     check_model_files(name_or_path, field)
-    verbosity = hf_logging.get_verbosity()
+    verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
     hf_logging.set_verbosity_error()  # its load report would come before our one-line error
+    hf_logging.disable_progress_bar()
     try:
         # safetensors only: a pickled checkpoint can run code when loaded.
         model, info = AutoModelForCausalLM.from_pretrained(
@@ -216,6 +233,8 @@ def load_model(name_or_path: str, device: str, dtype: str, trust_remote_code: bo
         ) from err
     finally:
         hf_logging.set_verbosity(verbosity)
+        if bars:
+            hf_logging.enable_progress_bar()
     problems = _key_problems(info)
     if problems:
         raise UserError(

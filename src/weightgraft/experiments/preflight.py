@@ -7,12 +7,17 @@ and their templates. Each failure is a UserError naming the config field and the
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from pydantic import ValidationError
 
+from weightgraft.adapters.base import GROUPS
 from weightgraft.errors import UserError
+from weightgraft.experiments.components import resolve_for_model
 from weightgraft.experiments.conditions import ConditionSpec
 from weightgraft.experiments.config import RunConfig
 from weightgraft.experiments.models import check_model_files
+from weightgraft.remote_code import refuse_remote_code
 
 # Config fields that set parameter shapes: models that differ here can never be grafted (the
 # engine compares the rest, such as head counts or RoPE settings, once the models are loaded).
@@ -65,6 +70,7 @@ def model_configs(config: RunConfig, keys: set[str]) -> dict[str, object]:
         folder = check_model_files(config.models[key], field)
         if folder is None:
             continue
+        refuse_remote_code(folder, config.trust_remote_code, field, "set `trust_remote_code: true` in the run config")
         try:
             loaded = AutoConfig.from_pretrained(folder, trust_remote_code=config.trust_remote_code)
         except (OSError, ValueError) as err:
@@ -81,7 +87,11 @@ def model_configs(config: RunConfig, keys: set[str]) -> dict[str, object]:
     return out
 
 
-def check_pairs(pairs: set[tuple[str, str]], configs: dict[str, object]) -> None:
+def check_pairs(pairs: set[tuple[str, str]], configs: dict[str, object], allowed: Collection[str] = ()) -> None:
+    """Recipient and donor configs agree in every shape, and in every field that changes the
+    computation (the engine's own comparison, made here before any weights load)."""
+    from weightgraft.engine.compat import config_differences
+
     for recipient, donor in sorted(pairs):
         if recipient == donor or recipient not in configs or donor not in configs:
             continue
@@ -95,6 +105,18 @@ def check_pairs(pairs: set[tuple[str, str]], configs: dict[str, object]) -> None
                 f"models.{recipient} and models.{donor} cannot be grafted: their "
                 f"configs differ in {', '.join(diffs)}; graft between a model and "
                 "its own finetunes (same architecture and size)"
+            )
+        differences = {
+            name: values
+            for name, values in config_differences(configs[recipient], configs[donor]).items()
+            if not ({name, name.split(".")[0], name.split(".")[-1]} & set(allowed))
+        }
+        if differences:
+            listed = "; ".join(f"{f}: recipient {r!r}, donor {d!r}" for f, (r, d) in differences.items())
+            raise UserError(
+                f"models.{recipient} and models.{donor} cannot be grafted: recipient and donor {donor!r} have "
+                f"configs that differ in fields that change the computation: {listed}; graft between "
+                "finetunes of one model (or list the fields under `allow_config_differences` if you mean it)"
             )
 
 
@@ -113,8 +135,19 @@ def check_layers(config: RunConfig, configs: dict[str, object]) -> None:
             raise UserError(
                 f"{where}{err}; models.{exp.recipient} has {num_layers} layers, so fix the layers in the config"
             ) from err
+        components = _components_of(configs[exp.recipient])
         for cond in conditions:
             for graft in cond.grafts:
+                if components is not None:
+                    names = resolve_for_model(graft.components, list(components))
+                    lacking = [n for n in ([names] if isinstance(names, str) else names) if n not in components]
+                    lacking = [n for n in lacking if n not in GROUPS]
+                    if lacking:
+                        raise UserError(
+                            f"experiment {exp.name!r}, condition {cond.name!r}: models.{cond.recipient} "
+                            f"({configs[exp.recipient].model_type}) has no component(s) {lacking}; it has "
+                            f"{list(components)}, so fix the condition's components"
+                        )
                 try:
                     layer_indices(graft.layers, num_layers)
                 except ValueError as err:
@@ -124,6 +157,16 @@ def check_layers(config: RunConfig, configs: dict[str, object]) -> None:
                         f"layers, so fix `layers` (0..{num_layers - 1}, negatives from the end, "
                         "or a band such as last_half)"
                     ) from err
+
+
+def _components_of(model_config) -> tuple[str, ...] | None:
+    """The canonical components of a model's architecture, from its config (None if unknown)."""
+    from weightgraft.adapters import adapter_for
+
+    try:
+        return adapter_for(model_config).components
+    except ValueError:
+        return None
 
 
 def check_datasets(config: RunConfig) -> None:
@@ -173,6 +216,6 @@ def check_before_loading(config: RunConfig) -> None:
     check_device(config.device)
     used = used_models(config)
     configs = model_configs(config, used["keys"])
-    check_pairs(used["pairs"], configs)
+    check_pairs(used["pairs"], configs, config.allow_config_differences)
     check_layers(config, configs)
     check_datasets(config)

@@ -80,6 +80,15 @@ class Runner:
             for item in exp.conditions:
                 if not isinstance(item, str):
                     keys |= {k for k in (item.recipient, item.donor, *(g.donor for g in item.grafts)) if k}
+        # Encoded once before any weights load: a prompt past a model's context, an empty
+        # target or a span off the tokens fails here, in one line (the tokenizer is cached).
+        checked = set()
+        for exp in experiments:
+            key = (exp.dataset, repr(exp.templates), exp.max_examples, repr(exp.directions), exp.recipient)
+            if key not in checked:  # presets share their prompts: encode each choice once
+                checked.add(key)
+                encode_examples(self.resources, exp, self.resources.tokenizer(sorted(keys)))
+        self.out.mkdir(parents=True, exist_ok=True)
         datasets = {e.dataset for e in experiments}
         body = records.provenance(self.config, {k: self.resources.model_info(k) for k in keys}, datasets)
         result = RunResult(out=self.out)

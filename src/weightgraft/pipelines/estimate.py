@@ -82,7 +82,7 @@ def model_size(model: str) -> ModelSize | None:
         from transformers import AutoModelForCausalLM
 
         with torch.device("meta"):
-            net = AutoModelForCausalLM.from_config(config)
+            net = AutoModelForCausalLM.from_config(config, trust_remote_code=False)
         params = sum(p.numel() for p in {id(p): p for p in net.parameters()}.values())
         layers = config.get_text_config().num_hidden_layers
         return ModelSize(params, layers, "config", max_length)

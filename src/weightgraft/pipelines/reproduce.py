@@ -29,7 +29,9 @@ from pathlib import Path
 
 from weightgraft.atomic import OutputExistsError, is_nonempty_folder, refuse_foreign, remove_entry
 from weightgraft.locking import folder_lock, lock_file
+from weightgraft.errors import UserError
 from weightgraft.pipelines.ledger import Ledger, sha256_of, sha256_of_file
+from weightgraft.remote_code import refuse_remote_code
 
 # The paper's dataset codes and weightgraft's fact kinds.
 DATASET_KINDS = {"FMRA": "fake_real", "FMFA": "fake_fake", "RMRA-shuffled": "real_shuffled"}
@@ -166,6 +168,31 @@ def _known_count() -> int:
     return len(REAL_FILMS)
 
 
+def _check_tokenizer(model: str) -> None:
+    """A local model folder must hold its tokenizer: every step after the plan needs it."""
+    from weightgraft.experiments.models import model_dir
+
+    folder = model_dir(str(model))
+    if folder is None:
+        return  # a hub id not cached: the finetune step says whether it can be had
+    from transformers import AutoTokenizer
+
+    try:
+        AutoTokenizer.from_pretrained(folder, trust_remote_code=False)
+    except (OSError, ValueError) as err:
+        raise UserError(
+            f"--model: no usable tokenizer in {folder} ({str(err).splitlines()[0][:200]}); save the "
+            "tokenizer beside the model with tokenizer.save_pretrained(DIR)"
+        ) from None
+
+
+def _fake_fake_limit(seed: int) -> int:
+    from weightgraft.data.facts import max_fake_fake_facts
+    from weightgraft.data.names import NamePool
+
+    return max_fake_fake_facts(NamePool(seed))
+
+
 def plan_job(options: ReproduceOptions) -> Job:
     """The sets, finetunes and runs the options ask for (nothing is built)."""
     from weightgraft.experiments.presets import PRESETS
@@ -177,6 +204,14 @@ def plan_job(options: ReproduceOptions) -> Job:
         raise ValueError(f"unknown dataset code(s) {bad}; choose from {', '.join(DATASET_KINDS)} ({DATASET_HELP})")
     if options.setting not in SETTINGS:
         raise ValueError(f"unknown --setting {options.setting!r}; use aggressive or gentle")
+    refuse_remote_code(
+        options.model,
+        False,
+        "--model",
+        "reproduce never does; finetune it with `weightgraft train --trust-remote-code` and run "
+        "configs with `trust_remote_code: true` instead",
+    )
+    _check_tokenizer(options.model)
     if options.facts < 4:
         raise ValueError("--facts must be at least 4 (the hybrid splits the facts in two halves)")
     if options.setting == "gentle" and options.general_text is None:
@@ -210,6 +245,11 @@ def plan_job(options: ReproduceOptions) -> Job:
             n = _known_count()
             notes.append(
                 f"{code}: {n} facts, not {options.facts}: weightgraft's list holds {n} real films to shuffle casts over"
+            )
+        if kind == "fake_fake" and n > _fake_fake_limit(options.seed):
+            raise ValueError(
+                f"--facts {n}: {code} needs two fake actors with first names of their own per fact, and our "
+                f"name lists give at most {_fake_fake_limit(options.seed)} such facts; ask for at most that"
             )
         sets[code] = DataSet(out / "data" / code, kind, n, purpose="both directions")
         add_finetune(f"{code}_sft", code, "SFT: both directions, all facts")

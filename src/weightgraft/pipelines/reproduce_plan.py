@@ -42,7 +42,7 @@ def _sample_lengths(job: Job) -> tuple[float, float, str]:
         try:
             from transformers import AutoTokenizer
 
-            tok = AutoTokenizer.from_pretrained(folder)
+            tok = AutoTokenizer.from_pretrained(folder, trust_remote_code=False)
 
             def count(items):
                 return sum(len(ids) for ids in tok(items)["input_ids"]) / len(items)

@@ -29,6 +29,7 @@ from weightgraft.atomic import atomic_directory, check_whole, refuse_nonempty, r
 from weightgraft.data.batching import right_pad
 from weightgraft.data.errors import DataError
 from weightgraft.data.io import load_eval_prompts, load_manifest, load_train_texts
+from weightgraft.remote_code import refuse_remote_code
 from weightgraft.training.evaluate import topk_accuracy
 from weightgraft.training.lengths import check_lengths
 
@@ -147,6 +148,22 @@ def _encode_texts(tokenizer, texts: list[str], max_length: int) -> list[list[int
     return rows
 
 
+@contextmanager
+def _quiet_loading():
+    """transformers without its load report and progress bar (restored after)."""
+    from transformers.utils import logging as hf_logging
+
+    verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(verbosity)
+        if bars:
+            hf_logging.enable_progress_bar()
+
+
 def finetune(
     model: str | Path,
     data_dir: str | Path,
@@ -166,6 +183,7 @@ def finetune(
     makes sure that a checkpoint found there belongs to this model, data and config)."""
     start = time.time()
     refuse_nonempty(out_dir, overwrite)
+    refuse_remote_code(model, trust_remote_code, "--model", "pass --trust-remote-code (Python: trust_remote_code=True)")
     if not 0.0 <= config.mix_ratio < 1.0:
         raise DataError("mix_ratio must be in [0, 1): the share of general text among training examples")
     if config.mix_ratio > 0 and not general_texts:
@@ -177,12 +195,30 @@ def finetune(
     manifest = load_manifest(data_dir)
     if Path(model).is_dir():
         check_whole(model)  # a model folder whose replacement was cut off mixes two builds
-    tokenizer = AutoTokenizer.from_pretrained(model, trust_remote_code=trust_remote_code)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(model, trust_remote_code=trust_remote_code)
+    except (OSError, ValueError) as err:
+        raise DataError(
+            f"--model: no usable tokenizer in {model} ({str(err).splitlines()[0][:200]}); save the tokenizer "
+            "beside the model with tokenizer.save_pretrained(DIR)"
+        ) from None
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    net = AutoModelForCausalLM.from_pretrained(
-        model, trust_remote_code=trust_remote_code, dtype=torch.float32, use_safetensors=True
-    )
+    with _quiet_loading():  # a refusal below must be the only line printed
+        net, info = AutoModelForCausalLM.from_pretrained(
+            model,
+            trust_remote_code=trust_remote_code,
+            dtype=torch.float32,
+            use_safetensors=True,
+            output_loading_info=True,
+        )
+    missing = sorted(info.get("missing_keys") or [])
+    if missing:  # they would be trained from random values and saved into the finetune
+        raise DataError(
+            f"--model: the checkpoint of {model} lacks {len(missing)} tensor(s) its config.json needs "
+            f"({', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''}); save the model again with "
+            "save_pretrained, or fix config.json"
+        )
     if config.freeze_embeddings:
         net.get_input_embeddings().weight.requires_grad_(False)
     if config.freeze_unembeddings:

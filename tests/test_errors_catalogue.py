@@ -1,0 +1,546 @@
+"""Every error in docs/errors.md, produced through the command line: exit code 2, one line, and
+that line holds the catalogued message's stable stem.
+
+docs/errors.md gives each message an id (`E-config-05`); RECIPES below says, per id, how to
+provoke it (the command line, built in a tiny world of models and datasets) and which stem of the
+message the line must hold (and the catalogue's row too, so that the doc cannot drift from the
+code). An id in the catalogue without a recipe fails `test_every_catalogued_error_has_a_recipe`,
+so a new message cannot be added without one; PENDING lists the few ids not yet provoked, each
+with its reason, and shrinks only. To add a message: a row `| E-AREA-NN | `message` | cause | fix |`
+in docs/errors.md, and an entry `"E-AREA-NN": R(lambda w: [...args...], "stem")` here.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import re
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from bad_input_fixtures import EXPERIMENT, build_world
+from cli_runner import invoke, one_line_error
+from data_fixtures import OTHER_USER_FACT, USER_FACT
+
+DOC = Path(__file__).resolve().parents[1] / "docs" / "errors.md"
+
+
+def catalogue() -> dict[str, str]:
+    """id -> the message cell of its row, for every error (`E-`) row of docs/errors.md."""
+    rows = {}
+    for line in DOC.read_text(encoding="utf-8").splitlines():
+        match = re.match(r"\|\s*(E-[a-z]+-\d+)\s*\|(.*?)\|", line)
+        if match:
+            assert match.group(1) not in rows, f"id {match.group(1)} is used twice in docs/errors.md"
+            rows[match.group(1)] = match.group(2)
+    return rows
+
+
+@dataclass
+class World:
+    """The tiny models and datasets of `bad_input_fixtures`, a fresh folder per recipe, and the
+    test's monkeypatch (for the full disk)."""
+
+    paths: dict[str, Path]
+    tmp: Path
+    monkeypatch: pytest.MonkeyPatch
+    counter: list[int] = field(default_factory=lambda: [0])
+
+    def __getitem__(self, key: str) -> Path:
+        return self.paths[key]
+
+    def file(self, name: str, text: str | bytes) -> Path:
+        path = self.tmp / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(text) if isinstance(text, bytes) else path.write_text(text, encoding="utf-8")
+        return path
+
+    def folder(self, name: str, *files: str) -> Path:
+        path = self.tmp / name
+        path.mkdir(parents=True, exist_ok=True)
+        for item in files:
+            (path / item).write_text("{}")
+        return path
+
+    def config(self, drop: tuple[str, ...] = (), **changes) -> Path:
+        body = {
+            "name": "t",
+            "bootstrap": 10,
+            "models": {"pre": str(self["pre"]), "sft": str(self["sft"])},
+            "datasets": {"relation": str(self["data"])},
+            "experiments": [EXPERIMENT],
+        }
+        body.update(changes)
+        for key in drop:
+            body.pop(key)
+        self.counter[0] += 1
+        path = self.tmp / f"config{self.counter[0]}.yaml"
+        path.write_text(yaml.safe_dump(body))
+        return path
+
+    def run(self, *args, **changes) -> list:
+        """`weightgraft run CONFIG --out DIR` for a config with `changes`."""
+        return ["run", self.config(**changes), "--out", self.tmp / "run", *args]
+
+    def experiment(self, **changes) -> list:
+        return self.run(experiments=[dict(EXPERIMENT, **changes)])
+
+    def grafts(self, **graft) -> list:
+        return self.experiment(conditions=[{"name": "c", "grafts": [{"positions": "FE", **graft}]}])
+
+    def model(self, name: str, edit: Callable[[Path], None]) -> str:
+        """A copy of the tiny `sft` model, changed by `edit(folder)`."""
+        folder = self.tmp / name
+        shutil.copytree(self["sft"], folder)
+        edit(folder)
+        return str(folder)
+
+    def config_json(self, name: str, **fields) -> str:
+        def edit(folder: Path) -> None:
+            body = json.loads((folder / "config.json").read_text())
+            body.update(fields)
+            (folder / "config.json").write_text(json.dumps(body))
+
+        return self.model(name, edit)
+
+    def dataset(self, edit: Callable[[dict], None]) -> str:
+        folder = self.tmp / "edited"
+        shutil.copytree(self["data"], folder)
+        lines = (folder / "eval.jsonl").read_text().splitlines()
+        record = json.loads(lines[0])
+        edit(record)
+        lines[0] = json.dumps(record)
+        (folder / "eval.jsonl").write_text("\n".join(lines) + "\n")
+        return str(folder)
+
+    def facts(self, *lines: str | dict) -> Path:
+        text = "".join((json.dumps(x) if isinstance(x, dict) else x) + "\n" for x in lines)
+        return self.file("facts.jsonl", text)
+
+    def data(self, *args) -> list:
+        return ["data", "--out", self.tmp / "d", *args]
+
+    def user(self, *lines) -> list:
+        return self.data("--user-facts", self.facts(*lines))
+
+    def train(self, *args, model: str | Path | None = None, data: Path | None = None) -> list:
+        out = self.tmp / "ft"
+        return ["train", "--model", model or self["pre"], "--data", data or self["built"], "--out", out, *args]
+
+    def shards(self, *splits: str, **changes) -> Path:
+        """Run the tiny config's shards (e.g. "0/2") into one folder; return it."""
+        out = self.tmp / "sharded"
+        for split in splits:
+            outcome = invoke("run", self.config(**changes), "--out", out, "--shard", split, "--no-progress")
+            assert outcome.code == 0, outcome.lines
+        return out
+
+
+def bom(w: World) -> list:
+    return w.user(b"\xef\xbb\xbf".decode("utf-8") + json.dumps(USER_FACT))
+
+
+def cut_safetensors(folder: Path) -> None:
+    weights = (folder / "model.safetensors").read_bytes()
+    (folder / "model.safetensors").write_bytes(weights[: len(weights) // 2])
+
+
+def other_tokenizer(folder: Path) -> None:
+    from tokenizer_fixtures import byte_level_bpe
+
+    for name in folder.glob("*token*"):
+        name.unlink()
+    byte_level_bpe(["a different vocabulary for a different model"] * 20, vocab_size=300).save_pretrained(folder)
+
+
+def bomb(w: World) -> list:
+    rows = ['a0: &a0 ["x","x","x","x","x","x","x","x","x","x"]']
+    rows += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 9)]
+    return ["run", w.file("bomb.yaml", "\n".join(rows) + "\n")]
+
+
+def model_changed_between_shards(w: World) -> list:
+    movable = w.model("movable", lambda folder: None)
+    models = {"pre": str(w["pre"]), "sft": movable}
+    out = w.shards("0/2", models=models)
+    shutil.copy(w["task"] / "model.safetensors", Path(movable) / "model.safetensors")
+    w.shards("1/2", models=models)
+    return ["merge", out]
+
+
+def damaged_shard_file(w: World) -> list:
+    out = w.shards("0/2", "1/2")
+    path = next((out / "examples" / "e").glob("*.shard-1-of-2.parquet"))
+    path.write_bytes(b"not a parquet file")
+    return ["merge", out]
+
+
+def folder_in_the_way(w: World) -> list:
+    (w.tmp / "d" / "relation" / "facts.jsonl").mkdir(parents=True)
+    return w.data("--overwrite", "--facts-per-kind", "4", "--relation", "4", "--task", "0")
+
+
+def cuda_on_a_cpu_machine(w: World) -> list:
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA GPU")
+    return w.train("--device", "cuda")
+
+
+def full_disk(w: World) -> list:
+    import weightgraft.atomic
+
+    def full(path, writer):
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    w.monkeypatch.setattr(weightgraft.atomic, "write_atomic", full)
+    return w.data("--facts-per-kind", "4", "--relation", "4", "--task", "0")
+
+
+def mixed_splits(w: World) -> list:
+    return ["merge", w.shards("0/2", "0/3")]
+
+
+def one_missing_shard(w: World) -> list:
+    return ["merge", w.shards("0/2")]
+
+
+def shards_of_two_configs(w: World) -> list:
+    out = w.shards("0/2")
+    outcome = invoke("run", w.config(bootstrap=11), "--out", out, "--shard", "1/2", "--no-progress")
+    assert outcome.code == 0, outcome.lines
+    return ["merge", out]
+
+
+def lost_state(w: World) -> list:
+    out = w.shards("0/2", "1/2")
+    (out / "state" / "e.shard-1-of-2.json").unlink()
+    return ["merge", out]
+
+
+@dataclass
+class R:
+    """How to provoke one message: the command line (from the world), the stem its one line must
+    hold, and the fragment the catalogue's row must hold (the stem itself unless given)."""
+
+    args: Callable[[World], list]
+    stem: str
+    doc: str | None = None
+
+
+S = USER_FACT
+RECIPES: dict[str, R] = {
+    # Run configs
+    "E-config-01": R(lambda w: ["run", w.tmp / "nope.yaml"], "does not exist; check the path"),
+    "E-config-02": R(lambda w: ["run", w.file("b.yaml", "name: t\nmodels: {pre: a, sft: b\n")], "bad YAML ("),
+    "E-config-03": R(lambda w: ["run", w.file("b.yaml", b"name: \xff\n")], "not UTF-8 text ("),
+    "E-config-04": R(
+        lambda w: ["run", w.file("b.yaml", "- a\n- b\n")], "expected `field: value` lines at the top level, got a list"
+    ),
+    "E-config-05": R(lambda w: w.run(colour=1), "unknown field 'colour' at top level; remove it or fix its spelling"),
+    "E-config-06": R(lambda w: w.run(models=5), "models: expected a mapping of `name: value` entries, got 5"),
+    "E-config-07": R(lambda w: w.run(drop=("experiments",)), "experiments: required field is missing; add it"),
+    "E-config-08": R(lambda w: w.run(name="../x"), "is not a plain name"),
+    "E-config-09": R(
+        lambda w: w.run(device="banana"), "device: 'banana' is not a device; use cpu, cuda, cuda:N or mps"
+    ),
+    "E-config-10": R(lambda w: w.run(dtype="float64"), "dtype: Input should be 'float32', 'bfloat16' or 'float16'"),
+    "E-config-11": R(lambda w: w.experiment(donor="nokey"), "uses model 'nokey', which is not under `models:`"),
+    "E-config-12": R(lambda w: w.experiment(dataset="nods"), "uses dataset 'nods', which is not under `datasets:`"),
+    "E-config-13": R(lambda w: w.run(experiments=[EXPERIMENT, EXPERIMENT]), "experiment names repeat"),
+    "E-config-14": R(lambda w: w.experiment(name="a b"), "must use letters, digits, '_', '-', '.'"),
+    "E-config-15": R(lambda w: w.experiment(conditions=[]), "has no conditions and no sweep"),
+    "E-config-16": R(lambda w: w.experiment(conditions=["BOGUS"]), "unknown condition 'BOGUS' in experiment 'e'"),
+    "E-config-17": R(lambda w: w.grafts(positions="FE+XX"), "unknown position 'XX' in 'FE+XX'", "unknown position"),
+    "E-config-18": R(lambda w: w.grafts(components="O+ZZ"), "unknown component 'ZZ' in 'O+ZZ'", "unknown component"),
+    "E-config-19": R(lambda w: w.grafts(layers="bogus"), "unknown layer band 'bogus'", "unknown layer band"),
+    "E-config-20": R(lambda w: w.experiment(headline=["bogus"]), "unknown metric 'bogus'", "unknown metric"),
+    "E-config-21": R(lambda w: w.run(experiments=[{"preset": "nope"}]), "Input should be 'position_grafting'"),
+    "E-config-22": R(
+        lambda w: w.experiment(
+            conditions=[{"name": "c", "method": "activations", "grafts": [{"positions": "FE", "components": "O"}]}]
+        ),
+        "activation patching replaces whole blocks' outputs",
+    ),
+    "E-config-23": R(lambda w: w.run(name="x" * 300), "name: a name of 300 characters is too long; use at most 100"),
+    "E-config-24": R(lambda w: ["run", w.file("big.yaml", "# padding\n" * 200_000)], "too large for a run config"),
+    "E-config-25": R(bomb, "YAML aliases expand to more than 100000 values"),
+    # Checks before any weights load
+    "E-preload-01": R(
+        lambda w: w.run(models={"pre": str(w.tmp / "nope"), "sft": str(w["sft"])}), "does not exist; fix the path"
+    ),
+    "E-preload-02": R(
+        lambda w: w.run(models={"pre": str(w["pre"] / "model.safetensors"), "sft": str(w["sft"])}),
+        "is a file; give the folder that holds config.json and model.safetensors",
+    ),
+    "E-preload-03": R(
+        lambda w: w.run(models={"pre": str(w.folder("notes", "notes.txt")), "sft": str(w["sft"])}),
+        "is not a model folder (no config.json)",
+    ),
+    "E-preload-04": R(
+        lambda w: w.run(models={"pre": str(w.folder("pickled", "config.json", "pytorch_model.bin")), "sft": "x"}),
+        "has only pickled weights (.bin/.pt), which weightgraft does not load because unpickling can run code",
+    ),
+    "E-preload-05": R(
+        lambda w: w.run(models={"pre": str(w.folder("bare", "config.json")), "sft": str(w["sft"])}),
+        "has no *.safetensors weights",
+    ),
+    "E-preload-06": R(
+        lambda w: w.run(models={"pre": str(w["pre"]), "sft": w.model("cut", cut_safetensors)}),
+        "model.safetensors is damaged (",
+        ".safetensors is damaged (",
+    ),
+    "E-preload-07": R(
+        lambda w: w.run(
+            models={"pre": str(w["pre"]), "sft": w.model("badcfg", lambda f: (f / "config.json").write_text("{"))}
+        ),
+        "config.json cannot be read (",
+        "/config.json cannot be read (",
+    ),
+    "E-preload-08": R(
+        lambda w: w.run(models={"pre": str(w["pre"]), "sft": w.config_json("bert", model_type="bert")}),
+        "no weightgraft adapter for model_type 'bert'",
+        "no weightgraft adapter for model_type",
+    ),
+    "E-preload-09": R(
+        lambda w: w.run(models={"pre": str(w["pre"]), "sft": w.config_json("deep", num_hidden_layers=3)}),
+        "cannot be grafted: their configs differ in num_hidden_layers 2 vs 3",
+    ),
+    "E-preload-10": R(
+        lambda w: w.grafts(layers=100), "layer 100 is outside a model of 2 layers", "is outside a model of N layers"
+    ),
+    "E-preload-11": R(
+        lambda w: w.grafts(layers="eighth_3"), "is empty for a model with 2 layers", "is empty for a model"
+    ),
+    "E-preload-12": R(lambda w: w.run(device="mps"), "device: 'mps' is not available"),
+    "E-preload-13": R(
+        lambda w: w.run(datasets={"relation": str(w.tmp / "nods")}),
+        "does not exist; build one with `weightgraft data --out DIR` or fix the path",
+    ),
+    "E-preload-14": R(
+        lambda w: w.run(datasets={"relation": str(w.folder("empty"))}),
+        "has no eval.jsonl, so it is not a dataset folder",
+    ),
+    "E-preload-15": R(
+        lambda w: w.run(datasets={"relation": w.dataset(lambda r: r["spans"][next(iter(r["spans"]))].update(end=999))}),
+        "eval.jsonl: a record is invalid (",
+    ),
+    "E-preload-16": R(
+        lambda w: w.experiment(templates=["nope"]), "unknown template(s) ['nope']", "unknown template(s)"
+    ),
+    "E-preload-17": R(
+        lambda w: w.run(datasets={"relation": str(w.file("nothing/eval.jsonl", "").parent)}),
+        "no evaluation prompts to score",
+    ),
+    "E-preload-18": R(
+        lambda w: w.grafts(components="q_norm"), "(llama) has no component(s) ['q_norm']", "has no component(s)"
+    ),
+    "E-preload-19": R(
+        lambda w: w.run(models={"pre": str(w["pre"]), "sft": w.config_json("remote", auto_map={"AutoConfig": "x.C"})}),
+        "asks to run its own Python code (config.json auto_map",
+        "asks to run its own Python code (config.json auto_map",
+    ),
+    "E-preload-20": R(
+        lambda w: w.run(models={"pre": str(w["gpt2_pre"]), "sft": str(w["gpt2_sft"])}),
+        "prompt(s) are longer than the model's context of 4 tokens",
+        "prompt(s) are longer than the model's context of C tokens",
+    ),
+    # While models load and run
+    "E-load-01": R(
+        lambda w: w.run(models={"pre": str(w["lacking"]), "sft": str(w["sft"])}),
+        "does not match its config.json: 1 missing tensor(s) model.layers.1.mlp.up_proj.weight",
+        "does not match its config.json: 1 missing tensor(s)",
+    ),
+    "E-load-04": R(
+        lambda w: w.run(models={"pre": str(w["no_tokenizer"]), "sft": str(w["sft"])}),
+        "models.pre: no usable tokenizer in",
+        "no usable tokenizer in",
+    ),
+    "E-load-05": R(
+        lambda w: w.run(models={"pre": str(w["pre"]), "sft": w.model("othertok", other_tokenizer)}),
+        "have different tokenizers; grafting needs one shared vocabulary",
+    ),
+    "E-load-06": R(
+        lambda w: w.run(models={"pre": str(w["pre"]), "sft": w.config_json("eps", rms_norm_eps=0.5)}),
+        "cannot be grafted: recipient and donor 'sft' have configs that differ in fields that change the computation",
+        "have configs that differ in fields that change the computation",
+    ),
+    "E-load-09": R(
+        lambda w: w.run(datasets={"relation": w.dataset(lambda r: r["spans"][next(iter(r["spans"]))].update(end=1))}),
+        "span",
+        "the LABEL span 'TEXT' does not map onto whole tokens",
+    ),
+    # Sharded and multi-process runs
+    "E-shard-01": R(lambda w: w.run("--shard", "5/2"), "--shard '5/2': write it as I/N with 0 <= I < N"),
+    "E-shard-02": R(lambda w: ["merge", w.folder("noshards")], "holds no shards (run.shard-I-of-N.json)"),
+    "E-shard-03": R(mixed_splits, "holds shards of different splits"),
+    "E-shard-04": R(one_missing_shard, "shard 1/2 (missing) is not complete", "is not complete; run"),
+    "E-shard-05": R(shards_of_two_configs, "its shards were run from different configs"),
+    "E-shard-07": R(model_changed_between_shards, "the shards of experiment 'e' saw different examples or models"),
+    "E-shard-08": R(
+        damaged_shard_file, ".shard-1-of-2.parquet is damaged", "is damaged (...) / stale (...); run shard"
+    ),
+    "E-shard-06": R(lost_state, "e.shard-1-of-2.json is missing or unreadable", "is missing or unreadable"),
+    # weightgraft data
+    "E-data-01": R(
+        lambda w: ["data", "--out", w.folder("full", "mine.txt")], "exists and is not empty; pass --overwrite"
+    ),
+    "E-data-02": R(lambda w: ["data", "--out", w.file("afile", "x")], "is a file, not a folder; choose another --out"),
+    "E-data-03": R(folder_in_the_way, "facts.jsonl is a folder where weightgraft writes a file; move it away"),
+    "E-data-04": R(
+        lambda w: w.data("--relation", "0"), "--relation must be a positive number (got 0)", "must be a positive number"
+    ),
+    "E-data-05": R(lambda w: w.data("--kinds", "bogus"), "--kinds: unknown or no kind(s)"),
+    "E-data-06": R(lambda w: w.data("--known", "100000"), "real films in our list; ask for at most that"),
+    "E-data-07": R(lambda w: w.data("--facts-per-kind", "2"), "the sets ask for", "the sets ask for N facts"),
+    "E-data-08": R(lambda w: w.data("--articles", w.file("a.jsonl", "{}")), "--articles needs --user-facts"),
+    "E-data-09": R(lambda w: w.data("--user-facts", w.tmp / "none.jsonl"), "does not exist; build the dataset first"),
+    "E-data-10": R(bom, "starts with a byte-order mark (BOM); save it as UTF-8 without BOM"),
+    "E-data-11": R(
+        lambda w: w.data("--user-facts", w.file("f.jsonl", b'{"a": "\xe9"}\n')), "is not UTF-8 text (byte 0x"
+    ),
+    "E-data-12": R(lambda w: w.user("{bad"), "line 1 is not valid JSON", "is not valid JSON"),
+    "E-data-13": R(
+        lambda w: w.user("[1]"), "line 1: expected a JSON object, got list", "expected a JSON object, got list"
+    ),
+    "E-data-14": R(lambda w: w.user({"first_actor": "A B"}), "line 1: missing field(s)", "missing field(s)"),
+    "E-data-15": R(lambda w: w.user(dict(S, release_year="soon")), "line 1: field release_year:", "field F:"),
+    "E-data-16": R(
+        lambda w: w.user(dict(S, first_actor=" ")), "line 1: first_actor is empty; give a name", "is empty; give a name"
+    ),
+    "E-data-17": R(lambda w: w.user(dict(S, second_actor=S["first_actor"])), "is both first_actor and second_actor"),
+    "E-data-18": R(
+        lambda w: w.user(dict(S, id="x"), dict(OTHER_USER_FACT, id="x")),
+        "line 2: id 'x' is already used on line 1",
+        "is already used on line K; ids must be unique",
+    ),
+    "E-data-19": R(lambda w: w.user(S, S), "line 2: the same fact as line 1", "the same fact as line K"),
+    "E-data-20": R(lambda w: w.user(""), "holds no facts; write one JSON object per line"),
+    "E-data-21": R(
+        lambda w: w.data("--user-facts", w.facts(S), "--articles", w.file("a.jsonl", '{"x": 1}\n')),
+        "line 1: missing field text (a non-empty string)",
+        "missing field text (a non-empty string)",
+    ),
+    "E-data-24": R(
+        lambda w: w.data("--kinds", "fake_fake", "--facts-per-kind", "100000"),
+        "fake_fake facts asked for, but our name lists give at most",
+    ),
+    "E-data-25": R(
+        lambda w: w.data("--kinds", "real_shuffled", "--facts-per-kind", "5000"),
+        "real_shuffled facts asked for, but there are only",
+    ),
+    # weightgraft train and pretrain
+    "E-train-01": R(
+        lambda w: ["train", "--model", w["pre"], "--data", w["built"], "--out", w.folder("busy", "mine.txt")],
+        "exists and is not empty; pass --overwrite",
+    ),
+    "E-train-02": R(lambda w: w.train("--precision", "fp64"), "Invalid value for '--precision'"),
+    "E-train-03": R(cuda_on_a_cpu_machine, "--device cuda asked for, but no CUDA GPU is visible; use --device cpu"),
+    "E-train-04": R(
+        lambda w: w.train("--precision", "fp16", "--device", "cpu"), "fp16 training needs a CUDA GPU; on CPU use"
+    ),
+    "E-train-05": R(lambda w: w.train("--mix-ratio", "0.5"), "mix_ratio > 0 needs general text"),
+    "E-train-06": R(
+        lambda w: w.train("--freeze-embeddings", model=w["gpt2_pre"]),
+        "this model ties embeddings and unembeddings: freeze both or neither",
+    ),
+    "E-train-07": R(
+        lambda w: w.train(model=w["gpt2_pre"]),
+        "validation prompt(s) are longer than the model's context of 4 tokens",
+        "validation prompt(s) are longer than the model's context of C tokens",
+    ),
+    "E-train-09": R(lambda w: w.train(data=w.folder("nodata")), "is not a complete dataset directory"),
+    "E-train-10": R(lambda w: ["pretrain", "--size", "huge"], "Invalid value for '--size'"),
+    "E-train-11": R(
+        lambda w: w.train(model=w.config_json("remote", auto_map={"AutoConfig": "x.C"})),
+        "asks to run its own Python code (config.json auto_map",
+    ),
+    "E-train-12": R(lambda w: w.train(model=w["no_tokenizer"]), "--model: no usable tokenizer in"),
+    "E-train-13": R(
+        lambda w: w.train(model=w["lacking"]),
+        "lacks 1 tensor(s) its config.json needs (model.layers.1.mlp.up_proj.weight)",
+        "lacks N tensor(s) its config.json needs",
+    ),
+    # Every command
+    "E-input-01": R(lambda w: w.train("--epochs", "0"), "Invalid value for '--epochs'", "Invalid value for '--OPTION'"),
+    "E-input-02": R(full_disk, "no space left on the device while writing"),
+    "E-input-03": R(
+        lambda w: ["localize", "--recipient", w["gpt2_pre"], "--donor", w["gpt2_sft"], "--data", w["data"]],
+        "prompt(s) are longer than the model's context of 4 tokens",
+        "prompt(s) are longer than the model's context of C tokens",
+    ),
+    "E-input-04": R(
+        lambda w: [
+            "reproduce",
+            "--model",
+            w["pre"],
+            "--out",
+            w.tmp / "j",
+            "--datasets",
+            "FMFA",
+            "--facts",
+            "100000",
+            "--dry-run",
+        ],
+        "FMFA needs two fake actors with first names of their own per fact",
+    ),
+}
+
+# Where a recipe's stem names its own values, the fragment of the catalogue's row to find instead.
+DOC_FRAGMENTS = {
+    "E-config-05": "unknown field",
+    "E-config-07": "required field is missing; add it",
+    "E-config-09": "is not a device; use cpu, cuda",
+    "E-config-11": "which is not under models:",
+    "E-config-12": "which is not under datasets:",
+    "E-config-16": "unknown condition",
+    "E-config-23": "characters is too long; use at most 100",
+    "E-shard-01": "write it as I/N with 0 <= I < N",
+    "E-shard-07": "saw different examples or models",
+    "E-data-03": "is a folder where weightgraft writes a file; move it away",
+    "E-train-03": "asked for, but no CUDA GPU is visible; use --device cpu",
+}
+
+# Catalogued errors not yet provoked here, with the reason (this list only shrinks).
+PENDING = {
+    "E-load-08": "an empty target fails the span-mapping check first (E-load-09) with the tests' tokenizer",
+    "E-load-02": "damage past the safetensors header that safe_open's header check does not see",
+    "E-load-03": "a hub id whose tokenizer is cached but whose weights are not (the tokenizer loads first)",
+    "E-load-07": "parameter/architecture differences are refused earlier, by E-preload-09",
+    "E-shard-09": "shard files from different example sets",
+}
+
+
+def test_every_catalogued_error_has_a_recipe():
+    ids = set(catalogue())
+    assert not ids - set(RECIPES) - set(PENDING), "errors in docs/errors.md without a recipe here"
+    assert not (set(RECIPES) | set(PENDING)) - ids, "recipes for ids docs/errors.md no longer lists"
+    assert not set(RECIPES) & set(PENDING)
+
+
+@pytest.fixture(scope="module")
+def paths(tmp_path_factory):
+    return build_world(tmp_path_factory.mktemp("catalogue"))
+
+
+@pytest.fixture
+def world(paths, tmp_path, monkeypatch):
+    monkeypatch.setenv("WEIGHTGRAFT_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.chdir(tmp_path)
+    return World(paths, tmp_path, monkeypatch)
+
+
+@pytest.mark.parametrize("entry", sorted(RECIPES))
+def test_each_catalogued_error_is_one_line_with_exit_code_2(entry, world):
+    recipe = RECIPES[entry]
+    doc = catalogue()[entry].replace("`", "")
+    fragment = (recipe.doc or DOC_FRAGMENTS.get(entry) or recipe.stem).replace("`", "")
+    assert fragment in doc, f"{entry}: docs/errors.md's row does not hold {recipe.doc or recipe.stem!r}"
+    line = one_line_error(invoke(*recipe.args(world)))
+    assert recipe.stem in line, (entry, line)
