@@ -28,8 +28,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from weightgraft.atomic import OutputExistsError, is_nonempty_folder, refuse_foreign, remove_entry
-from weightgraft.locking import folder_lock, lock_file
 from weightgraft.errors import UserError
+from weightgraft.locking import folder_lock, lock_file
 from weightgraft.pipelines.ledger import Ledger, sha256_of, sha256_of_file
 from weightgraft.remote_code import refuse_remote_code
 
