@@ -552,3 +552,31 @@ def reference_unit_logits(recipient, donor, ids, specs) -> torch.Tensor:
         cache = out.past_key_values
         rows.append(out.logits[0, -1])
     return torch.stack(rows)
+
+
+# ----------------------------------------------------------------------------------------------
+# Shaped weight changes, built explicitly: a whole copy of the recipient whose every parameter
+# is W_r + scale * shape(W_d - W_r), computed in float64. rank=k keeps the top-k singular
+# directions of each matrix (2-D parameter), top=n (int) or top=f (float) its n or round(f * size)
+# largest-magnitude entries; vectors take scale * their whole change.
+# ----------------------------------------------------------------------------------------------
+
+
+@torch.no_grad()
+def shaped_model(recipient, donor, scale: float = 1.0, rank: int | None = None, top=None):
+    """A new model: the recipient plus the donor's change, scaled and shaped per parameter."""
+    model = copy.deepcopy(recipient)
+    donor_params = dict(donor.named_parameters())
+    for name, param in model.named_parameters():
+        change = donor_params[name].double() - param.double()
+        if change.dim() >= 2 and rank is not None:
+            u, s, vh = torch.linalg.svd(change, full_matrices=False)
+            change = u[:, :rank] @ torch.diag(s[:rank]) @ vh[:rank]
+        elif change.dim() >= 2 and top is not None:
+            count = max(1, round(top * change.numel())) if isinstance(top, float) else top
+            order = torch.argsort(change.abs().flatten(), descending=True)
+            kept = torch.zeros(change.numel(), dtype=torch.double)
+            kept[order[:count]] = change.flatten()[order[:count]]
+            change = kept.view_as(change)
+        param.copy_((param.double() + scale * change).to(param.dtype))
+    return model
