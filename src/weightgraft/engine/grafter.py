@@ -122,10 +122,7 @@ class Grafter:
         self._key_index = {key: i for i, key in enumerate(self.keys)}
         self._targets = self._module_targets()
         self._key_target = {k: (path, cols) for path, served in self._targets.items() for k, cols in served}
-        config = recipient.config
-        self.units: dict[str, UnitSpec] = unit_specs(
-            self.adapter, recipient, {path: rule(config) for path, rule in self.adapter.splits.items()}
-        )
+        self._units: dict[str, UnitSpec] | None = None
         self._unit_columns: dict[tuple[int, frozenset], tuple[torch.Tensor | None, torch.Tensor | None]] = {}
         self._lm_head_path = self.adapter.model_level.get("lm_head", "")
         # For layer sharing: the masks (all donors') of what acts before layer 0, and of each layer.
@@ -147,6 +144,15 @@ class Grafter:
     def components(self) -> list[str]:
         """Canonical component names this model has (groups attn, mlp, norms, all also apply)."""
         return list(self.adapter.components)
+
+    @property
+    def units(self) -> dict[str, UnitSpec]:
+        """How each head and neuron component divides into units (read when first needed)."""
+        if self._units is None:
+            config = self.recipient.config
+            splits = {path: rule(config) for path, rule in self.adapter.splits.items()}
+            self._units = unit_specs(self.adapter, self.recipient, splits)
+        return self._units
 
     @property
     def device(self) -> torch.device:

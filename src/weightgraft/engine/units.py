@@ -63,7 +63,12 @@ def _out_features(module: nn.Module) -> int:
 def unit_specs(adapter: Adapter, model: nn.Module, splits: dict[str, dict[str, torch.Tensor]]) -> dict[str, UnitSpec]:
     """The units of every head and neuron component this model has, read from layer 0's modules
     and the config's head counts."""
-    config = model.config.get_text_config()
+    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    if getattr(config, "num_attention_heads", None) is None:
+        raise UnitError(
+            f"this {adapter.model_types[0]} model's config has no num_attention_heads, so its heads and neurons "
+            "cannot be told apart; give the config num_attention_heads (and num_key_value_heads) to graft them"
+        )
     heads = int(config.num_attention_heads)
     kv_heads = int(getattr(config, "num_key_value_heads", None) or heads)
     layer = adapter.decoder_layers(model)[0]
