@@ -10,7 +10,7 @@ import torch
 
 from engine_fixtures import ATOL, grafter_for, max_diff, pad_batch, pair, random_positions, real_slice, stable_seed
 from reference_grafter import GraftSpec, reference_unit_logits, unit_counts
-from tiny_model_fixtures import ARCHS
+from tiny_model_fixtures import ARCHS, num_layers
 
 HEADS = ["q", "k", "v", "o"]
 
@@ -124,3 +124,23 @@ def test_bad_unit_input_names_the_fix():
     with pytest.raises(UnitError, match="int >= 0"):
         Graft("last", "all", "o", heads=[-1])
     assert issubclass(UnitError, UserError)
+
+
+@pytest.mark.parametrize("arch", ["llama", "gpt2"])
+def test_head_sweep_in_one_call_equals_one_call_per_condition(arch):
+    """A head x layer sweep at the last token, every condition a row of one batch (prefix and
+    layer sharing at work), equals each condition run alone (sharing reorders float32 sums:
+    ATOL)."""
+    from weightgraft import Graft
+
+    recipient, _ = pair(arch)
+    grafter = grafter_for(arch)
+    heads = unit_counts(recipient.config)["o"][0]
+    prompts = torch.tensor([[5, 17, 33, 9, 61, 2], [8, 120, 4, 4, 90, 13]])
+    conditions = [
+        Graft("last", [layer], "o", heads=[h]) for layer in range(num_layers(recipient)) for h in range(heads)
+    ]
+    swept = grafter.last_logits(prompts.repeat_interleave(len(conditions), 0), row_grafts=conditions * 2)
+    alone = torch.stack([grafter.last_logits(prompts, grafts=c) for c in conditions], dim=1).reshape(swept.shape)
+    assert max_diff(swept, alone) < ATOL
+    assert max_diff(alone[0], alone[1]) > 1e-3  # the conditions differ
