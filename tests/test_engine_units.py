@@ -144,3 +144,19 @@ def test_head_sweep_in_one_call_equals_one_call_per_condition(arch):
     alone = torch.stack([grafter.last_logits(prompts, grafts=c) for c in conditions], dim=1).reshape(swept.shape)
     assert max_diff(swept, alone) < ATOL
     assert max_diff(alone[0], alone[1]) > 1e-3  # the conditions differ
+
+
+def test_many_unit_grafts_meeting_at_a_position_are_their_union():
+    """70 one-neuron grafts of one row (more sets than a bit pattern would hold) meet at the last
+    token: the same masks as one graft of the 70 neurons, so the same computation."""
+    from weightgraft import Graft
+
+    grafter = grafter_for("gpt2")  # 128 FFN neurons
+    ids = torch.tensor([[5, 17, 33, 9, 61, 2], [8, 120, 4, 4, 90, 13]])
+    chosen = list(range(1, 128))
+    one_by_one = [Graft("last", "all", "down", neurons=[n]) for n in chosen[:70]]
+    spread = [Graft([1], "all", "down", neurons=[3])]  # another position, another set
+    together = grafter.logits(ids, row_grafts=[one_by_one + spread, spread])
+    union = grafter.logits(ids, row_grafts=[[Graft("last", "all", "down", neurons=chosen[:70]), *spread], spread])
+    assert torch.equal(together, union)
+    assert max_diff(together[0], grafter.logits(ids[:1], spread)[0]) > 1e-3

@@ -399,18 +399,7 @@ class Grafter:
         for (d, k), by_units in partial.items():
             index = d * num_keys + k
             count = self.units[self.keys[k][1]].count
-            sets = list(by_units)
-            if len(sets) == 1:
-                combos = {sets[0]: by_units[sets[0]]}
-            else:  # positions by which of the sets reach them, then each pattern's union
-                pattern = torch.zeros_like(whole[0], dtype=torch.long)
-                for i, units in enumerate(sets):
-                    pattern |= by_units[units].long() << i
-                combos = {}
-                for value in pattern.unique().tolist():
-                    if value:
-                        union = frozenset().union(*(sets[i] for i in range(len(sets)) if value >> i & 1))
-                        combos[union] = combos.get(union, torch.zeros_like(whole[0])) | (pattern == value)
+            combos = _unions(by_units)
             for units, where in combos.items():
                 if len(units) == count:
                     whole[index] |= where
@@ -618,6 +607,19 @@ class Grafter:
         gen = getattr(self.recipient, "generation_config", None)
         eos = getattr(gen, "eos_token_id", None)
         return eos if eos is not None else getattr(self.recipient.config, "eos_token_id", None)
+
+
+def _unions(by_units: dict[frozenset, torch.Tensor]) -> dict[frozenset, torch.Tensor]:
+    """Where each union of unit sets applies: a position reached by several grafts of one key
+    takes the union of their units (usually none are; those few are done one by one)."""
+    if len(by_units) == 1:
+        return dict(by_units)
+    reach = torch.stack(list(by_units.values())).sum(0)
+    combos = {units: where & (reach == 1) for units, where in by_units.items()}
+    for b, s in (reach > 1).nonzero().tolist():
+        union = frozenset().union(*(units for units, where in by_units.items() if where[b, s]))
+        combos.setdefault(union, torch.zeros_like(reach, dtype=torch.bool))[b, s] = True
+    return combos
 
 
 def _named_donors(
