@@ -44,6 +44,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_runner.py
 	$(BIN)/python benchmarks/bench_attribution.py
 	$(BIN)/python benchmarks/bench_explore.py
+	$(BIN)/python benchmarks/bench_fine.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info

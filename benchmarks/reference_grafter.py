@@ -216,6 +216,8 @@ class GraftSpec:
     layers: Any = "all"
     components: Any = "all"
     donor: str | None = None
+    heads: Any = None  # q/k/v/o heads (k, v: key-value heads)
+    neurons: Any = None  # gate/up/down neurons
 
 
 def _bands(num_layers: int) -> dict[str, list[int]]:
@@ -430,3 +432,151 @@ def reference_generate(recipient, donors, ids, specs, max_new_tokens: int, gener
         grafted = {} if generated == "none" else plan[n - 1]
         logits, cache = _step(recipient, donors, token, n + j, grafted, cache)
     return new_tokens
+
+
+# ----------------------------------------------------------------------------------------------
+# Heads and neurons: the weight slices of some units of a component, written from the HF
+# modeling files. q/k/v heads and gate/up neurons are output features (rows of a Linear weight,
+# columns of a Conv1D weight, with the bias entries); o heads and down neurons are input features
+# (columns of a Linear weight, rows of a Conv1D weight), without the bias, which belongs to the
+# whole component. A selection of every unit is the whole component.
+# ----------------------------------------------------------------------------------------------
+
+
+def unit_counts(config) -> dict[str, tuple[int, int]]:
+    """component -> (number of units, features per unit) for the head and neuron components."""
+    heads = config.num_attention_heads
+    kv = getattr(config, "num_key_value_heads", None) or heads
+    hidden = config.hidden_size
+    head_dim = getattr(config, "head_dim", None) or hidden // heads
+    layer, _, _ = component_table(config)
+    if config.model_type == "gpt2":
+        inner = config.n_inner or 4 * hidden
+    else:
+        inner = config.intermediate_size
+    out = {"q": (heads, head_dim), "k": (kv, head_dim), "v": (kv, head_dim), "o": (heads, head_dim)}
+    for name in ("gate", "up", "down"):
+        if name in layer:
+            out[name] = (inner, 1)
+    return out
+
+
+def unit_parameter_slices(model, component: str, layer_index: int, units):
+    """[(parameter name, dim, indices)] of some units (an iterable of ints) of one component."""
+    count, width = unit_counts(model.config)[component]
+    units = sorted(set(units))
+    if len(units) == count:
+        return parameter_slices(model, component, layer_index)
+    own = torch.tensor([u * width + j for u in units for j in range(width)], dtype=torch.long)
+    out = []
+    for path, rows in _pieces(model.config, component, layer_index):
+        module = model.get_submodule(path)
+        conv = _is_conv1d(module)
+        if component in ("o", "down"):  # input features of the weight only
+            out.append((f"{path}.weight", 0 if conv else 1, own))
+            continue
+        picked = own if rows is None else rows[own]
+        for pname, _param in module.named_parameters(recurse=False):
+            dim = 1 if (conv and pname == "weight") else 0
+            out.append((f"{path}.{pname}", dim, picked))
+    return out
+
+
+def resolve_row_units(specs, n: int, config) -> list[dict]:
+    """For each of the row's n real tokens, {(component, layer or None): units or None (whole)}
+    for one donor. Units from several specs at one token add up; every unit is the whole."""
+    if specs is None:
+        specs = []
+    if isinstance(specs, GraftSpec):
+        specs = [specs]
+    num_layers = config.get_text_config().num_hidden_layers
+    counts = unit_counts(config)
+    plan = [{} for _ in range(n)]
+    for spec in specs:
+        layers_is_all = isinstance(spec.layers, str) and spec.layers == "all"
+        comps = spec.components
+        if spec.neurons is not None and comps == "mlp":
+            comps = [c for c in ("gate", "up", "down") if c in counts]
+        per_layer, model_level = resolve_components(comps, config, layers_is_all)
+        keys = {(c, i) for c in per_layer for i in resolve_layers(spec.layers, num_layers)}
+        keys |= {(c, None) for c in model_level}
+        chosen = spec.heads if spec.heads is not None else spec.neurons
+        chosen = None if chosen is None else ({chosen} if isinstance(chosen, int) else set(chosen))
+        for t in resolve_positions(spec.positions, n):
+            for key in keys:
+                before = plan[t].get(key, set())
+                if before is None or chosen is None:
+                    plan[t][key] = None
+                    continue
+                union = before | chosen
+                plan[t][key] = None if len(union) == counts[key[0]][0] else union
+    return plan
+
+
+@torch.no_grad()
+def graft_units_into(model, donor, grafted: dict) -> None:
+    """Copy the donor's weights into `model` for {(component, layer): units or None}."""
+    params = dict(model.named_parameters(remove_duplicate=False))
+    donor_params = dict(donor.named_parameters(remove_duplicate=False))
+    for (component, layer_index), units in grafted.items():
+        if units is None:
+            pieces = parameter_slices(model, component, layer_index)
+        else:
+            pieces = unit_parameter_slices(model, component, layer_index, units)
+        for pname, dim, rows in pieces:
+            target, source = params[pname], donor_params[pname]
+            if rows is None:
+                target.copy_(source)
+            else:
+                target.index_copy_(dim, rows, source.index_select(dim, rows))
+
+
+@torch.no_grad()
+def reference_unit_logits(recipient, donor, ids, specs) -> torch.Tensor:
+    """Logits [n, vocab] for one unpadded row, token by token, with head/neuron grafts: at each
+    token a fresh copy of the recipient takes exactly the donor's weight slices grafted there."""
+    ids = [int(x) for x in ids]
+    plan = resolve_row_units(specs, len(ids), recipient.config)
+    cache = DynamicCache(config=recipient.config)
+    rows = []
+    for t, token in enumerate(ids):
+        model = untied_copy(recipient)
+        graft_units_into(model, donor, plan[t])
+        out = model(
+            input_ids=torch.tensor([[token]]),
+            position_ids=torch.tensor([[t]]),
+            attention_mask=torch.ones(1, t + 1, dtype=torch.long),
+            past_key_values=cache,
+            use_cache=True,
+        )
+        cache = out.past_key_values
+        rows.append(out.logits[0, -1])
+    return torch.stack(rows)
+
+
+# ----------------------------------------------------------------------------------------------
+# Shaped weight changes, built explicitly: a whole copy of the recipient whose every parameter
+# is W_r + scale * shape(W_d - W_r), computed in float64. rank=k keeps the top-k singular
+# directions of each matrix (2-D parameter), top=n (int) or top=f (float) its n or round(f * size)
+# largest-magnitude entries; vectors take scale * their whole change.
+# ----------------------------------------------------------------------------------------------
+
+
+@torch.no_grad()
+def shaped_model(recipient, donor, scale: float = 1.0, rank: int | None = None, top=None):
+    """A new model: the recipient plus the donor's change, scaled and shaped per parameter."""
+    model = copy.deepcopy(recipient)
+    donor_params = dict(donor.named_parameters())
+    for name, param in model.named_parameters():
+        change = donor_params[name].double() - param.double()
+        if change.dim() >= 2 and rank is not None:
+            u, s, vh = torch.linalg.svd(change, full_matrices=False)
+            change = u[:, :rank] @ torch.diag(s[:rank]) @ vh[:rank]
+        elif change.dim() >= 2 and top is not None:
+            count = max(1, round(top * change.numel())) if isinstance(top, float) else top
+            order = torch.argsort(change.abs().flatten(), descending=True)
+            kept = torch.zeros(change.numel(), dtype=torch.double)
+            kept[order[:count]] = change.flatten()[order[:count]]
+            change = kept.view_as(change)
+        param.copy_((param.double() + scale * change).to(param.dtype))
+    return model

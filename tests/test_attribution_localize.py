@@ -236,3 +236,64 @@ def test_localize_experiment_in_a_run_config_reports_and_is_reused(world, tmp_pa
     stamp = (out / "localize" / "minimal" / "localize.json").stat().st_mtime_ns
     run_all(config, out, progress=False)  # same settings and models: reused, not recomputed
     assert (out / "localize" / "minimal" / "localize.json").stat().st_mtime_ns == stamp
+
+
+def _one_head_donor(recipient, examples, layer: int, head: int):
+    """The recipient with head `head` of the last layer's o_proj writing each prompt's target
+    direction at its last token: only that head, at that token, changes the prediction."""
+    import copy
+
+    donor = copy.deepcopy(recipient)
+    width = recipient.config.hidden_size // recipient.config.num_attention_heads
+    cols = slice(head * width, (head + 1) * width)
+    seen = {}
+    o_proj = recipient.model.layers[layer].self_attn.o_proj
+    handle = o_proj.register_forward_hook(lambda m, args, out: seen.__setitem__("z", args[0][0, -1, cols].detach()))
+    try:
+        with torch.no_grad():
+            for example in examples:
+                ids = torch.tensor([example.input_ids])
+                hidden = recipient.model(input_ids=ids).last_hidden_state[0, -1]
+                direction = recipient.lm_head.weight[example.target_id] * recipient.model.norm.weight
+                push = 4.0 * hidden.norm() * direction / direction.norm()
+                z = seen["z"]
+                donor.model.layers[layer].self_attn.o_proj.weight[:, cols] += torch.outer(push, z) / z.norm() ** 2
+    finally:
+        handle.remove()
+    return donor
+
+
+def test_localize_at_head_grain_finds_the_one_head(world):
+    from weightgraft.attribution.localize import _grafts_for
+
+    _, examples, recipient = world
+    donor = _one_head_donor(recipient, examples, layer=1, head=2)
+    grafter = Grafter(recipient, donor)
+    result = localize(grafter, examples, target=0.9, sizes_per_pass=4, grain="head")
+    assert result.groups[0] == ("LT", 1, "o#2")
+    # every other head's columns and every other component are the recipient's, and layer 1 is
+    # the last, so nothing else moves the last token: scores exactly 0
+    assert all(s == 0 for s in result.scores[1:])
+    assert result.reached and result.chosen == [("LT", 1, "o#2")]
+    assert result.curve[0]["recovery_prob"] == pytest.approx(1.0, abs=1e-5)
+    labels = {g[2] for g in result.groups}
+    assert {"q#3", "k#1", "v#0", "o#0", "up", "ln1"} <= labels and "o" not in labels and "k#2" not in labels
+    # every group at once is the donor everywhere (every head of a layer is the whole component)
+    ids = torch.tensor([examples[0].input_ids])
+    everything = grafter.logits(ids, _grafts_for(examples[0], result.groups))
+    assert torch.equal(everything, grafter.logits(ids, Graft()))
+    with pytest.raises(ValueError, match="grain must be one of"):
+        localize(grafter, examples, grain="heads")
+
+
+def test_localize_at_neuron_grain_ranks_neurons(world):
+    _, examples, recipient = world
+    donor = _one_head_donor(recipient, examples, layer=1, head=2)
+    with torch.no_grad():
+        donor.model.layers[0].mlp.down_proj.weight[:, 5] += 0.5  # one neuron's write changes too
+    result = localize(Grafter(recipient, donor), examples[:4], grain="neuron", target=0.5)
+    assert result.groups[0] == ("LT", 1, "o")  # o stays whole at neuron grain
+    scores = dict(zip(result.groups, result.scores))
+    assert scores[("LT", 0, "down#5")] != 0
+    assert all(g[2].partition("#")[0] != "down" or g[2] == "down#5" or s == 0 for g, s in scores.items() if g[1] == 0)
+    assert not any(g[2] in ("gate", "up", "down") for g in result.groups)

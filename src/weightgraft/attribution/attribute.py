@@ -12,6 +12,14 @@ output on the same input. With `delta = donor(x) - recipient(x)` at that row:
   then sum to metric(donor everywhere) - metric(recipient) up to the rule's error, which
   `completeness_gap` reports.
 
+At `grain="head"` or `grain="neuron"` the heads of q, k, v, o (or the neurons of gate, up, down)
+are scored too, in `Attribution.units`: an output-column unit (q/k/v heads, gate/up neurons) by
+the same product over its columns; an input-column unit (o heads, down neurons) by <g, ΔW[:, u]
+x[u]> = sum over its columns of (ΔW^T g) * x, with ΔW^T g from one vector-Jacobian product of the
+module's change (so a head's score is what swapping its columns of W_o does, to first order). A
+component's units sum to its cell, except that o's and down's units leave out the bias's share
+(the bias belongs to the whole component): `cells - units.sum(-1)` is that share.
+
 Neither model is written to: the passes run through forward hooks (removed afterwards) and
 `torch.autograd.grad` with respect to module outputs only, so no parameter's `.grad` is touched.
 """
@@ -31,6 +39,8 @@ from weightgraft.attribution.cells import CellLayout, cell_layout, donor_source
 Metric = Literal["logprob", "prob"] | Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 PAPER_ROLES = ("FE", "M", "R", "LT", "other")
 # Role names of weightgraft's datasets (`data.schema.Role`) -> the paper's.
+# The components each grain splits into units.
+GRAINS = {"component": (), "head": ("q", "k", "v", "o"), "neuron": ("gate", "up", "down")}
 _PAPER_NAME = {"first_entity": "FE", "movie_title": "M", "relation": "R", "last_token": "LT"}
 
 
@@ -55,6 +65,9 @@ class Attribution:
     metric_donor: torch.Tensor  # [batch]: the donor model everywhere
     metric_name: str = "logprob"
     extra: dict = field(default_factory=dict)
+    # grain "head" / "neuron": component -> [batch, position, layer, unit] (see the module docstring)
+    units: dict[str, torch.Tensor] = field(default_factory=dict)
+    grain: str = "component"
 
     @property
     def total(self) -> torch.Tensor:
@@ -141,6 +154,7 @@ def attribute(
     steps: int = 16,
     metric: Metric = "logprob",
     donor: str | None = None,
+    grain: Literal["component", "head", "neuron"] = "component",
 ) -> Attribution:
     """Attribute metric(target | prompt) to every cell of every row.
 
@@ -148,7 +162,11 @@ def attribute(
     `prob`, or a function (last-token logits [batch, vocab], targets [batch]) -> [batch].
     Rows may be right- or left-padded (`attention_mask`). With several donors, `donor` names the
     one whose weights a cell would compute with (call once per donor to compare them).
+    `grain="head"` also scores every head of q, k, v, o, and `grain="neuron"` every neuron of
+    gate, up, down (`Attribution.units`).
     """
+    if grain not in GRAINS:
+        raise ValueError(f"grain must be one of {list(GRAINS)}, not {grain!r}")
     if method not in ("gradient", "integrated"):
         raise ValueError(f"method must be 'gradient' or 'integrated', not {method!r}")
     if method == "integrated" and steps < 1:
@@ -162,6 +180,11 @@ def attribute(
         raise ValueError(f"{target.shape[0]} targets for {ids.shape[0]} rows; give one target token per row")
     layout = cell_layout(grafter)
     donor_modules = {t.path: source.module(t.path) for t in layout.targets}
+    unit_keys = {
+        k: grafter.units[comp]
+        for k, (layer, comp) in enumerate(layout.keys)
+        if layer is not None and comp in GRAINS[grain]
+    }
     score = _metric_fn(metric)
     last = mask.cumsum(-1).argmax(-1)
     was_training = recipient.training
@@ -170,20 +193,22 @@ def attribute(
         with ExitStack() as stack:
             stack.enter_context(source.running())
             alphas = [0.0] if method == "gradient" else [(k + 0.5) / steps for k in range(steps)]
-            effects = None
+            effects, units = None, None
             for alpha in alphas:
-                step_effects, value = _effects_at(
-                    recipient, donor_modules, layout, ids, mask, last, target, score, alpha
+                step_effects, value, step_units = _effects_at(
+                    recipient, donor_modules, layout, ids, mask, last, target, score, alpha, units=unit_keys
                 )
                 effects = step_effects if effects is None else effects + step_effects
+                units = step_units if units is None else {k: units[k] + v for k, v in step_units.items()}
                 if method == "gradient":
                     metric_recipient = value
             effects /= len(alphas)
+            units = {k: v / len(alphas) for k, v in units.items()}
             with torch.no_grad():
                 if method == "integrated":
                     metric_recipient = score(_last_logits(recipient, ids, mask, last), target)
                 # The donor everywhere: every module's output replaced by the donor's (alpha = 1).
-                _, metric_donor = _effects_at(
+                _, metric_donor, _ = _effects_at(
                     recipient, donor_modules, layout, ids, mask, last, target, score, 1.0, gradients=False
                 )
     finally:
@@ -200,6 +225,8 @@ def attribute(
         metric_recipient=metric_recipient.detach().cpu(),
         metric_donor=metric_donor.detach().cpu(),
         metric_name=metric if isinstance(metric, str) else "custom",
+        units=_units_to_cells(units, layout, mask, unit_keys),
+        grain=grain,
     )
 
 
@@ -257,18 +284,26 @@ def _effects_at(
     score,
     alpha: float,
     gradients: bool = True,
+    units: dict | None = None,
 ):
-    """<d metric / d output, donor(x) - recipient(x)> per engine key and token, at mixing `alpha`.
+    """<d metric / d output, donor(x) - recipient(x)> per engine key and token, at mixing `alpha`,
+    and per unit of the keys in `units` (key index -> UnitSpec).
 
-    Returns ([num_keys, batch, seq] at least float32, or None without `gradients`; metric per row)."""
+    Returns ([num_keys, batch, seq] at least float32, or None without `gradients`; metric per row;
+    {key index: [batch, seq, units]})."""
+    units = units or {}
     outputs: dict[str, torch.Tensor] = {}
     deltas: dict[str, torch.Tensor] = {}
+    inputs: dict[str, torch.Tensor] = {}  # modules with input-column units: their input
+    input_side = {t.path for t in layout.targets for k, _ in t.keys if k in units and units[k].side == "in"}
 
     def make_hook(path: str, donor_module: nn.Module):
         def hook(module, args, kwargs, output):
             if not isinstance(output, torch.Tensor):
                 raise RuntimeError(f"cannot attribute {path!r}: its output is not a tensor; check the adapter")
             x = args[0] if args else next(iter(kwargs.values()))
+            if path in input_side:
+                inputs[path] = x.detach()
             if not gradients:
                 return output + alpha * (donor_module(x).to(output.dtype) - output)
             if alpha == 0.0:
@@ -294,7 +329,7 @@ def _effects_at(
         if not gradients:
             with torch.no_grad():
                 logits = _run(recipient, ids, mask)
-            return None, score(logits[torch.arange(ids.shape[0], device=ids.device), last], target)
+            return None, score(logits[torch.arange(ids.shape[0], device=ids.device), last], target), {}
         with torch.enable_grad():
             logits = _run(recipient, ids, mask)
             values = score(logits[torch.arange(ids.shape[0], device=ids.device), last], target)
@@ -306,17 +341,59 @@ def _effects_at(
     batch, seq = ids.shape
     dtype = torch.promote_types(grads[0].dtype if grads and grads[0] is not None else torch.float32, torch.float32)
     effects = torch.zeros(len(layout.keys), batch, seq, dtype=dtype, device=ids.device)
+    unit_effects: dict[int, torch.Tensor] = {}
     for target_module, grad in zip(layout.targets, grads):
         if grad is None:
+            for key_index, _ in target_module.keys:
+                if key_index in units:
+                    unit_effects[key_index] = torch.zeros(batch, seq, units[key_index].count, dtype=dtype)
             continue
         product = grad.to(dtype) * deltas[target_module.path].to(dtype)
         if target_module.seq_dim != 1:
             product = product.movedim(target_module.seq_dim, 1)
         product = product.reshape(batch, seq, -1)
+        through_inputs = None
+        if target_module.path in inputs:
+            through_inputs = _input_products(
+                recipient, target_module.path, donor_modules[target_module.path], inputs[target_module.path], grad
+            ).to(dtype)
         for key_index, columns in target_module.keys:
             part = product if columns is None else product[..., columns.to(product.device)]
             effects[key_index] = part.sum(-1)
-    return effects, values.detach()
+            spec = units.get(key_index)
+            if spec is not None:
+                per_column = through_inputs if spec.side == "in" else part
+                unit_effects[key_index] = per_column.reshape(batch, seq, spec.count, spec.width).sum(-1).cpu()
+    return effects, values.detach(), unit_effects
+
+
+def _input_products(recipient, path: str, donor_module: nn.Module, x: torch.Tensor, grad: torch.Tensor):
+    """(ΔW^T g) * x per input column, ΔW^T g being the vector-Jacobian product of the module's
+    change D(x) - R(x) (an adapter's delta alone) with the output gradient g."""
+    with torch.enable_grad():
+        x = x.detach().requires_grad_()
+        change = donor_module(x)
+        if not getattr(donor_module, "adds_to_output", False):
+            change = change - recipient.get_submodule(path).forward(x)
+        (back,) = torch.autograd.grad(change, x, grad_outputs=grad.to(change.dtype))
+    return back * x.detach()
+
+
+def _units_to_cells(units: dict, layout: CellLayout, mask: torch.Tensor, specs: dict) -> dict[str, torch.Tensor]:
+    """{key index: [batch, seq, count]} -> {component: [batch, real position, layer, count]}."""
+    lengths = mask.sum(-1).tolist()
+    real = mask.cpu().bool()
+    out: dict[str, torch.Tensor] = {}
+    for key_index, values in units.items():
+        layer, comp = layout.keys[key_index]
+        if comp not in out:
+            out[comp] = torch.zeros(
+                len(lengths), max(lengths), layout.num_layers, specs[key_index].count, dtype=values.dtype
+            )
+        for b in range(len(lengths)):
+            kept = values[b][real[b]]
+            out[comp][b, : kept.shape[0], layer] = kept
+    return out
 
 
 def _to_cells(effects: torch.Tensor, layout: CellLayout, mask: torch.Tensor):

@@ -8,6 +8,8 @@ finetuning effect.
    the target's probability (both at the prompt's last token, as in the paper). Sizes 1..16 are
    tried one by one, then sizes growing by a quarter up to every group (which is the donor
    everywhere: recovery 1); the first passing size is refined one by one from the last failing.
+   At `grain="head"` (or `"neuron"`) the heads of q, k, v, o (the neurons of gate, up, down) are
+   groups of their own, labelled `o#3` (component#unit), in place of their components.
 3. For comparison: the same nested sizes in a seeded random order, and the paper's FE+LT
    (every layer and component at the first entity and the last token).
 """
@@ -22,7 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from weightgraft.attribution.attribute import PAPER_ROLES, Attribution, attribute, position_roles
+from weightgraft.attribution.attribute import GRAINS, PAPER_ROLES, Attribution, attribute, position_roles
 from weightgraft.attribution.cells import donor_name
 from weightgraft.data.batching import right_pad
 from weightgraft.data.errors import DataError
@@ -191,10 +193,14 @@ def localize(
     progress: bool = False,
     donor: str | None = None,
     stop_on: Sequence[str] = METRICS,
+    grain: str = "component",
 ) -> LocalizeResult:
     """Rank (role, layer, component) groups by attribution and find the smallest top-k set whose
     exact graft recovers `target` of the SFT gain on top-5 and on probability. With several
-    donors, `donor` names the one to localize (SFT is that donor everywhere)."""
+    donors, `donor` names the one to localize (SFT is that donor everywhere). `grain="head"` or
+    `"neuron"` searches over single heads or neurons (groups `(role, layer, "o#3")`)."""
+    if grain not in GRAINS:
+        raise ValueError(f"grain must be one of {list(GRAINS)}, not {grain!r}")
     if not examples:
         raise ValueError("localize needs at least one example")
     if not 0 < target <= 1:
@@ -207,7 +213,7 @@ def localize(
     start = time.perf_counter()
     name = donor_name(grafter, donor)
     attributions = [
-        _attribute_batch(grafter, examples[i : i + batch_size], method, steps, donor)
+        _attribute_batch(grafter, examples[i : i + batch_size], method, steps, donor, grain)
         for i in range(0, len(examples), batch_size)
     ]
     seconds["attribute"] = time.perf_counter() - start
@@ -311,11 +317,31 @@ def _size_schedule(count: int, dense: int) -> list[int]:
     return sizes
 
 
-def _attribute_batch(grafter, batch: list[Example], method: str, steps: int, donor: str | None) -> Attribution:
+def _attribute_batch(
+    grafter, batch: list[Example], method: str, steps: int, donor: str | None, grain: str = "component"
+) -> Attribution:
     ids, mask = right_pad([e.input_ids for e in batch], pad_id=0)
     return attribute(
-        grafter, ids, [e.target_id for e in batch], attention_mask=mask, method=method, steps=steps, donor=donor
+        grafter,
+        ids,
+        [e.target_id for e in batch],
+        attention_mask=mask,
+        method=method,
+        steps=steps,
+        donor=donor,
+        grain=grain,
     )
+
+
+def unit_label(component: str, unit: int) -> str:
+    """The group label of one head or neuron: `o#3`."""
+    return f"{component}#{unit}"
+
+
+def parse_label(label: str) -> tuple[str, int | None]:
+    """(component, unit or None) of a group's component label."""
+    comp, _, unit = label.partition("#")
+    return comp, (int(unit) if unit else None)
 
 
 def _rank_groups(attributions: list[Attribution], examples: list[Example]) -> tuple[list[Group], list[float]]:
@@ -336,31 +362,57 @@ def _rank_groups(attributions: list[Attribution], examples: list[Example]) -> tu
             present |= onehot.sum(1) > 0
             layer_total += torch.einsum("rp,plc->rlc", onehot, attr.cells[b, :length].double())
             model_total += onehot @ attr.model_level[b, :length].double()
+    # Components split into units: role x layer x unit totals, in place of the component's.
+    unit_total: dict[str, torch.Tensor] = {}
+    index = 0
+    for attr in attributions:
+        for b, length in enumerate(attr.lengths):
+            example = examples[index]
+            index += 1
+            for comp, values in attr.units.items():
+                onehot = torch.zeros(len(PAPER_ROLES), length, dtype=torch.float64)
+                for r, role in enumerate(PAPER_ROLES):
+                    onehot[r, example.roles.get(role, [])] = 1.0
+                add = torch.einsum("rp,plu->rlu", onehot, values[b, :length].double())
+                unit_total[comp] = unit_total[comp] + add if comp in unit_total else add
     scored: list[tuple[float, Group]] = []
     n = len(examples)
     for r, role in enumerate(PAPER_ROLES):
         if not present[r]:
             continue
         scored += [(float(model_total[r, c]) / n, (role, None, comp)) for c, comp in enumerate(model_comps)]
-        scored += [
-            (float(layer_total[r, layer, c]) / n, (role, layer, comp))
-            for layer in range(num_layers)
-            for c, comp in enumerate(comps)
-        ]
+        for layer in range(num_layers):
+            for c, comp in enumerate(comps):
+                if comp not in unit_total:
+                    scored.append((float(layer_total[r, layer, c]) / n, (role, layer, comp)))
+                    continue
+                totals = unit_total[comp][r, layer]
+                scored += [(float(totals[u]) / n, (role, layer, unit_label(comp, u))) for u in range(len(totals))]
     scored.sort(key=lambda item: -item[0])  # stable: ties keep role, layer, component order
     return [g for _, g in scored], [s for s, _ in scored]
 
 
 def _grafts_for(example: Example, groups: Sequence[Group], donor: str | None = None) -> list[Graft]:
-    """One Graft per (role, component) of the set, over that component's chosen layers."""
+    """One Graft per (role, component) of the set, over that component's chosen layers; heads
+    and neurons: one Graft per (role, component, layer), over its chosen units."""
     layers: dict[tuple[str, str], list[int]] = {}
-    for role, layer, comp in groups:
-        if example.roles.get(role):
+    units: dict[tuple[str, str, int], list[int]] = {}
+    for role, layer, label in groups:
+        if not example.roles.get(role):
+            continue
+        comp, unit = parse_label(label)
+        if unit is None:
             layers.setdefault((role, comp), []).append(0 if layer is None else layer)
-    return [
+        else:
+            units.setdefault((role, comp, layer), []).append(unit)
+    grafts = [
         Graft(positions=example.roles[role], layers=sorted(set(ls)), components=[comp], donor=donor)
         for (role, comp), ls in layers.items()
     ]
+    for (role, comp, layer), chosen in units.items():
+        kind = "heads" if comp in GRAINS["head"] else "neurons"
+        grafts.append(Graft(example.roles[role], [layer], comp, donor=donor, **{kind: sorted(chosen)}))
+    return grafts
 
 
 def _evaluate(grafter, examples: list[Example], sets: list[list[list[Graft]]], batch_size: int) -> list[dict]:

@@ -31,75 +31,19 @@ Optional members, used when present:
   adapter's targets), for `Grafter.changed_components`;
 - `prefetch(paths)` and `release()`: load ahead, and free, what `module(path)` loads.
 
+`ShapedDonor(donor, scale=..., rank=..., top=...)` wraps any source: the donor's change to the
+recipient scaled, truncated to its top singular directions, or kept in its largest entries, per
+matrix (`shaped.py`).
+
 `as_donor_source(obj, recipient)` turns what a user passes to `Grafter` into a source: a model in
 memory (`FullDonor`), a checkpoint folder or hub id (`LazyDonor`), an adapter folder with
 adapter_config.json or a `peft.PeftModel` (`AdapterDonor`, bound to `recipient`).
 """
 
-from __future__ import annotations
-
-from contextlib import AbstractContextManager
-from pathlib import Path
-from typing import Protocol, runtime_checkable
-
-import torch
-from torch import nn
-from transformers import PretrainedConfig
-
-from weightgraft.donors.adapter import ADAPTER_CONFIG, AdapterDonor
-from weightgraft.donors.checkpoint import resolve_folder
+from weightgraft.donors.adapter import AdapterDonor
 from weightgraft.donors.full import FullDonor
 from weightgraft.donors.lazy import LazyDonor
+from weightgraft.donors.shaped import ShapedDonor, ShapeError
+from weightgraft.donors.sources import DonorSource, as_donor_source
 
-
-@runtime_checkable
-class DonorSource(Protocol):
-    """A donor for the engine; see the package docstring for the contract of each member."""
-
-    config: PretrainedConfig
-
-    def parameter_shapes(self) -> dict[str, torch.Size]: ...
-
-    def check_against(self, recipient: nn.Module) -> None: ...
-
-    def module(self, path: str) -> nn.Module: ...
-
-    def running(self) -> AbstractContextManager: ...
-
-
-def as_donor_source(obj: object, recipient: nn.Module | None = None) -> DonorSource:
-    """A `DonorSource` for a donor given to `Grafter`: a source as is, a model in memory, a
-    checkpoint or adapter folder (or hub id), or a PeftModel."""
-    if _is_peft_model(obj):
-        return AdapterDonor(obj, _needs(recipient, "a PeftModel"))
-    if isinstance(obj, DonorSource):
-        return obj
-    if isinstance(obj, nn.Module):
-        return FullDonor(obj)
-    if isinstance(obj, (str, Path)):
-        folder = resolve_folder(obj, kind="donor")
-        if (folder / ADAPTER_CONFIG).is_file():
-            return AdapterDonor(folder, _needs(recipient, "an adapter folder"))
-        return LazyDonor(folder)
-    raise TypeError(
-        f"a donor must be a torch model (e.g. AutoModelForCausalLM.from_pretrained(...)), a checkpoint or "
-        f"adapter folder, a peft.PeftModel or a weightgraft.donors.DonorSource, not {type(obj).__name__}"
-    )
-
-
-def _is_peft_model(obj: object) -> bool:
-    """Without importing peft unless the object comes from it."""
-    if not type(obj).__module__.startswith("peft"):
-        return False
-    from peft import PeftModel
-
-    return isinstance(obj, PeftModel)
-
-
-def _needs(recipient: nn.Module | None, what: str) -> nn.Module:
-    if recipient is None:
-        raise TypeError(f"{what} is a donor relative to a recipient: pass the recipient to as_donor_source")
-    return recipient
-
-
-__all__ = ["AdapterDonor", "DonorSource", "FullDonor", "LazyDonor", "as_donor_source"]
+__all__ = ["AdapterDonor", "DonorSource", "FullDonor", "LazyDonor", "ShapeError", "ShapedDonor", "as_donor_source"]

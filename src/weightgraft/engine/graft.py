@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from weightgraft.adapters.base import GROUPS, MODEL_LEVEL, PER_LAYER, Adapter
+from weightgraft.engine.units import HEAD_COMPONENTS, NEURON_COMPONENTS, UnitError
 
 Positions = str | int | Sequence[int] | slice | torch.Tensor | Sequence[bool]
 Layers = str | int | Sequence[int] | range
@@ -54,6 +55,8 @@ class Graft:
     `layers` restricts per-layer components. Model-level components (embed, pos_embed, ln_final,
     lm_head) are grafted when named explicitly, or through a group only when layers="all".
     `donor` names one of the Grafter's donors; None means its only donor.
+    `heads` (with components among q, k, v, o; k and v count key-value heads) or `neurons` (with
+    gate, up, down or the group mlp) narrows the graft to those units (see `engine.units`).
     A Graft is hashable by identity (eq=False), so the engine can cache its resolution.
     """
 
@@ -61,6 +64,8 @@ class Graft:
     layers: Layers = "all"
     components: Components = "all"
     donor: str | None = None
+    heads: int | Sequence[int] | None = None
+    neurons: int | Sequence[int] | None = None
 
     def __post_init__(self) -> None:
         names = [self.components] if isinstance(self.components, str) else list(self.components)
@@ -75,13 +80,22 @@ class Graft:
             _check_layers(self.layers)
         if self.donor is not None and not isinstance(self.donor, str):
             raise TypeError(f"Graft donor must be a donor's name (a str) or None, not {type(self.donor).__name__}")
+        object.__setattr__(self, "_units", _normal_units(self.heads, self.neurons, names))
         # The positions in one normal form, read once: ("all"|"last", None), ("slice", slice),
         # ("mask", tuple of bools) or ("list", tuple of ints).
         object.__setattr__(self, "_positions", _normal_positions(self.positions))
 
     def __repr__(self) -> str:
         donor = "" if self.donor is None else f", donor={self.donor!r}"
+        for name in ("heads", "neurons"):
+            if getattr(self, name) is not None:
+                donor += f", {name}={getattr(self, name)!r}"
         return f"Graft(positions={self.positions!r}, layers={self.layers!r}, components={self.components!r}{donor})"
+
+    @property
+    def units(self) -> tuple[str, tuple[int, ...]] | None:
+        """("heads" or "neurons", the sorted unit indices), or None for whole components."""
+        return self._units
 
     # --- resolution against a model -------------------------------------------------------
     def layer_indices(self, num_layers: int) -> list[int]:
@@ -147,6 +161,34 @@ class Graft:
                 raise ValueError(f"position {p} is outside a row of {length} real tokens")
             out.append(p % length)
         return sorted(set(out))
+
+
+def _normal_units(heads: object, neurons: object, names: list[str]) -> tuple[str, tuple[int, ...]] | None:
+    """Heads or neurons as sorted unique ints >= 0, checked against the components they narrow."""
+    if heads is not None and neurons is not None:
+        raise UnitError("a Graft takes heads= or neurons=, not both; make one Graft for each")
+    kind, spec = ("heads", heads) if heads is not None else ("neurons", neurons)
+    if spec is None:
+        return None
+    values = [spec] if _is_int(spec) else list(spec) if isinstance(spec, (Sequence, range)) else None
+    if isinstance(spec, (np.ndarray, torch.Tensor)):
+        values = list(spec.reshape(-1))
+    if values is None or not values or any(not _is_int(v) or int(v) < 0 for v in values):
+        raise UnitError(f"{kind} must be an int >= 0 or a non-empty sequence of them, not {spec!r}")
+    if kind == "heads":
+        wrong = [n for n in names if n not in HEAD_COMPONENTS]
+        if wrong:
+            raise UnitError(
+                f"component(s) {wrong} have no heads: heads= narrows q, k, v or o (name them, e.g. "
+                "components='o'); k and v count key-value heads"
+            )
+    else:
+        wrong = [n for n in names if n not in NEURON_COMPONENTS and n != "mlp"]
+        if wrong:
+            raise UnitError(
+                f"component(s) {wrong} are not FFN components: neurons= narrows gate, up, down or the group mlp"
+            )
+    return kind, tuple(sorted({int(v) for v in values}))
 
 
 _POSITIONS_HELP = (

@@ -5,7 +5,7 @@ from __future__ import annotations
 import weakref
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
@@ -21,6 +21,7 @@ from weightgraft.engine.graft import Graft, Key, as_graft_list
 from weightgraft.engine.hooks import Splice, SpliceHooks
 from weightgraft.engine.layer_sharing import BEFORE_THE_LAYERS, LayerGroups, SharedLayers, plan_layer_groups
 from weightgraft.engine.sharing import plan_segments
+from weightgraft.engine.units import UnitSpec, check_units, unit_specs
 
 RowGrafts = Sequence[Graft | Sequence[Graft] | None]
 
@@ -31,26 +32,33 @@ LAYER_SHARING_ATTENTION = (None, "eager", "sdpa", "flash_attention_2", "flash_at
 DEFAULT_DONOR_NAME = "donor"
 
 
+# A partial key of one call: (donor index, key index, the heads or neurons grafted there).
+Partial = tuple[int, int, frozenset]
+
+
 @dataclass
 class GraftMasks:
     """Where each donor's (layer, component) keys are grafted in one call.
 
-    Index d * num_keys + k of `masks` is key k from donor d. Keys of one class have equal masks
-    (class -1: grafted nowhere), so per-mask work is done once per class.
+    Index d * num_keys + k of `masks` is key k from donor d, grafted whole. The masks after those,
+    one per entry of `partials`, say where a key is grafted for some of its heads or neurons only.
+    Keys of one class have equal masks (class -1: grafted nowhere), so per-mask work is done once
+    per class.
     """
 
-    masks: torch.Tensor  # bool [num_donors * num_keys, batch, seq], on the model's device
+    masks: torch.Tensor  # bool [num_donors * num_keys + len(partials), batch, seq], on the model's device
     classes: list[int]
+    partials: list[Partial] = field(default_factory=list)
 
     def chunk(self, rows: torch.Tensor, start: int, end: int) -> GraftMasks:
         """The masks of some rows over positions [start, end); equal masks stay equal."""
-        return GraftMasks(self.masks[:, rows, start:end], self.classes)
+        return GraftMasks(self.masks[:, rows, start:end], self.classes, self.partials)
 
     def last_column(self) -> GraftMasks:
-        return GraftMasks(self.masks[:, :, -1:], self.classes)
+        return GraftMasks(self.masks[:, :, -1:], self.classes, self.partials)
 
     def nothing_at_last_column(self) -> GraftMasks:
-        return GraftMasks(torch.zeros_like(self.masks[:, :, -1:]), [-1] * len(self.classes))
+        return GraftMasks(torch.zeros_like(self.masks[:, :, -1:]), [-1] * len(self.classes), self.partials)
 
 
 def _mask_classes(masks: torch.Tensor) -> list[int]:
@@ -113,6 +121,9 @@ class Grafter:
         ]
         self._key_index = {key: i for i, key in enumerate(self.keys)}
         self._targets = self._module_targets()
+        self._key_target = {k: (path, cols) for path, served in self._targets.items() for k, cols in served}
+        self._units: dict[str, UnitSpec] | None = None
+        self._unit_columns: dict[tuple[int, frozenset], tuple[torch.Tensor | None, torch.Tensor | None]] = {}
         self._lm_head_path = self.adapter.model_level.get("lm_head", "")
         # For layer sharing: the masks (all donors') of what acts before layer 0, and of each layer.
         every = [(d * len(self.keys) + k, key) for d in range(len(self.donors)) for k, key in enumerate(self.keys)]
@@ -124,13 +135,24 @@ class Grafter:
             for local, dim in self.adapter.seq_dims.items()
             for layer in range(self.num_layers)
         }
-        # Per Graft object, the keys it covers; entries go when their Graft is garbage collected.
+        # Per Graft object, the keys it covers (and with which units); entries go when their Graft
+        # is garbage collected.
         self._graft_keys: weakref.WeakKeyDictionary[Graft, torch.Tensor] = weakref.WeakKeyDictionary()
+        self._graft_units: weakref.WeakKeyDictionary[Graft, frozenset | None] = weakref.WeakKeyDictionary()
 
     @property
     def components(self) -> list[str]:
         """Canonical component names this model has (groups attn, mlp, norms, all also apply)."""
         return list(self.adapter.components)
+
+    @property
+    def units(self) -> dict[str, UnitSpec]:
+        """How each head and neuron component divides into units (read when first needed)."""
+        if self._units is None:
+            config = self.recipient.config
+            splits = {path: rule(config) for path, rule in self.adapter.splits.items()}
+            self._units = unit_specs(self.adapter, self.recipient, splits)
+        return self._units
 
     @property
     def device(self) -> torch.device:
@@ -289,10 +311,37 @@ class Grafter:
         """Bool [num_keys]: which (layer, component) keys a graft covers (cached per Graft)."""
         selected = self._graft_keys.get(graft)
         if selected is None:
+            keys = graft.keys(self.adapter, self.num_layers)
             selected = torch.zeros(len(self.keys), dtype=torch.bool)
-            selected[[self._key_index[k] for k in graft.keys(self.adapter, self.num_layers)]] = True
+            selected[[self._key_index[k] for k in keys]] = True
             self._graft_keys[graft] = selected
+            self._graft_units[graft] = self._units_of(graft, sorted({c for _, c in keys}))
         return selected
+
+    def _units_of(self, graft: Graft, components: list[str]) -> frozenset | None:
+        """The heads or neurons a graft narrows its keys to; None when it grafts them whole (no
+        units given, or every unit of every component it names)."""
+        if graft.units is None:
+            return None
+        _, units = graft.units
+        check_units(units, components, self.units, self.adapter.model_types[0])
+        if all(len(units) == self.units[c].count for c in components):
+            return None
+        return frozenset(units)
+
+    def _partial_columns(self, key: int, units: frozenset) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """(output columns, input columns) of a key's module that `units` of the key cover."""
+        found = self._unit_columns.get((key, units))
+        if found is None:
+            spec = self.units[self.keys[key][1]]
+            _, columns = self._key_target[key]
+            own = spec.columns(units).to(self.device)
+            if spec.side == "in":
+                found = (None, own)
+            else:
+                found = (own if columns is None else columns[own], None)
+            self._unit_columns[(key, units)] = found
+        return found
 
     def _donor_index(self, graft: Graft) -> int:
         if graft.donor is None:
@@ -313,15 +362,53 @@ class Grafter:
         num_keys = len(self.keys)
         out = torch.zeros(len(self.donors) * num_keys, batch, seq, dtype=torch.bool)
         real_positions = [row.nonzero().squeeze(-1) for row in mask.cpu()]
+        # (donor, key) -> unit set -> where grafted with those units only
+        partial: dict[tuple[int, int], dict[frozenset, torch.Tensor]] = {}
         for b, row in enumerate(per_row):
             for graft in row:
-                keys = self._keys_of(graft).nonzero().squeeze(-1) + self._donor_index(graft) * num_keys
+                d = self._donor_index(graft)
+                keys = self._keys_of(graft).nonzero().squeeze(-1)
                 positions = real_positions[b][graft.position_indices(len(real_positions[b]))]
-                if keys.numel() and positions.numel():
-                    out[keys[:, None], b, positions[None, :]] = True
+                if not (keys.numel() and positions.numel()):
+                    continue
+                units = self._graft_units[graft]
+                if units is None:
+                    out[keys[:, None] + d * num_keys, b, positions[None, :]] = True
+                    continue
+                for k in keys.tolist():
+                    where = partial.setdefault((d, k), {}).setdefault(units, torch.zeros(batch, seq, dtype=torch.bool))
+                    where[b, positions] = True
+        partials, partial_masks = self._resolve_partials(partial, out, num_keys)
         if len(self.donors) > 1:
-            self._refuse_overlaps(out.view(len(self.donors), num_keys, batch, seq), real_positions)
-        return GraftMasks(out.to(mask.device), _mask_classes(out))
+            anywhere = out.clone()
+            for (d, k, _), where in zip(partials, partial_masks):
+                anywhere[d * num_keys + k] |= where
+            self._refuse_overlaps(anywhere.view(len(self.donors), num_keys, batch, seq), real_positions)
+        if partials:
+            out = torch.cat([out, torch.stack(partial_masks)])
+        return GraftMasks(out.to(mask.device), _mask_classes(out), partials)
+
+    def _resolve_partials(
+        self, partial: dict[tuple[int, int], dict[frozenset, torch.Tensor]], whole: torch.Tensor, num_keys: int
+    ) -> tuple[list[Partial], list[torch.Tensor]]:
+        """One mask per (donor, key, unit set) actually grafted: grafts that meet at a position
+        take the union of their units; a union of every unit, or a key also grafted whole there,
+        is the whole key (marked in `whole`)."""
+        partials: list[Partial] = []
+        masks: list[torch.Tensor] = []
+        for (d, k), by_units in partial.items():
+            index = d * num_keys + k
+            count = self.units[self.keys[k][1]].count
+            combos = _unions(by_units)
+            for units, where in combos.items():
+                if len(units) == count:
+                    whole[index] |= where
+            for units, where in combos.items():
+                where = where & ~whole[index]
+                if len(units) < count and bool(where.any()):
+                    partials.append((d, k, units))
+                    masks.append(where)
+        return partials, masks
 
     def _refuse_overlaps(self, per_donor: torch.Tensor, real_positions: list[torch.Tensor]) -> None:
         """Two donors for one (row, position, layer, component) would be a silent choice: refuse."""
@@ -365,8 +452,14 @@ class Grafter:
         num_keys = len(self.keys)
         sources = list(self.donors.values())
         donor_modules: dict[str, dict[int, nn.Module]] = {}
+        base = len(sources) * num_keys
         for path, served in self._targets.items():
             used = [d for d in range(len(sources)) if any(grafted.classes[d * num_keys + k] >= 0 for k, _ in served)]
+            used += [
+                d
+                for i, (d, k, _) in enumerate(grafted.partials)
+                if grafted.classes[base + i] >= 0 and self._key_target[k][0] == path and d not in used
+            ]
             if used:
                 donor_modules[path] = {d: sources[d].module(path) for d in used}
         hooks = SpliceHooks(self.recipient, donor_modules, self._seq_dims)
@@ -431,6 +524,17 @@ class Grafter:
                         rows[(len(groups[layer].representatives), seq)] = rows_of(index, 0, layer)
                     if any(r.numel() for r in rows.values()):
                         splices.append(Splice(rows, cols, d))
+            base = len(self.donors) * num_keys
+            for i, (d, k, units) in enumerate(chunk.partials):
+                if chunk.classes[base + i] < 0 or self._key_target[k][0] != path:
+                    continue
+                rows = {(batch, seq): rows_of(base + i, 0)}
+                layer = self._path_layer[path]
+                if layer is not None and layer < len(groups):
+                    rows[(len(groups[layer].representatives), seq)] = rows_of(base + i, 0, layer)
+                if any(r.numel() for r in rows.values()):
+                    out_cols, in_cols = self._partial_columns(k, units)
+                    splices.append(Splice(rows, out_cols, d, in_cols))
             if splices:
                 plan[path] = splices
         return plan
@@ -464,7 +568,12 @@ class Grafter:
                 return []
             seen = grafted.masks[:, rows, :end] if rows is not None else grafted.masks
             picked = (ids, mask) if rows is None else (ids[rows, :end], mask[rows, :end])
-            return plan_layer_groups(*picked, seen, self._keys_before, self._keys_of_layer)
+            return plan_layer_groups(*picked, seen, self._keys_before, keys_of_layer)
+
+        keys_of_layer = [list(keys) for keys in self._keys_of_layer]
+        base = len(self.donors) * len(self.keys)
+        for i, (_, k, _) in enumerate(grafted.partials):
+            keys_of_layer[self.keys[k][0]].append(base + i)
 
         with self._running(grafted) as (hooks, shared):
             if segments is None:
@@ -498,6 +607,19 @@ class Grafter:
         gen = getattr(self.recipient, "generation_config", None)
         eos = getattr(gen, "eos_token_id", None)
         return eos if eos is not None else getattr(self.recipient.config, "eos_token_id", None)
+
+
+def _unions(by_units: dict[frozenset, torch.Tensor]) -> dict[frozenset, torch.Tensor]:
+    """Where each union of unit sets applies: a position reached by several grafts of one key
+    takes the union of their units (usually none are; those few are done one by one)."""
+    if len(by_units) == 1:
+        return dict(by_units)
+    reach = torch.stack(list(by_units.values())).sum(0)
+    combos = {units: where & (reach == 1) for units, where in by_units.items()}
+    for b, s in (reach > 1).nonzero().tolist():
+        union = frozenset().union(*(units for units, where in by_units.items() if where[b, s]))
+        combos.setdefault(union, torch.zeros_like(reach, dtype=torch.bool))[b, s] = True
+    return combos
 
 
 def _named_donors(

@@ -17,13 +17,17 @@ from torch import nn
 
 @dataclass
 class Splice:
-    """Rows of one module's output that come from one donor; `columns` None means every column."""
+    """Rows of one module's output that come from one donor; `columns` None means every column.
+    With `inputs`, only those input columns compute with the donor's weights: the rows become
+    R(x) + [D(x_in) - D(0)] - [R(x_in) - R(0)], x_in being x with the other columns zeroed (for
+    an affine module, the change that swapping those weight columns makes; biases cancel)."""
 
     # Flat row indices into the output's [batch * seq] rows, keyed by the (batch, seq) the module
     # is expected to see (the unembedding may see only the last position: logits_to_keep).
     rows: dict[tuple[int, int], torch.Tensor]
     columns: torch.Tensor | None
     donor: int  # index among the Grafter's donors
+    inputs: torch.Tensor | None = None
 
 
 class SpliceHooks:
@@ -63,7 +67,7 @@ class SpliceHooks:
             x = args[0] if args else next(iter(kwargs.values()))
             seq_dim = self.seq_dims.get(path, 1)
             if seq_dim == 1:
-                return splice_rows(path, modules, x, output, splices)
+                return splice_rows(path, modules, x, output, splices, module)
             spliced = splice_rows(path, modules, x.movedim(seq_dim, 1), output.movedim(seq_dim, 1), splices)
             return spliced.movedim(1, seq_dim)
 
@@ -76,6 +80,7 @@ def splice_rows(
     x: torch.Tensor,
     output: torch.Tensor,
     splices: list[Splice],
+    recipient_module: nn.Module | None = None,
 ) -> torch.Tensor:
     """`output` with the spliced rows (and columns) replaced by their donor module's output."""
     if not isinstance(output, torch.Tensor) or x.shape[:2] != output.shape[:2]:
@@ -98,6 +103,11 @@ def splice_rows(
         if rows.numel() == 0:
             continue
         donor_module = modules[splice.donor]
+        if splice.inputs is not None:
+            flat_out[rows] = flat_out[rows] + _input_columns_change(
+                donor_module, recipient_module, flat_x[rows], splice.inputs
+            ).to(flat_out.device, flat_out.dtype)
+            continue
         donor_rows = donor_module(flat_x[rows])
         if getattr(donor_module, "adds_to_output", False):  # an adapter's delta on the recipient's output
             donor_rows = flat_out[rows] + donor_rows
@@ -108,3 +118,21 @@ def splice_rows(
             columns = splice.columns if splice.columns.device == flat_out.device else splice.columns.to(flat_out.device)
             flat_out[rows[:, None], columns[None, :]] = donor_rows[:, columns]
     return flat_out.reshape(output.shape)
+
+
+def _input_columns_change(
+    donor_module: nn.Module, recipient_module: nn.Module | None, x: torch.Tensor, columns: torch.Tensor
+) -> torch.Tensor:
+    """The change to an affine module's output when its weight's `columns` (input features) come
+    from the donor: [D(x_in) - D(0)] - [R(x_in) - R(0)]; an adapter's delta needs no R term."""
+    columns = columns if columns.device == x.device else columns.to(x.device)
+    kept = torch.zeros((x.shape[0] + 1, *x.shape[1:]), dtype=x.dtype, device=x.device)  # last row: zero input
+    kept[:-1, columns] = x[:, columns]
+    donor = donor_module(kept)
+    change = donor[:-1] - donor[-1:]
+    if getattr(donor_module, "adds_to_output", False):
+        return change
+    if recipient_module is None:
+        raise RuntimeError("an input-column graft needs the recipient's module")
+    own = recipient_module.forward(kept)  # .forward: not through the hooks again
+    return change - (own[:-1] - own[-1:]).to(change.dtype)

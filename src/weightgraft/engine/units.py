@@ -1,0 +1,112 @@
+"""Units finer than a component: attention heads and FFN neurons.
+
+A head or neuron of a component is a block of columns of its module's weight:
+
+- `q`, `k`, `v` heads and `gate`, `up` neurons are *output* columns: grafting them replaces
+  those columns of the module's output (through the fused split for GPT-2's `c_attn`, NeoX's
+  interleaved `query_key_value`, Phi-3's `qkv_proj` and `gate_up_proj`). `k`/`v` heads are
+  key-value heads (grouped-query models have fewer of them than query heads).
+- `o` heads and `down` neurons are *input* columns: head h writes into the residual stream
+  through W_o[:, cols of h]. Grafting heads H gives `R(x) + sum_{h in H} (W_donor[:, h] -
+  W_recipient[:, h]) x[h]`: the recipient's output plus the donor's change to those columns.
+
+The bias of `o` and `down` (one vector for every head or neuron) belongs to the whole
+component: a strict subset of heads or neurons keeps the recipient's bias, and a selection of
+every unit is the whole component, bias included.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+from torch import nn
+
+from weightgraft.adapters.base import Adapter, Part
+from weightgraft.errors import UserError
+
+HEAD_COMPONENTS = ("q", "k", "v", "o")
+NEURON_COMPONENTS = ("gate", "up", "down")
+
+
+class UnitError(UserError, ValueError):
+    """A head or neuron selection that does not fit the graft or the model."""
+
+
+@dataclass(frozen=True)
+class UnitSpec:
+    """How one component divides into units: `count` units of `width` consecutive columns on
+    the module's output (`side="out"`) or input (`side="in"`)."""
+
+    kind: Literal["head", "kv_head", "neuron"]
+    side: Literal["out", "in"]
+    count: int
+    width: int
+
+    def columns(self, units: frozenset[int]) -> torch.Tensor:
+        """Column indices (in the component's own output or the module's input) of `units`."""
+        starts = torch.tensor(sorted(units), dtype=torch.long) * self.width
+        return (starts[:, None] + torch.arange(self.width)[None, :]).reshape(-1)
+
+
+def _in_features(module: nn.Module) -> int:
+    weight = module.weight
+    return weight.shape[0] if type(module).__name__ == "Conv1D" else weight.shape[-1]
+
+
+def _out_features(module: nn.Module) -> int:
+    weight = module.weight
+    return weight.shape[1] if type(module).__name__ == "Conv1D" else weight.shape[0]
+
+
+def unit_specs(adapter: Adapter, model: nn.Module, splits: dict[str, dict[str, torch.Tensor]]) -> dict[str, UnitSpec]:
+    """The units of every head and neuron component this model has, read from layer 0's modules
+    and the config's head counts."""
+    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    if getattr(config, "num_attention_heads", None) is None:
+        raise UnitError(
+            f"this {adapter.model_types[0]} model's config has no num_attention_heads, so its heads and neurons "
+            "cannot be told apart; give the config num_attention_heads (and num_key_value_heads) to graft them"
+        )
+    heads = int(config.num_attention_heads)
+    kv_heads = int(getattr(config, "num_key_value_heads", None) or heads)
+    layer = adapter.decoder_layers(model)[0]
+    out: dict[str, UnitSpec] = {}
+    for comp in HEAD_COMPONENTS + NEURON_COMPONENTS:
+        ref = adapter.per_layer.get(comp)
+        if ref is None:
+            continue
+        module = layer.get_submodule(ref.module if isinstance(ref, Part) else ref)
+        if comp in ("o", "down"):
+            width = _in_features(module)
+            side = "in"
+        else:
+            width = len(splits[ref.module][ref.part]) if isinstance(ref, Part) else _out_features(module)
+            side = "out"
+        if comp in NEURON_COMPONENTS:
+            out[comp] = UnitSpec("neuron", side, width, 1)
+        else:
+            count = kv_heads if comp in ("k", "v") else heads
+            out[comp] = UnitSpec("kv_head" if comp in ("k", "v") else "head", side, count, width // count)
+    return out
+
+
+def check_units(units: tuple[int, ...], components: list[str], specs: dict[str, UnitSpec], model_type: str) -> None:
+    """Every index in range for every component it applies to; the message names the counts."""
+    for comp in components:
+        spec = specs[comp]
+        bad = [u for u in units if u >= spec.count]
+        if not bad:
+            continue
+        if spec.kind == "neuron":
+            raise UnitError(
+                f"neuron {bad[0]} is out of range for {comp!r}: this {model_type} model's FFN has "
+                f"{spec.count} neurons (0..{spec.count - 1}); pick neurons in that range"
+            )
+        q = next((s.count for c, s in specs.items() if s.kind == "head"), spec.count)
+        kv = next((s.count for c, s in specs.items() if s.kind == "kv_head"), q)
+        raise UnitError(
+            f"head {bad[0]} is out of range for {comp!r}: this {model_type} model has {q} query heads "
+            f"(q, o: 0..{q - 1}) and {kv} key-value heads (k, v: 0..{kv - 1}); pick heads in that range"
+        )
