@@ -7,15 +7,19 @@ message the line must hold (and the catalogue's row too, so that the doc cannot 
 code). An id in the catalogue without a recipe fails `test_every_catalogued_error_has_a_recipe`,
 so a new message cannot be added without one; PENDING lists the few ids not yet provoked, each
 with its reason, and shrinks only. To add a message: a row `| E-AREA-NN | `message` | cause | fix |`
-in docs/errors.md, and an entry `"E-AREA-NN": R(lambda w: [...args...], "stem")` here.
+in docs/errors.md, and an entry `"E-AREA-NN": R(lambda w: [...args...], "stem")` here. Rows of
+warnings (`W-`), of the explorer's page (`X-explore-`, answers over HTTP) and of the engine's
+Python API (`API-`) are not command-line errors and have no recipe.
 """
 
 from __future__ import annotations
 
 import errno
 import json
+import os
 import re
 import shutil
+import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,6 +55,7 @@ class World:
     tmp: Path
     monkeypatch: pytest.MonkeyPatch
     counter: list[int] = field(default_factory=lambda: [0])
+    sockets: list[socket.socket] = field(default_factory=list)  # closed when the recipe's test ends
 
     def __getitem__(self, key: str) -> Path:
         return self.paths[key]
@@ -223,6 +228,68 @@ def lost_state(w: World) -> list:
     return ["merge", out]
 
 
+def foreign(w: World) -> Path:
+    """A folder of the user's own files (not an earlier output of any command)."""
+    folder = w.folder("mine")
+    (folder / "report.md").write_text("my report")
+    return folder
+
+
+def locked_run(w: World, body: str) -> list:
+    """`weightgraft run` into a folder whose lock file holds `body`."""
+    (w.tmp / "run").mkdir()
+    (w.tmp / "run" / ".weightgraft-lock").write_text(body)
+    return w.run()
+
+
+def held_by_a_live_process(w: World) -> list:
+    """A lock naming this test's parent process: alive, on this host, and not ours to take over."""
+    holder = {"pid": os.getppid(), "host": socket.gethostname(), "started": "2026-01-01T00:00:00+00:00"}
+    return locked_run(w, json.dumps(holder | {"command": "weightgraft run other.yaml"}))
+
+
+def half_replaced_dataset(w: World) -> list:
+    folder = w.tmp / "halfway"
+    shutil.copytree(w["data"], folder)
+    (folder / ".weightgraft-installing").write_text("")
+    return w.run(datasets={"relation": str(folder)})
+
+
+def edited_dataset_file(w: World) -> list:
+    folder = w.tmp / "edited-built"
+    shutil.copytree(w["built"], folder)
+    with (folder / "train.jsonl").open("a", encoding="utf-8") as handle:
+        handle.write("\n")
+    return w.train(data=folder)
+
+
+def untrusted_record(w: World) -> list:
+    out = w.folder("d")
+    (out / ".weightgraft-files").write_text("facts.jsonl\n..\n")
+    return w.data("--overwrite", "--facts-per-kind", "4", "--relation", "4", "--task", "0")
+
+
+def taken_port(w: World) -> list:
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen(1)
+    w.sockets.append(taken)
+    return ["explore", "--recipient", w["pre"], "--donor", w["sft"], "--port", taken.getsockname()[1]]
+
+
+def slow_tokenizer(folder: Path) -> None:
+    from transformers import ByT5Tokenizer
+
+    for name in folder.glob("*token*"):
+        name.unlink()
+    ByT5Tokenizer().save_pretrained(folder)
+
+
+def explore(w: World, *args) -> list:
+    """`weightgraft explore` on any free port (so that a taken 8765 cannot decide the outcome)."""
+    return ["explore", "--port", "0", *args]
+
+
 @dataclass
 class R:
     """How to provoke one message: the command line (from the world), the stem its one line must
@@ -270,6 +337,11 @@ RECIPES: dict[str, R] = {
     "E-config-23": R(lambda w: w.run(name="x" * 300), "name: a name of 300 characters is too long; use at most 100"),
     "E-config-24": R(lambda w: ["run", w.file("big.yaml", "# padding\n" * 200_000)], "too large for a run config"),
     "E-config-25": R(bomb, "YAML aliases expand to more than 100000 values"),
+    "E-config-26": R(
+        lambda w: w.run(experiments=[{"preset": "known_facts", "fidelity": "clean"}]),
+        "preset 'known_facts' has no `fidelity` option (only the paper presets",
+        "has no `fidelity` option (only the paper presets",
+    ),
     # Checks before any weights load
     "E-preload-01": R(
         lambda w: w.run(models={"pre": str(w.tmp / "nope"), "sft": str(w["sft"])}), "does not exist; fix the path"
@@ -489,6 +561,71 @@ RECIPES: dict[str, R] = {
         ],
         "FMFA needs two fake actors with first names of their own per fact",
     ),
+    # Output folders
+    "E-folder-01": R(
+        lambda w: ["run", w.config(), "--out", foreign(w)],
+        "holds files that are not an earlier weightgraft run (it has no run.json); weightgraft would overwrite them",
+    ),
+    "E-folder-02": R(
+        lambda w: ["localize", "--recipient", w["pre"], "--donor", w["sft"], "--data", w["data"], "--out", foreign(w)],
+        "holds files that are not an earlier weightgraft localize (it has no localize.json)",
+    ),
+    "E-folder-03": R(
+        lambda w: ["reproduce", "--model", w["pre"], "--out", foreign(w), "--device", "cpu", "--facts", "6"],
+        "holds files that are not an earlier weightgraft reproduce (it has no provenance.json)",
+    ),
+    "E-folder-05": R(
+        lambda w: ["run", w.config(), "--out", w.file("afile", "x")], "is a file, not a folder; choose another --out"
+    ),
+    "E-folder-06": R(
+        held_by_a_live_process,
+        f"is being written by another weightgraft process (pid {os.getppid()} on {socket.gethostname()}",
+        "is being written by another weightgraft process (pid P on HOST",
+    ),
+    "E-folder-07": R(
+        lambda w: locked_run(w, "not json"),
+        "/.weightgraft-lock, which weightgraft cannot read; if no weightgraft process is writing",
+        ", which weightgraft cannot read; if no weightgraft process is writing",
+    ),
+    "E-folder-08": R(
+        half_replaced_dataset,
+        "halfway was being replaced when weightgraft was stopped, so it mixes two builds",
+        "was being replaced when weightgraft was stopped, so it mixes two builds",
+    ),
+    "E-folder-09": R(
+        edited_dataset_file,
+        "train.jsonl does not match the sha256 in",
+        "does not match the sha256 in DIR/manifest.json (the folder mixes two builds, or the file was edited)",
+    ),
+    "E-folder-10": R(
+        untrusted_record,
+        ".weightgraft-files line 2 names '..', which is not a file in",
+        "which is not a file in DIR; weightgraft will not delete through it",
+    ),
+    # weightgraft explore (the command line; the page's messages are X-explore-NN)
+    "E-explore-01": R(taken_port, "(Address already in use); pass another --port (0: any free one) or --host"),
+    "E-explore-02": R(
+        lambda w: explore(w, "--recipient", w["pre"], "--donors", "task"),
+        "--donors 'task': write NAME=PATH, e.g. --donors task=./ckpt/task",
+        "write NAME=PATH, e.g. --donors task=./ckpt/task",
+    ),
+    "E-explore-03": R(
+        lambda w: explore(w, "--donor", w["sft"]),
+        "donors need a --recipient (or leave all three out for the built-in models)",
+    ),
+    "E-explore-04": R(
+        lambda w: explore(w, "--recipient", w["pre"], "--donors", f"a b={w['sft']}"),
+        "donor name 'a b': use 1-32 letters, digits, '_', '-' or '.'",
+        "use 1-32 letters, digits, '_', '-' or '.'",
+    ),
+    "E-explore-05": R(
+        lambda w: explore(w, "--recipient", w.model("slowtok", slow_tokenizer), "--donor", w["sft"]),
+        "has no fast tokenizer (tokenizer.json); the explorer needs one",
+    ),
+    "E-explore-06": R(
+        lambda w: explore(w, "--recipient", w["pre"]),
+        "give at least one donor: --donor PATH or --donors NAME=PATH",
+    ),
 }
 
 # Where a recipe's stem names its own values, the fragment of the catalogue's row to find instead.
@@ -513,6 +650,8 @@ PENDING = {
     "E-load-03": "a hub id whose tokenizer is cached but whose weights are not (the tokenizer loads first)",
     "E-load-07": "parameter/architecture differences are refused earlier, by E-preload-09",
     "E-shard-09": "shard files from different example sets",
+    "E-folder-04": "reproduce prints its plan before it reaches a finetune's checkpoints folder, so the refusal is "
+    "not its only line (tests/test_reliability_folders.py provokes it through the pipeline)",
 }
 
 
@@ -533,7 +672,10 @@ def world(paths, tmp_path, monkeypatch):
     monkeypatch.setenv("WEIGHTGRAFT_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.chdir(tmp_path)
-    return World(paths, tmp_path, monkeypatch)
+    world = World(paths, tmp_path, monkeypatch)
+    yield world
+    for sock in world.sockets:
+        sock.close()
 
 
 @pytest.mark.parametrize("entry", sorted(RECIPES))
