@@ -235,6 +235,15 @@ def foreign(w: World) -> Path:
     return folder
 
 
+def user_checkpoints(w: World) -> Path:
+    """A reproduce folder of its own (provenance.json) whose checkpoints folder holds a user's file."""
+    folder = w.folder("job", "provenance.json")
+    mine = folder / "checkpoints" / "FMRA_sft"
+    mine.mkdir(parents=True)
+    (mine / "notes.txt").write_text("mine")
+    return folder
+
+
 def locked_run(w: World, body: str) -> list:
     """`weightgraft run` into a folder whose lock file holds `body`."""
     (w.tmp / "run").mkdir()
@@ -574,6 +583,10 @@ RECIPES: dict[str, R] = {
         lambda w: ["reproduce", "--model", w["pre"], "--out", foreign(w), "--device", "cpu", "--facts", "6"],
         "holds files that are not an earlier weightgraft reproduce (it has no provenance.json)",
     ),
+    "E-folder-04": R(
+        lambda w: ["reproduce", "--model", w["pre"], "--out", user_checkpoints(w), "--device", "cpu", "--facts", "6"],
+        "holds files weightgraft did not write (it has no inputs_sha256.txt)",
+    ),
     "E-folder-05": R(
         lambda w: ["run", w.config(), "--out", w.file("afile", "x")], "is a file, not a folder; choose another --out"
     ),
@@ -650,8 +663,6 @@ PENDING = {
     "E-load-03": "a hub id whose tokenizer is cached but whose weights are not (the tokenizer loads first)",
     "E-load-07": "parameter/architecture differences are refused earlier, by E-preload-09",
     "E-shard-09": "shard files from different example sets",
-    "E-folder-04": "reproduce prints its plan before it reaches a finetune's checkpoints folder, so the refusal is "
-    "not its only line (tests/test_reliability_folders.py provokes it through the pipeline)",
 }
 
 

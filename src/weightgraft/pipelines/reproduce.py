@@ -498,11 +498,7 @@ class Pipeline:
             stamp = ft.checkpoints / "inputs_sha256.txt"
             if self.is_main:
                 if ft.checkpoints.exists() and (not stamp.is_file() or stamp.read_text() != sha256_of(inputs)):
-                    if not stamp.is_file() and is_nonempty_folder(ft.checkpoints):
-                        raise OutputExistsError(
-                            f"{ft.checkpoints} holds files weightgraft did not write (it has no {stamp.name}); "
-                            "move them away or choose another --out"
-                        )
+                    refuse_unstamped_checkpoints(ft)
                     self.say(f"  {ft.checkpoints}: checkpoints of other inputs, removed")
                     remove_entry(ft.checkpoints.parent, ft.checkpoints.name)
                 ft.checkpoints.mkdir(parents=True, exist_ok=True)
@@ -587,6 +583,16 @@ class Pipeline:
         return Path(self.step("report", inputs, build)["path"])
 
 
+def refuse_unstamped_checkpoints(ft: FinetuneJob) -> None:
+    """A checkpoints folder without weightgraft's stamp holds someone else's files: never deleted."""
+    stamp = ft.checkpoints / "inputs_sha256.txt"
+    if not stamp.is_file() and is_nonempty_folder(ft.checkpoints):
+        raise OutputExistsError(
+            f"{ft.checkpoints} holds files weightgraft did not write (it has no {stamp.name}); "
+            "move them away or choose another --out"
+        )
+
+
 def reproduce(options: ReproduceOptions, progress: bool = True, echo=None) -> ReproduceResult:
     """Plan, print the plan, and run (or resume) the whole job."""
     from weightgraft.pipelines.reproduce_plan import describe_plan
@@ -595,6 +601,8 @@ def reproduce(options: ReproduceOptions, progress: bool = True, echo=None) -> Re
     rank, _ = _rank()
     if rank == 0:  # the other ranks start once rank 0 holds the folder
         refuse_foreign(options.out, ("provenance.json",), "weightgraft reproduce")
+        for ft in job.finetunes.values():  # before the plan is printed, so the refusal is the one line
+            refuse_unstamped_checkpoints(ft)
     if rank == 0:
         (echo or print)(describe_plan(job))
     if not progress:
