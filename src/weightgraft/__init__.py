@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from weightgraft._version import __version__ as __version__
 
 # Names resolve on first use, so that the data-only command-line paths start without torch.
 _EXPORTS = {
