@@ -54,7 +54,7 @@ def test_adapter_paths_exist_and_cover_every_parameter_without_weights(arch):
 
     from tiny_model_fixtures import make_config
     from weightgraft.adapters import adapter_for
-    from weightgraft.engine.compat import adapter_module_paths, uncovered_parameters
+    from weightgraft.adapters.coverage import adapter_module_paths, uncovered_parameters
 
     config = make_config(arch)
     with torch.device("meta"):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from weightgraft._version import __version__ as __version__
 
 # Names resolve on first use, so that the data-only command-line paths start without torch.
 _EXPORTS = {
@@ -14,6 +14,7 @@ _EXPORTS = {
     "Adapter": "weightgraft.adapters",
     "Part": "weightgraft.adapters",
     "adapter_for": "weightgraft.adapters",
+    "check_adapter": "weightgraft.adapters",
     "register_adapter": "weightgraft.adapters",
     "supported_model_types": "weightgraft.adapters",
     "attribute": "weightgraft.attribution",
@@ -27,13 +28,21 @@ __all__ = [
     "Part",
     "adapter_for",
     "attribute",
+    "check_adapter",
     "localize",
     "register_adapter",
     "supported_model_types",
 ]
 
 if TYPE_CHECKING:
-    from weightgraft.adapters import Adapter, Part, adapter_for, register_adapter, supported_model_types
+    from weightgraft.adapters import (
+        Adapter,
+        Part,
+        adapter_for,
+        check_adapter,
+        register_adapter,
+        supported_model_types,
+    )
     from weightgraft.attribution import attribute, localize
     from weightgraft.engine.graft import Graft
     from weightgraft.engine.grafter import Grafter

@@ -10,11 +10,14 @@ from weightgraft.adapters.base import (
     register_adapter,
     supported_model_types,
 )
+from weightgraft.adapters.check import AdapterError, check_adapter
 
 __all__ = [
     "Adapter",
+    "AdapterError",
     "Part",
     "adapter_for",
+    "check_adapter",
     "contiguous_split",
     "per_head_interleaved_split",
     "register_adapter",

@@ -1,4 +1,5 @@
-"""Checks that a donor can be grafted into a recipient, and that an adapter covers every parameter.
+"""Checks that a donor can be grafted into a recipient (that an adapter covers every parameter is
+`weightgraft.adapters.coverage`).
 
 Equal parameter shapes are not enough: two models can agree on every shape and still compute
 differently (another activation, RoPE base, norm epsilon, head count with the same width, sliding
@@ -14,7 +15,6 @@ from typing import Any
 from torch import nn
 from transformers import PretrainedConfig
 
-from weightgraft.adapters.base import Adapter, Part
 from weightgraft.donors import DonorSource
 
 # Config fields that do not change what an eval-mode forward pass computes: names, provenance,
@@ -125,25 +125,3 @@ def check_compatible(
         donor.check_against(recipient)
     except (TypeError, ValueError) as error:
         raise type(error)(f"{who}: {error}") from error
-
-
-def adapter_module_paths(model: nn.Module, adapter: Adapter) -> list[str]:
-    """Every module the adapter names, across all layers."""
-    paths = list(adapter.model_level.values())
-    num_layers = len(adapter.decoder_layers(model))
-    for ref in adapter.per_layer.values():
-        local = ref.module if isinstance(ref, Part) else ref
-        paths += [f"{adapter.layers}.{i}.{local}" for i in range(num_layers)]
-    return list(dict.fromkeys(paths))
-
-
-def uncovered_parameters(model: nn.Module, adapter: Adapter) -> list[str]:
-    """Parameters that no adapter component owns: 'all' would silently miss them."""
-    covered: set[int] = set()
-    for path in adapter_module_paths(model, adapter):
-        try:
-            module = model.get_submodule(path)
-        except AttributeError as error:
-            raise ValueError(f"the {adapter.model_types[0]} adapter names {path!r}, which this model lacks") from error
-        covered |= {id(p) for p in module.parameters()}
-    return [name for name, p in model.named_parameters() if id(p) not in covered]

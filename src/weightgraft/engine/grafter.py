@@ -14,9 +14,10 @@ from torch import nn
 
 from weightgraft.adapters import adapter_for
 from weightgraft.adapters.base import Part
+from weightgraft.adapters.coverage import uncovered_parameters
 from weightgraft.donors import DonorSource, as_donor_source
 from weightgraft.donors.placement import execution_device
-from weightgraft.engine.compat import check_compatible, uncovered_parameters
+from weightgraft.engine.compat import check_compatible
 from weightgraft.engine.graft import Graft, Key, as_graft_list
 from weightgraft.engine.hooks import Splice, SpliceHooks
 from weightgraft.engine.layer_sharing import BEFORE_THE_LAYERS, LayerGroups, SharedLayers, plan_layer_groups

@@ -97,7 +97,7 @@ class Resources:
 
     def grafter(self, recipient: str, donors: tuple[str, ...]):
         """A Grafter of `recipient` with the named donors (one donor: the single-donor form)."""
-        from weightgraft import Grafter
+        from weightgraft.engine.grafter import Grafter
 
         key = (recipient, donors)
         if key not in self._grafters:
@@ -250,7 +250,7 @@ def engine_graft(
     recipient's unembedding is its token embedding, which the authors' every-weight graft
     swaps together); the donor is named only when the Grafter holds several (a one-donor
     Grafter takes Grafts without one)."""
-    from weightgraft import Graft
+    from weightgraft.engine.graft import Graft
 
     kwargs = {"donor": graft.donor} if name_donor else {}
     return Graft(

@@ -27,6 +27,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from weightgraft._version import __version__
 from weightgraft.atomic import OutputExistsError, is_nonempty_folder, refuse_foreign, remove_entry
 from weightgraft.errors import UserError
 from weightgraft.locking import folder_lock, lock_file
@@ -347,8 +348,6 @@ class Pipeline:
         self.rank, self.world = _rank()
         self.is_main = self.rank == 0
         self.device = resolve_device(self.options.device)
-        from weightgraft import __version__
-
         header = {
             "weightgraft": __version__,
             "model": self.options.model,

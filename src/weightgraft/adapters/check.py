@@ -1,0 +1,193 @@
+"""`check_adapter`: one call that tells a user whether the adapter they registered fits their model.
+
+The engine trusts its adapter: a wrong path fails deep inside a run, a missed parameter makes
+`all` mean less than everything, and a split that does not add up grafts the wrong columns. This
+check runs every rule the engine relies on, on the user's own model, and reports every fault at
+once, each with its fix, so that the adapter is right before the first graft.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import torch
+from torch import nn
+
+from weightgraft.adapters.base import Adapter, Part, adapter_for
+from weightgraft.adapters.coverage import adapter_module_paths, uncovered_parameters
+from weightgraft.errors import UserError
+
+# Tokens of the probe forward: one row of three, so that batch (1) and sequence (3) axes differ.
+PROBE_LENGTH = 3
+
+
+class AdapterError(UserError, ValueError):
+    """An adapter that does not fit its model; the message lists every problem and its fix."""
+
+
+def check_adapter(model: nn.Module, adapter: Adapter | None = None) -> None:
+    """Raise `AdapterError` naming every way `adapter` does not fit `model`; return None if it fits.
+
+    model: the causal LM the adapter is for, with real weights (not on the meta device): a probe
+        forward pass on one row of three tokens runs on it, in eval mode and without gradients
+        (its training mode is restored afterwards).
+    adapter: the adapter to check; default `adapter_for(model)`, the registered one for
+        `model.config.model_type`.
+
+    Checked: `layers` is a list of decoder blocks; every path in `model_level` and, in every block,
+    `per_layer` names a module of the model; every parameter belongs to exactly one named module
+    (one the `all` group grafts; tied weights count once per name); every fused module's split rule
+    gives each of its output features to exactly one part, and each part to a component; every
+    named module runs in the forward pass and keeps batch and sequence axes, as `[batch, seq, ...]`
+    or at the axis `seq_dims` declares. Raises `ValueError` (from `adapter_for`) when no adapter is
+    registered for the model and none is given.
+    """
+    adapter = adapter or adapter_for(model)
+    name = adapter.model_types[0]
+    problems = _structure_problems(model, adapter)
+    if not problems:
+        problems = _coverage_problems(model, adapter) + _forward_problems(model, adapter)
+    if problems:
+        numbered = "; ".join(f"({i}) {p}" for i, p in enumerate(problems, 1))
+        raise AdapterError(f"the {name} adapter does not fit this model ({len(problems)} problem(s)): {numbered}")
+
+
+def _structure_problems(model: nn.Module, adapter: Adapter) -> list[str]:
+    """Paths that name no module; without them the other checks cannot run."""
+    try:
+        layers = adapter.decoder_layers(model)
+    except AttributeError:
+        return [f"layers={adapter.layers!r} is not a module of this model; give the path of its decoder blocks"]
+    if not isinstance(layers, (nn.ModuleList, nn.Sequential)):
+        return [
+            f"layers={adapter.layers!r} is a {type(layers).__name__}, not a list of decoder blocks; "
+            "give the path of the nn.ModuleList that holds them"
+        ]
+    modules = dict(model.named_modules())
+    problems = [
+        f"model_level[{comp!r}]={path!r} is not a module of this model; fix the path (see model.named_modules())"
+        for comp, path in adapter.model_level.items()
+        if path not in modules
+    ]
+    for comp, ref in adapter.per_layer.items():
+        local = ref.module if isinstance(ref, Part) else ref
+        missing = [i for i in range(len(layers)) if f"{adapter.layers}.{i}.{local}" not in modules]
+        if missing:
+            where = "any decoder block" if len(missing) == len(layers) else f"decoder blocks {missing}"
+            problems.append(
+                f"per_layer[{comp!r}]={local!r} is not a module of {where}; give its path inside a block "
+                f"(relative to {adapter.layers}.N)"
+            )
+    return problems
+
+
+def _coverage_problems(model: nn.Module, adapter: Adapter) -> list[str]:
+    """Parameters no component owns, and parameters two named modules (one inside the other) own."""
+    problems = []
+    uncovered = uncovered_parameters(model, adapter)
+    if uncovered:
+        more = f" and {len(uncovered) - 8} more" if len(uncovered) > 8 else ""
+        problems.append(
+            f"parameters {uncovered[:8]}{more} belong to no component; add the modules that hold them "
+            "to model_level or per_layer so that 'all' grafts every parameter"
+        )
+    owners = Counter(
+        f"{path}.{param_name}"
+        for path in adapter_module_paths(model, adapter)
+        for param_name, _ in model.get_submodule(path).named_parameters()
+    )
+    twice = sorted(name for name, count in owners.items() if count > 1)
+    if twice:
+        problems.append(
+            f"parameters {twice[:8]} belong to two components (one module path lies inside another); "
+            "name each module once, at the innermost level"
+        )
+    return problems
+
+
+def _forward_problems(model: nn.Module, adapter: Adapter) -> list[str]:
+    """Run one row of three tokens with a hook on every named module: each must run, keep
+    [batch, seq, ...] at its declared sequence axis, and fused ones must split their full width."""
+    if any(p.is_meta for p in model.parameters()):
+        return ["the model is on the meta device; load it with weights so that a forward pass can run"]
+    seen: dict[str, list[str]] = {}  # path -> shape problems ([] once it ran cleanly)
+    widths: dict[str, int] = {}
+    handles = []
+    seq_dims = {}
+    num_layers = len(adapter.decoder_layers(model))
+    for local, dim in adapter.seq_dims.items():
+        seq_dims |= {f"{adapter.layers}.{i}.{local}": dim for i in range(num_layers)}
+
+    def watch(path: str):
+        def hook(module: nn.Module, args: tuple, kwargs: dict, output) -> None:
+            x = args[0] if args else next(iter(kwargs.values()), None)
+            seen.setdefault(path, [])
+            dim = seq_dims.get(path, 1)
+            if not isinstance(output, torch.Tensor) or not isinstance(x, torch.Tensor):
+                seen[path].append(f"{path!r} does not map a tensor to a tensor; name a position-wise module")
+                return
+            shapes = [tuple(t.shape) for t in (x, output)]
+            if any(t.dim() <= dim or t.shape[0] != 1 or t.shape[dim] != PROBE_LENGTH for t in (x, output)):
+                seen[path].append(
+                    f"{path!r} maps {shapes[0]} to {shapes[1]} on a [1, {PROBE_LENGTH}] input: it does not keep "
+                    f"[batch, seq, ...] with seq at dim {dim}; name a position-wise module, or declare its "
+                    "sequence axis in seq_dims"
+                )
+            widths[path] = output.shape[-1]
+
+        return hook
+
+    paths = adapter_module_paths(model, adapter)
+    for path in paths:
+        handles.append(model.get_submodule(path).register_forward_hook(watch(path), with_kwargs=True))
+    was_training = model.training
+    device = next(model.parameters()).device
+    vocab = int(getattr(getattr(model, "config", None), "vocab_size", PROBE_LENGTH) or PROBE_LENGTH)
+    ids = (torch.arange(PROBE_LENGTH, device=device) % vocab).unsqueeze(0)
+    try:
+        model.eval()
+        with torch.no_grad():
+            model(input_ids=ids, attention_mask=torch.ones_like(ids))
+    finally:
+        for handle in handles:
+            handle.remove()
+        model.train(was_training)
+    problems = [
+        f"{path!r} does not run in a forward pass; name a module the model calls" for path in paths if path not in seen
+    ]
+    problems += list(dict.fromkeys(p for path in paths for p in seen.get(path, [])))
+    return problems + _split_problems(model, adapter, widths)
+
+
+def _split_problems(model: nn.Module, adapter: Adapter, widths: dict[str, int]) -> list[str]:
+    """Each fused module's parts: a partition of its output features, each part named by a component."""
+    problems = []
+    for local, rule in adapter.splits.items():
+        named = {ref.part for ref in adapter.per_layer.values() if isinstance(ref, Part) and ref.module == local}
+        width = widths.get(f"{adapter.layers}.0.{local}")
+        if not named:
+            continue  # a rule no component uses grafts nothing; unused, not wrong
+        parts = rule(model.config)
+        unnamed = sorted(set(parts) - named)
+        if unnamed:
+            problems.append(
+                f"the split of {local!r} gives part(s) {unnamed}, which no component names; add a "
+                f"per_layer entry Part({local!r}, ...) for each, or drop them from the rule"
+            )
+        absent = sorted(named - set(parts))
+        if absent:
+            problems.append(
+                f"components name part(s) {absent} of {local!r}, which its split rule does not give; "
+                "make the rule return them"
+            )
+        if width is None:
+            continue
+        columns = torch.cat([torch.as_tensor(c).reshape(-1) for c in parts.values()]) if parts else torch.empty(0)
+        sizes = {part: int(torch.as_tensor(c).numel()) for part, c in parts.items()}
+        if sorted(columns.tolist()) != list(range(width)):
+            problems.append(
+                f"the split of {local!r} does not give each of its {width} output features to exactly one part "
+                f"(parts {sizes}, {int(columns.numel())} features in all); make the parts' indices cover "
+                f"0..{width - 1} once"
+            )
+    return problems

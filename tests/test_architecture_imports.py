@@ -1,0 +1,189 @@
+"""The import rule of docs/architecture.md ("Who may import whom"), checked on the source.
+
+The layer order is read from the doc's ```layers block, the one place it is written. Every module
+under src/weightgraft is parsed with `ast`; every import of weightgraft's own code (at the top,
+inside functions, under TYPE_CHECKING) is an edge from the importing package to the imported one.
+A package may import only from packages on lower lines (and from itself), never through the public
+facade, and the package graph has no cycle. Failures name the module and line."""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "src" / "weightgraft"
+DOC = ROOT / "docs" / "architecture.md"
+
+
+def doc_layers(text: str) -> dict[str, int]:
+    """Each name in the doc's ```layers block → its line's rank (0 = bottom)."""
+    match = re.search(r"^```layers\n(.*?)^```", text, re.S | re.M)
+    if match is None:
+        raise AssertionError(f"{DOC} has no ```layers block")
+    ranks: dict[str, int] = {}
+    lines = [line.split("#")[0].strip() for line in match.group(1).splitlines()]
+    for rank, line in enumerate(line for line in lines if line):
+        for name in (part.strip() for part in line.split(",")):
+            assert name not in ranks, f"{name!r} appears twice in the layers block"
+            ranks[name] = rank
+    return ranks
+
+
+@dataclass(frozen=True)
+class Edge:
+    """One import of weightgraft's own code: who imports what, where."""
+
+    source: str  # the importing unit (a package or top-level module of weightgraft)
+    target: str  # the imported unit; "__init__" for the facade itself
+    where: str  # path:line of the import statement
+    statement: str
+
+
+def unit_of(dotted: str) -> str:
+    """The unit a dotted name of weightgraft belongs to: `weightgraft.engine.graft` → `engine`,
+    `weightgraft` alone → `__init__` (the facade)."""
+    parts = dotted.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def module_name(path: Path) -> str:
+    """`src/weightgraft/engine/graft.py` → `weightgraft.engine.graft` (the facade: `weightgraft.__init__`)."""
+    return ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+
+
+def imports_of(path: Path) -> list[Edge]:
+    """Every import of weightgraft's code in one file of the package."""
+    return imports_in(path.read_text(encoding="utf-8"), unit_of(module_name(path)), path.relative_to(ROOT))
+
+
+def imports_in(text: str, source: str, rel: Path) -> list[Edge]:
+    """Every import of weightgraft's code in `text` (the code of unit `source`, at `rel`), at any
+    depth of the syntax tree: module top, functions, classes, `if TYPE_CHECKING:`."""
+    edges = []
+    for node in ast.walk(ast.parse(text, filename=str(rel))):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            assert node.level == 0, f"{rel}:{node.lineno}: relative import; write the full weightgraft.… path"
+            if node.module == "weightgraft":
+                # `from weightgraft import engine` names a package; `from weightgraft import Graft` the facade.
+                targets = [
+                    f"weightgraft.{alias.name}" if (PACKAGE / alias.name).is_dir() else "weightgraft"
+                    for alias in node.names
+                ]
+            else:
+                targets = [node.module or ""]
+        else:
+            continue
+        for target in targets:
+            if target == "weightgraft" or target.startswith("weightgraft."):
+                statement = ast.get_source_segment(text, node) or ""
+                edges.append(Edge(source, unit_of(target), f"{rel}:{node.lineno}", statement.strip()))
+    return edges
+
+
+def all_edges() -> list[Edge]:
+    return [edge for path in sorted(PACKAGE.rglob("*.py")) for edge in imports_of(path)]
+
+
+EDGES = all_edges()
+RANKS = doc_layers(DOC.read_text(encoding="utf-8"))
+
+
+def test_every_package_and_module_has_a_layer():
+    units = {unit_of(module_name(path)) for path in PACKAGE.rglob("*.py")}
+    missing = sorted(units - RANKS.keys())
+    assert not missing, f"add {missing} to the ```layers block of docs/architecture.md"
+    stale = sorted(RANKS.keys() - units)
+    assert not stale, f"the ```layers block of docs/architecture.md names {stale}, which do not exist"
+
+
+def test_no_internal_import_through_the_facade():
+    bad = [f"{e.where}: {e.statement}" for e in EDGES if e.target == "__init__" and e.source != "__init__"]
+    assert not bad, "import from the defining module, not the public facade:\n" + "\n".join(bad)
+
+
+def test_imports_only_point_down():
+    bad = [
+        f"{e.where}: {e.source} (line {RANKS[e.source]}) imports {e.target} (line {RANKS[e.target]}): {e.statement}"
+        for e in EDGES
+        if e.source != e.target and RANKS[e.target] >= RANKS[e.source]
+    ]
+    assert not bad, "imports that do not point down (docs/architecture.md, 'Who may import whom'):\n" + "\n".join(bad)
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle of the directed graph as [a, b, ..., a], or None."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return path[path.index(nxt) :] + [nxt]
+            if nxt not in state and (found := visit(nxt)):
+                return found
+        path.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (found := visit(node)):
+            return found
+    return None
+
+
+def test_package_graph_has_no_cycle():
+    graph: dict[str, set[str]] = {}
+    for e in EDGES:
+        if e.source != e.target:
+            graph.setdefault(e.source, set()).add(e.target)
+    cycle = find_cycle(graph)
+    if cycle:
+        steps = [
+            next(f"{e.where}: {e.statement}" for e in EDGES if (e.source, e.target) == (a, b))
+            for a, b in zip(cycle, cycle[1:])
+        ]
+        pytest.fail("package import cycle " + " -> ".join(cycle) + ":\n" + "\n".join(steps))
+
+
+# The checker itself: it must see what it is meant to see.
+
+
+def test_the_checker_sees_function_level_and_facade_imports():
+    code = (
+        "import torch\n"
+        "from weightgraft.engine.graft import Graft\n"
+        "def f():\n"
+        "    from weightgraft.cli import app\n"
+        "    if True:\n"
+        "        from weightgraft import Grafter, engine\n"
+        "        import weightgraft.reporting.report\n"
+    )
+    edges = imports_in(code, "data", Path("src/weightgraft/data/probe.py"))
+    assert [(e.target, e.where) for e in edges] == [
+        ("engine", "src/weightgraft/data/probe.py:2"),
+        ("cli", "src/weightgraft/data/probe.py:4"),
+        ("__init__", "src/weightgraft/data/probe.py:6"),
+        ("engine", "src/weightgraft/data/probe.py:6"),
+        ("reporting", "src/weightgraft/data/probe.py:7"),
+    ]
+    assert {e.source for e in edges} == {"data"}
+    assert [e.target for e in imports_of(PACKAGE / "engine" / "graft.py")]  # a real file has edges
+
+
+def test_the_checker_finds_a_cycle():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": {"c"}}) is None
+
+
+def test_the_layers_block_is_parsed_bottom_to_top():
+    ranks = doc_layers("x\n```layers\nerrors, locking\nengine  # a note\n\ncli\n```\n")
+    assert ranks == {"errors": 0, "locking": 0, "engine": 1, "cli": 2}
