@@ -663,6 +663,8 @@ PENDING = {
     "E-load-03": "a hub id whose tokenizer is cached but whose weights are not (the tokenizer loads first)",
     "E-load-07": "parameter/architecture differences are refused earlier, by E-preload-09",
     "E-shard-09": "shard files from different example sets",
+    "E-train-14": "every architecture weightgraft ships names its final norm norm, ln_f or final_layer_norm; only a "
+    "user's own model class can lack them",
 }
 
 

@@ -44,6 +44,24 @@ def test_frozen_embeddings_and_unembeddings_stay_put_in_bf16(tmp_path):
     assert record["data_sha256"] == load_manifest(art.relation_data)["sha256"]
 
 
+def test_frozen_final_norm_and_head_stay_put_while_the_layers_move(tmp_path):
+    """The built-in recipe's freeze: final norm and lm_head equal bit for bit after training."""
+    art = tiny_artifacts()
+    config = FinetuneConfig(epochs=1, lr=5e-3, freeze_unembeddings=True, freeze_final_norm=True, mix_ratio=0.0)
+    result = finetune(art.pretrained, art.relation_data, tmp_path / "frozen", config, progress=False)
+    before = load_file(art.pretrained / "model.safetensors")
+    after = load_file(result.path / "model.safetensors")
+    for name in ("model.norm.weight", "lm_head.weight"):
+        assert torch.equal(before[name], after[name]), name
+    for name in (
+        "model.embed_tokens.weight",
+        "model.layers.3.mlp.down_proj.weight",
+        "model.layers.3.input_layernorm.weight",
+    ):
+        assert not torch.equal(before[name], after[name]), name
+    assert json.loads((result.path / "training_config.json").read_text())["freeze_final_norm"]
+
+
 def test_bad_options_fail_with_the_fix_named(tmp_path):
     art = tiny_artifacts()
     with pytest.raises(ValueError, match="GPU"):

@@ -164,6 +164,7 @@ def train(
     precision: Literal["fp32", "bf16", "fp16"] = typer.Option("fp32", help="fp32, bf16 or fp16 (fp16 needs a GPU)."),
     freeze_embeddings: bool = typer.Option(False, help="Keep the input embeddings fixed."),
     freeze_unembeddings: bool = typer.Option(False, help="Keep the output embeddings (lm_head) fixed."),
+    freeze_final_norm: bool = typer.Option(False, help="Keep the norm before the unembedding fixed."),
     mix_ratio: float = typer.Option(0.0, min=0.0, max=0.999, help="Share of general text among training examples."),
     general_text: Path | None = typer.Option(
         None, help='JSONL of general text ({"text": ...}) or a dataset directory whose train.jsonl is general text.'
@@ -195,6 +196,7 @@ def train(
         precision=precision,  # type: ignore[arg-type]
         freeze_embeddings=freeze_embeddings,
         freeze_unembeddings=freeze_unembeddings,
+        freeze_final_norm=freeze_final_norm,
         mix_ratio=mix_ratio,
         device=device,
         seed=seed,

@@ -44,6 +44,7 @@ class FinetuneConfig:
     precision: Precision = "fp32"
     freeze_embeddings: bool = False
     freeze_unembeddings: bool = False
+    freeze_final_norm: bool = False  # keep the norm before the unembedding fixed too
     mix_ratio: float = 0.25  # share of general text among the training examples
     weight_decay: float = 0.0
     warmup_ratio: float = 0.05
@@ -164,6 +165,21 @@ def _quiet_loading():
             hf_logging.enable_progress_bar()
 
 
+FINAL_NORM_NAMES = ("norm", "ln_f", "final_layer_norm")  # Llama/Gemma/Phi-3/OLMo-2, GPT-2, GPT-NeoX
+
+
+def final_norm(net) -> torch.nn.Module:
+    """The norm applied just before the unembedding, found by the usual Hugging Face names."""
+    for name in FINAL_NORM_NAMES:
+        module = getattr(net.base_model, name, None)
+        if isinstance(module, torch.nn.Module):
+            return module
+    raise DataError(
+        f"no final norm found under the names {list(FINAL_NORM_NAMES)} in {type(net).__name__}; "
+        "finetune without --freeze-final-norm"
+    )
+
+
 def finetune(
     model: str | Path,
     data_dir: str | Path,
@@ -226,6 +242,9 @@ def finetune(
         if out is None:
             raise DataError("this model has no separate output embedding to freeze")
         out.weight.requires_grad_(False)
+    if config.freeze_final_norm:
+        for parameter in final_norm(net).parameters():
+            parameter.requires_grad_(False)
     if config.freeze_embeddings != config.freeze_unembeddings and (
         net.get_input_embeddings().weight is net.get_output_embeddings().weight
     ):
