@@ -9,7 +9,9 @@ included) into a temporary folder:
 - RMRA-shuffled: `--kinds real_shuffled`, as many facts as our real films allow (at most N);
 - user facts: `--user-facts` with U facts of distinct invented names (three sets as above).
 
-The first line is the command's start-up (`weightgraft --help`), a constant within every time.\n\nUsage: nice python benchmarks/bench_data.py [--facts 1000] [--user-facts 20000] [--only fmra,...]
+The first line is the command's start-up (`weightgraft --help`), a constant within every time.
+
+Usage: nice python benchmarks/bench_data.py [--facts 1000] [--user-facts 20000] [--only fmra,...]
 The `weightgraft` that runs is the one on PYTHONPATH (so an older checkout can be timed the same way).
 """
 
