@@ -354,6 +354,17 @@ def _donor_model(donors, name):
     return donors
 
 
+def _copy_slices(params: dict, donor_params: dict, pieces) -> None:
+    """Copy each (parameter name, dim, rows) piece from the donor's parameters into `params`;
+    rows None is the whole parameter."""
+    for pname, dim, rows in pieces:
+        target, source = params[pname], donor_params[pname]
+        if rows is None:
+            target.copy_(source)
+        else:
+            target.index_copy_(dim, rows, source.index_select(dim, rows))
+
+
 @torch.no_grad()
 def graft_into(model, donors, grafted) -> None:
     """Copy donor parameters into `model` for every grafted (component, layer): `grafted` is a set
@@ -363,12 +374,7 @@ def graft_into(model, donors, grafted) -> None:
     params = dict(model.named_parameters(remove_duplicate=False))
     for (component, layer_index), name in grafted.items():
         donor_params = dict(_donor_model(donors, name).named_parameters(remove_duplicate=False))
-        for pname, dim, rows in parameter_slices(model, component, layer_index):
-            target, source = params[pname], donor_params[pname]
-            if rows is None:
-                target.copy_(source)
-            else:
-                target.index_copy_(dim, rows, source.index_select(dim, rows))
+        _copy_slices(params, donor_params, parameter_slices(model, component, layer_index))
 
 
 @torch.no_grad()
@@ -523,12 +529,7 @@ def graft_units_into(model, donor, grafted: dict) -> None:
             pieces = parameter_slices(model, component, layer_index)
         else:
             pieces = unit_parameter_slices(model, component, layer_index, units)
-        for pname, dim, rows in pieces:
-            target, source = params[pname], donor_params[pname]
-            if rows is None:
-                target.copy_(source)
-            else:
-                target.index_copy_(dim, rows, source.index_select(dim, rows))
+        _copy_slices(params, donor_params, pieces)
 
 
 @torch.no_grad()

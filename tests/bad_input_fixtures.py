@@ -47,7 +47,8 @@ def build_world(root: Path) -> dict[str, Path]:
     return {**models, "data": Path(write_dataset(root / "data")), "built": Path(dataset), "root": root}
 
 
-def write_config(path: Path, world: dict[str, Path], **changes) -> Path:
+def config_body(world, **changes) -> dict:
+    """A small valid run config over the world's models and dataset, with `changes` applied."""
     body = {
         "name": "t",
         "bootstrap": 10,
@@ -56,7 +57,11 @@ def write_config(path: Path, world: dict[str, Path], **changes) -> Path:
         "experiments": [EXPERIMENT],
     }
     body.update(changes)
-    path.write_text(yaml.safe_dump(body))
+    return body
+
+
+def write_config(path: Path, world: dict[str, Path], **changes) -> Path:
+    path.write_text(yaml.safe_dump(config_body(world, **changes)))
     return path
 
 

@@ -28,7 +28,7 @@ import pytest
 import torch
 import yaml
 
-from bad_input_fixtures import EXPERIMENT, build_world
+from bad_input_fixtures import EXPERIMENT, build_world, config_body
 from cli_runner import invoke, one_line_error
 from data_fixtures import OTHER_USER_FACT, USER_FACT
 
@@ -74,14 +74,7 @@ class World:
         return path
 
     def config(self, drop: tuple[str, ...] = (), **changes) -> Path:
-        body = {
-            "name": "t",
-            "bootstrap": 10,
-            "models": {"pre": str(self["pre"]), "sft": str(self["sft"])},
-            "datasets": {"relation": str(self["data"])},
-            "experiments": [EXPERIMENT],
-        }
-        body.update(changes)
+        body = config_body(self, **changes)
         for key in drop:
             body.pop(key)
         self.counter[0] += 1
