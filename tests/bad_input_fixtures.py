@@ -4,10 +4,14 @@ tiny world's dataset folder and a dataset built by `weightgraft data`'s own code
 
 from __future__ import annotations
 
+import errno
+import importlib
 import json
+import pkgutil
 import shutil
 from pathlib import Path
 
+import pytest
 import yaml
 from safetensors.torch import load_file, save_file
 
@@ -74,3 +78,20 @@ def edited_dataset(world: dict[str, Path], folder: Path, edit) -> Path:
     lines[0] = json.dumps(record)
     (folder / "eval.jsonl").write_text("\n".join(lines) + "\n")
     return folder
+
+
+def fill_the_disk(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every atomic write fails with ENOSPC until the test ends. Every weightgraft module is imported
+    first: a module imported while the patch is on would bind the failing writer through its
+    `from weightgraft.atomic import write_atomic` and keep it after the patch is undone, filling
+    the disk for every later test."""
+    import weightgraft
+    import weightgraft.atomic
+
+    for module in pkgutil.walk_packages(weightgraft.__path__, "weightgraft."):
+        importlib.import_module(module.name)
+
+    def full(path, writer):
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    monkeypatch.setattr(weightgraft.atomic, "write_atomic", full)

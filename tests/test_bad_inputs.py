@@ -5,11 +5,9 @@ the architecture lacks, over-long run names, YAML bombs, and config errors namin
 
 from __future__ import annotations
 
-import errno
-
 import pytest
 
-from bad_input_fixtures import EXPERIMENT, build_world, edited_dataset, write_config
+from bad_input_fixtures import EXPERIMENT, build_world, edited_dataset, fill_the_disk, write_config
 from cli_runner import invoke, one_line_error
 
 
@@ -19,12 +17,7 @@ def world(tmp_path_factory):
 
 
 def test_a_full_disk_is_one_line_and_leaves_no_folder(monkeypatch, tmp_path):
-    import weightgraft.atomic
-
-    def full(path, writer):
-        raise OSError(errno.ENOSPC, "No space left on device", str(path))
-
-    monkeypatch.setattr(weightgraft.atomic, "write_atomic", full)
+    fill_the_disk(monkeypatch)
     line = one_line_error(invoke("data", "--out", tmp_path / "d", "--facts-per-kind", 4, "--relation", 4, "--task", 0))
     assert "no space left on the device while writing" in line and "free some space" in line
     assert not (tmp_path / "d").exists()

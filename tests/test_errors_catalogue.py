@@ -14,7 +14,6 @@ Python API (`API-`) are not command-line errors and have no recipe.
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import re
@@ -28,7 +27,7 @@ import pytest
 import torch
 import yaml
 
-from bad_input_fixtures import EXPERIMENT, build_world, config_body
+from bad_input_fixtures import EXPERIMENT, build_world, config_body, fill_the_disk
 from cli_runner import invoke, one_line_error
 from data_fixtures import OTHER_USER_FACT, USER_FACT
 
@@ -191,12 +190,7 @@ def cuda_on_a_cpu_machine(w: World) -> list:
 
 
 def full_disk(w: World) -> list:
-    import weightgraft.atomic
-
-    def full(path, writer):
-        raise OSError(errno.ENOSPC, "No space left on device", str(path))
-
-    w.monkeypatch.setattr(weightgraft.atomic, "write_atomic", full)
+    fill_the_disk(w.monkeypatch)
     return w.data("--facts-per-kind", "4", "--relation", "4", "--task", "0")
 
 
