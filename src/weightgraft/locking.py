@@ -6,10 +6,15 @@ which fails when the file exists: of two processes only one gets it, and a lock 
 seen half-written. A lock whose process no longer runs on this host is stale: the next process
 says so and takes it over. A lock from another host cannot be checked and is refused with the
 file to delete. The same process may take a lock it already holds (nested calls).
+
+`waiting_lock` is the other kind, for work that a second caller should share rather than be
+refused (the built-in models' cache): it waits until the holder is done (the kernel releases it
+when its process dies), and then finds the work finished.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import socket
@@ -146,3 +151,16 @@ def _remove_if_unchanged(path: Path, holder: dict) -> None:
     """Remove a stale lock unless another process has replaced it meanwhile."""
     if _read(path) == holder:
         path.unlink(missing_ok=True)
+
+
+@contextmanager
+def waiting_lock(path: str | Path) -> Iterator[Path]:
+    """Hold an exclusive `flock` on `path`, waiting while another process holds it."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield path
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)

@@ -70,62 +70,18 @@ def data(
         raise DataError("--articles needs --user-facts (the facts the articles state, for evaluation)")
     refuse_nonempty(out, overwrite)
 
-    from weightgraft.data.build import build_dataset, build_with_one_direction_sets, split_disjoint
-    from weightgraft.data.facts import GENERATED_KINDS, generate_facts, known_film_facts
-    from weightgraft.data.io import read_user_articles, read_user_facts
-    from weightgraft.data.names import NamePool
+    from weightgraft.data.family import generated_members, member_names, user_members, write_family
 
-    written: list[tuple[str, int]] = []
     if user_facts is not None:
-        facts = read_user_facts(user_facts)
-        user_articles = read_user_articles(articles) if articles is not None else None
-        with atomic_directory(out, overwrite=True) as tmp:
-            if user_articles is not None:
-                build_dataset(
-                    tmp / "user",
-                    facts,
-                    seed,
-                    "articles",
-                    articles=user_articles,
-                    extra_options={"articles": str(articles)},
-                )
-                written.append(("user", len(facts)))
-            else:
-                build_with_one_direction_sets(tmp / "user", facts, seed, texts_per_fact)
-                written += [(name, len(facts)) for name in ("user", "user_a2b", "user_b2a")]
+        members = user_members(user_facts, articles, texts_per_fact)
     else:
+        sizes = {"relation": relation, "task": task, "freetext": freetext}
+        sizes = {name: n for name, n in sizes.items() if n or name == "relation"}
         chosen = [k.strip() for k in kinds.split(",") if k.strip()]
-        bad = [k for k in chosen if k not in GENERATED_KINDS]
-        if bad or not chosen:
-            raise DataError(f"--kinds: unknown or no kind(s) {bad}; {KINDS_HELP}")
-        pool = NamePool(seed)
-        known_facts = known_film_facts(seed, pool)
-        if known > len(known_facts):
-            raise DataError(f"--known: only {len(known_facts)} real films in our list; ask for at most that")
-        facts = generate_facts({k: facts_per_kind for k in chosen}, seed, pool, known_facts)
-        sizes = {"relation": relation}
-        if task:
-            sizes["task"] = task
-        if freetext:
-            sizes["freetext"] = freetext
-        if sum(sizes.values()) > len(facts):
-            raise DataError(
-                f"the sets ask for {sum(sizes.values())} facts, but --facts-per-kind "
-                f"{facts_per_kind} x {len(chosen)} kind(s) gives {len(facts)}; raise --facts-per-kind"
-            )
-        parts = split_disjoint(facts, sizes)
-        if known:
-            parts["known"] = known_facts[:known]
-        with atomic_directory(out, overwrite=True) as tmp:
-            for offset, (name, part) in enumerate(parts.items()):
-                if name == "freetext":
-                    build_dataset(tmp / name, part, seed + offset, "freetext", articles_per_fact)
-                elif name == "relation":
-                    build_with_one_direction_sets(tmp / name, part, seed + offset, texts_per_fact)
-                    written += [("relation_a2b", len(part)), ("relation_b2a", len(part))]
-                else:
-                    build_dataset(tmp / name, part, seed + offset, "templates", texts_per_fact)
-                written.append((name, len(part)))
+        members = generated_members(seed, chosen, facts_per_kind, sizes, known, texts_per_fact, articles_per_fact)
+    with atomic_directory(out, overwrite=True) as tmp:
+        write_family(tmp, members, seed)
+    written = [(name, len(m.facts)) for m in members for name in member_names(m)]
     for name, n in sorted(written):
         typer.echo(f"wrote {out / name} ({n} facts)")
 

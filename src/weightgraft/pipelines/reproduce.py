@@ -5,8 +5,8 @@ datasets -> finetunes (both directions; one direction, B2A; task on half A; rela
 
 Every step is recorded in `DIR/provenance.json` with the sha256 of its inputs (data manifests,
 model fingerprints, the step's config); a step whose record matches is never redone (see
-`ledger.py`). A finetune saves a Trainer checkpoint every epoch under `DIR/checkpoints/`, and a
-killed one resumes from the latest. Under `torchrun` / `accelerate launch` every process takes
+`weightgraft/ledger.py`). A finetune saves a Trainer checkpoint every epoch under
+`DIR/checkpoints/`, and a killed one resumes from the latest. Under `torchrun` / `accelerate launch` every process takes
 part in the finetunes (Trainer spreads them); rank 0 alone builds the data, runs the presets and
 writes the report, and the other ranks stop after the last finetune.
 
@@ -30,8 +30,8 @@ from pathlib import Path
 from weightgraft._version import __version__
 from weightgraft.atomic import OutputExistsError, is_nonempty_folder, refuse_foreign, remove_entry
 from weightgraft.errors import UserError
+from weightgraft.ledger import Ledger, sha256_of, sha256_of_file
 from weightgraft.locking import folder_lock, lock_file
-from weightgraft.pipelines.ledger import Ledger, sha256_of, sha256_of_file
 from weightgraft.remote_code import refuse_remote_code
 
 # The paper's dataset codes and weightgraft's fact kinds.
@@ -369,15 +369,17 @@ class Pipeline:
         """Reuse `name` if its record matches `inputs`, else build it: `build()` returns
         (outputs, paths) and the record is written."""
         self.index += 1
-        if self.ledger.is_done(name, inputs):
-            self.say(f"[{self.index}/{self.total}] {name}: done before, reused")
-            return self.ledger.reuse(name)["outputs"]
-        self.say(f"[{self.index}/{self.total}] {name} ...")
-        started = time.time()
-        outputs, paths = build()
-        record = self.ledger.finish(name, inputs, outputs, paths, started)
-        self.say(f"[{self.index}/{self.total}] {name}: finished in {record['seconds']:.1f} s")
-        return outputs
+        return self.ledger.run(name, inputs, build, self.announce)["outputs"]
+
+    def announce(self, event: str, name: str, record: dict | None) -> None:
+        """The ledger's events as numbered progress lines."""
+        where = f"[{self.index}/{self.total}] {name}"
+        if event == "reused":
+            self.say(f"{where}: done before, reused")
+        elif event == "start":
+            self.say(f"{where} ...")
+        else:
+            self.say(f"{where}: finished in {record['seconds']:.1f} s")
 
     def wait_for(self, name: str, inputs: dict, poll: float = 5.0) -> dict:
         """Other ranks: wait until rank 0 has recorded `name` (data building is rank 0's)."""
@@ -432,8 +434,9 @@ class Pipeline:
         }
 
     def build_datasets(self) -> tuple[dict, list[Path]]:
-        from weightgraft.data.build import build_dataset, split_disjoint
+        from weightgraft.data.build import split_disjoint
         from weightgraft.data.facts import generate_facts, known_film_facts
+        from weightgraft.data.family import Member, write_family
         from weightgraft.data.names import NamePool
 
         seed = self.options.seed
@@ -451,11 +454,13 @@ class Pipeline:
         facts_of[f"{first}_half_a"] = halves["a"]
         facts_of[f"{first}_half_b"] = halves["b"]
         facts_of["known"] = known[: self.job.sets["known"].n_facts]
+        members = [
+            Member(key, facts_of[key], per_fact=spec.texts_per_fact, order=spec.order)
+            for key, spec in self.job.sets.items()
+        ]
+        write_family(self.out / "data", members, seed)
         outputs, paths = {}, []
-        for offset, (key, spec) in enumerate(self.job.sets.items()):
-            build_dataset(
-                spec.directory, facts_of[key], seed + offset, "templates", spec.texts_per_fact, order=spec.order
-            )
+        for key, spec in self.job.sets.items():
             outputs[key] = {
                 "path": str(spec.directory),
                 "facts": len(facts_of[key]),

@@ -5,28 +5,33 @@ Finetunes: the relation model (SFT: the relation facts in both orders), the one-
 not the forward relation the evaluation asks), the task model (other facts, both orders) and the
 free-text model (generated articles).
 
-`ensure_builtin` builds what is missing under `home` and reuses the rest. Each step writes its
-directory in a temp folder renamed into place, so a finished step is never redone and an
-interrupted one leaves nothing half-written. A file lock lets concurrent callers share the work.
+`ensure_builtin` builds what is missing under `home` and reuses the rest. Each step (world,
+known facts, datasets, tokenizer and pretrained model, each finetune) is a step of the family's
+ledger (`weightgraft.ledger`, `provenance.json`) with the fingerprint of its inputs: a finished
+step is never redone, a step whose recipe or upstream outputs changed is rebuilt. Each step
+writes its folders in temp folders renamed into place, so an interrupted one leaves nothing
+half-written. A file lock lets concurrent callers share the work.
 """
 
 from __future__ import annotations
 
-import fcntl
 import os
 import sys
-import time
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Literal
 
-from weightgraft.atomic import OWNED_RECORD, atomic_directory, remove_entry
-from weightgraft.data.build import build_dataset, build_with_one_direction_sets, check_no_leak, split_by_kind
+from weightgraft.atomic import remove_entry
+from weightgraft.data.build import check_no_leak, split_by_kind
 from weightgraft.data.facts import generate_facts
-from weightgraft.data.io import load_train_texts, write_dataset
+from weightgraft.data.family import Member, write_family
+from weightgraft.data.io import GENERATOR_VERSION, load_train_texts, write_dataset
 from weightgraft.data.templates import EVAL_TEMPLATES, VALIDATION_TEMPLATES, eval_prompts_for
 from weightgraft.data.world import World
+from weightgraft.ledger import Built, Ledger, sha256_of_folder
+from weightgraft.locking import waiting_lock
 from weightgraft.training.finetune import FinetuneConfig
 from weightgraft.training.pretrain import PretrainConfig
 
@@ -35,6 +40,8 @@ BUILTIN_VERSION = "8"
 # average document length in tokens. Part of the built-in models' bytes: changing it changes them.
 TOKENS_PER_DOCUMENT = 25
 Size = Literal["default", "tiny"]
+LEDGER_NAME = "provenance.json"  # the build's ledger, in the family's folder
+TRAINING_RECORD = "training_config.json"  # a model's training record (times included)
 
 # Why the finetunes freeze the unembedding and the final norm (docs/builtin_model.md has the numbers).
 # Measured on the default size under the v6 recipe (lr 2e-3, 6 epochs, everything trainable): the
@@ -173,17 +180,6 @@ def default_home() -> Path:
     return Path(os.environ.get("WEIGHTGRAFT_HOME") or Path.home() / ".cache" / "weightgraft")
 
 
-@contextmanager
-def _locked(path: Path):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
 def build_world(spec: BuiltinSpec) -> World:
     return World(
         spec.seed,
@@ -192,6 +188,19 @@ def build_world(spec: BuiltinSpec) -> World:
         n_last=spec.n_last,
         n_background_films=spec.n_background_films,
     )
+
+
+class _WorldOnce:
+    """The world of a spec, built on first use: a call whose steps are all done never builds it."""
+
+    def __init__(self, spec: BuiltinSpec):
+        self.spec = spec
+        self.world: World | None = None
+
+    def get(self) -> World:
+        if self.world is None:
+            self.world = build_world(self.spec)
+        return self.world
 
 
 def write_world_dataset(world: World, directory: Path, general_docs: int) -> Path:
@@ -232,16 +241,165 @@ def write_known_dataset(world: World, directory: Path) -> Path:
     )
 
 
-def ensure_builtin(
-    size: Size = "default", home: Path | None = None, progress: bool = True, finetunes: bool = True
-) -> BuiltinArtifacts:
-    """Build what is missing and return the paths; `finetunes=False` stops after the pretrained
-    model and the datasets (the finetune paths are then returned but may not exist yet)."""
+SET_NAMES = ("relation", "relation_a2b", "relation_b2a", "task", "freetext")  # what family_members writes
+
+
+def family_members(spec: BuiltinSpec, world: World) -> list[Member]:
+    """The finetuning sets: relation (with its one-direction sets), task and free-text, disjoint
+    facts of the kinds `spec.set_kinds` asks for."""
+    totals: dict[str, int] = {}
+    for counts in spec.set_kinds.values():
+        for kind, n in counts.items():
+            totals[kind] = totals.get(kind, 0) + n
+    facts = generate_facts(
+        totals, spec.seed, world.pool, world.films, real_actors=world.actors, forbidden=world.person_names()
+    )
+    parts = split_by_kind(facts, spec.set_kinds)
+    return [
+        Member("relation", parts["relation"], per_fact=spec.texts_per_fact, one_direction=True),
+        Member("task", parts["task"], per_fact=spec.texts_per_fact),
+        Member("freetext", parts["freetext"], "freetext", spec.articles_per_fact),
+    ]
+
+
+def _write_world(spec: BuiltinSpec, art: BuiltinArtifacts, worlds: _WorldOnce) -> None:
+    write_world_dataset(worlds.get(), art.world_data, spec.general_docs)
+
+
+def _write_known(art: BuiltinArtifacts, worlds: _WorldOnce) -> None:
+    write_known_dataset(worlds.get(), art.known_data)
+
+
+def _write_sets(spec: BuiltinSpec, art: BuiltinArtifacts, worlds: _WorldOnce) -> None:
+    write_family(art.root / "data", family_members(spec, worlds.get()), spec.seed)
+
+
+def _pretrain(spec: BuiltinSpec, art: BuiltinArtifacts, progress: bool, worlds: _WorldOnce) -> None:
+    """The tokenizer and the pretrained model, both trained on the world's documents."""
+    from weightgraft.training.pretrain import pretrain
+    from weightgraft.training.tokenizer import train_bpe_tokenizer
+
+    world = worlds.get()
+    tokenizer = train_bpe_tokenizer(world.documents(spec.tokenizer_docs, "tokenizer"), spec.vocab_size)
+    cfg = spec.pretrain
+    docs = world.documents(cfg.steps * cfg.batch_size * cfg.block_size // TOKENS_PER_DOCUMENT, "pretrain")
+    record = {"world_seed": spec.seed, "n_films": spec.n_films, "size": art.size, "vocab_size": spec.vocab_size}
+    pretrain(docs, tokenizer, cfg, art.pretrained, progress=progress, extra_record=record)
+
+
+def _finetune(
+    art: BuiltinArtifacts, config: FinetuneConfig, data: Path, out: Path, progress: bool, worlds: _WorldOnce
+) -> None:
+    """One finetune of the pretrained model (general text: the world's); needs no world itself."""
+    from weightgraft.training.finetune import finetune
+
+    finetune(art.pretrained, data, out, config, general_texts=load_train_texts(art.world_data), progress=progress)
+
+
+@dataclass(frozen=True)
+class BuildStep:
+    """One step of the built-in build, a step of its ledger: the folders it writes (each
+    atomically), the recipe values its bytes depend on, the earlier steps whose outputs it reads
+    (their fingerprints join its inputs), and the call that builds it from the world."""
+
+    name: str
+    outputs: tuple[Path, ...]
+    recipe: dict
+    after: tuple[str, ...]
+    build: Callable[[_WorldOnce], None]
+
+
+def builtin_steps(spec: BuiltinSpec, art: BuiltinArtifacts, progress: bool, finetunes: bool) -> list[BuildStep]:
+    """The steps in the order they run; `finetunes=False` stops after the pretrained model."""
+    world = {
+        "builtin": BUILTIN_VERSION,
+        "size": art.size,
+        "generator": GENERATOR_VERSION,
+        "world": {k: getattr(spec, k) for k in ("seed", "n_films", "n_first", "n_last", "n_background_films")},
+    }
+    sets = {"set_kinds": spec.set_kinds, "texts_per_fact": spec.texts_per_fact, "articles": spec.articles_per_fact}
+    model = {"tokenizer_docs": spec.tokenizer_docs, "vocab_size": spec.vocab_size, "pretrain": asdict(spec.pretrain)}
+    set_dirs = tuple(art.root / "data" / name for name in SET_NAMES)
+    steps = [
+        BuildStep(
+            "world",
+            (art.world_data,),
+            world | {"general_docs": spec.general_docs},
+            (),
+            partial(_write_world, spec, art),
+        ),
+        BuildStep("known facts", (art.known_data,), world, (), partial(_write_known, art)),
+        BuildStep("datasets", set_dirs, world | sets, (), partial(_write_sets, spec, art)),
+        BuildStep(
+            "pretrained model",
+            (art.pretrained,),
+            world | model | {"tokens_per_document": TOKENS_PER_DOCUMENT},
+            (),
+            partial(_pretrain, spec, art, progress),
+        ),
+    ]
+    if not finetunes:
+        return steps
+    for name, data, out, epochs in (
+        ("relation model", art.relation_data, art.relation_model, spec.finetune.epochs),
+        ("one-direction (B2A) model", art.b2a_data, art.b2a_model, spec.b2a_epochs),
+        ("task model", art.task_data, art.task_model, spec.task_epochs),
+        ("free-text model", art.freetext_data, art.freetext_model, spec.freetext_epochs),
+    ):
+        config = replace(spec.finetune, epochs=epochs)
+        recipe = {"finetune": asdict(config), "data": data.name}
+        after = ("world", "datasets", "pretrained model")
+        steps.append(BuildStep(name, (out,), recipe, after, partial(_finetune, art, config, data, out, progress)))
+    return steps
+
+
+def _say(size: str, progress: bool, message: str) -> None:
+    if progress:
+        print(f"[weightgraft {size}] {message}", file=sys.stderr, flush=True)
+
+
+def _step_inputs(ledger: Ledger, step: BuildStep) -> dict:
+    """What a step's result depends on: its recipe and the fingerprints of what it reads."""
+    return {"recipe": step.recipe, "after": {name: ledger.record_of(name)["outputs"] for name in step.after}}
+
+
+def _fingerprints(step: BuildStep) -> dict:
+    """A step's outputs as its record keeps them: each folder's sha256 (the training record,
+    which holds times, left out), read by the steps after it."""
+    return {"sha256": {path.name: sha256_of_folder(path, skip=(TRAINING_RECORD,)) for path in step.outputs}}
+
+
+def _build(step: BuildStep, worlds: _WorldOnce) -> Built:
+    step.build(worlds)
+    return _fingerprints(step), list(step.outputs)
+
+
+def run_step(ledger: Ledger, step: BuildStep, worlds: _WorldOnce, size: str, progress: bool) -> float | None:
+    """Reuse `step` if its ledger record matches, else build it; the seconds it took, or None.
+
+    A cache built before the ledger (no record, every output there: each was put in place whole)
+    is adopted as done. Outputs of an unfinished or changed step are removed before it is rebuilt."""
+    inputs = _step_inputs(ledger, step)
+    if ledger.is_done(step.name, inputs):
+        ledger.reuse(step.name)
+        return None
+    if ledger.record_of(step.name) is None and all(path.exists() for path in step.outputs):
+        ledger.finish(step.name, inputs, _fingerprints(step), list(step.outputs), None)
+        return None
+    for path in step.outputs:
+        remove_entry(path.parent, path.name)
+    _say(size, progress, f"building {step.name} ...")
+    record = ledger.run(step.name, inputs, partial(_build, step, worlds))
+    _say(size, progress, f"{step.name} ready in {record['seconds']:.1f}s -> {step.outputs[0]}")
+    return record["seconds"]
+
+
+def builtin_artifacts(size: Size = "default", home: Path | None = None) -> BuiltinArtifacts:
+    """Where the built-in family of `size` lives under `home` (nothing is built)."""
     if size not in SPECS:
         raise ValueError(f"unknown size {size!r}; use one of {sorted(SPECS)}")
-    spec = SPECS[size]
     root = Path(home or default_home()) / f"builtin-{size}-v{BUILTIN_VERSION}"
-    art = BuiltinArtifacts(
+    return BuiltinArtifacts(
         pretrained=root / "models" / "pretrained",
         relation_model=root / "models" / "relation",
         b2a_model=root / "models" / "relation_b2a",
@@ -257,103 +415,25 @@ def ensure_builtin(
         size=size,
     )
 
-    def say(message: str) -> None:
-        if progress:
-            print(f"[weightgraft {size}] {message}", file=sys.stderr, flush=True)
 
-    def step(name: str, target: Path, build) -> None:
-        if target.exists():
-            return
-        say(f"building {name} ...")
-        start = time.time()
-        build()
-        art.seconds[name] = round(time.time() - start, 1)
-        say(f"{name} ready in {art.seconds[name]:.1f}s -> {target}")
+def ensure_builtin(
+    size: Size = "default", home: Path | None = None, progress: bool = True, finetunes: bool = True
+) -> BuiltinArtifacts:
+    """Build what is missing and return the paths; `finetunes=False` stops after the pretrained
+    model and the datasets (the finetune paths are then returned but may not exist yet).
 
-    with _locked(root.parent / f".builtin-{size}.lock"):
-        world_cache: list[World] = []
-
-        def world() -> World:
-            if not world_cache:
-                world_cache.append(build_world(spec))
-            return world_cache[0]
-
-        step("world", art.world_data, lambda: write_world_dataset(world(), art.world_data, spec.general_docs))
-        step("known facts", art.known_data, lambda: write_known_dataset(world(), art.known_data))
-
-        set_names = ("relation", "relation_a2b", "relation_b2a", "task", "freetext")
-
-        def build_sets() -> None:
-            w = world()
-            totals: dict[str, int] = {}
-            for counts in spec.set_kinds.values():
-                for kind, n in counts.items():
-                    totals[kind] = totals.get(kind, 0) + n
-            facts = generate_facts(totals, spec.seed, w.pool, w.films, real_actors=w.actors, forbidden=w.person_names())
-            parts = split_by_kind(facts, spec.set_kinds)
-            with atomic_directory(root / "data" / "sets", overwrite=True) as tmp:
-                build_with_one_direction_sets(tmp / "relation", parts["relation"], spec.seed, spec.texts_per_fact)
-                build_dataset(tmp / "task", parts["task"], spec.seed + 1, "templates", spec.texts_per_fact)
-                build_dataset(tmp / "freetext", parts["freetext"], spec.seed + 2, "freetext", spec.articles_per_fact)
-            for name in set_names:
-                os.replace(root / "data" / "sets" / name, root / "data" / name)
-            (root / "data" / "sets" / OWNED_RECORD).unlink(missing_ok=True)
-            (root / "data" / "sets").rmdir()
-
-        if not all((root / "data" / name).exists() for name in set_names):
-            for name in set_names:
-                if (root / "data" / name).exists():  # a partial set from an older run: rebuild all together
-                    remove_entry(root / "data", name)
-            step("datasets", art.relation_data, build_sets)
-
-        def build_pretrained() -> None:
-            from weightgraft.training.pretrain import pretrain
-            from weightgraft.training.tokenizer import train_bpe_tokenizer
-
-            w = world()
-            tokenizer = train_bpe_tokenizer(w.documents(spec.tokenizer_docs, "tokenizer"), spec.vocab_size)
-            cfg = spec.pretrain
-            docs = w.documents(cfg.steps * cfg.batch_size * cfg.block_size // TOKENS_PER_DOCUMENT, "pretrain")
-            pretrain(
-                docs,
-                tokenizer,
-                cfg,
-                art.pretrained,
-                progress=progress,
-                extra_record={
-                    "world_seed": spec.seed,
-                    "n_films": spec.n_films,
-                    "size": size,
-                    "vocab_size": spec.vocab_size,
-                },
-            )
-
-        step("pretrained model", art.pretrained, build_pretrained)
-        if not finetunes:
-            return art
-
-        def finetune_on(data: Path, out: Path, epochs: int) -> None:
-            from dataclasses import replace
-
-            from weightgraft.training.finetune import finetune
-
-            cfg = replace(spec.finetune, epochs=epochs)
-            finetune(art.pretrained, data, out, cfg, general_texts=load_train_texts(art.world_data), progress=progress)
-
-        step(
-            "relation model",
-            art.relation_model,
-            lambda: finetune_on(art.relation_data, art.relation_model, spec.finetune.epochs),
-        )
-        step(
-            "one-direction (B2A) model",
-            art.b2a_model,
-            lambda: finetune_on(art.b2a_data, art.b2a_model, spec.b2a_epochs),
-        )
-        step("task model", art.task_model, lambda: finetune_on(art.task_data, art.task_model, spec.task_epochs))
-        step(
-            "free-text model",
-            art.freetext_model,
-            lambda: finetune_on(art.freetext_data, art.freetext_model, spec.freetext_epochs),
-        )
+    `size`: "default" or "tiny" (`SPECS`). `home`: the cache folder (default: `default_home()`).
+    `progress`: print each step built, and the trainers' progress, on stderr. The steps are
+    recorded in `provenance.json` of the family's folder (`weightgraft.ledger`); concurrent
+    callers wait for each other on a lock beside it, and the later one finds the work done."""
+    art = builtin_artifacts(size, home)
+    spec = SPECS[size]
+    with waiting_lock(art.root.parent / f".builtin-{size}.lock"):
+        art.root.mkdir(parents=True, exist_ok=True)
+        ledger = Ledger(art.root / LEDGER_NAME, {"builtin": BUILTIN_VERSION, "size": size}, base=art.root)
+        worlds = _WorldOnce(spec)
+        for step in builtin_steps(spec, art, progress, finetunes):
+            seconds = run_step(ledger, step, worlds, size, progress)
+            if seconds is not None:
+                art.seconds[step.name] = seconds
     return art

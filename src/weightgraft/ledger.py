@@ -1,0 +1,129 @@
+"""The provenance of a multi-step job, and its resume rule: one JSON file, one record per step.
+
+weightgraft's one resume mechanism for the steps of a pipeline (the built-in models' build and
+`weightgraft reproduce`). A step is done when its record exists, the sha256 of its inputs (data
+manifests, model fingerprints, the step's own config) equals the one recorded, and every output
+it recorded still exists. A done step is never redone; a step whose inputs changed is redone.
+The file is replaced atomically after each step, so a job killed between steps resumes at the
+first step not recorded, and a step killed halfway leaves no record (its outputs are written
+atomically by the step itself). Only the main process (rank 0) writes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from collections.abc import Callable
+from datetime import datetime, timezone
+from pathlib import Path
+
+from weightgraft.atomic import write_text_atomic
+
+# What a step's `build` returns: (outputs to record, paths that must exist for the step to be done).
+Built = tuple[dict, list[Path]]
+# Told what the ledger does with a step: (event, step name, record); events are "reused" (record
+# is the earlier one), "start" (record is None) and "finished" (record is the new one).
+Announce = Callable[[str, str, dict | None], None]
+
+
+def sha256_of(obj) -> str:
+    """sha256 of a JSON-able object with sorted keys (paths and other objects as strings)."""
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def sha256_of_file(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def sha256_of_folder(folder: Path, skip: tuple[str, ...] = ()) -> str:
+    """sha256 over every file under `folder` (its path inside the folder and its bytes), in
+    sorted order; files named in `skip` are left out."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in Path(folder).rglob("*") if p.is_file() and p.name not in skip):
+        digest.update(f"{path.relative_to(folder).as_posix()}\0{sha256_of_file(path)}\n".encode())
+    return digest.hexdigest()
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+class Ledger:
+    """`provenance.json` of a job folder: header, steps, and one entry per invocation.
+
+    `base`: store the recorded paths relative to this folder (so that the folder can move, as
+    the built-in cache may); None stores them as given."""
+
+    def __init__(self, path: Path, header: dict, write: bool = True, base: Path | None = None):
+        self.path = Path(path)
+        self.write_enabled = write
+        self.base = Path(base) if base is not None else None
+        self.body = json.loads(self.path.read_text()) if self.path.is_file() else {}
+        self.body.update(header)
+        self.body.setdefault("steps", {})
+        self.body.setdefault("sessions", [])
+        self.session = {"started": _now(), "computed": [], "reused": []}
+        self.body["sessions"].append(self.session)
+
+    def reload_steps(self) -> None:
+        """Read the steps again from disk (other ranks follow what rank 0 records)."""
+        if self.path.is_file():
+            self.body["steps"] = json.loads(self.path.read_text()).get("steps", {})
+
+    def record_of(self, name: str) -> dict | None:
+        return self.body["steps"].get(name)
+
+    def _stored(self, path: Path) -> str:
+        if self.base is None:
+            return str(path)
+        return os.path.relpath(os.path.abspath(path), os.path.abspath(self.base))
+
+    def _resolved(self, stored: str) -> Path:
+        return Path(stored) if self.base is None else self.base / stored
+
+    def is_done(self, name: str, inputs: dict) -> bool:
+        record = self.record_of(name)
+        if record is None or record.get("inputs_sha256") != sha256_of(inputs):
+            return False
+        return all(self._resolved(p).exists() for p in record.get("paths", []))
+
+    def reuse(self, name: str) -> dict:
+        self.session["reused"].append(name)
+        return self.record_of(name)
+
+    def finish(self, name: str, inputs: dict, outputs: dict, paths: list[Path], started: float | None) -> dict:
+        """Record `name` as done; `started` None: found done without a record (adopted), no time."""
+        record = {
+            "inputs": inputs,
+            "inputs_sha256": sha256_of(inputs),
+            "outputs": outputs,
+            "paths": [self._stored(p) for p in paths],
+            "seconds": round(time.time() - started, 1) if started is not None else None,
+            "finished": _now(),
+        }
+        self.body["steps"][name] = record
+        self.session["computed" if started is not None else "reused"].append(name)
+        self.save()
+        return record
+
+    def run(self, name: str, inputs: dict, build: Callable[[], Built], announce: Announce | None = None) -> dict:
+        """The record of step `name`: reused if done with these `inputs`, else `build()` runs
+        and its (outputs, paths) are recorded."""
+        tell = announce or (lambda event, step, record: None)
+        if self.is_done(name, inputs):
+            record = self.reuse(name)
+            tell("reused", name, record)
+            return record
+        tell("start", name, None)
+        started = time.time()
+        outputs, paths = build()
+        record = self.finish(name, inputs, outputs, paths, started)
+        tell("finished", name, record)
+        return record
+
+    def save(self) -> None:
+        if self.write_enabled:
+            self.session["saved"] = _now()
+            write_text_atomic(self.path, json.dumps(self.body, indent=2, default=str))
