@@ -75,14 +75,12 @@ def data(
     if user_facts is not None:
         members = user_members(user_facts, articles, texts_per_fact)
     else:
-        sizes = {"relation": relation, "task": task, "freetext": freetext}
-        sizes = {name: n for name, n in sizes.items() if n or name == "relation"}
         chosen = [k.strip() for k in kinds.split(",") if k.strip()]
+        sizes = {"relation": relation, "task": task, "freetext": freetext}
         members = generated_members(seed, chosen, facts_per_kind, sizes, known, texts_per_fact, articles_per_fact)
     with atomic_directory(out, overwrite=True) as tmp:
         write_family(tmp, members, seed)
-    written = [(name, len(m.facts)) for m in members for name in member_names(m)]
-    for name, n in sorted(written):
+    for name, n in sorted((name, len(m.facts)) for m in members for name in member_names(m)):
         typer.echo(f"wrote {out / name} ({n} facts)")
 
 

@@ -99,8 +99,9 @@ def generated_members(
     articles_per_fact: int,
 ) -> list[Member]:
     """`weightgraft data`: `facts_per_kind` generated facts of each kind, cut into disjoint sets
-    of `sizes` (relation, task, freetext; the relation set with its one-direction sets), and
-    `known` of our real films when asked."""
+    of `sizes` (relation, task, freetext; the relation set with its one-direction sets; a set of
+    size 0 is left out), and `known` of our real films when asked."""
+    sizes = {name: n for name, n in sizes.items() if n}
     bad = [k for k in kinds if k not in GENERATED_KINDS]
     if bad or not kinds:
         raise DataError(f"--kinds: unknown or no kind(s) {bad}; {KINDS_HELP}")

@@ -180,6 +180,190 @@ def final_norm(net) -> torch.nn.Module:
     )
 
 
+def _check_config(config: FinetuneConfig, general_texts: list[str] | None) -> str:
+    """Refuse settings that cannot run, before any load; the device to train on."""
+    if not 0.0 <= config.mix_ratio < 1.0:
+        raise DataError("mix_ratio must be in [0, 1): the share of general text among training examples")
+    if config.mix_ratio > 0 and not general_texts:
+        raise DataError("mix_ratio > 0 needs general text (general_texts / --general-text); or set mix_ratio 0")
+    device = _resolve_device(config.device)
+    if config.precision == "fp16" and not device.startswith("cuda"):
+        raise DataError("fp16 training needs a CUDA GPU; on CPU use --precision bf16 or fp32")
+    return device
+
+
+def _load_tokenizer(model: str | Path, trust_remote_code: bool):
+    """The model's tokenizer, with the end-of-text token as padding where it has none."""
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(model, trust_remote_code=trust_remote_code)
+    except (OSError, ValueError) as err:
+        raise DataError(
+            f"--model: no usable tokenizer in {model} ({str(err).splitlines()[0][:200]}); save the tokenizer "
+            "beside the model with tokenizer.save_pretrained(DIR)"
+        ) from None
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def _load_model(model: str | Path, trust_remote_code: bool):
+    """The model in float32 from safetensors; refused when its checkpoint lacks tensors."""
+    with _quiet_loading():  # a refusal below must be the only line printed
+        net, info = AutoModelForCausalLM.from_pretrained(
+            model,
+            trust_remote_code=trust_remote_code,
+            dtype=torch.float32,
+            use_safetensors=True,
+            output_loading_info=True,
+        )
+    missing = sorted(info.get("missing_keys") or [])
+    if missing:  # they would be trained from random values and saved into the finetune
+        raise DataError(
+            f"--model: the checkpoint of {model} lacks {len(missing)} tensor(s) its config.json needs "
+            f"({', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''}); save the model again with "
+            "save_pretrained, or fix config.json"
+        )
+    return net
+
+
+def _freeze(net, config: FinetuneConfig) -> None:
+    """Keep the parts the config names fixed (embeddings, unembedding, final norm)."""
+    if config.freeze_embeddings:
+        net.get_input_embeddings().weight.requires_grad_(False)
+    if config.freeze_unembeddings:
+        out = net.get_output_embeddings()
+        if out is None:
+            raise DataError("this model has no separate output embedding to freeze")
+        out.weight.requires_grad_(False)
+    if config.freeze_final_norm:
+        for parameter in final_norm(net).parameters():
+            parameter.requires_grad_(False)
+    if config.freeze_embeddings != config.freeze_unembeddings and (
+        net.get_input_embeddings().weight is net.get_output_embeddings().weight
+    ):
+        raise DataError("this model ties embeddings and unembeddings: freeze both or neither")
+
+
+@dataclass
+class _TrainingData:
+    """What one finetune reads: the dataset's texts with general text mixed in, and validation."""
+
+    train_texts: list[str]
+    n_general: int
+    validation: list
+    dataset: _TextDataset
+
+
+def _training_data(tokenizer, net, data_dir: Path, config: FinetuneConfig, general_texts) -> _TrainingData:
+    """The training rows (general text drawn by the config's seed) and the validation prompts
+    (at most `max_validation_prompts`, drawn by the seed), checked against the model's length."""
+    train_texts = load_train_texts(data_dir)
+    rng = random.Random(f"mix-{config.seed}")
+    n_general = round(config.mix_ratio / (1 - config.mix_ratio) * len(train_texts)) if config.mix_ratio else 0
+    mixed = train_texts + [rng.choice(general_texts) for _ in range(n_general)] if n_general else list(train_texts)
+    validation = load_eval_prompts(data_dir, "validation")
+    if config.max_validation_prompts is not None and len(validation) > config.max_validation_prompts:
+        validation = random.Random(f"val-{config.seed}").sample(validation, config.max_validation_prompts)
+    check_lengths(tokenizer, net.config, train_texts, validation, config.max_length, data_dir)
+    dataset = _TextDataset(_encode_texts(tokenizer, mixed, config.max_length))
+    return _TrainingData(train_texts, n_general, validation, dataset)
+
+
+def _training_arguments(
+    config: FinetuneConfig, device: str, output_dir: Path, n_rows: int, checkpoints: bool, progress: bool
+) -> TrainingArguments:
+    """Trainer's arguments: evaluate every epoch; with `checkpoints`, save every epoch into
+    `output_dir` and keep the latest and the best (which Trainer loads at the end)."""
+    steps_per_epoch = -(-n_rows // config.batch_size)
+    if checkpoints:
+        saving = {
+            "save_strategy": "epoch",
+            "save_total_limit": 1,
+            "load_best_model_at_end": True,
+            "greater_is_better": True,
+            "metric_for_best_model": f"top{config.eval_k}_accuracy",
+        }
+    else:
+        saving = {"save_strategy": "no"}
+    return TrainingArguments(
+        output_dir=str(output_dir),
+        per_device_train_batch_size=config.batch_size,
+        num_train_epochs=config.epochs,
+        learning_rate=config.lr,
+        weight_decay=config.weight_decay,
+        warmup_steps=int(config.warmup_ratio * steps_per_epoch * config.epochs),
+        lr_scheduler_type="linear",
+        bf16=config.precision == "bf16",
+        fp16=config.precision == "fp16",
+        use_cpu=device == "cpu",
+        eval_strategy="epoch",
+        **saving,
+        logging_steps=max(1, steps_per_epoch // 2),
+        report_to="none",
+        disable_tqdm=not progress,
+        seed=config.seed,
+        data_seed=config.seed,
+        remove_unused_columns=False,
+        dataloader_num_workers=0,
+    )
+
+
+def _train(trainer: _AccuracyTrainer, net, device: str, resume_from: str | None, checkpoints: bool) -> None:
+    """Train, then leave the best epoch's weights in `net` and the whole history in `trainer`."""
+    if device.startswith("cuda") and device != "cuda":
+        torch.cuda.set_device(torch.device(device))
+    trainer.train(resume_from_checkpoint=resume_from)
+    if not checkpoints:
+        net.load_state_dict(trainer.best_state)
+    else:  # Trainer has loaded the best checkpoint; the history spans every session
+        key = f"eval_top{trainer.k}_accuracy"
+        trainer.history = [e[key] for e in trainer.state.log_history if key in e]
+        trainer.best_epoch = trainer.history.index(max(trainer.history)) + 1
+
+
+def _trainer(net, tokenizer, args, data: _TrainingData, config: FinetuneConfig, checkpoints: bool) -> _AccuracyTrainer:
+    return _AccuracyTrainer(
+        model=net,
+        args=args,
+        train_dataset=data.dataset,
+        eval_dataset=data.dataset,
+        data_collator=_PadCollator(tokenizer.pad_token_id),
+        validation=data.validation,
+        eval_tokenizer=tokenizer,
+        k=config.eval_k,
+        keep_best=not checkpoints,
+    )
+
+
+def _run_record(
+    device: str, data: _TrainingData, trainer: _AccuracyTrainer, resume_from: str | None, seconds: float
+) -> dict:
+    """What one finetune measured, for its training record."""
+    return {
+        "device_used": device,
+        "n_train_texts": len(data.train_texts),
+        "n_general_texts": data.n_general,
+        "n_validation_prompts": len(data.validation),
+        "validation_top_k_by_epoch": trainer.history,
+        "best_epoch": trainer.best_epoch,
+        "resumed_from": Path(resume_from).name if resume_from else None,
+        "seconds": round(seconds, 1),
+    }
+
+
+def _training_record(model, data_dir: Path, manifest: dict, config: FinetuneConfig, run: dict) -> dict:
+    """`training_config.json`: the options, the data, and what the run measured (`run`)."""
+    return {
+        "kind": "finetune",
+        "base_model": str(model),
+        "data_dir": str(data_dir),
+        "data_sha256": manifest.get("sha256"),
+        "data_seed": manifest.get("seed"),
+        **asdict(config),
+        **run,
+    }
+
+
 def finetune(
     model: str | Path,
     data_dir: str | Path,
@@ -200,154 +384,28 @@ def finetune(
     start = time.time()
     refuse_nonempty(out_dir, overwrite)
     refuse_remote_code(model, trust_remote_code, "--model", "pass --trust-remote-code (Python: trust_remote_code=True)")
-    if not 0.0 <= config.mix_ratio < 1.0:
-        raise DataError("mix_ratio must be in [0, 1): the share of general text among training examples")
-    if config.mix_ratio > 0 and not general_texts:
-        raise DataError("mix_ratio > 0 needs general text (general_texts / --general-text); or set mix_ratio 0")
-    device = _resolve_device(config.device)
-    if config.precision == "fp16" and not device.startswith("cuda"):
-        raise DataError("fp16 training needs a CUDA GPU; on CPU use --precision bf16 or fp32")
-    data_dir = Path(data_dir)
+    device = _check_config(config, general_texts)
+    data_dir, out_dir = Path(data_dir), Path(out_dir)
     manifest = load_manifest(data_dir)
     if Path(model).is_dir():
         check_whole(model)  # a model folder whose replacement was cut off mixes two builds
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(model, trust_remote_code=trust_remote_code)
-    except (OSError, ValueError) as err:
-        raise DataError(
-            f"--model: no usable tokenizer in {model} ({str(err).splitlines()[0][:200]}); save the tokenizer "
-            "beside the model with tokenizer.save_pretrained(DIR)"
-        ) from None
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    with _quiet_loading():  # a refusal below must be the only line printed
-        net, info = AutoModelForCausalLM.from_pretrained(
-            model,
-            trust_remote_code=trust_remote_code,
-            dtype=torch.float32,
-            use_safetensors=True,
-            output_loading_info=True,
-        )
-    missing = sorted(info.get("missing_keys") or [])
-    if missing:  # they would be trained from random values and saved into the finetune
-        raise DataError(
-            f"--model: the checkpoint of {model} lacks {len(missing)} tensor(s) its config.json needs "
-            f"({', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''}); save the model again with "
-            "save_pretrained, or fix config.json"
-        )
-    if config.freeze_embeddings:
-        net.get_input_embeddings().weight.requires_grad_(False)
-    if config.freeze_unembeddings:
-        out = net.get_output_embeddings()
-        if out is None:
-            raise DataError("this model has no separate output embedding to freeze")
-        out.weight.requires_grad_(False)
-    if config.freeze_final_norm:
-        for parameter in final_norm(net).parameters():
-            parameter.requires_grad_(False)
-    if config.freeze_embeddings != config.freeze_unembeddings and (
-        net.get_input_embeddings().weight is net.get_output_embeddings().weight
-    ):
-        raise DataError("this model ties embeddings and unembeddings: freeze both or neither")
-
-    train_texts = load_train_texts(data_dir)
-    rng = random.Random(f"mix-{config.seed}")
-    n_general = round(config.mix_ratio / (1 - config.mix_ratio) * len(train_texts)) if config.mix_ratio else 0
-    mixed = train_texts + [rng.choice(general_texts) for _ in range(n_general)] if n_general else list(train_texts)
-    validation = load_eval_prompts(data_dir, "validation")
-    if config.max_validation_prompts is not None and len(validation) > config.max_validation_prompts:
-        validation = random.Random(f"val-{config.seed}").sample(validation, config.max_validation_prompts)
-    check_lengths(tokenizer, net.config, train_texts, validation, config.max_length, data_dir)
-    dataset = _TextDataset(_encode_texts(tokenizer, mixed, config.max_length))
-
-    out_dir = Path(out_dir)
+    tokenizer = _load_tokenizer(model, trust_remote_code)
+    net = _load_model(model, trust_remote_code)
+    _freeze(net, config)
+    data = _training_data(tokenizer, net, data_dir, config, general_texts)
+    checkpoints = checkpoint_dir is not None
     # Under `accelerate launch` / torchrun every process trains; only rank 0 writes `out_dir`.
     is_main = int(os.environ.get("RANK", "0")) == 0
     with atomic_directory(out_dir, overwrite) if is_main else _scratch_directory() as tmp:
-        steps_per_epoch = -(-len(dataset) // config.batch_size)
-        resume_from = None
-        if checkpoint_dir is not None:
-            checkpoint_dir = Path(checkpoint_dir)
-            if checkpoint_dir.is_dir():
-                resume_from = last_complete_checkpoint(checkpoint_dir)
-            saving = {
-                "save_strategy": "epoch",
-                "save_total_limit": 1,
-                "load_best_model_at_end": True,
-                "greater_is_better": True,
-                "metric_for_best_model": f"top{config.eval_k}_accuracy",
-            }
-        else:
-            saving = {"save_strategy": "no"}
-        args = TrainingArguments(
-            output_dir=str(checkpoint_dir if checkpoint_dir is not None else tmp / "trainer"),
-            per_device_train_batch_size=config.batch_size,
-            num_train_epochs=config.epochs,
-            learning_rate=config.lr,
-            weight_decay=config.weight_decay,
-            warmup_steps=int(config.warmup_ratio * steps_per_epoch * config.epochs),
-            lr_scheduler_type="linear",
-            bf16=config.precision == "bf16",
-            fp16=config.precision == "fp16",
-            use_cpu=device == "cpu",
-            eval_strategy="epoch",
-            **saving,
-            logging_steps=max(1, steps_per_epoch // 2),
-            report_to="none",
-            disable_tqdm=not progress,
-            seed=config.seed,
-            data_seed=config.seed,
-            remove_unused_columns=False,
-            dataloader_num_workers=0,
-        )
-        trainer = _AccuracyTrainer(
-            model=net,
-            args=args,
-            train_dataset=dataset,
-            eval_dataset=dataset,
-            data_collator=_PadCollator(tokenizer.pad_token_id),
-            validation=validation,
-            eval_tokenizer=tokenizer,
-            k=config.eval_k,
-            keep_best=checkpoint_dir is None,
-        )
-        if device.startswith("cuda") and device != "cuda":
-            torch.cuda.set_device(torch.device(device))
-        trainer.train(resume_from_checkpoint=resume_from)
-        if checkpoint_dir is None:
-            net.load_state_dict(trainer.best_state)
-        else:  # Trainer has loaded the best checkpoint; the history spans every session
-            key = f"eval_top{config.eval_k}_accuracy"
-            trainer.history = [e[key] for e in trainer.state.log_history if key in e]
-            trainer.best_epoch = trainer.history.index(max(trainer.history)) + 1
+        resume_from = last_complete_checkpoint(Path(checkpoint_dir)) if checkpoints else None
+        output_dir = Path(checkpoint_dir) if checkpoints else tmp / "trainer"
+        args = _training_arguments(config, device, output_dir, len(data.dataset), checkpoints, progress)
+        trainer = _trainer(net, tokenizer, args, data, config, checkpoints)
+        _train(trainer, net, device, resume_from, checkpoints)
         if is_main:
             net.save_pretrained(tmp, safe_serialization=True)
             tokenizer.save_pretrained(tmp)
-            seconds = time.time() - start
-            write_json(
-                tmp / "training_config.json",
-                {
-                    "kind": "finetune",
-                    "base_model": str(model),
-                    "data_dir": str(data_dir),
-                    "data_sha256": manifest.get("sha256"),
-                    "data_seed": manifest.get("seed"),
-                    **asdict(config),
-                    "device_used": device,
-                    "n_train_texts": len(train_texts),
-                    "n_general_texts": n_general,
-                    "n_validation_prompts": len(validation),
-                    "validation_top_k_by_epoch": trainer.history,
-                    "best_epoch": trainer.best_epoch,
-                    "resumed_from": Path(resume_from).name if resume_from else None,
-                    "seconds": round(seconds, 1),
-                },
-            )
+            run = _run_record(device, data, trainer, resume_from, time.time() - start)
+            write_json(tmp / "training_config.json", _training_record(model, data_dir, manifest, config, run))
         remove_entry(tmp, "trainer")
-    return FinetuneResult(
-        path=out_dir,
-        best_epoch=trainer.best_epoch,
-        best_accuracy=max(trainer.history),
-        history=trainer.history,
-        seconds=time.time() - start,
-    )
+    return FinetuneResult(out_dir, trainer.best_epoch, max(trainer.history), trainer.history, time.time() - start)
