@@ -5,8 +5,8 @@ datasets -> finetunes (both directions; one direction, B2A; task on half A; rela
 
 Every step is recorded in `DIR/provenance.json` with the sha256 of its inputs (data manifests,
 model fingerprints, the step's config); a step whose record matches is never redone (see
-`weightgraft/ledger.py`). A finetune saves a Trainer checkpoint every epoch under
-`DIR/checkpoints/`, and a killed one resumes from the latest. Under `torchrun` / `accelerate launch` every process takes
+`weightgraft.ledger`). A finetune saves a Trainer checkpoint every epoch under `DIR/checkpoints/`, and a
+killed one resumes from the latest. Under `torchrun` / `accelerate launch` every process takes
 part in the finetunes (Trainer spreads them); rank 0 alone builds the data, runs the presets and
 writes the report, and the other ranks stop after the last finetune.
 
