@@ -8,22 +8,14 @@ process (rank 0) writes; the file is replaced atomically after each step.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import time
 from datetime import datetime, timezone
 from pathlib import Path
 
 from weightgraft.atomic import write_text_atomic
-
-
-def sha256_of(obj) -> str:
-    """sha256 of a JSON-able object with sorted keys (paths and other objects as strings)."""
-    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()
-
-
-def sha256_of_file(path: Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+from weightgraft.runtime import sha256_file as sha256_of_file  # noqa: F401 - named so by reproduce
+from weightgraft.runtime import sha256_json as sha256_of
 
 
 def _now() -> str:

@@ -21,7 +21,6 @@ Layout of DIR:
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -33,6 +32,9 @@ from weightgraft.errors import UserError
 from weightgraft.locking import folder_lock, lock_file
 from weightgraft.pipelines.ledger import Ledger, sha256_of, sha256_of_file
 from weightgraft.remote_code import refuse_remote_code
+from weightgraft.runtime import rank as launch_rank
+from weightgraft.runtime import resolve_device
+from weightgraft.runtime import world_size as launch_world_size
 
 # The paper's dataset codes and weightgraft's fact kinds.
 DATASET_KINDS = {"FMRA": "fake_real", "FMFA": "fake_fake", "RMRA-shuffled": "real_shuffled"}
@@ -129,14 +131,6 @@ class ReproduceResult:
     reused: list[str]
     seconds: float
     report: Path | None
-
-
-def resolve_device(device: str) -> str:
-    if device != "auto":
-        return device
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def finetune_config(options: ReproduceOptions, device: str, max_length: int):
@@ -314,7 +308,7 @@ def run_config(job: Job, group: RunGroup, model_paths: dict[str, str], device: s
 
 
 def _rank() -> tuple[int, int]:
-    return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+    return launch_rank(), launch_world_size()
 
 
 def _local_model(model: str) -> str:

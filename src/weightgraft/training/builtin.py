@@ -27,6 +27,7 @@ from weightgraft.data.facts import generate_facts
 from weightgraft.data.io import load_train_texts, write_dataset
 from weightgraft.data.templates import EVAL_TEMPLATES, VALIDATION_TEMPLATES, eval_prompts_for
 from weightgraft.data.world import World
+from weightgraft.runtime import home as runtime_home
 from weightgraft.training.finetune import FinetuneConfig
 from weightgraft.training.pretrain import PretrainConfig
 
@@ -170,7 +171,7 @@ class BuiltinArtifacts:
 
 
 def default_home() -> Path:
-    return Path(os.environ.get("WEIGHTGRAFT_HOME") or Path.home() / ".cache" / "weightgraft")
+    return runtime_home()
 
 
 @contextmanager

@@ -13,7 +13,6 @@ a killed finetune loses at most one epoch. The best epoch is then tracked by Tra
 
 from __future__ import annotations
 
-import os
 import random
 import tempfile
 import time
@@ -30,6 +29,7 @@ from weightgraft.data.batching import right_pad
 from weightgraft.data.errors import DataError
 from weightgraft.data.io import load_eval_prompts, load_manifest, load_train_texts
 from weightgraft.remote_code import refuse_remote_code
+from weightgraft.runtime import is_main_process, resolve_device
 from weightgraft.training.evaluate import topk_accuracy
 from weightgraft.training.lengths import check_lengths
 
@@ -132,8 +132,7 @@ def _scratch_directory():
 
 
 def _resolve_device(device: str) -> str:
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
+    device = resolve_device(device)
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise DataError(f"--device {device} asked for, but no CUDA GPU is visible; use --device cpu")
     return device
@@ -262,7 +261,7 @@ def finetune(
 
     out_dir = Path(out_dir)
     # Under `accelerate launch` / torchrun every process trains; only rank 0 writes `out_dir`.
-    is_main = int(os.environ.get("RANK", "0")) == 0
+    is_main = is_main_process()
     with atomic_directory(out_dir, overwrite) if is_main else _scratch_directory() as tmp:
         steps_per_epoch = -(-len(dataset) // config.batch_size)
         resume_from = None
