@@ -27,7 +27,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, Trainer, TrainingA
 from weightgraft.atomic import atomic_directory, check_whole, refuse_nonempty, remove_entry, write_json
 from weightgraft.data.batching import right_pad
 from weightgraft.data.errors import DataError
-from weightgraft.data.io import load_eval_prompts, load_manifest, load_train_texts
+from weightgraft.data.io import load_eval_prompts, load_manifest, load_train_texts, read_user_articles
 from weightgraft.remote_code import refuse_remote_code
 from weightgraft.runtime import is_main_process, resolve_device
 from weightgraft.training.evaluate import topk_accuracy
@@ -176,6 +176,38 @@ def final_norm(net) -> torch.nn.Module:
     raise DataError(
         f"no final norm found under the names {list(FINAL_NORM_NAMES)} in {type(net).__name__}; "
         "finetune without --freeze-final-norm"
+    )
+
+
+def read_general_text(path: str | Path) -> list[str]:
+    """General text to mix into training: a dataset folder's train.jsonl, or a JSONL of
+    {"text": ...} lines (`--general-text`)."""
+    path = Path(path)
+    return load_train_texts(path) if path.is_dir() else read_user_articles(path)
+
+
+def finetune_from_files(
+    model: str | Path,
+    data_dir: str | Path,
+    out_dir: str | Path,
+    config: FinetuneConfig = FinetuneConfig(),
+    general_text: str | Path | None = None,
+    trust_remote_code: bool = False,
+    overwrite: bool = False,
+) -> FinetuneResult:
+    """`weightgraft train`'s work: `finetune`, with its general text read from `general_text`
+    (see `read_general_text`); a non-empty `out_dir` is refused (unless `overwrite`) before
+    anything is read."""
+    refuse_nonempty(out_dir, overwrite)
+    general = read_general_text(general_text) if general_text is not None else None
+    return finetune(
+        model,
+        data_dir,
+        out_dir,
+        config,
+        general_texts=general,
+        trust_remote_code=trust_remote_code,
+        overwrite=overwrite,
     )
 
 
