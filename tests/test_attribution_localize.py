@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from tiny_world import build_tokenizer, make_prompts
 from weightgraft import Graft, Grafter
-from weightgraft.attribution import attribute, encode_examples, exact_cell_effects, localize, spearman
+from weightgraft.attribution import attribute, encode_role_examples, exact_cell_effects, localize, spearman
 from weightgraft.attribution.localize import _evaluate, _size_schedule
 from weightgraft.cli import _register_all, app
 
@@ -40,7 +40,7 @@ def _llama(seed: int, vocab: int):
 @pytest.fixture(scope="module")
 def world():
     tokenizer = build_tokenizer()
-    examples = encode_examples(tokenizer, make_prompts())
+    examples = encode_role_examples(tokenizer, make_prompts())
     recipient = _llama(0, len(tokenizer))
     return tokenizer, examples, recipient
 

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from weightgraft.atomic import write_text_atomic
 from weightgraft.attribution.agreement import cell_agreement
-from weightgraft.attribution.localize import LocalizeResult, encode_examples, localize
+from weightgraft.attribution.localize import LocalizeResult, encode_role_examples, localize
 from weightgraft.data.encode import check_context
 from weightgraft.data.io import load_eval_prompts
 from weightgraft.engine.grafter import Grafter
@@ -84,7 +84,7 @@ def localize_pair(
     remote = pair.trust_remote_code
     tokenizer = load_tokenizer(pair.recipient, remote, recipient_label)
     chosen = select_examples(prompts, None, settings.max_examples, settings.seed, what)
-    examples = encode_examples(tokenizer, chosen)
+    examples = encode_role_examples(tokenizer, chosen)
     check_context({e.id: len(e.input_ids) for e in examples}, context_length(pair.recipient), what)
     models = (
         load_model(pair.recipient, pair.device, pair.dtype, remote, recipient_label),

@@ -19,6 +19,7 @@ import importlib
 import os
 import re
 import sys
+from typing import Literal
 
 import typer
 import yaml
@@ -29,6 +30,10 @@ from typer.core import TyperGroup
 from weightgraft.errors import UserError
 
 EXIT_USER_ERROR = 2
+DEVICE_HELP = "Device for every model: cpu, cuda, cuda:1, mps."
+DTYPE_HELP = "float32, bfloat16 or float16."
+# Options with a fixed set of values: typer checks them and lists them in --help.
+Dtype = Literal["float32", "bfloat16", "float16"]
 EXIT_INTERRUPTED = 130
 _DEBUG = {"on": False}  # set by `--debug` anywhere on the command line (or WEIGHTGRAFT_DEBUG=1)
 # The module that registers each command; `main` imports only the one it runs.
