@@ -8,7 +8,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 import torch
 
 from weightgraft import runtime
@@ -84,8 +83,21 @@ def test_hashes_match_hashlib(tmp_path):
     assert json.dumps(obj, sort_keys=True, default=str) == '{"a": "/x", "b": [1, 2]}'
 
 
-@pytest.mark.parametrize("module", ["weightgraft.runtime"])
-def test_runtime_starts_without_torch(module):
-    code = f"import sys, {module}; print('torch' in sys.modules)"
+def test_runtime_imports_without_torch():
+    code = "import sys, weightgraft.runtime; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_the_data_command_starts_without_torch():
+    """`main` imports only the module of the command it runs, and the data module pulls no torch."""
+    code = (
+        "import sys\n"
+        "sys.argv = ['weightgraft', 'data', '--help']\n"
+        "from weightgraft.cli import main\n"
+        "try:\n    main()\nexcept SystemExit as done:\n    assert done.code == 0, done.code\n"
+        "print('torch loaded' if 'torch' in sys.modules else 'no torch', file=sys.stderr)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "--facts-per-kind" in out.stdout
+    assert out.stderr.strip().splitlines()[-1] == "no torch"

@@ -12,6 +12,7 @@ from rich.console import Console
 from weightgraft.cli import DEVICE_HELP, DTYPE_HELP, Dtype
 from weightgraft.experiments.config import load_config
 from weightgraft.experiments.shards import parse_shard
+from weightgraft.experiments.vocabulary import ModelRole
 from weightgraft.pipelines.demo import run_demo
 from weightgraft.pipelines.launch import launch_run, reports_here
 from weightgraft.pipelines.run import merge_run
@@ -55,11 +56,11 @@ def run_command(
     models = {
         k: v
         for k, v in (
-            ("pre", recipient),
-            ("sft", donor),
-            ("task", task_model),
-            ("b2a", b2a_model),
-            ("freetext", freetext_model),
+            (ModelRole.PRE, recipient),
+            (ModelRole.SFT, donor),
+            (ModelRole.TASK, task_model),
+            (ModelRole.B2A, b2a_model),
+            (ModelRole.FREETEXT, freetext_model),
         )
         if v
     }

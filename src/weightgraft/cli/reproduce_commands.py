@@ -63,7 +63,10 @@ def reproduce_command(
     """The paper's whole pipeline on MODEL: datasets, the four finetunes, every paper preset,
     and a report with a "paper vs this run" table per analysis. Resumable at every step (a done
     step is never redone, a killed finetune resumes from its last epoch's checkpoint). Under
-    `torchrun` / `accelerate launch` the finetunes use every process; rank 0 runs the presets."""
+    `torchrun` / `accelerate launch` the finetunes use every process; rank 0 runs the presets.
+    \f
+    Over 60 lines only by its option declarations (one typer.Option each); the body parses them
+    and calls `plan_job` and `reproduce`."""
     options = ReproduceOptions(
         model=model,
         out=out,

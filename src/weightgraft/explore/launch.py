@@ -9,12 +9,18 @@ from weightgraft.data.io import load_eval_prompts
 from weightgraft.engine.grafter import Grafter
 from weightgraft.errors import UserError
 from weightgraft.experiments.models import DTYPES, load_model, load_tokenizer
+from weightgraft.experiments.vocabulary import ModelRole
 from weightgraft.explore.session import ExploreSession, ModelNames, donors_from_mapping
 from weightgraft.training.builtin import ensure_builtin
 
 # The built-in family as the explorer offers it: the pretrained model as recipient, each finetune
 # as a donor under its run-config key.
-BUILTIN_DONORS = {"sft": "relation_model", "task": "task_model", "b2a": "b2a_model", "freetext": "freetext_model"}
+BUILTIN_DONORS = {
+    ModelRole.SFT: "relation_model",
+    ModelRole.TASK: "task_model",
+    ModelRole.B2A: "b2a_model",
+    ModelRole.FREETEXT: "freetext_model",
+}
 
 
 def parse_donors(items: list[str]) -> dict[str, str]:
@@ -33,7 +39,7 @@ def parse_donors(items: list[str]) -> dict[str, str]:
 def builtin_models(size: str, home: str | None, progress: bool) -> tuple[str, dict[str, str], Path]:
     """The built-in recipient, donors and relation dataset (built or reused)."""
     art = ensure_builtin(size=size, home=Path(home) if home else None, progress=progress)
-    return str(art.pretrained), {n: str(getattr(art, a)) for n, a in BUILTIN_DONORS.items()}, art.relation_data
+    return str(art.pretrained), {str(n): str(getattr(art, a)) for n, a in BUILTIN_DONORS.items()}, art.relation_data
 
 
 def choose_models(
