@@ -59,12 +59,12 @@ def gain_donor(recipient: str, folder: Path) -> str:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from tiny_world import make_prompts
-    from weightgraft.attribution import encode_examples
+    from weightgraft.attribution import encode_role_examples
 
     tokenizer = AutoTokenizer.from_pretrained(recipient)
     model = AutoModelForCausalLM.from_pretrained(recipient).eval()
     with torch.no_grad():
-        for example in encode_examples(tokenizer, make_prompts()):
+        for example in encode_role_examples(tokenizer, make_prompts()):
             hidden = model.model(input_ids=torch.tensor([example.input_ids])).last_hidden_state[0, -1]
             model.lm_head.weight[example.target_id] += 3.0 * hidden / hidden.norm() ** 2
     model.save_pretrained(folder)

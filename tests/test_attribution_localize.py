@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from tiny_world import build_tokenizer, make_prompts
 from weightgraft import Graft, Grafter
-from weightgraft.attribution import attribute, encode_examples, exact_cell_effects, localize, spearman
+from weightgraft.attribution import attribute, encode_role_examples, exact_cell_effects, localize, spearman
 from weightgraft.attribution.localize import _evaluate, _size_schedule
 from weightgraft.cli import _register_all, app
 
@@ -40,7 +40,7 @@ def _llama(seed: int, vocab: int):
 @pytest.fixture(scope="module")
 def world():
     tokenizer = build_tokenizer()
-    examples = encode_examples(tokenizer, make_prompts())
+    examples = encode_role_examples(tokenizer, make_prompts())
     recipient = _llama(0, len(tokenizer))
     return tokenizer, examples, recipient
 
@@ -183,6 +183,79 @@ def test_localize_command_writes_results_and_pictures(world, tmp_path):
     assert ">Who</span>" in (out / "tokens.html").read_text()
     missing = CliRunner().invoke(app, ["localize", "--recipient", "x"])
     assert missing.exit_code == 2 and "--builtin default" in missing.output
+
+
+def test_localize_command_passes_every_flag_to_the_library(tmp_path, monkeypatch):
+    """The command parses options and calls `localize_to_folder`: every flag arrives there."""
+    import weightgraft.cli.localize_commands as command
+    from weightgraft.errors import UserError
+
+    seen = {}
+
+    def spy(pair, data, split, settings, out, progress):
+        seen.update(pair=pair, data=data, split=split, settings=settings, out=out, progress=progress)
+        raise UserError("stopped by the test")
+
+    _register_all()
+    monkeypatch.setattr(command, "localize_to_folder", spy)
+    args = ["localize", "--recipient", "r", "--donor", "d", "--data", str(tmp_path), "--out", str(tmp_path / "o")]
+    args += ["--split", "validation", "--method", "integrated", "--steps", "3", "--target", "0.5"]
+    args += ["--stop-on", "prob", "--max-examples", "7", "--check-cells", "2", "--batch-size", "5", "--seed", "4"]
+    args += ["--device", "cuda:1", "--dtype", "bfloat16", "--no-progress"]
+    args += ["--trust-remote-code", "--allow-config-difference", "rope_theta", "--allow-config-difference", "x"]
+    done = CliRunner().invoke(app, args)
+    assert done.exit_code == 2 and "stopped by the test" in done.output
+    pair, settings = seen["pair"], seen["settings"]
+    assert (pair.recipient, pair.donor, pair.device, pair.dtype) == ("r", "d", "cuda:1", "bfloat16")
+    assert pair.trust_remote_code and pair.allow_config_differences == ("rope_theta", "x")
+    assert pair.labels == ("--recipient", "--donor")
+    assert (settings.method, settings.steps, settings.target, tuple(settings.stop_on)) == (
+        "integrated",
+        3,
+        0.5,
+        ("prob",),
+    )
+    assert (settings.max_examples, settings.check_cells, settings.batch_size, settings.seed) == (7, 2, 5, 4)
+    assert (seen["data"], seen["split"], seen["out"], seen["progress"]) == (
+        tmp_path,
+        "validation",
+        tmp_path / "o",
+        False,
+    )
+    seen.clear()
+    assert CliRunner().invoke(app, args[:9]).exit_code == 2
+    defaults = seen["pair"]  # neither remote code nor config differences unless asked
+    assert not defaults.trust_remote_code and defaults.allow_config_differences == ()
+    assert (defaults.device, defaults.dtype, seen["settings"].method, seen["progress"]) == (
+        "cpu",
+        "float32",
+        "gradient",
+        True,
+    )
+
+
+def test_localize_command_allows_config_differences_only_when_asked(world, tmp_path):
+    """Models whose norm epsilon differs: refused in one line, searched with --allow-config-difference rms_norm_eps
+    (the flag reaches the Grafter, as `allow_config_differences` does in a run config)."""
+    tokenizer, examples, recipient = world
+    donor = _unembedding_donor(recipient, examples)
+    donor.config.rms_norm_eps = 1e-3
+    for name, model in (("pre", recipient), ("sft", donor)):
+        model.save_pretrained(tmp_path / name)
+        tokenizer.save_pretrained(tmp_path / name)
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "eval.jsonl").write_text("".join(p.model_dump_json() + "\n" for p in make_prompts()))
+    _register_all()
+    args = ["localize", "--recipient", str(tmp_path / "pre"), "--donor", str(tmp_path / "sft"), "--data", str(data)]
+    args += ["--no-progress", "--max-examples", "4"]
+    refused = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "refused")])
+    assert refused.exit_code == 2
+    assert refused.output.startswith("error: --recipient and --donor cannot be grafted"), refused.output
+    assert len(refused.output.strip().splitlines()) == 1
+    done = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "out"), "--allow-config-difference", "rms_norm_eps"])
+    assert done.exit_code == 0, done.output
+    assert (tmp_path / "out" / "localize.json").is_file()
 
 
 def test_localize_experiment_in_a_run_config_reports_and_is_reused(world, tmp_path):

@@ -557,6 +557,53 @@ RECIPES: dict[str, R] = {
         ],
         "FMFA needs two fake actors with first names of their own per fact",
     ),
+    "E-input-05": R(
+        lambda w: ["reproduce", "--model", w["pre"], "--out", w.tmp / "j", "--datasets", "FMRA,XYZ", "--dry-run"],
+        "unknown dataset code(s) ['XYZ']; choose from",
+        "unknown dataset code(s) ['X']; choose from",
+    ),
+    "E-input-06": R(
+        lambda w: ["reproduce", "--model", w["pre"], "--out", w.tmp / "j", "--facts", "2", "--dry-run"],
+        "--facts must be at least 4 (the hybrid splits the facts in two halves)",
+    ),
+    "E-input-07": R(
+        lambda w: ["reproduce", "--model", w["pre"], "--out", w.tmp / "j", "--setting", "gentle", "--dry-run"],
+        "--setting gentle mixes general text into finetuning: give --general-text",
+    ),
+    "E-input-08": R(
+        lambda w: [
+            "reproduce",
+            "--model",
+            w["pre"],
+            "--out",
+            w.tmp / "j",
+            "--device",
+            "cpu",
+            "--precision",
+            "fp16",
+            "--dry-run",
+        ],
+        "--precision fp16 needs a CUDA GPU; on CPU use --precision fp32 or bf16",
+    ),
+    "E-input-09": R(
+        lambda w: ["localize", "--recipient", w["pre"], "--out", w.tmp / "loc"],
+        "missing --donor, --data: give the models and a dataset folder, or --builtin default",
+    ),
+    "E-input-10": R(
+        lambda w: [
+            "localize",
+            "--recipient",
+            w["pre"],
+            "--donor",
+            w["sft"],
+            "--data",
+            w.file("no-prompts/eval.jsonl", "").parent,
+            "--out",
+            w.tmp / "loc",
+        ],
+        "no evaluation prompts to score",
+        "no evaluation prompts to score",
+    ),
     # Output folders
     "E-folder-01": R(
         lambda w: ["run", w.config(), "--out", foreign(w)],

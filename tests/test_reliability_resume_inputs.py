@@ -127,7 +127,7 @@ def test_a_localize_experiment_is_searched_again_when_its_dataset_changes(world,
             )
         }
     ).localizations()[0]
-    module = importlib.import_module("weightgraft.attribution.localize")
+    module = importlib.import_module("weightgraft.attribution.experiment")  # the name run_localize calls
     calls = []
     real = module.localize
 

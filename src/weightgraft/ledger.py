@@ -20,21 +20,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from weightgraft.atomic import write_text_atomic
+from weightgraft.runtime import sha256_file as sha256_of_file
+from weightgraft.runtime import sha256_json as sha256_of
 
 # What a step's `build` returns: (outputs to record, paths that must exist for the step to be done).
 Built = tuple[dict, list[Path]]
 # Told what the ledger does with a step: (event, step name, record); events are "reused" (record
 # is the earlier one), "start" (record is None) and "finished" (record is the new one).
 Announce = Callable[[str, str, dict | None], None]
-
-
-def sha256_of(obj) -> str:
-    """sha256 of a JSON-able object with sorted keys (paths and other objects as strings)."""
-    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()
-
-
-def sha256_of_file(path: Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 def sha256_of_folder(folder: Path, skip: tuple[str, ...] = ()) -> str:

@@ -4,15 +4,15 @@ a finetuning effect, and the smallest graft that carries most of it."""
 from weightgraft.attribution.agreement import cell_agreement
 from weightgraft.attribution.attribute import Attribution, attribute, position_roles
 from weightgraft.attribution.exact import exact_cell_effects, spearman
-from weightgraft.attribution.localize import Example, LocalizeResult, encode_examples, localize
+from weightgraft.attribution.localize import LocalizeResult, RoleExample, encode_role_examples, localize
 
 __all__ = [
     "Attribution",
-    "Example",
+    "RoleExample",
     "LocalizeResult",
     "attribute",
     "cell_agreement",
-    "encode_examples",
+    "encode_role_examples",
     "exact_cell_effects",
     "localize",
     "position_roles",

@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Literal
 
 import torch
@@ -42,6 +43,17 @@ PAPER_ROLES = ("FE", "M", "R", "LT", "other")
 # The components each grain splits into units.
 GRAINS = {"component": (), "head": ("q", "k", "v", "o"), "neuron": ("gate", "up", "down")}
 _PAPER_NAME = {"first_entity": "FE", "movie_title": "M", "relation": "R", "last_token": "LT"}
+
+
+class AttributionMethod(str, Enum):
+    """How `attribute` scores a cell: the gradient at the recipient (`gradient`) or integrated
+    along the path to the donor (`integrated`). A `str` enum: configs, requests and files hold
+    the plain values, which compare equal to the members."""
+
+    GRADIENT = "gradient"
+    INTEGRATED = "integrated"
+
+    __str__ = str.__str__  # the value, in every Python (not "AttributionMethod.GRADIENT")
 
 
 @dataclass
@@ -167,9 +179,9 @@ def attribute(
     """
     if grain not in GRAINS:
         raise ValueError(f"grain must be one of {list(GRAINS)}, not {grain!r}")
-    if method not in ("gradient", "integrated"):
+    if method not in tuple(AttributionMethod):
         raise ValueError(f"method must be 'gradient' or 'integrated', not {method!r}")
-    if method == "integrated" and steps < 1:
+    if method == AttributionMethod.INTEGRATED and steps < 1:
         raise ValueError(f"integrated attribution needs steps >= 1, got {steps}")
     recipient = grafter.recipient
     source = donor_source(grafter, donor)
@@ -192,7 +204,7 @@ def attribute(
     try:
         with ExitStack() as stack:
             stack.enter_context(source.running())
-            alphas = [0.0] if method == "gradient" else [(k + 0.5) / steps for k in range(steps)]
+            alphas = [0.0] if method == AttributionMethod.GRADIENT else [(k + 0.5) / steps for k in range(steps)]
             effects, units = None, None
             for alpha in alphas:
                 step_effects, value, step_units = _effects_at(
@@ -200,12 +212,12 @@ def attribute(
                 )
                 effects = step_effects if effects is None else effects + step_effects
                 units = step_units if units is None else {k: units[k] + v for k, v in step_units.items()}
-                if method == "gradient":
+                if method == AttributionMethod.GRADIENT:
                     metric_recipient = value
             effects /= len(alphas)
             units = {k: v / len(alphas) for k, v in units.items()}
             with torch.no_grad():
-                if method == "integrated":
+                if method == AttributionMethod.INTEGRATED:
                     metric_recipient = score(_last_logits(recipient, ids, mask, last), target)
                 # The donor everywhere: every module's output replaced by the donor's (alpha = 1).
                 _, metric_donor, _ = _effects_at(
@@ -221,7 +233,7 @@ def attribute(
         model_components=layout.model_components,
         lengths=lengths,
         method=method,
-        steps=1 if method == "gradient" else steps,
+        steps=1 if method == AttributionMethod.GRADIENT else steps,
         metric_recipient=metric_recipient.detach().cpu(),
         metric_donor=metric_donor.detach().cpu(),
         metric_name=metric if isinstance(metric, str) else "custom",

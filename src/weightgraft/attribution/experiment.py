@@ -1,4 +1,6 @@
-"""`localize` as an experiment of a run config (its spec, `LocalizeSpec`, is part of the run config).
+"""`localize` on two models and a dataset's prompts: the one flow behind `weightgraft localize`
+and a run config's `localize` experiments (`run_localize`; its spec, `LocalizeSpec`, is part of
+the run config).
 
 ```yaml
 experiments:
@@ -19,20 +21,97 @@ the same settings, models and dataset (every field of every prompt) is reused. T
 from __future__ import annotations
 
 import json
-from hashlib import sha256
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
+from weightgraft.atomic import write_text_atomic
+from weightgraft.attribution.agreement import cell_agreement
+from weightgraft.attribution.localize import LocalizeResult, encode_role_examples, localize
+from weightgraft.data.encode import check_context
+from weightgraft.data.io import load_eval_prompts
+from weightgraft.engine.grafter import Grafter
+from weightgraft.errors import UserError
 from weightgraft.experiments.config import LocalizeSpec
+from weightgraft.experiments.models import context_length, fingerprint_model, load_model, load_tokenizer
+from weightgraft.experiments.plan import select_examples
+from weightgraft.runtime import sha256_json
+
+
+@dataclass(frozen=True)
+class ModelPair:
+    """The recipient and donor of a search and how to load them.
+
+    recipient, donor: model folders or cached hub ids. device, dtype: as `load_model` takes them.
+    trust_remote_code: let folders that ship their own code run it. allow_config_differences:
+    config fields the models may differ in although they change the computation (the `Grafter`'s
+    option, e.g. `("rope_theta",)`). labels: how errors name the two (`--recipient`, `models.pre`, ...)."""
+
+    recipient: str
+    donor: str
+    device: str = "cpu"
+    dtype: str = "float32"
+    trust_remote_code: bool = False
+    allow_config_differences: tuple[str, ...] = ()
+    labels: tuple[str, str] = ("recipient", "donor")
+
+
+@dataclass(frozen=True)
+class SearchSettings:
+    """How `localize` searches (see `weightgraft.attribution.localize.localize`): method and steps
+    of attribution, the recovery target on each `stop_on` metric, prompts per pass, the seeded cap
+    on prompts, and how many prompts the exact single-cell check (`check_cells`, 0: none) uses."""
+
+    method: str = "gradient"
+    steps: int = 16
+    target: float = 0.9
+    stop_on: Sequence[str] = ("top5", "prob")
+    batch_size: int = 16
+    max_examples: int | None = None
+    check_cells: int = 0
+    seed: int = 0
+
+
+def localize_pair(
+    pair: ModelPair, prompts: list, settings: SearchSettings, *, what: str, progress: bool = True
+) -> LocalizeResult:
+    """The minimal graft of `pair.donor` into `pair.recipient` on `prompts` (EvalPrompts; the
+    seeded choice of `settings.max_examples` of them): encode, check they fit the recipient's
+    context, load both models, search, and (with `check_cells`) compare with exact grafts.
+    `what` names the prompts' source in errors. Raises UserError when the models cannot be
+    grafted or a prompt does not fit."""
+    recipient_label, donor_label = pair.labels
+    remote = pair.trust_remote_code
+    tokenizer = load_tokenizer(pair.recipient, remote, recipient_label)
+    chosen = select_examples(prompts, None, settings.max_examples, settings.seed, what)
+    examples = encode_role_examples(tokenizer, chosen)
+    check_context({e.id: len(e.input_ids) for e in examples}, context_length(pair.recipient), what)
+    models = (
+        load_model(pair.recipient, pair.device, pair.dtype, remote, recipient_label),
+        load_model(pair.donor, pair.device, pair.dtype, remote, donor_label),
+    )
+    try:
+        grafter = Grafter(*models, allow_config_differences=pair.allow_config_differences)
+    except ValueError as err:  # the engine's word on models that do not fit together
+        raise UserError(f"{recipient_label} and {donor_label} cannot be grafted: {err}") from None
+    result = localize(
+        grafter,
+        examples,
+        method=settings.method,
+        steps=settings.steps,
+        target=settings.target,
+        batch_size=settings.batch_size,
+        seed=settings.seed,
+        progress=progress,
+        stop_on=list(settings.stop_on),
+    )
+    if settings.check_cells:
+        result.agreement = cell_agreement(grafter, examples[: settings.check_cells], steps=settings.steps)
+    return result
 
 
 def run_localize(config, spec: LocalizeSpec, out: str | Path, progress: bool = True) -> Path:
     """Run one localize experiment of `config` into OUT/localize/NAME (reused when done)."""
-    from weightgraft.attribution.localize import encode_examples, localize
-    from weightgraft.data.io import load_eval_prompts
-    from weightgraft.engine import Grafter
-    from weightgraft.experiments.models import fingerprint_model, load_model, load_tokenizer
-    from weightgraft.experiments.plan import select_examples
-
     folder = Path(out) / "localize" / spec.name
     prompts_read = load_eval_prompts(config.datasets[spec.dataset])
     stamp = {
@@ -42,45 +121,31 @@ def run_localize(config, spec: LocalizeSpec, out: str | Path, progress: bool = T
         "device": config.device.split(":")[0],
         "models": {k: fingerprint_model(config.models[k]) for k in (spec.recipient, spec.donor)},
         # every field of every prompt: a changed dataset is searched again
-        "dataset": sha256(
-            json.dumps([p.model_dump(mode="json") for p in prompts_read], sort_keys=True).encode()
-        ).hexdigest(),
+        "dataset": sha256_json([p.model_dump(mode="json") for p in prompts_read]),
     }
     done = folder / "settings.json"
     if done.is_file() and json.loads(done.read_text()) == stamp and (folder / "localize.json").is_file():
         return folder
-    remote = config.trust_remote_code
-    tokenizer = load_tokenizer(config.models[spec.recipient], remote)
-    grafter = Grafter(
-        load_model(config.models[spec.recipient], config.device, config.dtype, remote),
-        load_model(config.models[spec.donor], config.device, config.dtype, remote),
-        allow_config_differences=config.allow_config_differences,
+    pair = ModelPair(
+        config.models[spec.recipient],
+        config.models[spec.donor],
+        config.device,
+        config.dtype,
+        config.trust_remote_code,
+        tuple(config.allow_config_differences),
+        (f"models.{spec.recipient}", f"models.{spec.donor}"),
     )
-    prompts = select_examples(
-        prompts_read,
-        None,
+    settings = SearchSettings(
+        spec.method,
+        spec.steps,
+        spec.target,
+        tuple(spec.stop_on),
+        spec.batch_size,
         spec.max_examples,
+        spec.check_cells,
         config.seed,
-        f"localize experiment {spec.name!r}",
     )
-    examples = encode_examples(tokenizer, prompts)
-    result = localize(
-        grafter,
-        examples,
-        method=spec.method,
-        steps=spec.steps,
-        target=spec.target,
-        batch_size=spec.batch_size,
-        seed=config.seed,
-        progress=progress,
-        stop_on=spec.stop_on,
-    )
-    if spec.check_cells:
-        from weightgraft.attribution.agreement import cell_agreement
-
-        result.agreement = cell_agreement(grafter, examples[: spec.check_cells], steps=spec.steps)
+    result = localize_pair(pair, prompts_read, settings, what=f"localize experiment {spec.name!r}", progress=progress)
     result.save(folder)
-    from weightgraft.atomic import write_text_atomic
-
     write_text_atomic(done, json.dumps(stamp, indent=2) + "\n")
     return folder

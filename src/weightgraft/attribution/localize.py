@@ -37,8 +37,10 @@ METRICS = ("top5", "prob")
 
 
 @dataclass
-class Example:
-    """One prompt, encoded: its tokens, the first target token, and each role's positions."""
+class RoleExample:
+    """One prompt encoded for attribution and `localize`: its tokens, the first target token, and
+    each paper role's positions (the runner's encoded prompt, in `experiments/`, keeps every target
+    token and the positions by template role)."""
 
     id: str
     fact_id: str
@@ -50,7 +52,7 @@ class Example:
     target: str = ""  # the first target token, as text
 
 
-def encode_examples(tokenizer, prompts) -> list[Example]:
+def encode_role_examples(tokenizer, prompts) -> list[RoleExample]:
     """EvalPrompts of a weightgraft dataset -> Examples (roles from the prompts' character spans)."""
     from weightgraft.data.encode import encode_prompt
 
@@ -66,7 +68,7 @@ def encode_examples(tokenizer, prompts) -> list[Example]:
         roles = {role: [p for p, r in enumerate(named) if r == role] for role in PAPER_ROLES}
         tokens = [tokenizer.decode([i]) for i in enc.input_ids]
         out.append(
-            Example(
+            RoleExample(
                 prompt.id,
                 prompt.fact_id,
                 prompt.template_id,
@@ -94,7 +96,7 @@ class LocalizeResult:
     baselines: dict  # PRE, SFT and FE+LT: top5 and prob
     counts: dict  # groups and cells of the chosen set vs FE+LT-all
     attributions: list[Attribution]  # per batch, in example order
-    examples: list[Example]
+    examples: list[RoleExample]
     seconds: dict = field(default_factory=dict)
     agreement: dict = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
@@ -181,7 +183,7 @@ class LocalizeResult:
 
 def localize(
     grafter,
-    examples: Sequence[Example],
+    examples: Sequence[RoleExample],
     method: str = "gradient",
     steps: int = 16,
     target: float = 0.9,
@@ -318,7 +320,7 @@ def _size_schedule(count: int, dense: int) -> list[int]:
 
 
 def _attribute_batch(
-    grafter, batch: list[Example], method: str, steps: int, donor: str | None, grain: str = "component"
+    grafter, batch: list[RoleExample], method: str, steps: int, donor: str | None, grain: str = "component"
 ) -> Attribution:
     ids, mask = right_pad([e.input_ids for e in batch], pad_id=0)
     return attribute(
@@ -344,7 +346,7 @@ def parse_label(label: str) -> tuple[str, int | None]:
     return comp, (int(unit) if unit else None)
 
 
-def _rank_groups(attributions: list[Attribution], examples: list[Example]) -> tuple[list[Group], list[float]]:
+def _rank_groups(attributions: list[Attribution], examples: list[RoleExample]) -> tuple[list[Group], list[float]]:
     """Mean over prompts of each group's attribution summed over the role's positions."""
     first = attributions[0]
     num_layers, comps, model_comps = first.cells.shape[2], first.layer_components, first.model_components
@@ -392,7 +394,7 @@ def _rank_groups(attributions: list[Attribution], examples: list[Example]) -> tu
     return [g for _, g in scored], [s for s, _ in scored]
 
 
-def _grafts_for(example: Example, groups: Sequence[Group], donor: str | None = None) -> list[Graft]:
+def _grafts_for(example: RoleExample, groups: Sequence[Group], donor: str | None = None) -> list[Graft]:
     """One Graft per (role, component) of the set, over that component's chosen layers; heads
     and neurons: one Graft per (role, component, layer), over its chosen units."""
     layers: dict[tuple[str, str], list[int]] = {}
@@ -415,7 +417,7 @@ def _grafts_for(example: Example, groups: Sequence[Group], donor: str | None = N
     return grafts
 
 
-def _evaluate(grafter, examples: list[Example], sets: list[list[list[Graft]]], batch_size: int) -> list[dict]:
+def _evaluate(grafter, examples: list[RoleExample], sets: list[list[list[Graft]]], batch_size: int) -> list[dict]:
     """Exact top-5 accuracy and mean probability of the first target token, per set of grafts
     (each set: one graft list per example), with the per-example values under `per_example`.
     Rows of one prompt are adjacent, so the engine shares their common prefix."""
@@ -444,7 +446,7 @@ def _evaluate(grafter, examples: list[Example], sets: list[list[list[Graft]]], b
     ]
 
 
-def _counts(grafter, examples: list[Example], chosen: list[Group]) -> dict:
+def _counts(grafter, examples: list[RoleExample], chosen: list[Group]) -> dict:
     """The chosen set against FE+LT-all, in groups and in cells (position x layer x component)."""
     adapter = grafter.adapter
     per_position = grafter.num_layers * len(adapter.per_layer) + len(adapter.model_level)
@@ -461,7 +463,7 @@ def _counts(grafter, examples: list[Example], chosen: list[Group]) -> dict:
 
 
 def recovery_intervals(
-    examples: list[Example],
+    examples: list[RoleExample],
     per_example: dict,
     seed: int,
     resamples: int = 2000,

@@ -7,18 +7,18 @@ from pathlib import Path
 from typing import Literal
 
 import typer
+from rich.console import Console
 
-from weightgraft.errors import UserError
-
-DEVICE_HELP = "Device for every model: cpu, cuda, cuda:1, mps."
-DTYPE_HELP = "float32, bfloat16 or float16."
-# Options with a fixed set of values: typer checks them and lists them in --help.
-Dtype = Literal["float32", "bfloat16", "float16"]
+from weightgraft.cli import DEVICE_HELP, DTYPE_HELP, Dtype
+from weightgraft.experiments.config import load_config
+from weightgraft.experiments.shards import parse_shard
+from weightgraft.experiments.vocabulary import ModelRole
+from weightgraft.pipelines.demo import run_demo
+from weightgraft.pipelines.launch import launch_run, reports_here
+from weightgraft.pipelines.run import merge_run
 
 
 def _print_checks(checks) -> None:
-    from rich.console import Console
-
     console = Console()
     if not checks:
         console.print("No verdict: the position or component experiments were not run.")
@@ -53,47 +53,33 @@ def run_command(
     ),
 ) -> None:
     """Run the experiments of a config file (resuming in an existing run folder) and report."""
-    from weightgraft.experiments.config import load_config
-    from weightgraft.experiments.shards import parse_shard, shard_from_env
-    from weightgraft.pipelines import run_all, run_ranks
-
     models = {
         k: v
         for k, v in (
-            ("pre", recipient),
-            ("sft", donor),
-            ("task", task_model),
-            ("b2a", b2a_model),
-            ("freetext", freetext_model),
+            (ModelRole.PRE, recipient),
+            (ModelRole.SFT, donor),
+            (ModelRole.TASK, task_model),
+            (ModelRole.B2A, b2a_model),
+            (ModelRole.FREETEXT, freetext_model),
         )
         if v
     }
-    # A bad config raises ConfigError, which the CLI's main prints as one line (exit code 2).
     cfg = load_config(config, device=device, dtype=dtype, models=models or None)
     out = out or Path("runs") / cfg.name
     start = time.perf_counter()
-    if shard is not None:
-        if shard_from_env() is not None:
-            raise UserError(
-                "--shard and a multi-process launch (WORLD_SIZE > 1) both split the examples; use one of them"
-            )
-        part = parse_shard(shard)
-        outcome = run_all(cfg, out, progress=progress, shard=part)
+    part = parse_shard(shard) if shard is not None else None
+    outcome = launch_run(cfg, out, shard=part, progress=progress)
+    counts = f"{len(outcome.computed)} conditions computed, {len(outcome.reused)} reused in"
+    if part is not None:
         typer.echo(
-            f"shard {part[0]}/{part[1]}: {len(outcome.computed)} conditions computed, "
-            f"{len(outcome.reused)} reused in {time.perf_counter() - start:.1f} s; "
+            f"shard {part[0]}/{part[1]}: {counts} {time.perf_counter() - start:.1f} s; "
             f"when every shard is done: weightgraft merge {out}"
         )
-        return
-    outcome = run_ranks(cfg, out, progress=progress)
-    if (shard_from_env() or (0, 1))[0] != 0:
-        return  # rank 0 merged and reports
-    _print_checks(outcome.checks)
-    typer.echo(
-        f"{len(outcome.computed)} conditions computed, {len(outcome.reused)} reused in "
-        f"{time.perf_counter() - start:.1f} s; report: {out / 'report.md'} "
-        f"and {out / 'report.html'}"
-    )
+    elif reports_here():  # rank 0 merged and reports
+        _print_checks(outcome.checks)
+        typer.echo(
+            f"{counts} {time.perf_counter() - start:.1f} s; report: {out / 'report.md'} and {out / 'report.html'}"
+        )
 
 
 def merge_command(
@@ -101,8 +87,6 @@ def merge_command(
     report: bool = typer.Option(True, help="Write report.md and report.html as well."),
 ) -> None:
     """Join the shards of a run folder, then write its summary and report."""
-    from weightgraft.pipelines import merge_run
-
     checks = merge_run(run_dir, report=report)
     _print_checks(checks)
     typer.echo(
@@ -125,8 +109,6 @@ def demo_command(
     bootstrap: int = typer.Option(2000, min=0, help="Bootstrap resamples over facts for every interval (0: none)."),
 ) -> None:
     """Run the paper's analyses on the built-in models (built or reused) and report."""
-    from weightgraft.pipelines.demo import run_demo
-
     result = run_demo(
         out,
         size=size,

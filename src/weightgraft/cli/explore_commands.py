@@ -7,7 +7,9 @@ from typing import Literal
 
 import typer
 
-from weightgraft.cli.experiment_commands import DEVICE_HELP, DTYPE_HELP, Dtype
+from weightgraft.cli import DEVICE_HELP, DTYPE_HELP, Dtype
+from weightgraft.explore.launch import choose_models, open_session, parse_donors
+from weightgraft.explore.server import bind, serve
 
 
 def explore_command(
@@ -32,20 +34,9 @@ def explore_command(
 ) -> None:
     """Open a page where a click grafts a cell (position x layer x component) and the predictions
     of the recipient, each donor and the current graft update at once."""
-    from weightgraft.explore.launch import builtin_models, open_session, parse_donors
-    from weightgraft.explore.server import bind, serve
-
     named = parse_donors(donors)
     bind(host, port).close()  # a taken port fails now, not after the models load
-    if recipient is None:
-        if donor is not None or named:
-            raise typer.BadParameter("donors need a --recipient (or leave all three out for the built-in models)")
-        recipient, named, builtin_data = builtin_models(builtin, home, progress)
-        data = data or builtin_data
-    elif donor is not None:
-        if "donor" in named:
-            raise typer.BadParameter("--donor is named `donor`; give the --donors entry another name")
-        named = {"donor": donor, **named}
+    recipient, named, data = choose_models(builtin, recipient, donor, named, data, home, progress)
     session = open_session(recipient, named, data, device, dtype, threads)
     serve(session, host, port, announce=lambda line: typer.echo(line))
 

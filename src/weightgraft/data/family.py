@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from weightgraft.atomic import atomic_directory, refuse_nonempty
 from weightgraft.data.build import ONE_DIRECTION, Order, build_dataset, split_disjoint
 from weightgraft.data.errors import DataError
 from weightgraft.data.facts import GENERATED_KINDS, generate_facts, known_film_facts
@@ -124,3 +125,70 @@ def generated_members(
         else Member(name, part, per_fact=texts_per_fact, one_direction=name == "relation")
         for name, part in parts.items()
     ]
+
+
+@dataclass(frozen=True)
+class DataRequest:
+    """The datasets `weightgraft data` is asked for (its options, named alike): generated facts
+    of `kinds` (`facts_per_kind` each), split into the relation, task and free-text sets; or, with
+    `user_facts`, a user's own facts (and with `articles` their own training articles)."""
+
+    seed: int = 0
+    kinds: str = "fake_fake,fake_real,real_shuffled"
+    facts_per_kind: int = 30
+    relation: int = 30
+    task: int = 30
+    freetext: int = 0
+    texts_per_fact: int = 16
+    articles_per_fact: int = 8
+    known: int = 0
+    user_facts: Path | None = None
+    articles: Path | None = None
+
+
+def check_request(request: DataRequest) -> None:
+    """Every count in range and `articles` only with `user_facts`; DataError naming the option."""
+    minimums = {
+        "relation": (request.relation, 1),
+        "task": (request.task, 0),
+        "freetext": (request.freetext, 0),
+        "known": (request.known, 0),
+        "facts-per-kind": (request.facts_per_kind, 1),
+        "texts-per-fact": (request.texts_per_fact, 2),
+        "articles-per-fact": (request.articles_per_fact, 1),
+    }
+    for name, (value, minimum) in minimums.items():
+        if value < minimum:
+            what = "a positive number" if minimum == 1 else f"at least {minimum}"
+            raise DataError(f"--{name} must be {what} (got {value})")
+    if request.articles is not None and request.user_facts is None:
+        raise DataError("--articles needs --user-facts (the facts the articles state, for evaluation)")
+
+
+def request_members(request: DataRequest) -> list[Member]:
+    """The family a request describes: the user's set, or the generated sets."""
+    if request.user_facts is not None:
+        return user_members(request.user_facts, request.articles, request.texts_per_fact)
+    chosen = [k.strip() for k in request.kinds.split(",") if k.strip()]
+    sizes = {"relation": request.relation, "task": request.task, "freetext": request.freetext}
+    return generated_members(
+        request.seed,
+        chosen,
+        request.facts_per_kind,
+        sizes,
+        request.known,
+        request.texts_per_fact,
+        request.articles_per_fact,
+    )
+
+
+def write_datasets(request: DataRequest, out: Path, overwrite: bool = False) -> list[tuple[str, int]]:
+    """`weightgraft data`'s work: check `request` (before any work), then write its family into
+    `out` in one atomic step (a non-empty `out` only with `overwrite`). Returns (set name, facts)
+    of every set written, sorted by name."""
+    check_request(request)
+    refuse_nonempty(out, overwrite)
+    members = request_members(request)
+    with atomic_directory(out, overwrite=True) as tmp:
+        write_family(tmp, members, request.seed)
+    return sorted((name, len(member.facts)) for member in members for name in member_names(member))

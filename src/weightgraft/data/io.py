@@ -14,7 +14,6 @@ Every file loads with `datasets.load_dataset("json", data_files=...)`.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Iterable
 from pathlib import Path
@@ -24,6 +23,7 @@ from pydantic import ValidationError
 from weightgraft.atomic import atomic_directory, check_whole, write_json, write_text_atomic
 from weightgraft.data.errors import DataError, warn
 from weightgraft.data.schema import EvalPrompt, RelationFact
+from weightgraft.runtime import sha256_file
 
 GENERATOR_VERSION = "weightgraft-data-2"
 DATA_FILES = ("facts.jsonl", "train.jsonl", "validation.jsonl", "eval.jsonl")
@@ -64,10 +64,6 @@ def read_jsonl_lines(path: Path) -> list[tuple[int, object]]:
 
 def read_jsonl(path: Path) -> list[dict]:
     return [record for _, record in read_jsonl_lines(path)]
-
-
-def sha256_file(path: Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 def write_dataset(

@@ -37,13 +37,15 @@ matrix (`shaped.py`).
 
 `as_donor_source(obj, recipient)` turns what a user passes to `Grafter` into a source: a model in
 memory (`FullDonor`), a checkpoint folder or hub id (`LazyDonor`), an adapter folder with
-adapter_config.json or a `peft.PeftModel` (`AdapterDonor`, bound to `recipient`).
+adapter_config.json or a `peft.PeftModel` (`LoraDonor`, bound to `recipient`).
 """
 
-from weightgraft.donors.adapter import AdapterDonor
 from weightgraft.donors.full import FullDonor
 from weightgraft.donors.lazy import LazyDonor
+from weightgraft.donors.lora import LoraDonor
 from weightgraft.donors.shaped import ShapedDonor, ShapeError
 from weightgraft.donors.sources import DonorSource, as_donor_source
 
-__all__ = ["AdapterDonor", "DonorSource", "FullDonor", "LazyDonor", "ShapeError", "ShapedDonor", "as_donor_source"]
+AdapterDonor = LoraDonor  # its name before "adapter" meant only the architecture tables; users' code still runs
+
+__all__ = ["LoraDonor", "DonorSource", "FullDonor", "LazyDonor", "ShapeError", "ShapedDonor", "as_donor_source"]

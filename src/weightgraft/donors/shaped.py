@@ -27,7 +27,7 @@ from contextlib import contextmanager
 import torch
 from torch import nn
 
-from weightgraft.donors.adapter import LoraDelta, LoraFactors, NoChange
+from weightgraft.donors.lora import LoraDelta, LoraFactors, NoChange
 from weightgraft.donors.sources import DonorSource, as_donor_source
 from weightgraft.errors import UserError
 

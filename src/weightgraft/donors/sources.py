@@ -11,10 +11,10 @@ import torch
 from torch import nn
 from transformers import PretrainedConfig
 
-from weightgraft.donors.adapter import ADAPTER_CONFIG, AdapterDonor
 from weightgraft.donors.checkpoint import resolve_folder
 from weightgraft.donors.full import FullDonor
 from weightgraft.donors.lazy import LazyDonor
+from weightgraft.donors.lora import PEFT_CONFIG_FILE, LoraDonor
 
 
 @runtime_checkable
@@ -36,15 +36,15 @@ def as_donor_source(obj: object, recipient: nn.Module | None = None) -> DonorSou
     """A `DonorSource` for a donor given to `Grafter`: a source as is, a model in memory, a
     checkpoint or adapter folder (or hub id), or a PeftModel."""
     if _is_peft_model(obj):
-        return AdapterDonor(obj, _needs(recipient, "a PeftModel"))
+        return LoraDonor(obj, _needs(recipient, "a PeftModel"))
     if isinstance(obj, DonorSource):
         return obj
     if isinstance(obj, nn.Module):
         return FullDonor(obj)
     if isinstance(obj, (str, Path)):
         folder = resolve_folder(obj, kind="donor")
-        if (folder / ADAPTER_CONFIG).is_file():
-            return AdapterDonor(folder, _needs(recipient, "an adapter folder"))
+        if (folder / PEFT_CONFIG_FILE).is_file():
+            return LoraDonor(folder, _needs(recipient, "an adapter folder"))
         return LazyDonor(folder)
     raise TypeError(
         f"a donor must be a torch model (e.g. AutoModelForCausalLM.from_pretrained(...)), a checkpoint or "

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from pathlib import Path
 
 import torch
 
 from weightgraft.atomic import check_whole, write_text_atomic
 from weightgraft.errors import UserError
+from weightgraft.runtime import home, sha256_file
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 FINGERPRINTED = ("*.safetensors", "*.bin", "config.json", "tokenizer.json")
@@ -62,8 +62,7 @@ def looks_like_path(name: str) -> bool:
 
 # ---- fingerprints ------------------------------------------------------------------------
 def hash_cache_file() -> Path:
-    home = os.environ.get("WEIGHTGRAFT_HOME") or Path.home() / ".cache" / "weightgraft"
-    return Path(home) / "file-hashes.json"
+    return home() / "file-hashes.json"
 
 
 def _file_key(path: Path) -> dict:
@@ -77,15 +76,6 @@ def _read_cache() -> dict:
         return cache if isinstance(cache, dict) else {}
     except (OSError, ValueError):
         return {}  # no cache yet, or a damaged one: hash again
-
-
-def sha256_file(path: Path) -> str:
-    """sha256 of every byte of a file, read in 1 MiB blocks."""
-    digest = hashlib.sha256()
-    with Path(path).open("rb") as handle:
-        for block in iter(lambda: handle.read(2**20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def fingerprint_files(paths: list[Path]) -> dict[Path, str]:

@@ -7,6 +7,7 @@ import random
 from collections import defaultdict
 from dataclasses import dataclass
 
+from weightgraft.data.errors import DataError
 from weightgraft.engine.graft import EIGHTHS, HALVES, QUARTERS, Graft
 from weightgraft.experiments.components import parse_components, resolve_for_model
 from weightgraft.experiments.conditions import Condition, ConditionSpec, ResolvedGraft, resolve_condition
@@ -230,10 +231,10 @@ def select_examples(
         known = sorted({p.template_id for p in prompts})
         unknown = [t for t in templates if t not in known]
         if unknown:
-            raise ValueError(f"{context}: unknown template(s) {unknown}; the dataset has {known}")
+            raise DataError(f"{context}: unknown template(s) {unknown}; the dataset has {known}")
         prompts = [p for p in prompts if p.template_id in templates]
     if not prompts:
-        raise ValueError(f"{context}: no evaluation prompts to score")
+        raise DataError(f"{context}: no evaluation prompts to score")
     if max_examples is None or max_examples >= len(prompts):
         return list(prompts)
     by_template: dict[str, list[int]] = defaultdict(list)

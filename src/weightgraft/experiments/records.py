@@ -30,8 +30,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from weightgraft.atomic import refuse_foreign, write_atomic, write_text_atomic
-from weightgraft.experiments.models import sha256_file
 from weightgraft.locking import folder_lock, lock_file
+from weightgraft.runtime import sha256_file, sha256_json
 
 SCHEMA = pa.schema(
     [
@@ -72,10 +72,6 @@ def slug(name: str) -> str:
     return f"{readable}-{hashlib.sha1(name.encode()).hexdigest()[:8]}"
 
 
-def sha_of(obj) -> str:
-    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()
-
-
 def results_folder(out: Path, experiment: str) -> Path:
     return out / "examples" / experiment
 
@@ -100,7 +96,7 @@ def condition_fingerprint(
     examples (their tokens and every field of the prompt a record copies: id, fact, kind,
     template, direction, target text), and `computation`: what else changes the floating-point
     result (the device type, the example batches and the conditions per chunk)."""
-    return sha_of(
+    return sha256_json(
         {
             "condition": condition_json,
             "dtype": dtype,

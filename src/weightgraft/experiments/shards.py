@@ -10,7 +10,6 @@ the summary, the report and a later resumed run read a merged run like any other
 from __future__ import annotations
 
 import json
-import os
 import re
 from pathlib import Path
 
@@ -19,6 +18,7 @@ import pyarrow.parquet as pq
 
 from weightgraft.errors import UserError
 from weightgraft.experiments import records
+from weightgraft.runtime import launch_shard
 
 SHARD_RUN_JSON = re.compile(r"run\.shard-(\d+)-of-(\d+)\.json")
 
@@ -34,11 +34,8 @@ def parse_shard(text: str) -> tuple[int, int]:
 
 
 def shard_from_env() -> tuple[int, int] | None:
-    """(RANK, WORLD_SIZE) when launched by torchrun or accelerate with more than one process."""
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world <= 1:
-        return None
-    return int(os.environ.get("RANK", "0")), world
+    """(rank, world size) when launched by torchrun or accelerate with more than one process."""
+    return launch_shard()
 
 
 def shard_count(out: Path) -> int:

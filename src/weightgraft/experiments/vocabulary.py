@@ -19,6 +19,7 @@ Presets use the authors' bands, named `authors_*`.
 
 from __future__ import annotations
 
+from enum import Enum
 from typing import Literal
 
 from weightgraft.adapters.base import GROUPS, MODEL_LEVEL, PER_LAYER
@@ -147,3 +148,19 @@ TABLE_METRICS = (
     "exact_match",
 )
 HEADLINE_METRIC = "top5"
+
+
+# ---- model roles -----------------------------------------------------------------------------
+class ModelRole(str, Enum):
+    """The run-config keys of the built-in family's models, by the part each plays: the
+    pretrained recipient and its finetunes (relation facts in both orders; the task; the relation
+    facts in the B2A order only, the paper's one-direction model; generated articles). A `str`
+    enum: configs and files hold the plain values, which compare equal to the members."""
+
+    PRE = "pre"
+    SFT = "sft"
+    TASK = "task"
+    B2A = "b2a"
+    FREETEXT = "freetext"
+
+    __str__ = str.__str__  # the value, in every Python (not "ModelRole.PRE")

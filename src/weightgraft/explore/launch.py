@@ -9,11 +9,18 @@ from weightgraft.data.io import load_eval_prompts
 from weightgraft.engine.grafter import Grafter
 from weightgraft.errors import UserError
 from weightgraft.experiments.models import DTYPES, load_model, load_tokenizer
+from weightgraft.experiments.vocabulary import ModelRole
 from weightgraft.explore.session import ExploreSession, ModelNames, donors_from_mapping
+from weightgraft.training.builtin import ensure_builtin
 
 # The built-in family as the explorer offers it: the pretrained model as recipient, each finetune
 # as a donor under its run-config key.
-BUILTIN_DONORS = {"sft": "relation_model", "task": "task_model", "b2a": "b2a_model", "freetext": "freetext_model"}
+BUILTIN_DONORS = {
+    ModelRole.SFT: "relation_model",
+    ModelRole.TASK: "task_model",
+    ModelRole.B2A: "b2a_model",
+    ModelRole.FREETEXT: "freetext_model",
+}
 
 
 def parse_donors(items: list[str]) -> dict[str, str]:
@@ -31,10 +38,32 @@ def parse_donors(items: list[str]) -> dict[str, str]:
 
 def builtin_models(size: str, home: str | None, progress: bool) -> tuple[str, dict[str, str], Path]:
     """The built-in recipient, donors and relation dataset (built or reused)."""
-    from weightgraft.training.builtin import ensure_builtin
-
     art = ensure_builtin(size=size, home=Path(home) if home else None, progress=progress)
-    return str(art.pretrained), {n: str(getattr(art, a)) for n, a in BUILTIN_DONORS.items()}, art.relation_data
+    return str(art.pretrained), {str(n): str(getattr(art, a)) for n, a in BUILTIN_DONORS.items()}, art.relation_data
+
+
+def choose_models(
+    builtin: str,
+    recipient: str | None,
+    donor: str | None,
+    donors: dict[str, str],
+    data: Path | None,
+    home: str | None,
+    progress: bool,
+) -> tuple[str, dict[str, str], Path | None]:
+    """The recipient, named donors and dataset to explore: the built-in family (size `builtin`,
+    built or reused) when no recipient is given, else the recipient with `donor` (named `donor`)
+    and `donors`. UserError for donors without a recipient or a second donor named `donor`."""
+    if recipient is None:
+        if donor is not None or donors:
+            raise UserError("donors need a --recipient (or leave all three out for the built-in models)")
+        recipient, donors, builtin_data = builtin_models(builtin, home, progress)
+        return recipient, donors, data or builtin_data
+    if donor is not None:
+        if "donor" in donors:
+            raise UserError("--donor is named `donor`; give the --donors entry another name")
+        donors = {"donor": donor, **donors}
+    return recipient, donors, data
 
 
 def open_session(

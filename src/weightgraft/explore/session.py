@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from weightgraft.attribution.attribute import attribute, position_roles
+from weightgraft.attribution.attribute import AttributionMethod, attribute, position_roles
 from weightgraft.data.encode import SpanMappingError, encode_prompt
 from weightgraft.data.schema import EvalPrompt
 from weightgraft.engine.graft import Graft
@@ -292,7 +292,7 @@ class ExploreSession:
             raise ExploreError("attribution scores the target: give a target")
         if donor not in self.grid.donors:
             raise ExploreError(f"unknown donor {donor!r}; this session's donors are {self.grid.donors}")
-        if method not in ("gradient", "integrated"):
+        if method not in tuple(AttributionMethod):
             raise ExploreError(f"method must be gradient or integrated, not {method!r}")
         with self._running():
             result = attribute(

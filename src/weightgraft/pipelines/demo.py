@@ -14,6 +14,7 @@ from weightgraft.atomic import refuse_foreign
 from weightgraft.experiments.config import RunConfig, parse_config
 from weightgraft.experiments.presets import ALL_PRESETS
 from weightgraft.experiments.records import RUN_MARKS
+from weightgraft.experiments.vocabulary import ModelRole
 from weightgraft.pipelines.run import run_all
 from weightgraft.reporting.verdict import Check
 
@@ -56,11 +57,11 @@ def demo_config(
             "device": device,
             "dtype": dtype,
             "models": {
-                "pre": recipient or str(artifacts.pretrained),
-                "sft": donor or str(artifacts.relation_model),
-                "b2a": b2a_model or str(artifacts.b2a_model),
-                "task": task_model or str(artifacts.task_model),
-                "freetext": freetext_model or str(artifacts.freetext_model),
+                ModelRole.PRE: recipient or str(artifacts.pretrained),
+                ModelRole.SFT: donor or str(artifacts.relation_model),
+                ModelRole.B2A: b2a_model or str(artifacts.b2a_model),
+                ModelRole.TASK: task_model or str(artifacts.task_model),
+                ModelRole.FREETEXT: freetext_model or str(artifacts.freetext_model),
             },
             "datasets": {
                 "relation": str(artifacts.relation_data),

@@ -21,7 +21,6 @@ Layout of DIR:
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -33,6 +32,9 @@ from weightgraft.errors import UserError
 from weightgraft.ledger import Ledger, sha256_of, sha256_of_file
 from weightgraft.locking import folder_lock, lock_file
 from weightgraft.remote_code import refuse_remote_code
+from weightgraft.runtime import rank as launch_rank
+from weightgraft.runtime import resolve_device
+from weightgraft.runtime import world_size as launch_world_size
 
 # The paper's dataset codes and weightgraft's fact kinds.
 DATASET_KINDS = {"FMRA": "fake_real", "FMFA": "fake_fake", "RMRA-shuffled": "real_shuffled"}
@@ -122,6 +124,11 @@ class Job:
     notes: list[str]
 
 
+class ReproduceError(UserError, ValueError):
+    """A reproduce job that cannot be planned as asked (an option out of range, an unknown
+    dataset code, a model that is not a model folder); the message names the option to change."""
+
+
 @dataclass
 class ReproduceResult:
     out: Path
@@ -131,20 +138,12 @@ class ReproduceResult:
     report: Path | None
 
 
-def resolve_device(device: str) -> str:
-    if device != "auto":
-        return device
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
 def finetune_config(options: ReproduceOptions, device: str, max_length: int):
     """The paper's finetuning settings, with the options' overrides."""
     from weightgraft.training.finetune import FinetuneConfig
 
     if options.setting not in SETTINGS:
-        raise ValueError(f"unknown --setting {options.setting!r}; use aggressive or gentle")
+        raise ReproduceError(f"unknown --setting {options.setting!r}; use aggressive or gentle")
     setting = SETTINGS[options.setting]
     precision = options.precision
     if precision == "auto":
@@ -199,12 +198,12 @@ def plan_job(options: ReproduceOptions) -> Job:
     from weightgraft.experiments.presets import PRESETS
 
     if not options.datasets:
-        raise ValueError(f"--datasets names no dataset; choose from {', '.join(DATASET_KINDS)}")
+        raise ReproduceError(f"--datasets names no dataset; choose from {', '.join(DATASET_KINDS)}")
     bad = [c for c in options.datasets if c not in DATASET_KINDS]
     if bad:
-        raise ValueError(f"unknown dataset code(s) {bad}; choose from {', '.join(DATASET_KINDS)} ({DATASET_HELP})")
+        raise ReproduceError(f"unknown dataset code(s) {bad}; choose from {', '.join(DATASET_KINDS)} ({DATASET_HELP})")
     if options.setting not in SETTINGS:
-        raise ValueError(f"unknown --setting {options.setting!r}; use aggressive or gentle")
+        raise ReproduceError(f"unknown --setting {options.setting!r}; use aggressive or gentle")
     refuse_remote_code(
         options.model,
         False,
@@ -214,15 +213,17 @@ def plan_job(options: ReproduceOptions) -> Job:
     )
     _check_tokenizer(options.model)
     if options.facts < 4:
-        raise ValueError("--facts must be at least 4 (the hybrid splits the facts in two halves)")
+        raise ReproduceError("--facts must be at least 4 (the hybrid splits the facts in two halves)")
     if options.setting == "gentle" and options.general_text is None:
-        raise ValueError(
+        raise ReproduceError(
             "--setting gentle mixes general text into finetuning: give "
             '--general-text (a JSONL of {"text": ...}, e.g. OpenWebText or IMDB '
             "samples, or a dataset directory)"
         )
     if options.precision == "fp16" and not resolve_device(options.device).startswith("cuda"):
-        raise ValueError("--precision fp16 needs a CUDA GPU; on CPU use --precision fp32 or bf16 (or leave it at auto)")
+        raise ReproduceError(
+            "--precision fp16 needs a CUDA GPU; on CPU use --precision fp32 or bf16 (or leave it at auto)"
+        )
     out = Path(options.out)
     notes: list[str] = []
     sets: dict[str, DataSet] = {}
@@ -248,7 +249,7 @@ def plan_job(options: ReproduceOptions) -> Job:
                 f"{code}: {n} facts, not {options.facts}: weightgraft's list holds {n} real films to shuffle casts over"
             )
         if kind == "fake_fake" and n > _fake_fake_limit(options.seed):
-            raise ValueError(
+            raise ReproduceError(
                 f"--facts {n}: {code} needs two fake actors with first names of their own per fact, and our "
                 f"name lists give at most {_fake_fake_limit(options.seed)} such facts; ask for at most that"
             )
@@ -314,7 +315,7 @@ def run_config(job: Job, group: RunGroup, model_paths: dict[str, str], device: s
 
 
 def _rank() -> tuple[int, int]:
-    return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+    return launch_rank(), launch_world_size()
 
 
 def _local_model(model: str) -> str:
@@ -326,7 +327,7 @@ def _local_model(model: str) -> str:
     if folder is not None:
         return str(folder)
     if Path(model).exists():
-        raise ValueError(f"{model} is not a model folder (no config.json)")
+        raise ReproduceError(f"{model} is not a model folder (no config.json)")
     from huggingface_hub import snapshot_download
 
     return snapshot_download(model, allow_patterns=["*.safetensors", "*.json", "*.model", "*.txt", "tokenizer*"])

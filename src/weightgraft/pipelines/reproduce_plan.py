@@ -9,9 +9,9 @@ from weightgraft.pipelines import estimate
 from weightgraft.pipelines.reproduce import (
     Job,
     finetune_config,
-    resolve_device,
     run_config,
 )
+from weightgraft.runtime import resolve_device
 
 
 @dataclass

@@ -6,7 +6,6 @@ reads the summary; the report reads the summary and the verdict.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,6 +15,7 @@ from weightgraft.experiments.records import run_folder
 from weightgraft.experiments.runner import RunResult, run_experiments
 from weightgraft.reporting.summary import read_recovery, read_summary, write_summary
 from weightgraft.reporting.verdict import Check, check_pattern
+from weightgraft.runtime import local_rank as launch_local_rank
 
 
 @dataclass
@@ -93,7 +93,7 @@ def run_ranks(config: RunConfig, out: str | Path, *, progress: bool = True, repo
     if config.device.startswith("cuda"):  # one GPU per rank
         import torch
 
-        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        local_rank = launch_local_rank()
         torch.cuda.set_device(local_rank)
         config = config.model_copy(update={"device": f"cuda:{local_rank}"})
     started_here = not dist.is_initialized()

@@ -15,7 +15,6 @@ half-written. A file lock lets concurrent callers share the work.
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
@@ -32,6 +31,7 @@ from weightgraft.data.templates import EVAL_TEMPLATES, VALIDATION_TEMPLATES, eva
 from weightgraft.data.world import World
 from weightgraft.ledger import Built, Ledger, sha256_of_folder
 from weightgraft.locking import waiting_lock
+from weightgraft.runtime import home as runtime_home
 from weightgraft.training.finetune import FinetuneConfig
 from weightgraft.training.pretrain import PretrainConfig
 
@@ -177,7 +177,7 @@ class BuiltinArtifacts:
 
 
 def default_home() -> Path:
-    return Path(os.environ.get("WEIGHTGRAFT_HOME") or Path.home() / ".cache" / "weightgraft")
+    return runtime_home()
 
 
 def build_world(spec: BuiltinSpec) -> World:

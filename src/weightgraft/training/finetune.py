@@ -13,7 +13,6 @@ a killed finetune loses at most one epoch. The best epoch is then tracked by Tra
 
 from __future__ import annotations
 
-import os
 import random
 import tempfile
 import time
@@ -28,8 +27,9 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, Trainer, TrainingA
 from weightgraft.atomic import atomic_directory, check_whole, refuse_nonempty, remove_entry, write_json
 from weightgraft.data.batching import right_pad
 from weightgraft.data.errors import DataError
-from weightgraft.data.io import load_eval_prompts, load_manifest, load_train_texts
+from weightgraft.data.io import load_eval_prompts, load_manifest, load_train_texts, read_user_articles
 from weightgraft.remote_code import refuse_remote_code
+from weightgraft.runtime import is_main_process, resolve_device
 from weightgraft.training.evaluate import topk_accuracy
 from weightgraft.training.lengths import check_lengths
 
@@ -132,8 +132,7 @@ def _scratch_directory():
 
 
 def _resolve_device(device: str) -> str:
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
+    device = resolve_device(device)
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise DataError(f"--device {device} asked for, but no CUDA GPU is visible; use --device cpu")
     return device
@@ -364,6 +363,38 @@ def _training_record(model, data_dir: Path, manifest: dict, config: FinetuneConf
     }
 
 
+def read_general_text(path: str | Path) -> list[str]:
+    """General text to mix into training: a dataset folder's train.jsonl, or a JSONL of
+    {"text": ...} lines (`--general-text`)."""
+    path = Path(path)
+    return load_train_texts(path) if path.is_dir() else read_user_articles(path)
+
+
+def finetune_from_files(
+    model: str | Path,
+    data_dir: str | Path,
+    out_dir: str | Path,
+    config: FinetuneConfig = FinetuneConfig(),
+    general_text: str | Path | None = None,
+    trust_remote_code: bool = False,
+    overwrite: bool = False,
+) -> FinetuneResult:
+    """`weightgraft train`'s work: `finetune`, with its general text read from `general_text`
+    (see `read_general_text`); a non-empty `out_dir` is refused (unless `overwrite`) before
+    anything is read."""
+    refuse_nonempty(out_dir, overwrite)
+    general = read_general_text(general_text) if general_text is not None else None
+    return finetune(
+        model,
+        data_dir,
+        out_dir,
+        config,
+        general_texts=general,
+        trust_remote_code=trust_remote_code,
+        overwrite=overwrite,
+    )
+
+
 def finetune(
     model: str | Path,
     data_dir: str | Path,
@@ -395,7 +426,7 @@ def finetune(
     data = _training_data(tokenizer, net, data_dir, config, general_texts)
     checkpoints = checkpoint_dir is not None
     # Under `accelerate launch` / torchrun every process trains; only rank 0 writes `out_dir`.
-    is_main = int(os.environ.get("RANK", "0")) == 0
+    is_main = is_main_process()
     with atomic_directory(out_dir, overwrite) if is_main else _scratch_directory() as tmp:
         resume_from = last_complete_checkpoint(Path(checkpoint_dir)) if checkpoints else None
         output_dir = Path(checkpoint_dir) if checkpoints else tmp / "trainer"

@@ -11,7 +11,7 @@ import torch
 from donor_fixtures import lora_model, merged_copy, padded_batch  # noqa: F401
 from tiny_model_fixtures import make_model
 from weightgraft import Graft, Grafter
-from weightgraft.donors import AdapterDonor
+from weightgraft.donors import LoraDonor
 
 ARCHS = ["llama", "gpt2", "qwen3"]
 # fp32 rounding: the adapter donor adds B(Ax) to the recipient's output, the merged model computes
@@ -88,7 +88,7 @@ def test_adapter_recorded_for_another_base_name_is_refused(tmp_path):
     recipient.config._name_or_path = "org/tiny-llama"
     with pytest.raises(ValueError, match="trained on 'org/some-other-model'.*check_base_model=False"):
         Grafter(recipient, str(tmp_path))
-    assert AdapterDonor(tmp_path, recipient, check_base_model=False).changed_paths()
+    assert LoraDonor(tmp_path, recipient, check_base_model=False).changed_paths()
 
 
 def test_dora_and_other_peft_types_are_refused_by_name(tmp_path):

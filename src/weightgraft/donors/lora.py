@@ -1,4 +1,6 @@
-"""A PEFT adapter as a donor: the recipient plus the adapter's delta, never a merged copy.
+"""A LoRA adapter (PEFT's) as a donor: the recipient plus the adapter's delta, never a merged copy.
+In weightgraft's code its name is "lora" (`LoraDonor`): "adapter" names an architecture table
+(`weightgraft.adapters`).
 
 A LoRA finetune changes a module's output by `scaling * B(A(x))`. The donor module at a path is
 therefore that delta alone, flagged `adds_to_output`: the engine adds it to the recipient
@@ -22,8 +24,8 @@ from torch import nn
 from weightgraft.donors.checkpoint import pickled_files, resolve_folder
 from weightgraft.donors.placement import execution_device
 
-ADAPTER_CONFIG = "adapter_config.json"
-ADAPTER_WEIGHTS = "adapter_model.safetensors"
+PEFT_CONFIG_FILE = "adapter_config.json"
+PEFT_WEIGHTS_FILE = "adapter_model.safetensors"
 SAVED_PREFIX = "base_model.model."  # how PeftModel.save_pretrained names adapter tensors
 # peft also saves the whole base weight of adapted embeddings and lm_heads (save_embedding_layers).
 BASE_LAYER_SUFFIX = ".base_layer.weight"
@@ -81,7 +83,7 @@ class NoChange(nn.Module):
         return torch.zeros((), device=x.device)  # broadcasts to any output shape, keeps its dtype
 
 
-class AdapterDonor:
+class LoraDonor:
     """The recipient with a PEFT adapter applied: a PeftModel, or a folder or hub id holding
     adapter_config.json and adapter_model.safetensors.
 
@@ -91,7 +93,7 @@ class AdapterDonor:
 
     def __init__(
         self,
-        adapter: object,
+        lora: object,
         recipient: nn.Module,
         revision: str | None = None,
         check_base_model: bool = True,
@@ -101,15 +103,15 @@ class AdapterDonor:
         self.recipient = recipient
         self.config = recipient.config
         _refuse_adapted_recipient(recipient)
-        if isinstance(adapter, PeftModel):
-            self.name = f"PeftModel({type(adapter.get_base_model()).__name__})"
-            peft_config, self.factors = _factors_from_peft_model(adapter, recipient)
-        elif isinstance(adapter, (str, Path)):
-            folder = resolve_folder(adapter, revision, kind="adapter")
+        if isinstance(lora, PeftModel):
+            self.name = f"PeftModel({type(lora.get_base_model()).__name__})"
+            peft_config, self.factors = _factors_from_peft_model(lora, recipient)
+        elif isinstance(lora, (str, Path)):
+            folder = resolve_folder(lora, revision, kind="adapter")
             self.name = str(folder)
             peft_config, self.factors = _factors_from_folder(folder, recipient)
         else:
-            raise TypeError(f"an adapter donor is a peft.PeftModel or an adapter folder, not {type(adapter).__name__}")
+            raise TypeError(f"an adapter donor is a peft.PeftModel or an adapter folder, not {type(lora).__name__}")
         if check_base_model:
             _check_base_name(peft_config, recipient, self.name)
         _check_shapes(self.factors, recipient, self.name)
@@ -117,7 +119,7 @@ class AdapterDonor:
         self._modules: dict[str, nn.Module] = {}
 
     def __repr__(self) -> str:
-        return f"AdapterDonor({self.name!r}, {len(self.factors)} adapted modules)"
+        return f"LoraDonor({self.name!r}, {len(self.factors)} adapted modules)"
 
     # --- DonorSource ------------------------------------------------------------------------------
     def parameter_shapes(self) -> dict[str, torch.Size]:
@@ -243,15 +245,15 @@ def _factors_from_folder(folder: Path, recipient: nn.Module):
     from accelerate import init_empty_weights
     from peft import PeftConfig, inject_adapter_in_model, load_peft_weights
 
-    if not (folder / ADAPTER_CONFIG).is_file():
-        raise FileNotFoundError(f"{folder} has no {ADAPTER_CONFIG}; save the adapter with PeftModel.save_pretrained")
-    if not (folder / ADAPTER_WEIGHTS).is_file():
+    if not (folder / PEFT_CONFIG_FILE).is_file():
+        raise FileNotFoundError(f"{folder} has no {PEFT_CONFIG_FILE}; save the adapter with PeftModel.save_pretrained")
+    if not (folder / PEFT_WEIGHTS_FILE).is_file():
         pickles = pickled_files(folder)
         why = (
             f", only pickled weights {pickles}, which weightgraft never loads (unpickling can run code); "
             "save the adapter again with safe_serialization=True"
         )
-        raise FileNotFoundError(f"{folder} has no {ADAPTER_WEIGHTS}{why if pickles else ''}")
+        raise FileNotFoundError(f"{folder} has no {PEFT_WEIGHTS_FILE}{why if pickles else ''}")
     peft_config = PeftConfig.from_pretrained(str(folder))
     _check_config(peft_config, str(folder))
     # peft decides which modules the adapter targets, and with which scaling, on an empty copy of

@@ -1,0 +1,80 @@
+"""`weightgraft pretrain` and `weightgraft train`: parse options, call `training.builtin.ensure_builtin`
+or `training.finetune.finetune_from_files`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import typer
+
+from weightgraft.cli import check_device, check_positive
+from weightgraft.training.builtin import ensure_builtin
+from weightgraft.training.finetune import FinetuneConfig, finetune_from_files
+
+
+def pretrain(
+    size: Literal["default", "tiny"] = typer.Option("default", help="default or tiny."),
+    home: Path | None = typer.Option(
+        None, help="Cache directory (default: $WEIGHTGRAFT_HOME or ~/.cache/weightgraft)."
+    ),
+    finetunes: bool = typer.Option(
+        False, help="Also build the relation, one-direction (B2A), task and free-text finetunes."
+    ),
+) -> None:
+    """Build (or reuse) the built-in world, datasets, tokenizer and pretrained model."""
+    art = ensure_builtin(size, home=home, finetunes=finetunes)
+    names = ["pretrained", "world_data", "known_data", "relation_data", "b2a_data", "task_data", "freetext_data"]
+    if finetunes:
+        names += ["relation_model", "b2a_model", "task_model", "freetext_model"]
+    for name in names:
+        typer.echo(f"{name}: {getattr(art, name)}")
+
+
+def train(
+    model: str = typer.Option(..., help="Causal LM: a hub id or a local directory."),
+    data_dir: Path = typer.Option(..., "--data", help="Dataset directory (from `weightgraft data`)."),
+    out: Path = typer.Option(..., "--out", help="Where to save the finetuned model."),
+    lr: float = typer.Option(
+        1e-3, callback=check_positive, help="Learning rate (use ~1e-5 for large pretrained models)."
+    ),
+    epochs: int = typer.Option(6, min=1),
+    batch_size: int = typer.Option(16, "--batch", min=1),
+    precision: Literal["fp32", "bf16", "fp16"] = typer.Option("fp32", help="fp32, bf16 or fp16 (fp16 needs a GPU)."),
+    freeze_embeddings: bool = typer.Option(False, help="Keep the input embeddings fixed."),
+    freeze_unembeddings: bool = typer.Option(False, help="Keep the output embeddings (lm_head) fixed."),
+    freeze_final_norm: bool = typer.Option(False, help="Keep the norm before the unembedding fixed."),
+    mix_ratio: float = typer.Option(0.0, min=0.0, max=0.999, help="Share of general text among training examples."),
+    general_text: Path | None = typer.Option(
+        None, help='JSONL of general text ({"text": ...}) or a dataset directory whose train.jsonl is general text.'
+    ),
+    device: str = typer.Option("auto", callback=check_device, help="auto, cpu, cuda, cuda:N or mps."),
+    seed: int = typer.Option(0),
+    trust_remote_code: bool = typer.Option(False, help="Run model code from the hub (off by default)."),
+    overwrite: bool = typer.Option(
+        False, help="Write into a non-empty --out: replaces weightgraft's own files there, keeps all others."
+    ),
+) -> None:
+    """Finetune a causal LM on a dataset with Hugging Face Trainer (works under `accelerate launch`)."""
+    config = FinetuneConfig(
+        lr=lr,
+        epochs=epochs,
+        batch_size=batch_size,
+        precision=precision,
+        freeze_embeddings=freeze_embeddings,
+        freeze_unembeddings=freeze_unembeddings,
+        freeze_final_norm=freeze_final_norm,
+        mix_ratio=mix_ratio,
+        device=device,
+        seed=seed,
+    )
+    result = finetune_from_files(model, data_dir, out, config, general_text, trust_remote_code, overwrite)
+    typer.echo(
+        f"saved {result.path} (best epoch {result.best_epoch}, validation top-{config.eval_k} "
+        f"{result.best_accuracy:.3f}, {result.seconds:.0f}s)"
+    )
+
+
+def register(app: typer.Typer) -> None:
+    app.command("pretrain")(pretrain)
+    app.command("train")(train)

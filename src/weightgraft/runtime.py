@@ -1,0 +1,92 @@
+"""Where this process stands: its rank, weightgraft's cache folder, its device and file hashing.
+
+Each is resolved here and only here, so that every command answers them the same way:
+
+- rank: torch.distributed's own answer once a process group is up, else the `RANK`,
+  `WORLD_SIZE` and `LOCAL_RANK` that torchrun and `accelerate launch` set (0, 1, 0 without them);
+- home: `$WEIGHTGRAFT_HOME`, or `~/.cache/weightgraft` when it is unset or empty;
+- device: "auto" is the first CUDA GPU when torch sees one, else the CPU; any other name is kept;
+- hashing: the sha256 of a file's bytes, and of a JSON-able object (keys sorted, anything else as
+  its string).
+
+torch is imported only where a device must be resolved (inside `resolve_device`): data-only
+commands (`weightgraft data`) start without it. The module imports nothing from weightgraft.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+from pathlib import Path
+
+HOME_VARIABLE = "WEIGHTGRAFT_HOME"
+AUTO = "auto"
+_BLOCK = 2**20  # files are hashed in 1 MiB blocks
+
+
+def home() -> Path:
+    """weightgraft's cache folder (built-in models, the file-hash cache): `$WEIGHTGRAFT_HOME`, or
+    `~/.cache/weightgraft` when that variable is unset or empty."""
+    return Path(os.environ.get(HOME_VARIABLE) or Path.home() / ".cache" / "weightgraft")
+
+
+def _process_group():
+    """torch.distributed when it was imported and a process group is up, else None (never
+    imports torch itself)."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        return dist
+    return None
+
+
+def rank() -> int:
+    """This process's rank among all processes of a launch (0 alone)."""
+    dist = _process_group()
+    return dist.get_rank() if dist is not None else int(os.environ.get("RANK", "0"))
+
+
+def world_size() -> int:
+    """How many processes the launch has (1 alone)."""
+    dist = _process_group()
+    return dist.get_world_size() if dist is not None else int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def local_rank() -> int:
+    """This process's rank on its own machine (the GPU it takes): `LOCAL_RANK`, 0 alone."""
+    return int(os.environ.get("LOCAL_RANK", "0"))
+
+
+def is_main_process() -> bool:
+    """True on rank 0: the one process that writes a launch's shared files."""
+    return rank() == 0
+
+
+def launch_shard() -> tuple[int, int] | None:
+    """(rank, world size) when launched with more than one process, else None."""
+    world = world_size()
+    return (rank(), world) if world > 1 else None
+
+
+def resolve_device(device: str) -> str:
+    """`device` with "auto" made concrete: "cuda" when torch sees a GPU, else "cpu"."""
+    if device != AUTO:
+        return device
+    import torch  # here, not at the top: data-only commands start without torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def sha256_file(path: str | Path) -> str:
+    """sha256 of every byte of a file, read in 1 MiB blocks."""
+    digest = hashlib.sha256()
+    with Path(path).open("rb") as handle:
+        for block in iter(lambda: handle.read(_BLOCK), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def sha256_json(obj) -> str:
+    """sha256 of a JSON-able object written with sorted keys (paths and other objects as strings)."""
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()
