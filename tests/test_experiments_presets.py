@@ -17,6 +17,7 @@ from weightgraft.data.encode import encode_prompt
 from weightgraft.experiments.config import parse_config
 from weightgraft.experiments.execute import engine_graft
 from weightgraft.experiments.plan import experiment_conditions
+from weightgraft.paper.presets import PRESETS  # noqa: F401  (registers the presets the configs name)
 
 N = 6
 FOURTH = [3, 4, 5]

@@ -1,4 +1,4 @@
-"""`weightgraft reproduce`: the paper's pipeline on one model (see weightgraft.pipelines.reproduce)."""
+"""`weightgraft reproduce`: the paper's pipeline on one model (the job: weightgraft.paper.reproduce_job; its run: weightgraft.pipelines.reproduce)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Literal
 import typer
 
 from weightgraft.cli import check_device, check_positive
-from weightgraft.pipelines.estimate import PAPER_MODELS
+from weightgraft.paper.estimate import PAPER_MODELS
 
 DATASETS_HELP = (
     "Comma-separated paper dataset codes. FMRA = fake movies, real actors (fact kind "
@@ -62,7 +62,9 @@ def reproduce_command(
     and a report with a "paper vs this run" table per analysis. Resumable at every step (a done
     step is never redone, a killed finetune resumes from its last epoch's checkpoint). Under
     `torchrun` / `accelerate launch` the finetunes use every process; rank 0 runs the presets."""
-    from weightgraft.pipelines.reproduce import ReproduceOptions, plan_job, reproduce
+    from weightgraft.paper.reproduce_job import ReproduceOptions, plan_job
+    from weightgraft.paper.reproduce_plan import describe_plan
+    from weightgraft.pipelines.reproduce import reproduce
 
     if dtype not in ("float32", "bfloat16", "float16"):
         raise typer.BadParameter("--dtype must be float32, bfloat16 or float16")
@@ -89,8 +91,6 @@ def reproduce_command(
     except ValueError as err:
         raise typer.BadParameter(str(err)) from None
     if dry_run:
-        from weightgraft.pipelines.reproduce_plan import describe_plan
-
         typer.echo(describe_plan(job))
         return
     result = reproduce(options, progress=progress, echo=typer.echo)

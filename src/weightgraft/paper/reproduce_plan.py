@@ -5,10 +5,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from weightgraft.pipelines import estimate
-from weightgraft.pipelines.reproduce import (
+from weightgraft.paper import estimate
+from weightgraft.paper.reproduce_job import (
     Job,
     finetune_config,
+    rank_and_world,
     resolve_device,
     run_config,
 )
@@ -67,7 +68,7 @@ def plan_steps(job: Job) -> tuple[list[PlannedStep], dict]:
     device = resolve_device(options.device)
     size = estimate.model_size(options.model)
     text_tokens, prompt_tokens, token_note = _sample_lengths(job)
-    _, world = _world()
+    _, world = rank_and_world()
     config = finetune_config(options, device, size.max_length if size else 512)
     steps = [
         PlannedStep(
@@ -123,12 +124,6 @@ def plan_steps(job: Job) -> tuple[list[PlannedStep], dict]:
         "total_seconds": total if size else None,
     }
     return steps, facts
-
-
-def _world() -> tuple[int, int]:
-    from weightgraft.pipelines.reproduce import _rank
-
-    return _rank()
 
 
 def _count(value: int | None) -> str:
