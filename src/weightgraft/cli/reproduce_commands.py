@@ -61,7 +61,8 @@ def reproduce_command(
     """The paper's whole pipeline on MODEL: datasets, the four finetunes, every paper preset,
     and a report with a "paper vs this run" table per analysis. Resumable at every step (a done
     step is never redone, a killed finetune resumes from its last epoch's checkpoint). Under
-    `torchrun` / `accelerate launch` the finetunes use every process; rank 0 runs the presets."""
+    `torchrun` / `accelerate launch` the finetunes use every process; rank 0 runs the presets.
+    (Over 60 lines only by its typer option declarations.)"""
     from weightgraft.paper.reproduce_job import ReproduceOptions, plan_job
     from weightgraft.paper.reproduce_plan import describe_plan
     from weightgraft.pipelines.reproduce import reproduce

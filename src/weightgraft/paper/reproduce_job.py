@@ -166,8 +166,8 @@ def _fake_fake_limit(seed: int) -> int:
     return max_fake_fake_facts(NamePool(seed))
 
 
-def plan_job(options: ReproduceOptions) -> Job:
-    """The sets, finetunes and runs the options ask for (nothing is built)."""
+def check_options(options: ReproduceOptions) -> None:
+    """Refuse options no job can be planned from, each with the fix named (ValueError)."""
     if not options.datasets:
         raise ValueError(f"--datasets names no dataset; choose from {', '.join(DATASET_KINDS)}")
     bad = [c for c in options.datasets if c not in DATASET_KINDS]
@@ -193,80 +193,80 @@ def plan_job(options: ReproduceOptions) -> Job:
         )
     if options.precision == "fp16" and not resolve_device(options.device).startswith("cuda"):
         raise ValueError("--precision fp16 needs a CUDA GPU; on CPU use --precision fp32 or bf16 (or leave it at auto)")
-    out = Path(options.out)
-    notes: list[str] = []
-    sets: dict[str, DataSet] = {}
-    finetunes: dict[str, FinetuneJob] = {}
-    runs: dict[str, RunGroup] = {}
 
-    def presets(wanted) -> tuple[list[str], list[str]]:
-        return [p for p in wanted if p in PRESET_NAMES], [p for p in wanted if p not in PRESET_NAMES]
 
-    def add_finetune(name: str, dataset: str, purpose: str) -> None:
-        finetunes[name] = FinetuneJob(name, dataset, out / "models" / name, out / "checkpoints" / name, purpose)
+def _facts_of(code: str, options: ReproduceOptions, notes: list[str]) -> int:
+    """The facts data set `code` can have: the options' number, capped where weightgraft's lists
+    are shorter (with a note), refused where a cap would change the paper's set."""
+    kind = DATASET_KINDS[code]
+    n = options.facts
+    if kind == "real_shuffled" and n > _known_count():
+        n = _known_count()
+        notes.append(
+            f"{code}: {n} facts, not {options.facts}: weightgraft's list holds {n} real films to shuffle casts over"
+        )
+    if kind == "fake_fake" and n > _fake_fake_limit(options.seed):
+        raise ValueError(
+            f"--facts {n}: {code} needs two fake actors with first names of their own per fact, and our "
+            f"name lists give at most {_fake_fake_limit(options.seed)} such facts; ask for at most that"
+        )
+    return n
 
+
+def _add_finetune(job: Job, name: str, dataset: str, purpose: str) -> None:
+    out = Path(job.options.out)
+    job.finetunes[name] = FinetuneJob(name, dataset, out / "models" / name, out / "checkpoints" / name, purpose)
+
+
+def _add_run(job: Job, name: str, models: dict[str, str], datasets: dict[str, str], wanted) -> None:
+    """A run group of the `wanted` presets that this version has (the others listed as missing)."""
+    chosen = [p for p in wanted if p in PRESET_NAMES]
+    missing = [p for p in wanted if p not in PRESET_NAMES]
+    job.runs[name] = RunGroup(name, Path(job.options.out) / "runs" / name, models, datasets, chosen, missing)
+
+
+def _add_main(job: Job, code: str, n: int) -> None:
+    """The first data set's extra sets, finetunes and runs: the one-direction (B2A) model, the
+    task and relation models of the hybrid on its two halves, every analysis."""
+    kind, data = DATASET_KINDS[code], Path(job.options.out) / "data"
+    job.sets[f"{code}_b2a"] = DataSet(data / f"{code}_b2a", kind, n, "b2a", TEXTS_PER_DIRECTION, "one direction (B2A)")
+    job.sets[f"{code}_half_a"] = DataSet(data / f"{code}_half_a", kind, n // 2, purpose="half A (task model)")
+    job.sets[f"{code}_half_b"] = DataSet(
+        data / f"{code}_half_b", kind, n - n // 2, purpose="half B (relation model, hybrid evaluation)"
+    )
+    _add_finetune(job, f"{code}_b2a", f"{code}_b2a", "one direction (B2A), all facts")
+    _add_finetune(job, f"{code}_task", f"{code}_half_a", "task model: half A, both directions")
+    _add_finetune(job, f"{code}_relation", f"{code}_half_b", "relation model: half B, both directions")
+    models = {"pre": "pre", "sft": f"{code}_sft", "b2a": f"{code}_b2a"}
+    _add_run(job, code, models, {"relation": code, "known": "known"}, MAIN_PRESETS)
+    models = {"pre": "pre", "task": f"{code}_task", "sft": f"{code}_relation"}
+    _add_run(job, f"{code}_hybrid", models, {"relation": f"{code}_half_b"}, HYBRID_PRESETS)
+
+
+def plan_job(options: ReproduceOptions) -> Job:
+    """The sets, finetunes and runs the options ask for (nothing is built)."""
+    check_options(options)
+    job = Job(options, {}, {}, {}, [])
+    data = Path(options.out) / "data"
     n_known = min(options.facts, _known_count())
-    sets["known"] = DataSet(
-        out / "data" / "known", "real_real", n_known, purpose="real films with their real leads (known_facts)"
+    job.sets["known"] = DataSet(
+        data / "known", "real_real", n_known, purpose="real films with their real leads (known_facts)"
     )
     for index, code in enumerate(options.datasets):
-        kind = DATASET_KINDS[code]
-        n = options.facts
-        if kind == "real_shuffled" and n > _known_count():
-            n = _known_count()
-            notes.append(
-                f"{code}: {n} facts, not {options.facts}: weightgraft's list holds {n} real films to shuffle casts over"
-            )
-        if kind == "fake_fake" and n > _fake_fake_limit(options.seed):
-            raise ValueError(
-                f"--facts {n}: {code} needs two fake actors with first names of their own per fact, and our "
-                f"name lists give at most {_fake_fake_limit(options.seed)} such facts; ask for at most that"
-            )
-        sets[code] = DataSet(out / "data" / code, kind, n, purpose="both directions")
-        add_finetune(f"{code}_sft", code, "SFT: both directions, all facts")
+        n = _facts_of(code, options, job.notes)
+        job.sets[code] = DataSet(data / code, DATASET_KINDS[code], n, purpose="both directions")
+        _add_finetune(job, f"{code}_sft", code, "SFT: both directions, all facts")
         if index == 0:
-            sets[f"{code}_b2a"] = DataSet(
-                out / "data" / f"{code}_b2a", kind, n, "b2a", TEXTS_PER_DIRECTION, "one direction (B2A)"
-            )
-            sets[f"{code}_half_a"] = DataSet(
-                out / "data" / f"{code}_half_a", kind, n // 2, purpose="half A (task model)"
-            )
-            sets[f"{code}_half_b"] = DataSet(
-                out / "data" / f"{code}_half_b", kind, n - n // 2, purpose="half B (relation model, hybrid evaluation)"
-            )
-            add_finetune(f"{code}_b2a", f"{code}_b2a", "one direction (B2A), all facts")
-            add_finetune(f"{code}_task", f"{code}_half_a", "task model: half A, both directions")
-            add_finetune(f"{code}_relation", f"{code}_half_b", "relation model: half B, both directions")
-            chosen, missing = presets(MAIN_PRESETS)
-            runs[code] = RunGroup(
-                code,
-                out / "runs" / code,
-                {"pre": "pre", "sft": f"{code}_sft", "b2a": f"{code}_b2a"},
-                {"relation": code, "known": "known"},
-                chosen,
-                missing,
-            )
-            chosen, missing = presets(HYBRID_PRESETS)
-            runs[f"{code}_hybrid"] = RunGroup(
-                f"{code}_hybrid",
-                out / "runs" / f"{code}_hybrid",
-                {"pre": "pre", "task": f"{code}_task", "sft": f"{code}_relation"},
-                {"relation": f"{code}_half_b"},
-                chosen,
-                missing,
-            )
+            _add_main(job, code, n)
         else:
-            chosen, missing = presets(OTHER_PRESETS)
-            runs[code] = RunGroup(
-                code, out / "runs" / code, {"pre": "pre", "sft": f"{code}_sft"}, {"relation": code}, chosen, missing
-            )
-    for group in runs.values():
+            _add_run(job, code, {"pre": "pre", "sft": f"{code}_sft"}, {"relation": code}, OTHER_PRESETS)
+    for group in job.runs.values():
         if group.missing:
-            notes.append(
+            job.notes.append(
                 f"run {group.name}: preset(s) {', '.join(group.missing)} are not in this weightgraft version; skipped"
             )
-    runs = {k: g for k, g in runs.items() if g.presets}
-    return Job(options, sets, finetunes, runs, notes)
+    job.runs = {k: g for k, g in job.runs.items() if g.presets}
+    return job
 
 
 def run_config(job: Job, group: RunGroup, model_paths: dict[str, str], device: str) -> dict:

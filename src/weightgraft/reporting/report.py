@@ -366,20 +366,25 @@ def verdict_section(
             "only: read the intervals in the tables below.",
             "",
         ]
-    tests = comparison_table(comparisons or [])
-    if tests:
-        lines += (
-            ["### Paired tests of the pairwise claims", ""]
-            + tests
-            + [
-                "",
-                "d_z: the mean of per-fact mean differences over their standard deviation. "
-                "p: two-sided sign-flip permutation test over facts (each fact's difference keeps "
-                "or flips its sign under the null).",
-                "",
-            ]
-        )
-    return lines
+    return lines + paired_tests_section(comparisons or [])
+
+
+def paired_tests_section(comparisons: list[dict]) -> list[str]:
+    """The paired tests' table with how to read it; nothing without comparisons."""
+    tests = comparison_table(comparisons)
+    if not tests:
+        return []
+    return (
+        ["### Paired tests of the pairwise claims", ""]
+        + tests
+        + [
+            "",
+            "d_z: the mean of per-fact mean differences over their standard deviation. "
+            "p: two-sided sign-flip permutation test over facts (each fact's difference keeps "
+            "or flips its sign under the null).",
+            "",
+        ]
+    )
 
 
 def session_line(session: dict) -> str:
@@ -427,22 +432,22 @@ def _provenance(run: dict) -> list[str]:
     return lines
 
 
+READING = (
+    "Accuracy is top-k of the target's first token; `prob` its probability; "
+    "`target_logprob` the whole target's log-probability; `exact_match` greedy decoding "
+    "of the whole target. Values over every template and fact kind, with 95% intervals "
+    "from a bootstrap over facts (n: prompts, with the number of facts); `summary.csv` "
+    "has every metric per template and per fact kind, `recovery.csv` every condition's "
+    "recovery, `comparisons.csv` the paired tests."
+)
+
+
 def build_markdown(out: Path, plots: dict[str, list[Path]], study: Study) -> str:
     run = json.loads((out / "run.json").read_text())
     summary = read_summary(out)
     recovery = read_recovery(out)
     names = list(dict.fromkeys(r["experiment"] for r in summary))
-    lines = [
-        f"# weightgraft report: {run['config']['name']}",
-        "",
-        "Accuracy is top-k of the target's first token; `prob` its probability; "
-        "`target_logprob` the whole target's log-probability; `exact_match` greedy decoding "
-        "of the whole target. Values over every template and fact kind, with 95% intervals "
-        "from a bootstrap over facts (n: prompts, with the number of facts); `summary.csv` "
-        "has every metric per template and per fact kind, `recovery.csv` every condition's "
-        "recovery, `comparisons.csv` the paired tests.",
-        "",
-    ]
+    lines = [f"# weightgraft report: {run['config']['name']}", "", READING, ""]
     lines += verdict_section(summary, study, recovery, read_comparisons(out))
     lines += study.deviations()
     for name in names:
