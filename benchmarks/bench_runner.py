@@ -30,6 +30,7 @@ from tiny_world import base_config, build_tokenizer, write_dataset  # the tests'
 from weightgraft.data.io import load_eval_prompts, load_train_texts
 from weightgraft.experiments.config import parse_config
 from weightgraft.experiments.runner import Runner
+from weightgraft.paper.presets import PAPER_PRESETS  # noqa: F401  (registers the presets the configs name)
 from weightgraft.training.tokenizer import train_bpe_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -187,3 +187,33 @@ def test_the_checker_finds_a_cycle():
 def test_the_layers_block_is_parsed_bottom_to_top():
     ranks = doc_layers("x\n```layers\nerrors, locking\nengine  # a note\n\ncli\n```\n")
     assert ranks == {"errors": 0, "locking": 0, "engine": 1, "cli": 2}
+
+
+# The paper apart from the library (docs/architecture.md, "The paper apart from the library").
+CORE = ("adapters", "donors", "engine", "data", "training", "experiments", "reporting", "attribution")
+
+
+def test_the_core_imports_nothing_from_the_paper():
+    """Checked apart from the layer order, so that moving `paper` down the layers block cannot
+    let the engine, the runner or the reporting layer learn the paper's presets or claims."""
+    assert "paper" in RANKS and all(RANKS[unit] < RANKS["paper"] for unit in CORE)
+    bad = [f"{e.where}: {e.statement}" for e in EDGES if e.source in CORE and e.target == "paper"]
+    assert not bad, "the core imports the paper:\n" + "\n".join(bad)
+    assert {e.source for e in EDGES if e.target == "paper" and e.source != "paper"} <= {"pipelines", "cli"}
+
+
+def test_the_reproduce_job_has_no_import_cycle_between_its_modules():
+    """Module by module: the job, its plan and its report never import back from the pipeline
+    that runs them (once a cycle, `pipelines/reproduce.py` <-> `reproduce_plan.py`)."""
+    job = [PACKAGE / "pipelines" / "reproduce.py", *sorted((PACKAGE / "paper").glob("*.py"))]
+    names = {module_name(path) for path in job}
+    graph = {
+        module_name(path): {
+            node.module
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+            if isinstance(node, ast.ImportFrom) and node.module in names
+        }
+        for path in job
+    }
+    assert "weightgraft.paper.reproduce_plan" in graph["weightgraft.pipelines.reproduce"]
+    assert find_cycle(graph) is None

@@ -11,6 +11,7 @@ from weightgraft.experiments.conditions import resolve_condition
 from weightgraft.experiments.config import ConfigError, parse_config
 from weightgraft.experiments.plan import ModelFacts, experiment_conditions, layer_indices, select_examples
 from weightgraft.experiments.roles import NotApplicable, parse_positions
+from weightgraft.paper.presets import PRESETS  # noqa: F401  (registers the presets the configs name)
 
 
 @pytest.fixture(scope="module")

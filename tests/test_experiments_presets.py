@@ -14,9 +14,13 @@ import torch
 
 from tiny_world import base_config, build_tokenizer, make_prompts
 from weightgraft.data.encode import encode_prompt
-from weightgraft.experiments.config import parse_config
+from weightgraft.experiments import preset_registry
+from weightgraft.experiments.config import ConfigError, parse_config
 from weightgraft.experiments.execute import engine_graft
 from weightgraft.experiments.plan import experiment_conditions
+from weightgraft.experiments.preset_registry import Preset, preset_names, presets_taking, register_preset
+from weightgraft.paper.presets import PAPER_PRESETS as PAPERS_OWN
+from weightgraft.paper.presets import PRESET_NAMES, PRESETS
 
 N = 6
 FOURTH = [3, 4, 5]
@@ -214,3 +218,71 @@ def test_directions_select_prompts_by_their_order():
     assert len(picked["both"]) == len(mixed)
     capped = select_examples(mixed, None, 5, 0, "test", "forward")
     assert len(capped) == 5 and not any(p.reversed for p in capped)
+
+
+def test_the_paper_registers_each_preset_with_the_options_it_takes():
+    """Importing weightgraft.paper.presets puts its ten presets in the registry, in their order,
+    and the options each takes are those the run config lets an entry carry."""
+    assert [name for name in preset_names() if name in PRESET_NAMES] == list(PRESET_NAMES) == [p.name for p in PRESETS]
+    assert list(PAPERS_OWN) == PAPER_PRESETS
+    assert presets_taking("fidelity") == presets_taking("wording") == PAPER_PRESETS
+    assert sorted(presets_taking("unembedding")) == [
+        "free_text",
+        "position_grafting",
+        "position_relation",
+        "position_title",
+    ]
+
+
+def _mine(max_examples=None, templates=None, unembedding="recipient") -> list[dict]:
+    return [
+        dict(
+            name="mine",
+            dataset="relation",
+            recipient="pre",
+            donor="sft",
+            conditions=["PRE", "FE+LT"],
+            unembedding=unembedding,
+            max_examples=max_examples,
+            templates=templates,
+        )
+    ]
+
+
+def test_a_preset_of_ones_own_runs_in_a_config_and_a_taken_name_is_refused(monkeypatch):
+    monkeypatch.setattr(preset_registry, "_REGISTRY", dict(preset_registry._REGISTRY))  # gone after the test
+    register_preset(Preset("mine", _mine, frozenset({"unembedding"})))
+    models = {"pre": "gpt2", "sft": "gpt2"}
+    cfg = parse_config(base_config(models, "d", [{"preset": "mine", "unembedding": "donor", "max_examples": 3}]))
+    (exp,) = cfg.expanded()
+    assert (exp.name, exp.unembedding, exp.max_examples, exp.conditions) == ("mine", "donor", 3, ["PRE", "FE+LT"])
+    with pytest.raises(ConfigError, match="preset 'mine' has no `fidelity` option"):
+        parse_config(base_config(models, "d", [{"preset": "mine", "fidelity": "clean"}]))
+    with pytest.raises(ConfigError, match="Input should be 'position_grafting', .* or 'mine'"):
+        parse_config(base_config(models, "d", [{"preset": "yours"}]))
+    register_preset(Preset("mine", _mine, frozenset({"unembedding"})))  # the same again: harmless
+    with pytest.raises(ValueError, match="a preset named 'position_grafting' is already registered"):
+        register_preset(Preset("position_grafting", _mine))
+    with pytest.raises(ValueError, match=r"unknown option\(s\) \['colour'\]"):
+        Preset("tinted", _mine, frozenset({"colour"}))
+
+
+def test_a_config_loaded_before_the_paper_names_the_fix():
+    """The run config knows no preset of its own: in a fresh interpreter that never imported the
+    paper, a preset is unknown and the error says how to register the paper's."""
+    import subprocess
+    import sys
+
+    code = (
+        "from weightgraft.experiments.config import ConfigError, parse_config\n"
+        "try:\n"
+        "    parse_config({'models': {'pre': 'gpt2'}, 'datasets': {'relation': 'd'},"
+        " 'experiments': [{'preset': 'position_grafting'}]})\n"
+        "except ConfigError as err:\n"
+        "    print(err)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == (
+        "invalid run config: experiments.0: no presets are registered, so 'position_grafting' is unknown; "
+        "import weightgraft.paper.presets (the paper's presets) or register your own with register_preset"
+    )

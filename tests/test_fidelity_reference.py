@@ -20,6 +20,7 @@ from weightgraft.experiments.config import parse_config
 from weightgraft.experiments.execute import Resources, compute_chunk
 from weightgraft.experiments.plan import ModelFacts, experiment_conditions, ties_embeddings
 from weightgraft.experiments.records import Example
+from weightgraft.paper.presets import PRESETS  # noqa: F401  (registers the presets the configs name)
 
 # float32 round-off: the engine and the reference sum the same products in other orders; the
 # measured largest difference is 2.6e-6 over both models and the four presets.

@@ -12,7 +12,9 @@ from exp_fixtures import build_models
 from tiny_world import write_dataset
 from weightgraft.cli import _register_all, app
 from weightgraft.experiments.models import fingerprint_model
-from weightgraft.reporting.verdict import check_pattern
+from weightgraft.paper.claims import PAPER_CLAIMS
+from weightgraft.paper.study import PAPER
+from weightgraft.reporting.verdict import Check, check_pattern
 
 
 @pytest.fixture(scope="module")
@@ -160,7 +162,7 @@ def test_verdict_thresholds():
             ("components_reversal", "FFN"): 0.40,
         }
     )
-    checks = check_pattern(paper_like)
+    checks = check_pattern(paper_like, None, PAPER_CLAIMS)
     assert [c.name for c in checks] == [
         "FE+LT vs SFT",
         "(FE+LT)^C vs PRE",
@@ -181,7 +183,7 @@ def test_verdict_thresholds():
             ("components_reversal", "FFN"): 0.39,
         }
     )
-    checks = check_pattern(unlike)
+    checks = check_pattern(unlike, None, PAPER_CLAIMS)
     assert [c.outcome for c in checks] == ["does not appear"] * 4
     assert "50%" in checks[0].sentence  # (0.50 - 0.05) / (0.95 - 0.05)
     flat = _summary(
@@ -192,7 +194,7 @@ def test_verdict_thresholds():
             ("position_grafting", "(FE+LT)^C"): 0.1,
         }
     )
-    assert [c.outcome for c in check_pattern(flat)] == ["inconclusive"] * 2
+    assert [c.outcome for c in check_pattern(flat, None, PAPER_CLAIMS)] == ["inconclusive"] * 2
 
 
 def test_verdict_is_decided_on_the_authors_rows_and_names_a_different_clean_outcome():
@@ -211,11 +213,11 @@ def test_verdict_is_decided_on_the_authors_rows_and_names_a_different_clean_outc
     labels = {"FE+LT": "authors", "FE+LT [clean]": "clean"}
     for row in summary:
         row["fidelity"] = labels.get(row["condition"], "authors = clean")
-    checks = check_pattern(summary)
+    checks = check_pattern(summary, None, PAPER_CLAIMS)
     assert checks[0].outcome == "appears"
     differ = clean_differences(checks, summary)
     assert list(differ) == ["FE+LT vs SFT"] and differ["FE+LT vs SFT"].outcome == "does not appear"
-    text = "\n".join(verdict_section(summary))
+    text = "\n".join(verdict_section(summary, PAPER))
     assert "Decided on the authors' definition, the paper's own setting." in text
     assert "In the clean definition (`FE+LT [clean]`) it does not appear instead: recovery 0.50 on top-5." in text
     # (FE+LT)^C has no clean twin: decided alike, no clean line
@@ -253,8 +255,7 @@ def _recovery(experiment, condition, base, full, metric, value, low, high, gap=(
     ],
 )
 def test_a_missing_claim_says_what_the_runs_rows_show(head, expected):
-    from weightgraft.reporting.missing_part import missing_part
-    from weightgraft.reporting.verdict import PAPER_CLAIMS, Check
+    from weightgraft.paper.missing_part import missing_part
 
     claim = PAPER_CLAIMS[0]  # FE+LT vs SFT, at least 0.8
     rows = []
@@ -268,8 +269,7 @@ def test_a_missing_claim_says_what_the_runs_rows_show(head, expected):
 
 
 def test_a_component_claim_without_a_gap_says_the_components_hold_none_of_the_gain():
-    from weightgraft.reporting.missing_part import missing_part
-    from weightgraft.reporting.verdict import PAPER_CLAIMS, Check
+    from weightgraft.paper.missing_part import missing_part
 
     claim = PAPER_CLAIMS[2]  # O+FFN vs ATTN+O+FFN, between B2A and ATTN+O+FFN
     rows = [

@@ -158,7 +158,7 @@ def test_a_job_cut_in_its_report_step_finishes_it_on_the_next_call(job):
     """Last in this file: it takes the job's report away and writes it again. Ctrl-C while the
     report is written (every other step reused), then the same command: the report comes back
     byte-identical, and the cut session (no seconds) is kept in provenance.json."""
-    from weightgraft.pipelines import reproduce_report
+    from weightgraft.pipelines import reproduce
 
     out, provenance, _, _ = job
     before = (out / "report.md").read_bytes()
@@ -169,7 +169,7 @@ def test_a_job_cut_in_its_report_step_finishes_it_on_the_next_call(job):
         def cut(*args, **kwargs):
             raise KeyboardInterrupt
 
-        patch.setattr(reproduce_report, "write_reproduce_report", cut)
+        patch.setattr(reproduce, "write_reproduce_report", cut)
         stopped = CliRunner().invoke(app, args)
     assert stopped.exit_code != 0 and not (out / "report.md").exists()
     done = CliRunner().invoke(app, args)

@@ -7,7 +7,7 @@ import pytest
 from typer.testing import CliRunner
 
 from weightgraft.cli import _register_all, app
-from weightgraft.pipelines.estimate import paper_model_name
+from weightgraft.paper.estimate import paper_model_name
 
 
 def _invoke(*args: str):

@@ -1,4 +1,4 @@
-"""`weightgraft reproduce`: the paper's pipeline on one model (see weightgraft.pipelines.reproduce)."""
+"""`weightgraft reproduce`: the paper's pipeline on one model (the job: weightgraft.paper.reproduce_job; its run: weightgraft.pipelines.reproduce)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ from typing import Literal
 import typer
 
 from weightgraft.cli import check_device, check_positive
-from weightgraft.pipelines.estimate import PAPER_MODELS
-from weightgraft.pipelines.reproduce import ReproduceOptions, plan_job, reproduce
-from weightgraft.pipelines.reproduce_plan import describe_plan
+from weightgraft.paper.estimate import PAPER_MODELS
+from weightgraft.paper.reproduce_job import ReproduceOptions, plan_job
+from weightgraft.paper.reproduce_plan import describe_plan
+from weightgraft.pipelines.reproduce import reproduce
 
 DATASETS_HELP = (
     "Comma-separated paper dataset codes. FMRA = fake movies, real actors (fact kind "

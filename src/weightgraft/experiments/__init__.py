@@ -1,4 +1,4 @@
-"""The paper's experiments: conditions by entity role, presets, a batched resumable runner.
+"""The paper's experiments: conditions by entity role, the preset registry, a batched resumable runner.
 
     from weightgraft.experiments import load_config
     from weightgraft.pipelines import run_all
@@ -6,7 +6,8 @@
     run_all(config, "runs/my-run")      # examples/*.parquet, summary.csv, report.md/html
 
 See `vocabulary` for the names (roles, component sets, layer bands, metrics), `config` for the
-YAML format, `conditions` for the condition grammar, `presets` for the paper's analyses,
+YAML format, `conditions` for the condition grammar, `preset_registry` for presets (the paper's
+analyses are registered by `weightgraft.paper.presets`, which `weightgraft.pipelines` imports),
 `records` for the run folder's layout and `runner` for resuming.
 """
 

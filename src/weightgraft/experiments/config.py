@@ -8,7 +8,7 @@ dtype: float32         # or bfloat16 / float16
 models:   {pre: gpt2-xl, sft: ./ckpt/relation, b2a: ./ckpt/b2a, task: ./ckpt/task}
 datasets: {relation: ./data/relation}
 experiments:
-  - preset: position_grafting          # a paper preset (see presets.py)
+  - preset: position_grafting          # a registered preset (weightgraft.paper.presets)
     unembedding: recipient             # or donor
   - preset: components_reversal
   - name: my_lt_components             # or a custom experiment
@@ -33,12 +33,10 @@ from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, Validatio
 from weightgraft.errors import UserError
 from weightgraft.experiments.components import parse_components
 from weightgraft.experiments.conditions import ConditionSpec, LayerSpec, Unembedding, check_layers, validate_condition
-from weightgraft.experiments.presets import ALL_PRESETS, PAPER_PRESETS, PRESETS, TAKES_UNEMBEDDING
+from weightgraft.experiments.preset_registry import get_preset, presets_taking
 from weightgraft.experiments.roles import parse_positions
 from weightgraft.experiments.vocabulary import SUMMARY_METRICS as METRICS
 from weightgraft.experiments.vocabulary import Direction
-
-PresetName = Literal[tuple(ALL_PRESETS)]
 
 
 class ConfigError(UserError, ValueError):
@@ -151,11 +149,12 @@ class ExperimentSpec(BaseModel):
 
 
 class PresetRef(BaseModel):
-    """One of the paper's analyses, by name (see `weightgraft.experiments.presets`)."""
+    """A registered preset, by name (`weightgraft.experiments.preset_registry`; the paper's
+    analyses are in `weightgraft.paper.presets`)."""
 
     model_config = ConfigDict(extra="forbid")
 
-    preset: PresetName
+    preset: str
     max_examples: int | None = Field(default=None, ge=1)
     templates: list[str] | None = None
     unembedding: Unembedding | None = None
@@ -164,26 +163,31 @@ class PresetRef(BaseModel):
     fidelity: Literal["authors", "clean", "both"] | None = None
     wording: Literal["clean", "authors"] | None = None  # the paper sentences' wording
 
+    @field_validator("preset", mode="before")
+    @classmethod
+    def _registered(cls, value: Any) -> str:
+        get_preset(value if isinstance(value, str) else repr(value))  # names the registered presets
+        return value
+
     @model_validator(mode="after")
     def _options(self) -> PresetRef:
-        if self.unembedding is not None and self.preset not in TAKES_UNEMBEDDING:
+        takes = get_preset(self.preset).options
+        if self.unembedding is not None and "unembedding" not in takes:
             raise ValueError(
-                f"preset {self.preset!r} has no `unembedding` option (only {', '.join(sorted(TAKES_UNEMBEDDING))} do)"
+                f"preset {self.preset!r} has no `unembedding` option (only "
+                f"{', '.join(sorted(presets_taking('unembedding')))} do)"
             )
         for option in ("fidelity", "wording"):
-            if getattr(self, option) is not None and self.preset not in PAPER_PRESETS:
+            if getattr(self, option) is not None and option not in takes:
                 raise ValueError(
                     f"preset {self.preset!r} has no `{option}` option (only the paper presets "
-                    f"{', '.join(PAPER_PRESETS)} do)"
+                    f"{', '.join(presets_taking(option))} do)"
                 )
         return self
 
     def experiments(self) -> list[dict]:
-        options = {} if self.unembedding is None else {"unembedding": self.unembedding}
-        for option in ("fidelity", "wording"):
-            if getattr(self, option) is not None:
-                options[option] = getattr(self, option)
-        return PRESETS[self.preset](self.max_examples, self.templates, **options)
+        options = {o: getattr(self, o) for o in ("unembedding", "fidelity", "wording") if getattr(self, o) is not None}
+        return get_preset(self.preset).build(self.max_examples, self.templates, **options)
 
 
 class LocalizeSpec(BaseModel):

@@ -12,9 +12,9 @@ from pathlib import Path
 
 from weightgraft.atomic import refuse_foreign
 from weightgraft.experiments.config import RunConfig, parse_config
-from weightgraft.experiments.presets import ALL_PRESETS
 from weightgraft.experiments.records import RUN_MARKS
 from weightgraft.experiments.vocabulary import ModelRole
+from weightgraft.paper.presets import PRESET_NAMES
 from weightgraft.pipelines.run import run_all
 from weightgraft.reporting.verdict import Check
 
@@ -68,7 +68,7 @@ def demo_config(
                 "known": str(artifacts.known_data),
                 "freetext": str(artifacts.freetext_data),
             },
-            "experiments": [{"preset": name, "max_examples": cap} for name in ALL_PRESETS]
+            "experiments": [{"preset": name, "max_examples": cap} for name in PRESET_NAMES]
             + (
                 [{"localize": "relation-minimal", "dataset": "relation", "max_examples": LOCALIZE_EXAMPLES}]
                 if size == "default"

@@ -13,6 +13,9 @@ from weightgraft.errors import UserError
 from weightgraft.experiments.config import RunConfig
 from weightgraft.experiments.records import run_folder
 from weightgraft.experiments.runner import RunResult, run_experiments
+from weightgraft.paper.presets import PRESETS  # noqa: F401  (registers the paper's presets)
+from weightgraft.paper.study import PAPER
+from weightgraft.reporting.study import Study
 from weightgraft.reporting.summary import read_recovery, read_summary, write_summary
 from weightgraft.reporting.verdict import Check, check_pattern
 from weightgraft.runtime import local_rank as launch_local_rank
@@ -56,14 +59,16 @@ def run_all(
         return RunOutcome(result, summarize(config, out, report))
 
 
-def summarize(config: RunConfig, out: Path, report: bool = True) -> list[Check]:
-    """summary.csv, the verdict's checks and (unless `report=False`) the report of a run."""
-    write_summary(out, [e.name for e in config.expanded()], config.bootstrap, config.seed)
-    checks = check_pattern(read_summary(out), read_recovery(out))
+def summarize(config: RunConfig, out: Path, report: bool = True, study: Study = PAPER) -> list[Check]:
+    """summary.csv, the verdict's checks and (unless `report=False`) the report of a run, with
+    `study`'s claims and sections (the paper's by default)."""
+    names = [e.name for e in config.expanded()]
+    write_summary(out, names, config.bootstrap, config.seed, study.claims, study.paired_tests)
+    checks = check_pattern(read_summary(out), read_recovery(out), study.claims)
     if report:
         from weightgraft.reporting.report import write_report
 
-        write_report(out)
+        write_report(out, study)
     return checks
 
 

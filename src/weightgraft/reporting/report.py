@@ -1,8 +1,9 @@
-"""report.md and report.html: the verdict on the paper's pattern, the deviations from the
-paper's conditions, one section per experiment (description, layers used, plots, table with 95%
-intervals, per-template and per-fact-kind tables, the paper's published numbers beside this
-model's, not-applicable notes, the conditions' grafts), and provenance (models with hashes,
-datasets with manifests, seed, versions, time taken)."""
+"""report.md and report.html: the verdict on a study's claims (the caller's `Study`; the
+paper's is `weightgraft.paper.study.PAPER`), the study's deviations, one section per experiment
+(description, layers used, plots, table with 95% intervals, per-template and per-fact-kind
+tables, the study's own tables such as the paper's published numbers beside this model's,
+not-applicable notes, the conditions' grafts), and provenance (models with hashes, datasets with
+manifests, seed, versions, time taken)."""
 
 from __future__ import annotations
 
@@ -11,56 +12,15 @@ import json
 from pathlib import Path
 
 from weightgraft.atomic import write_text_atomic
-from weightgraft.data.templates import AUTHORS_PAPER_TEMPLATES, PAPER_TEMPLATES
 from weightgraft.experiments.components import describe
 from weightgraft.experiments.records import read_state
-from weightgraft.experiments.vocabulary import CLEAN_SUFFIX, HEADLINE_METRIC, SAME_IN_BOTH, TABLE_METRICS
+from weightgraft.experiments.vocabulary import CLEAN_SUFFIX, SAME_IN_BOTH, TABLE_METRICS
 from weightgraft.reporting.localize_section import localize_section
-from weightgraft.reporting.missing_part import missing_part
 from weightgraft.reporting.plots import plot_experiment
-from weightgraft.reporting.published import ANALYSIS_OF_EXPERIMENT, DATASET_OF_KIND, MODELS, published, published_rows
+from weightgraft.reporting.study import Study
 from weightgraft.reporting.summary import ALL, pooled, read_comparisons, read_recovery, read_summary
 from weightgraft.reporting.verdict import METRIC_WORDS, MIN_GAP, check_pattern, clean_differences, definition_of
 
-# The clean definitions' differences from the authors' runs (conditions.md): each paper preset
-# computes the authors' rows too (`fidelity: authors` or `both`), so these are choices, not gaps.
-CLEAN_DEVIATIONS = [
-    "Embeddings: the clean rows graft both embeddings, the token embedding and (GPT-2's `wpe`) the "
-    'position embedding; the authors\' "embeddings" were the token embedding only.',
-    "Unembedding on tied models (GPT2-XL, Llama-3.2-1B, Gemma): the clean rows keep the recipient's "
-    "unembedding at every position (`unembedding: donor` takes the donor's at every position, with "
-    "the recipient's final norm). The authors' code swapped the unembedding together with the "
-    "embedding, so their rows used the donor's exactly where the last token's embedding was grafted "
-    "(LT, FE+LT, FE^C, R+LT, FE+R+LT, M+LT, FE+M+LT, (FE+M)^C) and the recipient's elsewhere; on "
-    "untied models (Pythia) both agree.",
-    "The hybrid's last-token band: both graft layers [2q, n) (q = n // 4, the third and fourth "
-    "quarters, from the authors' layer override). The authors' hybrid model holds the relation "
-    "model's o, up, down in [n//2, n) only, so in [2q, n//2) (layer 8 of Gemma's 18; empty when "
-    "n % 4 < 2) o, up, down came from the task model; the clean rows take the relation model's over "
-    "all of [2q, n).",
-    'Sentences 1 and 3: the authors\' strings had a doubled "in" (`{first_actor} stars in in a movie '
-    "alongside`, `{first_actor} stars in in {movie_title} alongside`); the clean wording (the "
-    "default, in both fidelities) drops it; `wording: authors` uses their strings.",
-]
-# Where every row of this run still differs from the authors' runs, and why.
-DEVIATIONS = [
-    "The published components-onto-PRE rows used an older sentence 1; the only older wording in the "
-    "authors' history is `{first_actor} stars in {movie_title} alongside` (our `paper_3` in the clean "
-    "wording), to which the `1-old` rows are mapped: unverified.",
-    "The built-in models are none of the paper's four: a small model pretrained here, "
-    "finetuned with weightgraft's own recipe (checkpoint chosen on held-out wordings, not on "
-    "validation sentences that share facts with training). The `paper vs this model` tables "
-    "show the four published models beside it; compare patterns, not levels.",
-    "The built-in finetunes are not the paper's full finetuning: lm_head and the final norm "
-    "stay frozen (else this small model stores the new facts in its unembedding, which the "
-    "position conditions never graft); lr 2e-3 (paper 2e-5), no weight decay, batch 16, "
-    "fp32, half the examples general world text (paper: none), 10 epochs (task and free-text "
-    "models 6). docs/builtin_model.md has the measurements.",
-    "Layer sweeps use the engine's bands (eighths or quarters of the stack), not the authors' "
-    "quarters, and graft every weight but the head at the other position.",
-    "Built-in datasets are smaller than the paper's 1000 facts, and the fact kinds map to the "
-    "paper's datasets as fake_real = FMRA, fake_fake = FMFA, real_shuffled = RMRA-shuffled.",
-]
 CSS = """body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;
 color:#222}table{border-collapse:collapse;font-size:13px;margin:1em 0}td,th{border:1px solid #ccc;
 padding:3px 7px;text-align:right}th{background:#f3f3f3}td:first-child,th:first-child{text-align:left}
@@ -96,7 +56,7 @@ def experiment_table(summary: list[dict], state: dict, metrics=None, ci: bool = 
     return "\n".join(lines)
 
 
-def _count_cell(row: dict | None) -> str:
+def count_cell(row: dict | None) -> str:
     if row is None or row["value"] is None:
         return "n/a (n=0)"
     return f"{row['value']:.2f} (n={row['n']})"
@@ -125,7 +85,7 @@ def template_table(summary: list[dict], state: dict) -> str:
         f"|---|{rule}" + "---:|" * len(templates),
     ]
     for cond in state["conditions"]:
-        cells = [_count_cell(rows.get((cond["name"], t))) for t in templates]
+        cells = [count_cell(rows.get((cond["name"], t))) for t in templates]
         lines.append(f"| {cond['name']} |{_definition_cell(state, cond)} " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -152,8 +112,8 @@ def fact_kind_table(summary: list[dict], state: dict) -> str:
         if r["experiment"] == state["name"] and r["metric"] == metric and r["template"] == ALL
     }
     for cond in state["conditions"]:
-        cells = [_count_cell(rows.get((cond["name"], k))) for k in kinds]
-        cells.append(_count_cell(everything.get(cond["name"])))
+        cells = [count_cell(rows.get((cond["name"], k))) for k in kinds]
+        cells.append(count_cell(everything.get(cond["name"])))
         lines.append(f"| {cond['name']} |{_definition_cell(state, cond)} " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -166,141 +126,6 @@ def split_twins(state: dict) -> tuple[list[str], dict[str, str], dict[str, str]]
     plain = [n for n in names if not n.endswith(CLEAN_SUFFIX)]
     twins = {n: n + CLEAN_SUFFIX for n in plain if n + CLEAN_SUFFIX in label}
     return plain, label, twins
-
-
-def _ours_header(state: dict) -> str:
-    fidelity = state.get("fidelity", "")
-    if fidelity in ("authors", "both"):
-        return "this model, authors' definition"
-    if fidelity == "clean":
-        return "this model, clean definition"
-    return "this model"
-
-
-def _setting_words(state: dict) -> str:
-    """Which head and wording the rows used, in one sentence."""
-    words = []
-    tied = state.get("tied_embeddings")
-    if tied is not None and state.get("fidelity") in ("authors", "both"):
-        words.append(
-            "This model ties its unembedding to its embedding, so its authors' rows are scored with "
-            "the donor's unembedding exactly where the last token's embedding is grafted, as the "
-            "published tied models' (Gemma, Llama-3.2-1B, GPT2-XL) were."
-            if tied
-            else "This model's unembedding is untied, so its authors' rows are scored with the "
-            "recipient's unembedding, as the published untied model's (Pythia) were; the published "
-            "tied models' rows used the donor's where the last token's embedding was grafted."
-        )
-    wording = state.get("wording", "clean")
-    texts = AUTHORS_PAPER_TEMPLATES if wording == "authors" else PAPER_TEMPLATES
-    plain = {t: texts.get(t, PAPER_TEMPLATES[t]).replace("{entity}", "{first_actor}") for t in PAPER_TEMPLATES}
-    shown = ", ".join(f"`{t}` = `{text.replace('[', '').replace(']', '')}`" for t, text in plain.items())
-    words.append(f"Every row used the {wording} wording of the paper's sentences ({shown}).")
-    return " ".join(words)
-
-
-def paper_tables(summary: list[dict], state: dict) -> list[str]:
-    """`paper vs this model`: per sentence, the four published models' top-5 beside this model's
-    row in the authors' definition, and its clean row where the two differ."""
-    analysis = ANALYSIS_OF_EXPERIMENT.get(state["name"])
-    if analysis is None:
-        return []
-    ours = {
-        (r["condition"], r["template"]): r
-        for r in pooled(summary)
-        if r["experiment"] == state["name"] and r["metric"] == HEADLINE_METRIC
-    }
-    published_conditions = list(
-        dict.fromkeys(r["condition"] for r in published_rows() if r["analysis"] == analysis.name)
-    )
-    names, label, twins = split_twins(state)
-    order = [*names, *(c for c in published_conditions if c not in names)]
-    kinds = ", ".join(f"{k} = {d}" for k, d in DATASET_OF_KIND.items())
-    clean_col = ["this model, clean definition"] if twins else []
-    lines = [
-        "#### Paper vs this model",
-        "",
-        f"Top-5 published for the paper's `{analysis.name}` analysis on {analysis.dataset} "
-        f"(fact kinds: {kinds}){'; ' + analysis.note if analysis.note else ''}. This "
-        "model: every fact kind of the run pooled; `–` where the paper has no number"
-        + ("; the clean row where it differs from the authors' (`=` where it grafts the same)" if twins else "")
-        + ". "
-        + _setting_words(state),
-        "",
-    ]
-    for template, sentence in analysis.sentences.items():
-        if template not in state["templates"]:
-            continue
-        tag = f"{sentence}, unverified" if sentence in analysis.unverified else sentence
-        head = ["condition", "definition", *MODELS, _ours_header(state), *clean_col]
-        lines += [
-            f"Sentence {tag} (`{template}`):",
-            "",
-            "| " + " | ".join(head) + " |",
-            "|---|---|" + "---:|" * (len(head) - 2),
-        ]
-        for cond in order:
-            cells = [cond, label.get(cond, "–") or "–"]
-            for model in MODELS:
-                value = published(analysis.name, analysis.dataset, sentence, cond, model)
-                cells.append("–" if value is None else f"{value:.2f}")
-            cells.append("–" if cond not in names else _count_cell(ours.get((cond, template))))
-            if twins:
-                twin = twins.get(cond)
-                cells.append(_count_cell(ours.get((twin, template))) if twin else ("=" if cond in names else "–"))
-            lines.append("| " + " | ".join(cells) + " |")
-        lines.append("")
-    return lines + kind_paper_table(summary, state, analysis, order)
-
-
-def kind_paper_table(summary: list[dict], state: dict, analysis, order: list[str]) -> list[str]:
-    """By fact kind: the published datasets of the same kind (mean over the sentences the
-    paper reports) beside this model's value for that kind (its sentences pooled), in the
-    authors' definition and, where it differs, the clean one."""
-    sentences = [analysis.sentences[t] for t in state["templates"] if t in analysis.sentences]
-    ours = {
-        (r["condition"], r["fact_kind"]): r
-        for r in summary
-        if r["experiment"] == state["name"]
-        and r["metric"] == HEADLINE_METRIC
-        and r["template"] == ALL
-        and r["fact_kind"] != ALL
-    }
-    kinds = [k for k in DATASET_OF_KIND if any(kind == k for _, kind in ours)]
-    names, label, twins = split_twins(state)
-    names = set(names)
-    clean_col = ["this model, clean definition"] if twins else []
-    head = ["condition", "definition", *MODELS, _ours_header(state), *clean_col]
-    blocks = []
-    for kind in kinds:
-        dataset = DATASET_OF_KIND[kind]
-        rows, any_published = [], False
-        for cond in order:
-            cells, found = [cond, label.get(cond, "–") or "–"], False
-            for model in MODELS:
-                values = [published(analysis.name, dataset, s, cond, model) for s in sentences]
-                values = [v for v in values if v is not None]
-                found |= bool(values)
-                cells.append(f"{sum(values) / len(values):.2f}" if values else "–")
-            any_published |= found
-            if not found and cond not in names:
-                continue
-            cells.append(_count_cell(ours.get((cond, kind))) if cond in names else "–")
-            if twins:
-                twin = twins.get(cond)
-                cells.append(_count_cell(ours.get((twin, kind))) if twin else ("=" if cond in names else "–"))
-            rows.append("| " + " | ".join(cells) + " |")
-        if any_published:
-            blocks += [
-                f"Fact kind `{kind}` against the paper's {dataset} (published top-5 "
-                f"averaged over sentences {', '.join(sentences)}):",
-                "",
-                "| " + " | ".join(head) + " |",
-                "|---|---|" + "---:|" * (len(head) - 2),
-                *rows,
-                "",
-            ]
-    return blocks
 
 
 def _layers_text(indices: list[int], num_layers: int) -> str:
@@ -474,7 +299,7 @@ def _setting(summary: list[dict], check) -> str:
     return ""
 
 
-def _check_notes(check, summary: list[dict], recovery: list[dict], clean_check) -> list[str]:
+def _check_notes(check, summary: list[dict], recovery: list[dict], clean_check, study: Study) -> list[str]:
     """The lines under a claim: its setting, a different clean outcome, the missing part."""
     notes = [_setting(summary, check)] if check.claim else []
     if clean_check is not None:
@@ -487,16 +312,17 @@ def _check_notes(check, summary: list[dict], recovery: list[dict], clean_check) 
         notes.append(
             f"In the clean definition (`{clean_check.claim.condition}`) it {verb} instead: recovery {value} on top-5."
         )
-    missing = missing_part(check, recovery)
+    missing = study.explain(check, recovery)
     if missing:
         notes.append(f"What this run's rows show: {missing}")
     return [n for n in notes if n]
 
 
 def verdict_section(
-    summary: list[dict], recovery: list[dict] | None = None, comparisons: list[dict] | None = None
+    summary: list[dict], study: Study, recovery: list[dict] | None = None, comparisons: list[dict] | None = None
 ) -> list[str]:
-    checks = check_pattern(summary, recovery)
+    """The study's claims decided on the run, with the notes under each and the paired tests."""
+    checks = check_pattern(summary, recovery, study.claims)
     if not checks:
         return []
     lines = ["## Does the paper's pattern appear?", ""]
@@ -506,7 +332,7 @@ def verdict_section(
     clean = clean_differences(checks, summary, recovery)
     for check in checks:
         lines.append(f"- **{check.name}: {check.outcome}.** {check.sentence}")
-        lines += [f"  - {line}" for line in _check_notes(check, summary, recovery or [], clean.get(check.name))]
+        lines += [f"  - {line}" for line in _check_notes(check, summary, recovery or [], clean.get(check.name), study)]
     lines += [
         "",
         "Each claim: recovery = (condition - low) / (high - low) over every "
@@ -540,20 +366,25 @@ def verdict_section(
             "only: read the intervals in the tables below.",
             "",
         ]
-    tests = comparison_table(comparisons or [])
-    if tests:
-        lines += (
-            ["### Paired tests of the pairwise claims", ""]
-            + tests
-            + [
-                "",
-                "d_z: the mean of per-fact mean differences over their standard deviation. "
-                "p: two-sided sign-flip permutation test over facts (each fact's difference keeps "
-                "or flips its sign under the null).",
-                "",
-            ]
-        )
-    return lines
+    return lines + paired_tests_section(comparisons or [])
+
+
+def paired_tests_section(comparisons: list[dict]) -> list[str]:
+    """The paired tests' table with how to read it; nothing without comparisons."""
+    tests = comparison_table(comparisons)
+    if not tests:
+        return []
+    return (
+        ["### Paired tests of the pairwise claims", ""]
+        + tests
+        + [
+            "",
+            "d_z: the mean of per-fact mean differences over their standard deviation. "
+            "p: two-sided sign-flip permutation test over facts (each fact's difference keeps "
+            "or flips its sign under the null).",
+            "",
+        ]
+    )
 
 
 def session_line(session: dict) -> str:
@@ -601,38 +432,24 @@ def _provenance(run: dict) -> list[str]:
     return lines
 
 
-def deviations_section() -> list[str]:
-    lines = ['<details markdown="1"><summary>Deviations from the paper\'s conditions</summary>', ""]
-    lines += [
-        "Rows marked `authors` are computed exactly as the authors' code ran them, rows marked "
-        "`clean` with weightgraft's definitions, and rows marked `authors = clean` graft the same "
-        "in both on this model. The clean definitions differ from the authors' runs in:",
-        "",
-    ]
-    lines += [f"- {d}" for d in CLEAN_DEVIATIONS]
-    lines += ["", "What differs from the paper's runs in every row:", ""]
-    lines += [f"- {d}" for d in DEVIATIONS]
-    return [*lines, "", "</details>", ""]
+READING = (
+    "Accuracy is top-k of the target's first token; `prob` its probability; "
+    "`target_logprob` the whole target's log-probability; `exact_match` greedy decoding "
+    "of the whole target. Values over every template and fact kind, with 95% intervals "
+    "from a bootstrap over facts (n: prompts, with the number of facts); `summary.csv` "
+    "has every metric per template and per fact kind, `recovery.csv` every condition's "
+    "recovery, `comparisons.csv` the paired tests."
+)
 
 
-def build_markdown(out: Path, plots: dict[str, list[Path]]) -> str:
+def build_markdown(out: Path, plots: dict[str, list[Path]], study: Study) -> str:
     run = json.loads((out / "run.json").read_text())
     summary = read_summary(out)
     recovery = read_recovery(out)
     names = list(dict.fromkeys(r["experiment"] for r in summary))
-    lines = [
-        f"# weightgraft report: {run['config']['name']}",
-        "",
-        "Accuracy is top-k of the target's first token; `prob` its probability; "
-        "`target_logprob` the whole target's log-probability; `exact_match` greedy decoding "
-        "of the whole target. Values over every template and fact kind, with 95% intervals "
-        "from a bootstrap over facts (n: prompts, with the number of facts); `summary.csv` "
-        "has every metric per template and per fact kind, `recovery.csv` every condition's "
-        "recovery, `comparisons.csv` the paired tests.",
-        "",
-    ]
-    lines += verdict_section(summary, recovery, read_comparisons(out))
-    lines += deviations_section()
+    lines = [f"# weightgraft report: {run['config']['name']}", "", READING, ""]
+    lines += verdict_section(summary, study, recovery, read_comparisons(out))
+    lines += study.deviations()
     for name in names:
         state = read_state(out, name)
         lines += [
@@ -661,7 +478,7 @@ def build_markdown(out: Path, plots: dict[str, list[Path]]) -> str:
         kinds = fact_kind_table(summary, state)
         if kinds:
             lines += [kinds, ""]
-        lines += paper_tables(summary, state)
+        lines += study.experiment_section(summary, state)
         lines += recovery_tables(recovery, name)
         lines += [f"- {note}" for note in na_notes(summary, state)]
         lines += [
@@ -678,8 +495,9 @@ def build_markdown(out: Path, plots: dict[str, list[Path]]) -> str:
     return "\n".join(lines)
 
 
-def write_report(out: str | Path) -> tuple[Path, Path]:
-    """Plots, report.md and report.html for a run folder that has its summary.csv."""
+def write_report(out: str | Path, study: Study) -> tuple[Path, Path]:
+    """Plots, report.md and report.html for a run folder that has its summary.csv, with what
+    `study` adds (its claims decided, its sections; `reporting.study.NO_STUDY` for none)."""
     import markdown
 
     out = Path(out)
@@ -687,7 +505,7 @@ def write_report(out: str | Path) -> tuple[Path, Path]:
     plots = {}
     for name in dict.fromkeys(r["experiment"] for r in summary):
         plots[name] = plot_experiment(summary, read_state(out, name), out / "plots")
-    text = build_markdown(out, plots)
+    text = build_markdown(out, plots, study)
     md_path = write_text_atomic(out / "report.md", text)
     body = markdown.markdown(text, extensions=["tables", "fenced_code", "md_in_html"])
     page = (

@@ -183,19 +183,21 @@ def _write_csv(path: Path, columns: list[str], rows: list[dict]) -> Path:
     return write_text_atomic(path, buffer.getvalue())
 
 
-def write_summary(out: Path, experiment_names: list[str], resamples: int, seed: int) -> Path:
+def write_summary(
+    out: Path, experiment_names: list[str], resamples: int, seed: int, claims=(), paired_tests=()
+) -> Path:
     """Recompute summary.csv, recovery.csv and comparisons.csv from the per-example files of the
-    named experiments. With `resamples` 0 there are no intervals: each bound equals the value
-    and recovery.csv and comparisons.csv hold only their header."""
-    from weightgraft.reporting.verdict import PAIRED_TESTS, PAPER_CLAIMS
-
+    named experiments. `claims` add their reference pairs to recovery.csv and `paired_tests`
+    ((experiment, a, b) triples) are the rows of comparisons.csv: the caller's (the paper's are
+    in `weightgraft.paper.claims`). With `resamples` 0 there are no intervals: each bound
+    equals the value and recovery.csv and comparisons.csv hold only their header."""
     rows, recovery, comparisons = [], [], []
     for name in experiment_names:
         stats = experiment_statistics(out, name, resamples, seed)
         rows += labelled(out, name, interval_rows(stats))
-        for base, full in recovery_references(stats, PAPER_CLAIMS):
+        for base, full in recovery_references(stats, claims):
             recovery += recovery_rows(stats, base, full)
-        comparisons += comparison_rows(stats, [(a, b) for exp, a, b in PAIRED_TESTS if exp == name], seed)
+        comparisons += comparison_rows(stats, [(a, b) for exp, a, b in paired_tests if exp == name], seed)
     if resamples == 0:  # no intervals: bounds equal values, and the verdict uses point estimates
         for row in rows:
             row["ci_low"] = row["ci_high"] = row["value"]

@@ -59,58 +59,6 @@ class Check:
     decisions: dict[str, decision.Decision] = field(default_factory=dict)  # metric -> decision
 
 
-# The paper's claims, in the paper's settings (conditions.md): position grafting onto PRE, and
-# component grafting at LT onto the one-direction (B2A) model.
-PAPER_CLAIMS = (
-    Claim(
-        "FE+LT vs SFT",
-        "position_grafting",
-        "FE+LT",
-        "PRE",
-        "SFT",
-        0.8,
-        "at_least",
-        "grafting only the first entity and the last token recovers SFT",
-    ),
-    Claim(
-        "(FE+LT)^C vs PRE",
-        "position_grafting",
-        "(FE+LT)^C",
-        "PRE",
-        "SFT",
-        0.2,
-        "at_most",
-        "grafting every position except FE and LT stays near PRE",
-    ),
-    Claim(
-        "O+FFN vs ATTN+O+FFN",
-        "components_reversal",
-        "O+FFN",
-        "B2A",
-        "ATTN+O+FFN",
-        0.8,
-        "at_least",
-        "at the last token (fourth quarter), O and FFN recover what ATTN+O+FFN adds to the one-direction model",
-    ),
-    Claim(
-        "FFN vs O+FFN (removing O)",
-        "components_reversal",
-        "FFN",
-        "B2A",
-        "O+FFN",
-        0.8,
-        "at_most",
-        "removing O costs: FFN alone at LT recovers clearly less than O+FFN",
-    ),
-)
-
-
-# The pairwise claims' paired tests (condition a against b, over the same facts and prompts).
-PAIRED_TESTS = (
-    ("position_grafting", "FE+LT", "SFT"),
-    ("components_reversal", "O+FFN", "ATTN+O+FFN"),
-    ("components_reversal", "FFN", "O+FFN"),
-)
 INTERVAL_METRICS = ("top5", "prob")
 METRIC_WORDS = {"top5": "top-5", "prob": "probability", "top1": "top-1", "target_logprob": "target log-probability"}
 
@@ -259,9 +207,10 @@ def clean_differences(checks: list[Check], summary: list[dict], recovery: list[d
     return out
 
 
-def check_pattern(summary: list[dict], recovery: list[dict] | None = None, claims=PAPER_CLAIMS) -> list[Check]:
-    """Every claim whose experiment and conditions are in the summary, decided: by intervals
-    when `recovery` rows (recovery.csv) are given, else by point estimates."""
+def check_pattern(summary: list[dict], recovery: list[dict] | None, claims) -> list[Check]:
+    """Every claim of `claims` (the caller's: `weightgraft.paper.claims` holds the paper's) whose
+    experiment and conditions are in the summary, decided: by intervals when `recovery` rows
+    (recovery.csv) are given, else by point estimates."""
     if recovery:
         return [check for claim in claims if (check := decide_by_intervals(claim, recovery)) is not None]
     return [check for claim in claims if (check := decide(claim, summary)) is not None]

@@ -2,7 +2,7 @@
 "paper vs this run" table of top-5 accuracy per evaluation sentence.
 
 The published figures and the map from presets to the paper's analyses are
-`weightgraft.reporting.published`'s. Unlike a single run's report, a job knows which paper
+`weightgraft.paper.published`'s. Unlike a single run's report, a job knows which paper
 dataset each run group reproduces (FMRA, FMFA, RMRA-shuffled, FMRA_B for the hybrid) and, when
 MODEL is one of the paper's four, which published model to set beside it. The per-run reports
 (`runs/<group>/report.md`) keep the full tables with intervals, per-kind tables and plots.
@@ -13,25 +13,23 @@ from __future__ import annotations
 from pathlib import Path
 
 from weightgraft.atomic import write_text_atomic
-from weightgraft.pipelines.estimate import paper_model_name
+from weightgraft.experiments.config import parse_config
+from weightgraft.experiments.records import read_state
+from weightgraft.paper.estimate import paper_model_name
+from weightgraft.paper.presets import PRESET_NAMES  # noqa: F401  (registers the presets its configs name)
+from weightgraft.paper.published import ANALYSIS_OF_EXPERIMENT, MODELS, published
+from weightgraft.reporting.report import split_twins
+from weightgraft.reporting.summary import pooled, read_summary
 
 
 def _fmt(value) -> str:
     return "–" if value is None else f"{float(value):.2f}"
 
 
-def comparison_table(summary: list[dict], state: dict, dataset: str, paper_model: str | None) -> str:
+def paper_vs_run_table(summary: list[dict], state: dict, dataset: str, paper_model: str | None) -> str:
     """Markdown: one row per condition; per sentence the published top-5 beside this run's row
     in the authors' definition (every fact kind pooled) and, where the run has one, its clean
     row. `paper_model` None: the four published models."""
-    from weightgraft.reporting.published import (
-        ANALYSIS_OF_EXPERIMENT,
-        MODELS,
-        published,
-    )
-    from weightgraft.reporting.report import split_twins
-    from weightgraft.reporting.summary import pooled
-
     analysis = ANALYSIS_OF_EXPERIMENT[state["name"]]
     ours = {
         (r["condition"], r["template"]): r["value"]
@@ -69,11 +67,6 @@ def comparison_table(summary: list[dict], state: dict, dataset: str, paper_model
 
 
 def write_reproduce_report(job, ledger_body: dict) -> Path:
-    from weightgraft.experiments.config import parse_config
-    from weightgraft.experiments.records import read_state
-    from weightgraft.reporting.published import ANALYSIS_OF_EXPERIMENT
-    from weightgraft.reporting.summary import read_summary
-
     out = Path(job.options.out)
     paper_model = paper_model_name(job.options.model)
     beside = paper_model or "all four paper models (this model is none of them)"
@@ -115,6 +108,6 @@ def write_reproduce_report(job, ledger_body: dict) -> Path:
             lines += [
                 f"Paper vs this run, {analysis} on {dataset} ({full}):",
                 "",
-                comparison_table(summary, state, dataset, paper_model),
+                paper_vs_run_table(summary, state, dataset, paper_model),
             ]
     return write_text_atomic(out / "report.md", "\n".join(lines) + "\n")

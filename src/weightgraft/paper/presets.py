@@ -38,12 +38,16 @@ that differs on the model, named `NAME [clean]`), and `wording` (`clean`, the de
 weightgraft's own: layer_sweeps, free_text (position grafting from an article-finetuned model),
 activation_patching (weights vs residual-stream patching).
 
-Presets return plain dicts; `config` validates them (this module imports nothing from config).
+Presets return plain dicts; the run config validates them (this module imports nothing from
+config). Importing this module registers every preset below in
+`weightgraft.experiments.preset_registry`, the only way the run config knows them.
 """
 
 from __future__ import annotations
 
+from weightgraft.data.templates import PAPER_TEMPLATES
 from weightgraft.experiments.conditions import ConditionSpec, GraftSpec
+from weightgraft.experiments.preset_registry import Preset, register_preset
 from weightgraft.experiments.vocabulary import (
     AUTHORS_EVERY_WEIGHT,
     BLOCKS,
@@ -52,7 +56,6 @@ from weightgraft.experiments.vocabulary import (
     PAPER_COMPONENT_SETS,
 )
 
-PAPER_TEMPLATES = ["paper_1", "paper_2", "paper_3"]
 TITLE_TEMPLATES = ["paper_3"]  # the only sentence with a movie title (FE -> M -> LT)
 POSITION_CONDITIONS = ["PRE", "SFT", "FE", "LT", "FE+LT", "(FE+LT)^C", "FE^C", "LT^C"]
 RELATION_CONDITIONS = ["PRE", "SFT", "R", "FE+R", "R+LT", "FE+R+LT"]
@@ -158,7 +161,7 @@ def position_grafting(
             headline=["top1", "top5"],
             max_examples=max_examples,
             directions="forward",
-            templates=templates or PAPER_TEMPLATES,
+            templates=templates or list(PAPER_TEMPLATES),
         )
     ]
 
@@ -182,7 +185,7 @@ def position_relation(
             headline=["top1", "top5"],
             max_examples=max_examples,
             directions="forward",
-            templates=templates or PAPER_TEMPLATES,
+            templates=templates or list(PAPER_TEMPLATES),
         )
     ]
 
@@ -228,7 +231,7 @@ def _components(name, title, recipient, baseline, description, max_examples, tem
         headline=["top1", "top5"],
         max_examples=max_examples,
         directions="forward",
-        templates=templates or PAPER_TEMPLATES,
+        templates=templates or list(PAPER_TEMPLATES),
     )
 
 
@@ -307,7 +310,7 @@ def hybrid(max_examples=None, templates=None, fidelity="both", wording="clean") 
             headline=["top1", "top5"],
             max_examples=max_examples,
             directions="forward",
-            templates=templates or PAPER_TEMPLATES,
+            templates=templates or list(PAPER_TEMPLATES),
         )
     ]
 
@@ -406,26 +409,21 @@ def activation_patching(max_examples=None, templates=None) -> list[dict]:
     ]
 
 
-PRESETS = {
-    "position_grafting": position_grafting,
-    "position_relation": position_relation,
-    "position_title": position_title,
-    "components_reversal": components_reversal,
-    "components_pre": components_pre,
-    "hybrid": hybrid,
-    "known_facts": known_facts,
-    "layer_sweeps": layer_sweeps,
-    "free_text": free_text,
-    "activation_patching": activation_patching,
-}
-ALL_PRESETS = list(PRESETS)
-TAKES_UNEMBEDDING = {"position_grafting", "position_relation", "position_title", "free_text"}
-# The paper's presets: they take `fidelity` and `wording`.
-PAPER_PRESETS = (
-    "position_grafting",
-    "position_relation",
-    "position_title",
-    "components_reversal",
-    "components_pre",
-    "hybrid",
+PAPER_OPTIONS = frozenset({"fidelity", "wording"})  # the paper's analyses take both
+PRESETS = (
+    Preset("position_grafting", position_grafting, PAPER_OPTIONS | {"unembedding"}),
+    Preset("position_relation", position_relation, PAPER_OPTIONS | {"unembedding"}),
+    Preset("position_title", position_title, PAPER_OPTIONS | {"unembedding"}),
+    Preset("components_reversal", components_reversal, PAPER_OPTIONS),
+    Preset("components_pre", components_pre, PAPER_OPTIONS),
+    Preset("hybrid", hybrid, PAPER_OPTIONS),
+    Preset("known_facts", known_facts),
+    Preset("layer_sweeps", layer_sweeps),
+    Preset("free_text", free_text, frozenset({"unembedding"})),
+    Preset("activation_patching", activation_patching),
 )
+PRESET_NAMES = tuple(p.name for p in PRESETS)
+# The paper's presets proper: they take `fidelity` and `wording`.
+PAPER_PRESETS = tuple(p.name for p in PRESETS if PAPER_OPTIONS <= p.options)
+for _preset in PRESETS:
+    register_preset(_preset)

@@ -5,10 +5,18 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from weightgraft.pipelines import estimate
-from weightgraft.pipelines.reproduce import (
+from weightgraft.data.build import template_texts
+from weightgraft.data.facts import generate_facts, known_film_facts
+from weightgraft.data.names import NamePool
+from weightgraft.data.templates import EVAL_TEMPLATES, eval_prompts_for
+from weightgraft.experiments.config import parse_config
+from weightgraft.experiments.models import model_dir
+from weightgraft.experiments.plan import experiment_conditions
+from weightgraft.paper import estimate
+from weightgraft.paper.reproduce_job import (
     Job,
     finetune_config,
+    rank_and_world,
     run_config,
 )
 from weightgraft.runtime import resolve_device
@@ -26,12 +34,6 @@ class PlannedStep:
 def _sample_lengths(job: Job) -> tuple[float, float, str]:
     """Mean tokens of a training text and of an evaluation prompt, from a few generated facts:
     counted by the model's tokenizer when it is on disk, else estimated at 4 characters a token."""
-    from weightgraft.data.build import template_texts
-    from weightgraft.data.facts import generate_facts, known_film_facts
-    from weightgraft.data.names import NamePool
-    from weightgraft.data.templates import EVAL_TEMPLATES, eval_prompts_for
-    from weightgraft.experiments.models import model_dir
-
     pool = NamePool(job.options.seed)
     kind = job.sets[job.options.datasets[0]].kind
     facts = generate_facts({kind: 8}, job.options.seed, pool, known_film_facts(job.options.seed, pool))
@@ -59,15 +61,11 @@ def _sample_lengths(job: Job) -> tuple[float, float, str]:
 
 def plan_steps(job: Job) -> tuple[list[PlannedStep], dict]:
     """Every step with its estimated size and time, and facts about the estimate."""
-    from weightgraft.data.templates import EVAL_TEMPLATES
-    from weightgraft.experiments.config import parse_config
-    from weightgraft.experiments.plan import experiment_conditions
-
     options = job.options
     device = resolve_device(options.device)
     size = estimate.model_size(options.model)
     text_tokens, prompt_tokens, token_note = _sample_lengths(job)
-    _, world = _world()
+    _, world = rank_and_world()
     config = finetune_config(options, device, size.max_length if size else 512)
     steps = [
         PlannedStep(
@@ -96,17 +94,7 @@ def plan_steps(job: Job) -> tuple[list[PlannedStep], dict]:
     layers = size.layers if size else 24
     fake_paths = {k: f"/planned/{k}" for k in ["pre", *job.finetunes]}
     for group in job.runs.values():
-        cfg = parse_config(run_config(job, group, fake_paths, device))
-        rows, parts = 0, []
-        for exp in cfg.expanded():
-            n_templates = len(exp.templates) if exp.templates else len(EVAL_TEMPLATES)
-            dataset = job.sets[group.datasets[exp.dataset]]
-            examples = dataset.n_facts * n_templates * 2
-            if exp.max_examples is not None:
-                examples = min(examples, exp.max_examples)
-            n_conditions = len(experiment_conditions(exp, layers))
-            rows += n_conditions * examples
-            parts.append(f"{exp.name} {n_conditions}x{examples}")
+        rows, parts = _scored_rows(job, group, parse_config(run_config(job, group, fake_paths, device)), layers)
         tokens = round(rows * prompt_tokens)
         seconds = estimate.run_seconds(size, rows, round(prompt_tokens), device) if size else None
         total += seconds or 0.0
@@ -125,10 +113,19 @@ def plan_steps(job: Job) -> tuple[list[PlannedStep], dict]:
     return steps, facts
 
 
-def _world() -> tuple[int, int]:
-    from weightgraft.pipelines.reproduce import _rank
-
-    return _rank()
+def _scored_rows(job: Job, group, cfg, layers: int) -> tuple[int, list[str]]:
+    """Rows (conditions x examples) a run group scores, and per experiment its `NAME CxE`."""
+    rows, parts = 0, []
+    for exp in cfg.expanded():
+        n_templates = len(exp.templates) if exp.templates else len(EVAL_TEMPLATES)
+        dataset = job.sets[group.datasets[exp.dataset]]
+        examples = dataset.n_facts * n_templates * 2
+        if exp.max_examples is not None:
+            examples = min(examples, exp.max_examples)
+        n_conditions = len(experiment_conditions(exp, layers))
+        rows += n_conditions * examples
+        parts.append(f"{exp.name} {n_conditions}x{examples}")
+    return rows, parts
 
 
 def _count(value: int | None) -> str:

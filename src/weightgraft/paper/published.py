@@ -49,7 +49,7 @@ ANALYSIS_OF_EXPERIMENT = {
 
 @cache
 def published_rows() -> tuple[dict, ...]:
-    text = files("weightgraft.reporting").joinpath("published_numbers.csv").read_text()
+    text = files("weightgraft.paper").joinpath("published_numbers.csv").read_text()
     rows = []
     for row in csv.DictReader(text.splitlines()):
         row["value"] = float(row["value"])
