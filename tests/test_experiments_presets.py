@@ -15,7 +15,7 @@ import torch
 from tiny_world import base_config, build_tokenizer, make_prompts
 from weightgraft.data.encode import encode_prompt
 from weightgraft.experiments.config import parse_config
-from weightgraft.experiments.execute import engine_graft
+from weightgraft.experiments.methods import engine_graft
 from weightgraft.experiments.plan import experiment_conditions
 
 N = 6
