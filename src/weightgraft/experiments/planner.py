@@ -9,6 +9,8 @@ one line naming the config field and the fix; no model's weights are loaded.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from weightgraft.adapters.base import GROUPS
 from weightgraft.data.encode import check_context, encode_prompt
 from weightgraft.data.errors import DataError
@@ -43,9 +45,12 @@ def build_plan(config: RunConfig, resources: Resources, shard: Shard | None = No
     used = used_models(config)
     configs = model_configs(config, used["keys"])
     check_pairs(used["pairs"], {k: c.get_text_config() for k, c in configs.items()}, config.allow_config_differences)
-    models = {key: planned_model(key, config, configs[key], resources.fingerprint(key)) for key in sorted(used["keys"])}
+    models = {
+        key: planned_model(key, config.models[key], configs[key], resources.fingerprint(key), config.trust_remote_code)
+        for key in sorted(used["keys"])
+    }
     experiments = config.expanded()
-    conditions = {exp.name: conditions_on_model(exp, models[exp.recipient]) for exp in experiments}
+    conditions = planned_conditions(config, models)
     check_datasets(config)
     tokenizer = resources.tokenizer(sorted(used["keys"]))
     encoded: dict[tuple, tuple[list[Example], int]] = {}
@@ -62,6 +67,12 @@ def build_plan(config: RunConfig, resources: Resources, shard: Shard | None = No
 def _prompt_choice(exp: ExperimentSpec) -> tuple:
     """What an experiment's encoded examples depend on."""
     return (exp.dataset, repr(exp.templates), exp.max_examples, exp.directions, exp.wording, exp.recipient)
+
+
+def planned_conditions(config: RunConfig, models: Mapping[str, PlannedModel]) -> dict[str, list[Condition]]:
+    """Every experiment's conditions resolved on its recipient, as the plan holds them; alone,
+    for estimates made before the models exist (a finetune shares its base model's config)."""
+    return {exp.name: conditions_on_model(exp, models[exp.recipient]) for exp in config.expanded()}
 
 
 def conditions_on_model(exp: ExperimentSpec, model: PlannedModel) -> list[Condition]:

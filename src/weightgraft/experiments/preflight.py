@@ -98,16 +98,16 @@ def model_configs(config: RunConfig, keys: set[str]) -> dict[str, object]:
     return out
 
 
-def planned_model(key: str, config: RunConfig, model_config, sha256: str) -> PlannedModel:
+def planned_model(key: str, path: str, model_config, sha256: str, trust_remote_code: bool = False) -> PlannedModel:
     """What the plan needs of a model, from its config: depth, vocabulary, components, and
     whether it ties its unembedding to its embedding (the model built on the meta device, so
     that the architecture's own tying rule answers, without weights)."""
     text = model_config.get_text_config()
     with torch.device("meta"):
-        skeleton = AutoModelForCausalLM.from_config(model_config, trust_remote_code=config.trust_remote_code)
+        skeleton = AutoModelForCausalLM.from_config(model_config, trust_remote_code=trust_remote_code)
     return PlannedModel(
         key=key,
-        path=config.models[key],
+        path=path,
         sha256=sha256,
         num_layers=text.num_hidden_layers,
         vocab_size=text.vocab_size,
