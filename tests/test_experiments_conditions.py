@@ -9,7 +9,7 @@ from weightgraft.adapters import adapter_for
 from weightgraft.data.encode import encode_prompt
 from weightgraft.experiments.conditions import resolve_condition
 from weightgraft.experiments.config import ConfigError, parse_config
-from weightgraft.experiments.plan import ModelFacts, experiment_conditions, layer_indices, select_examples
+from weightgraft.experiments.plan import ModelFacts, concrete_layers, experiment_conditions, select_examples
 from weightgraft.experiments.roles import NotApplicable, parse_positions
 from weightgraft.paper.presets import PRESETS  # noqa: F401  (registers the presets the configs name)
 
@@ -108,16 +108,16 @@ def test_missing_role_is_not_applicable():
 
 
 def test_layer_bands_follow_engine_semantics_and_the_authors_rule():
-    assert layer_indices("last_quarter", 8) == [6, 7]
-    assert layer_indices("last_quarter", 18) == [13, 14, 15, 16, 17]  # engine: 3*18//4 = 13
-    assert layer_indices("authors_fourth_quarter", 18) == list(range(12, 18))  # q = 4, 3q = 12
-    assert layer_indices("authors_third_and_fourth_quarters", 18) == list(range(8, 18))
-    assert layer_indices("authors_fourth_quarter", 26) == list(range(18, 26))
-    assert layer_indices("eighth_3", 16) == [4, 5]
-    assert layer_indices("first_half", 5) == [0, 1]
-    assert layer_indices([-1, 0], 4) == [0, 3]
+    assert concrete_layers("last_quarter", 8) == [6, 7]
+    assert concrete_layers("last_quarter", 18) == [13, 14, 15, 16, 17]  # engine: 3*18//4 = 13
+    assert concrete_layers("authors_fourth_quarter", 18) == list(range(12, 18))  # q = 4, 3q = 12
+    assert concrete_layers("authors_third_and_fourth_quarters", 18) == list(range(8, 18))
+    assert concrete_layers("authors_fourth_quarter", 26) == list(range(18, 26))
+    assert concrete_layers("eighth_3", 16) == [4, 5]
+    assert concrete_layers("first_half", 5) == [0, 1]
+    assert concrete_layers([-1, 0], 4) == [0, 3]
     with pytest.raises(ValueError, match="outside"):
-        layer_indices(9, 4)
+        concrete_layers(9, 4)
 
 
 def _config(experiments):

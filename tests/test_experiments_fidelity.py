@@ -19,7 +19,7 @@ from weightgraft.adapters import adapter_for
 from weightgraft.data.encode import encode_prompt
 from weightgraft.data.templates import in_authors_wording
 from weightgraft.experiments.config import parse_config
-from weightgraft.experiments.execute import engine_graft
+from weightgraft.experiments.methods import engine_graft
 from weightgraft.experiments.plan import ModelFacts, experiment_conditions, ties_embeddings
 from weightgraft.paper.presets import PRESETS  # noqa: F401  (registers the presets the configs name)
 

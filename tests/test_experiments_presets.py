@@ -16,7 +16,7 @@ from tiny_world import base_config, build_tokenizer, make_prompts
 from weightgraft.data.encode import encode_prompt
 from weightgraft.experiments import preset_registry
 from weightgraft.experiments.config import ConfigError, parse_config
-from weightgraft.experiments.execute import engine_graft
+from weightgraft.experiments.methods import engine_graft
 from weightgraft.experiments.plan import experiment_conditions
 from weightgraft.experiments.preset_registry import Preset, preset_names, presets_taking, register_preset
 from weightgraft.paper.presets import PAPER_PRESETS as PAPERS_OWN

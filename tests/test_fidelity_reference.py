@@ -18,6 +18,7 @@ from weightgraft.adapters import adapter_for
 from weightgraft.data.encode import encode_prompt
 from weightgraft.experiments.config import parse_config
 from weightgraft.experiments.execute import Resources, compute_chunk
+from weightgraft.experiments.methods import method_for
 from weightgraft.experiments.plan import ModelFacts, experiment_conditions, ties_embeddings
 from weightgraft.experiments.records import Example
 from weightgraft.paper.presets import PRESETS  # noqa: F401  (registers the presets the configs name)
@@ -80,7 +81,8 @@ def runner_logits(models, tokenizer, preset: str, prompt_id: str) -> tuple[dict,
             return result
 
         grafter.logits = spy
-        compute_chunk(resources, exp, chunk, [[example]], tokenizer, NullBar())
+        method = method_for(resources, chunk[0], facts.tied, tokenizer.pad_token_id or 0)
+        compute_chunk(method, exp.name, chunk, [[example]], tokenizer.decode, NullBar())
         del grafter.logits
         (logits,) = caught
         for row, cond in enumerate(chunk):

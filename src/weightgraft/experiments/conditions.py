@@ -41,7 +41,9 @@ Fidelity = Literal["authors", "clean"]
 BASELINE_NAMES = {"PRE": "recipient alone", "SFT": "donor model alone (every weight everywhere)"}
 
 
-def check_layers(value: LayerSpec) -> LayerSpec:
+def check_layer_spec(value: LayerSpec) -> LayerSpec:
+    """A layer set as written (a known band name, or layer numbers); whether it fits a model's
+    depth is the plan's check (`planner.conditions_on_model`)."""
     if isinstance(value, str) and value not in LAYER_BANDS:
         raise ValueError(f"unknown layer band {value!r}; known: {', '.join(LAYER_BANDS)}")
     return value
@@ -67,7 +69,7 @@ class GraftSpec(BaseModel):
     @field_validator("layers")
     @classmethod
     def _layers(cls, value: LayerSpec) -> LayerSpec:
-        return check_layers(value)
+        return check_layer_spec(value)
 
     @field_validator("components")
     @classmethod
@@ -266,6 +268,7 @@ def resolve_condition(
     )
 
 
-def validate_condition(item: str | ConditionSpec, context: str) -> None:
-    """Fail early (at config load) on a condition that cannot be resolved."""
-    resolve_condition(item, recipient="?", donor="?", context=context)
+def validate_condition(item: str | ConditionSpec, *, recipient: str, donor: str, context: str) -> None:
+    """Fail early (at config load) on a condition that cannot be resolved against its
+    experiment's recipient and donor."""
+    resolve_condition(item, recipient=recipient, donor=donor, context=context)

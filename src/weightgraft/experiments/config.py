@@ -32,7 +32,13 @@ from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, Validatio
 
 from weightgraft.errors import UserError
 from weightgraft.experiments.components import parse_components
-from weightgraft.experiments.conditions import ConditionSpec, LayerSpec, Unembedding, check_layers, validate_condition
+from weightgraft.experiments.conditions import (
+    ConditionSpec,
+    LayerSpec,
+    Unembedding,
+    check_layer_spec,
+    validate_condition,
+)
 from weightgraft.experiments.preset_registry import get_preset, presets_taking
 from weightgraft.experiments.roles import parse_positions
 from weightgraft.experiments.vocabulary import SUMMARY_METRICS as METRICS
@@ -68,7 +74,7 @@ class SweepSpec(BaseModel):
     def _bands(cls, value):
         if value != "auto":
             for band in value:
-                check_layers(band)
+                check_layer_spec(band)
         return value
 
     @field_validator("components")
@@ -135,12 +141,12 @@ class ExperimentSpec(BaseModel):
         parse_positions(self.component_at)
         if self.component_base:
             parse_positions(self.component_base)
-        check_layers(self.component_layers)
+        check_layer_spec(self.component_layers)
         if not self.conditions and self.sweep is None:
             raise ValueError(f"experiment {self.name!r} has no conditions and no sweep")
         names = []
         for item in self.conditions:
-            validate_condition(item, f"experiment {self.name!r}")
+            validate_condition(item, recipient=self.recipient, donor=self.donor, context=f"experiment {self.name!r}")
             names.append(item if isinstance(item, str) else item.name)
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:

@@ -44,14 +44,20 @@ class ModelFacts:
 
 
 def ties_embeddings(model) -> bool:
-    """True when the model's unembedding is its token embedding (one matrix)."""
+    """True when the model's unembedding is its token embedding (one matrix); also on a model
+    built on the meta device from its config alone (no weights), where tied means one Parameter."""
     out, inp = model.get_output_embeddings(), model.get_input_embeddings()
-    return out is not None and inp is not None and out.weight.data_ptr() == inp.weight.data_ptr()
+    if out is None or inp is None:
+        return False
+    if out.weight is inp.weight:
+        return True
+    return not out.weight.is_meta and out.weight.data_ptr() == inp.weight.data_ptr()
 
 
-def layer_indices(spec, num_layers: int) -> list[int]:
-    """Concrete layers: the authors' bands (`authors_*`) by their rule, everything else (engine
-    bands, ints, negatives from the end) by the engine's own semantics."""
+def concrete_layers(spec, num_layers: int) -> list[int]:
+    """Concrete layers of a condition's layer set: the authors' bands (`authors_*`) by their
+    rule, everything else (engine bands, ints, negatives from the end) by the engine's own
+    `Graft.layer_indices`."""
     if isinstance(spec, str) and spec in AUTHOR_BANDS:
         return author_band(spec, num_layers)
     return Graft(layers=spec).layer_indices(num_layers)
@@ -60,7 +66,7 @@ def layer_indices(spec, num_layers: int) -> list[int]:
 def engine_layers(spec, num_layers: int):
     """What a Graft takes: `all` stays `all` (so model-level components follow the engine's
     rule for groups), anything else becomes its concrete layer list."""
-    return "all" if spec == "all" else layer_indices(spec, num_layers)
+    return "all" if spec == "all" else concrete_layers(spec, num_layers)
 
 
 def _band_or_none(name: str, num_layers: int) -> list[int] | None:
@@ -123,7 +129,7 @@ def graft_keys(cond: Condition, num_layers: int, model: ModelFacts | None) -> fr
     last token), else as written."""
     keys = set()
     for graft in cond.grafts:
-        layers = layer_indices(graft.layers, num_layers)
+        layers = concrete_layers(graft.layers, num_layers)
         if model is None:
             keys.add((graft.positions.text, tuple(layers), tuple(graft.components), graft.donor))
             continue
@@ -179,7 +185,7 @@ def experiment_conditions(exp: ExperimentSpec, num_layers: int, model: ModelFact
             for comps in exp.sweep.components:
                 for band in bands:
                     try:
-                        layer_indices(band, num_layers)
+                        concrete_layers(band, num_layers)
                     except ValueError as err:
                         raise ValueError(
                             f"layer band {band} does not fit a {num_layers}-layer model "
@@ -205,7 +211,7 @@ def experiment_conditions(exp: ExperimentSpec, num_layers: int, model: ModelFact
     for cond in conditions:  # every band fits this model (fail before any work)
         for graft in cond.grafts:
             try:
-                layer_indices(graft.layers, num_layers)
+                concrete_layers(graft.layers, num_layers)
             except ValueError as err:
                 raise ValueError(f"experiment {exp.name!r}, condition {cond.name!r}: {err}") from None
     names = [c.name for c in conditions]

@@ -1,22 +1,30 @@
-"""Checks a run makes before any weights load: what can fail later should fail now, in one line.
+"""The checks `planner.build_plan` makes before any weights load, in one line each.
 
-Model folders, their configs (read with AutoConfig, no weights), whether recipient and donors fit
-together, every layer a condition names against the recipient's depth, the device, the datasets
-and their templates. Each failure is a UserError naming the config field and the fix.
+Model folders, their configs (read with AutoConfig, no weights) and what they say of a model
+(`planned_model`), whether recipient and donors fit together, the device, the datasets and their
+templates. Each failure is a UserError naming the config field and the fix. (Whether every layer
+a condition names fits the recipient is checked where the conditions are resolved:
+`planner.conditions_on_model`.)
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection
+from pathlib import Path
 
+import torch
 from pydantic import ValidationError
+from transformers import AutoConfig, AutoModelForCausalLM
 
-from weightgraft.adapters.base import GROUPS
+from weightgraft.adapters import adapter_for
+from weightgraft.data.io import load_eval_prompts
+from weightgraft.engine.compat import config_differences
 from weightgraft.errors import UserError
-from weightgraft.experiments.components import resolve_for_model
 from weightgraft.experiments.conditions import ConditionSpec
 from weightgraft.experiments.config import RunConfig
 from weightgraft.experiments.models import check_model_files
+from weightgraft.experiments.plan import select_examples, ties_embeddings
+from weightgraft.experiments.run_plan import PlannedModel
 from weightgraft.remote_code import refuse_remote_code
 
 # Config fields that set parameter shapes: models that differ here can never be grafted (the
@@ -39,8 +47,6 @@ def used_models(config: RunConfig) -> dict[str, set[tuple[str, str]]]:
 
 
 def check_device(device: str) -> None:
-    import torch
-
     kind = torch.device(device)
     if kind.type == "cuda":
         if not torch.cuda.is_available():
@@ -58,22 +64,27 @@ def check_device(device: str) -> None:
 
 
 def model_configs(config: RunConfig, keys: set[str]) -> dict[str, object]:
-    """Each local model's text config (config.json only), once its architecture is known to have
-    an adapter; hub ids not cached are left out."""
-    from transformers import AutoConfig
-
-    from weightgraft.adapters import adapter_for
-
+    """Each model's config (config.json only; a hub id not cached has its config.json fetched,
+    never its weights), once its architecture is known to have an adapter."""
     out = {}
     for key in sorted(keys):
         field = f"models.{key}"
         folder = check_model_files(config.models[key], field)
-        if folder is None:
-            continue
-        refuse_remote_code(folder, config.trust_remote_code, field, "set `trust_remote_code: true` in the run config")
+        if folder is not None:
+            refuse_remote_code(
+                folder, config.trust_remote_code, field, "set `trust_remote_code: true` in the run config"
+            )
         try:
-            loaded = AutoConfig.from_pretrained(folder, trust_remote_code=config.trust_remote_code)
+            loaded = AutoConfig.from_pretrained(
+                folder or config.models[key], trust_remote_code=config.trust_remote_code
+            )
         except (OSError, ValueError) as err:
+            if folder is None:
+                raise UserError(
+                    f"{field}: cannot load model {config.models[key]!r} ({str(err).splitlines()[0]}); give a "
+                    "local folder saved with save_pretrained (safetensors), or a hub id in the local "
+                    "Hugging Face cache"
+                ) from err
             raise UserError(
                 f"{field}: {folder / 'config.json'} cannot be read "
                 f"({str(err).splitlines()[0]}); save the model again with "
@@ -83,15 +94,32 @@ def model_configs(config: RunConfig, keys: set[str]) -> dict[str, object]:
             adapter_for(loaded)
         except ValueError as err:
             raise UserError(f"{field}: {str(err).splitlines()[0]}") from err
-        out[key] = loaded.get_text_config()
+        out[key] = loaded
     return out
+
+
+def planned_model(key: str, path: str, model_config, sha256: str, trust_remote_code: bool = False) -> PlannedModel:
+    """What the plan needs of a model, from its config: depth, vocabulary, components, and
+    whether it ties its unembedding to its embedding (the model built on the meta device, so
+    that the architecture's own tying rule answers, without weights)."""
+    text = model_config.get_text_config()
+    with torch.device("meta"):
+        skeleton = AutoModelForCausalLM.from_config(model_config, trust_remote_code=trust_remote_code)
+    return PlannedModel(
+        key=key,
+        path=path,
+        sha256=sha256,
+        num_layers=text.num_hidden_layers,
+        vocab_size=text.vocab_size,
+        components=tuple(adapter_for(model_config).components),
+        tied=ties_embeddings(skeleton),
+        model_type=text.model_type,
+    )
 
 
 def check_pairs(pairs: set[tuple[str, str]], configs: dict[str, object], allowed: Collection[str] = ()) -> None:
     """Recipient and donor configs agree in every shape, and in every field that changes the
     computation (the engine's own comparison, made here before any weights load)."""
-    from weightgraft.engine.compat import config_differences
-
     for recipient, donor in sorted(pairs):
         if recipient == donor or recipient not in configs or donor not in configs:
             continue
@@ -120,62 +148,8 @@ def check_pairs(pairs: set[tuple[str, str]], configs: dict[str, object], allowed
             )
 
 
-def check_layers(config: RunConfig, configs: dict[str, object]) -> None:
-    """Every layer set of every condition (sweeps expanded) fits the recipient's depth."""
-    from weightgraft.experiments.plan import experiment_conditions, layer_indices
-
-    for exp in config.expanded():
-        if exp.recipient not in configs:
-            continue
-        num_layers = configs[exp.recipient].num_hidden_layers
-        try:
-            conditions = experiment_conditions(exp, num_layers)
-        except ValueError as err:
-            where = "" if f"experiment {exp.name!r}" in str(err) else f"experiment {exp.name!r}: "
-            raise UserError(
-                f"{where}{err}; models.{exp.recipient} has {num_layers} layers, so fix the layers in the config"
-            ) from err
-        components = _components_of(configs[exp.recipient])
-        for cond in conditions:
-            for graft in cond.grafts:
-                if components is not None:
-                    names = resolve_for_model(graft.components, list(components))
-                    lacking = [n for n in ([names] if isinstance(names, str) else names) if n not in components]
-                    lacking = [n for n in lacking if n not in GROUPS]
-                    if lacking:
-                        raise UserError(
-                            f"experiment {exp.name!r}, condition {cond.name!r}: models.{cond.recipient} "
-                            f"({configs[exp.recipient].model_type}) has no component(s) {lacking}; it has "
-                            f"{list(components)}, so fix the condition's components"
-                        )
-                try:
-                    layer_indices(graft.layers, num_layers)
-                except ValueError as err:
-                    raise UserError(
-                        f"experiment {exp.name!r}, condition {cond.name!r}: layers "
-                        f"{graft.layers!r}: {err}; models.{cond.recipient} has {num_layers} "
-                        f"layers, so fix `layers` (0..{num_layers - 1}, negatives from the end, "
-                        "or a band such as last_half)"
-                    ) from err
-
-
-def _components_of(model_config) -> tuple[str, ...] | None:
-    """The canonical components of a model's architecture, from its config (None if unknown)."""
-    from weightgraft.adapters import adapter_for
-
-    try:
-        return adapter_for(model_config).components
-    except ValueError:
-        return None
-
-
 def check_datasets(config: RunConfig) -> None:
     """Each dataset the run uses exists and has the templates its experiments ask for."""
-    from pathlib import Path
-
-    from weightgraft.data.io import load_eval_prompts
-    from weightgraft.experiments.plan import select_examples
-
     prompts = {}
     for exp in config.expanded():
         key = exp.dataset
@@ -209,13 +183,3 @@ def check_datasets(config: RunConfig) -> None:
             )
         except ValueError as err:
             raise UserError(f"{err}; fix `templates` of experiment {exp.name!r} (or the dataset {field})") from err
-
-
-def check_before_loading(config: RunConfig) -> None:
-    """Everything about a run that can be checked without loading weights."""
-    check_device(config.device)
-    used = used_models(config)
-    configs = model_configs(config, used["keys"])
-    check_pairs(used["pairs"], configs, config.allow_config_differences)
-    check_layers(config, configs)
-    check_datasets(config)

@@ -1,20 +1,20 @@
-"""The experiment runner: conditions x examples, batched, resumable, written atomically.
+"""The experiment runner: a loop over the plan's pending chunks, written atomically.
 
-Resuming: a condition whose result file exists and carries the same fingerprint (condition,
-models, dataset, examples, dtype) is not recomputed. Conditions that share recipient, donor and
-method are computed together in fixed chunks (`conditions_per_chunk`, in the experiment's order);
-rows of one forward pass are (example, condition) pairs: every condition of the chunk for one of
-the experiment's fixed batches of examples, so that prefix sharing splits them the same way in
-every run.
+`planner.build_plan` resolves the whole run before any weights load (its preflight): conditions,
+examples, fixed batches, fixed chunks and each result file's fingerprint. The runner then, per
+experiment, reuses what the folder already holds (`ExperimentPlan.status`: a result file whose
+fingerprint and sha256 match), writes the state file, and computes the pending chunks: a chunk
+with any pending condition is computed whole (the same forwards as an uninterrupted run) and
+only its pending conditions are written.
 
 Sharding (`shard=(I, N)`, from `--shard I/N` or torchrun's RANK/WORLD_SIZE): the shard takes
-batches I, I+N, I+2N, ... of the experiment's fixed example batches (`execute.example_batches`)
-and writes its own files (`*.shard-I-of-N.*`); `shards.merge_shards` joins them into the files
-of a whole run. Every batch is computed as in a single-process run, so the merged results equal
-that run's bit for bit.
+batches I, I+N, I+2N, ... of the experiment's fixed example batches and writes its own files
+(`*.shard-I-of-N.*`); `shards.merge_shards` joins them into the files of a whole run. Every
+batch is computed as in a single-process run, so the merged results equal that run's bit for bit.
 
-The folder layout and file formats are in `records`; the computation is in `execute`. The
-runner knows nothing of summaries or reports: `weightgraft.pipelines` calls it, then them.
+The folder layout and file formats are in `records`; a chunk's computation in `execute` and
+`methods`. The runner knows nothing of summaries or reports: `weightgraft.pipelines` calls it,
+then them.
 """
 
 from __future__ import annotations
@@ -25,20 +25,17 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from tqdm.auto import tqdm
+from transformers.utils import logging as hf_logging
 
-from weightgraft.adapters import adapter_for
 from weightgraft.errors import warn
 from weightgraft.experiments import records
-from weightgraft.experiments.config import ExperimentSpec, RunConfig
-from weightgraft.experiments.execute import (
-    Resources,
-    compute_chunk,
-    encode_examples,
-    example_batches,
-)
-from weightgraft.experiments.plan import ModelFacts, experiment_conditions, layer_indices, ties_embeddings
-from weightgraft.experiments.preflight import check_before_loading
+from weightgraft.experiments.conditions import Condition
+from weightgraft.experiments.config import RunConfig
+from weightgraft.experiments.execute import Resources, compute_chunk
+from weightgraft.experiments.methods import ChunkMethod, method_for
+from weightgraft.experiments.planner import build_plan
 from weightgraft.experiments.records import slug  # noqa: F401  (re-exported for callers)
+from weightgraft.experiments.run_plan import Chunk, ExperimentPlan, RunPlan, Shard
 
 
 @dataclass
@@ -51,57 +48,43 @@ class RunResult:
 
 
 class Runner:
-    """Runs a validated RunConfig into a folder."""
+    """Runs a validated RunConfig into a folder (shard I of N of it when `shard=(I, N)`)."""
 
-    def __init__(
-        self, config: RunConfig, out: str | Path, *, progress: bool = True, shard: tuple[int, int] | None = None
-    ):
+    def __init__(self, config: RunConfig, out: str | Path, *, progress: bool = True, shard: Shard | None = None):
         self.config = config
         self.out = Path(out)
         self.progress = progress
         self.shard = shard
         if not progress:
-            from transformers.utils import logging as hf_logging
-
             hf_logging.disable_progress_bar()
         self.resources = Resources(config)
+
+    def plan(self) -> RunPlan:
+        """The run's plan; bad paths, layers, devices and prompts fail here, before any weights."""
+        return build_plan(self.config, self.resources, self.shard)
 
     def run(self) -> RunResult:
         start = time.perf_counter()
         started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
-        check_before_loading(self.config)  # bad paths, layers, devices fail here, in one line
+        plan = self.plan()
         with records.run_folder(self.out, self.shard):
-            return self._run(start, started_at)
+            return self._run(plan, start, started_at)
 
-    def _run(self, start: float, started_at: str) -> RunResult:
-        experiments = self.config.expanded()
-        keys = {k for e in experiments for k in (e.recipient, e.donor)}
-        for exp in experiments:
-            for item in exp.conditions:
-                if not isinstance(item, str):
-                    keys |= {k for k in (item.recipient, item.donor, *(g.donor for g in item.grafts)) if k}
-        # Encoded once before any weights load: a prompt past a model's context, an empty
-        # target or a span off the tokens fails here, in one line (the tokenizer is cached).
-        checked = set()
-        for exp in experiments:
-            key = (exp.dataset, repr(exp.templates), exp.max_examples, repr(exp.directions), exp.recipient)
-            if key not in checked:  # presets share their prompts: encode each choice once
-                checked.add(key)
-                encode_examples(self.resources, exp, self.resources.tokenizer(sorted(keys)))
+    def _run(self, plan: RunPlan, start: float, started_at: str) -> RunResult:
+        """run.json first (a killed run leaves a record: its session stays `running`), then the
+        experiments, then run.json again with how the session ended."""
         self.out.mkdir(parents=True, exist_ok=True)
-        datasets = {e.dataset for e in experiments}
-        body = records.provenance(self.config, {k: self.resources.model_info(k) for k in keys}, datasets)
+        datasets = {e.spec.dataset for e in plan.experiments}
+        body = records.provenance(self.config, {k: self.resources.model_info(k) for k in plan.models}, datasets)
         result = RunResult(out=self.out)
-        # run.json first, so that a killed run leaves a record (its session stays `running`).
         session = {"started": started_at, "status": "running"}
         if self.shard is not None:
             body["shard"] = list(self.shard)
         body.update(status="running", sessions=[*records.previous_sessions(self.out, self.shard), session])
         records.write_run_json(self.out, body, self.shard)
         try:
-            tokenizer = self.resources.tokenizer(sorted(keys))
-            for exp in experiments:
-                self.run_experiment(exp, tokenizer, result)
+            for exp in plan.experiments:
+                self.run_experiment(plan, exp, result)
         except BaseException:
             session.update(status="interrupted", computed=len(result.computed), reused=len(result.reused))
             records.write_run_json(self.out, dict(body, status="interrupted"), self.shard)
@@ -117,121 +100,52 @@ class Runner:
         records.write_run_json(self.out, dict(body, status="complete"), self.shard)
         return result
 
-    def run_experiment(self, exp: ExperimentSpec, tokenizer, result: RunResult) -> None:
-        res = self.resources
-        recipient = res.model(exp.recipient)
-        num_layers = recipient.config.get_text_config().num_hidden_layers
-        facts = ModelFacts(adapter_for(recipient).components, ties_embeddings(recipient))
-        conditions = experiment_conditions(exp, num_layers, facts)
-        examples, available = encode_examples(res, exp, tokenizer)
-        every_example = examples
-        batches = example_batches(
-            res, exp.recipient, every_example, min(self.config.conditions_per_chunk, len(conditions))
-        )
-
-        def computation(of: list) -> dict:
-            return {
-                "device": torch_device_type(self.config.device),
-                "conditions_per_chunk": self.config.conditions_per_chunk,
-                "batches": [[e.prompt.id for e in batch] for batch in of],
-            }
-
-        whole = computation(batches)
-        if self.shard is not None:
-            batches = batches[self.shard[0] :: self.shard[1]]
-            mine = {e.prompt.id for batch in batches for e in batch}
-            examples = [e for e in every_example if e.prompt.id in mine]
-        known = records.recorded_result_hashes(self.out, exp.name, self.shard)
-        pattern = f"*{records.shard_tag(self.shard)}.parquet" if self.shard else "*.parquet"
-        if known is None and any(records.results_folder(self.out, exp.name).glob(pattern)):
+    def run_experiment(self, plan: RunPlan, exp: ExperimentPlan, result: RunResult) -> None:
+        """One experiment: reuse what is on disk, write its state file, compute what is pending."""
+        status = exp.status(self.out)
+        if status.state_unreadable:
             warn(
                 f"{records.state_file(self.out, exp.name, self.shard)} is missing or unreadable; "
                 "rewriting it, and checking the results by their page checksums alone"
             )
-        known = known or {}
-        state = {
-            "name": exp.name,
-            "title": exp.title or exp.name,
-            "description": exp.description,
-            "dataset": exp.dataset,
-            "recipient": exp.recipient,
-            "donor": exp.donor,
-            "headline": exp.headline,
-            "plot": exp.plot,
-            "num_layers": num_layers,
-            "fidelity": exp.fidelity or "",
-            "wording": exp.wording,
-            "tied_embeddings": facts.tied,
-            "conditions": [condition_state(c, num_layers) for c in conditions],
-            "examples": [e.prompt.id for e in examples],
-            "available_examples": available,
-            "templates": sorted({e.prompt.template_id for e in examples}),
-            "result_sha256": {},
-        }
-        if self.shard is not None:  # what the merged files will be: all examples, their prints
-            state["shard"] = list(self.shard)
-            state["merged"] = {"examples": [e.prompt.id for e in every_example], "fingerprints": {}}
-        pending = set()
-        fingerprints = {}
-        example_ids = [e.prompt.id for e in examples]
-        for cond in conditions:
-            model_prints = {k: res.fingerprint(k) for k in (cond.recipient, *cond.donors)}
-            fp = records.condition_fingerprint(
-                cond.to_json(), self.config.dtype, model_prints, examples, computation(batches)
-            )
-            if self.shard is not None:
-                state["merged"]["fingerprints"][cond.name] = records.condition_fingerprint(
-                    cond.to_json(), self.config.dtype, model_prints, every_example, whole
-                )
-            path = records.condition_file(self.out, exp.name, cond.name, self.shard)
-            problem = records.reuse_problem(path, fp, example_ids, known.get(path.name))
-            if problem is None:
-                result.reused.append(f"{exp.name}/{cond.name}")
-                state["result_sha256"][path.name] = known.get(path.name) or records.sha256_file(path)
-            else:
-                if problem[0] == "damaged":
-                    warn(f"{path} is damaged ({problem[1]}); recomputing it")
-                    result.damaged.append(path)
-                pending.add(cond.name)
-            fingerprints[cond.name] = fp
+        for path, why in status.damaged:
+            warn(f"{path} is damaged ({why}); recomputing it")
+        result.damaged.extend(path for path, _ in status.damaged)
+        result.reused.extend(f"{exp.name}/{name}" for name in status.reused)
+        state = exp.state()
+        state["result_sha256"].update(status.sha256)
         records.write_state(self.out, state, self.shard)
-        # Chunks are fixed by the experiment's conditions, not by what is pending: a chunk with
-        # any pending condition is computed whole (the same forwards as an uninterrupted run)
-        # and only its pending conditions are written.
-        groups: dict[tuple, list] = {}
-        for cond in conditions:
-            groups.setdefault((cond.recipient, cond.donors, cond.method), []).append((cond, fingerprints[cond.name]))
-        per_chunk = self.config.conditions_per_chunk
-        chunks = [items[i : i + per_chunk] for items in groups.values() for i in range(0, len(items), per_chunk)]
-        chunks = [chunk for chunk in chunks if any(c.name in pending for c, _ in chunk)]
-        total = sum(len(chunk) for chunk in chunks) * len(examples)
+        # The models load here, before the progress bar: a model that cannot load is one line.
+        methods = [self.method(plan, exp.condition(chunk.conditions[0])) for chunk in status.pending]
+        decode = self.resources.tokenizer(sorted(plan.models)).decode
+        total = sum(len(chunk.conditions) for chunk in status.pending) * len(exp.my_examples())
         with tqdm(total=total, desc=exp.name, unit="row", disable=not self.progress or total == 0, leave=False) as bar:
-            for chunk in chunks:
-                # A shard can be left without batches when N exceeds their number.
-                rows = compute_chunk(res, exp, [c for c, _ in chunk], batches, tokenizer, bar)
-                order = {e.prompt.id: i for i, e in enumerate(examples)}
-                for cond, _ in chunk:  # dataset order, whatever the batching did
-                    rows[cond.name].sort(key=lambda r: order[r["example_id"]])
-                for cond, fp in chunk:
-                    if cond.name not in pending:
-                        continue
-                    path = records.condition_file(self.out, exp.name, cond.name, self.shard)
-                    state["result_sha256"][path.name] = records.write_condition(path, rows[cond.name], fp)
-                    records.write_state(self.out, state, self.shard)
-                    result.computed.append(f"{exp.name}/{cond.name}")
+            for chunk, method in zip(status.pending, methods):
+                self.compute(exp, chunk, method, decode, state, bar, result)
 
+    def method(self, plan: RunPlan, first: Condition) -> ChunkMethod:
+        """How the chunk that `first` opens is computed, on the run's models."""
+        pad = self.resources.tokenizer(sorted(plan.models)).pad_token_id
+        return method_for(self.resources, first, plan.models[first.recipient].tied, 0 if pad is None else pad)
 
-def torch_device_type(device: str) -> str:
-    """cpu, cuda, mps: results differ between kinds of device, not between two GPUs of a kind."""
-    return device.split(":")[0]
-
-
-def condition_state(cond, num_layers: int) -> dict:
-    """A condition as the report reads it: its grafts with the concrete layers they cover."""
-    body = cond.to_json()
-    for graft, resolved in zip(body["grafts"], cond.grafts):
-        graft["layer_indices"] = layer_indices(resolved.layers, num_layers)
-    return dict(body, file=f"{slug(cond.name)}.parquet")
+    def compute(
+        self, exp: ExperimentPlan, chunk: Chunk, method: ChunkMethod, decode, state: dict, bar, result: RunResult
+    ) -> None:
+        """One chunk: its conditions computed together, its pending ones written (and the state
+        file after each, so that an interrupted run keeps what it finished)."""
+        conditions = [exp.condition(name) for name in chunk.conditions]
+        # A shard can be left without batches when N exceeds their number.
+        rows = compute_chunk(method, exp.name, conditions, exp.my_batches(), decode, bar)
+        order = {e.prompt.id: i for i, e in enumerate(exp.my_examples())}
+        for cond in conditions:
+            if cond.name not in chunk.pending:
+                continue
+            rows[cond.name].sort(key=lambda r: order[r["example_id"]])  # dataset order
+            path = records.condition_file(self.out, exp.name, cond.name, self.shard)
+            fingerprint = exp.fingerprints[cond.name]
+            state["result_sha256"][path.name] = records.write_condition(path, rows[cond.name], fingerprint)
+            records.write_state(self.out, state, self.shard)
+            result.computed.append(f"{exp.name}/{cond.name}")
 
 
 def run_experiments(

@@ -12,6 +12,9 @@ from weightgraft.data.templates import EVAL_TEMPLATES, eval_prompts_for
 from weightgraft.experiments.config import parse_config
 from weightgraft.experiments.models import model_dir
 from weightgraft.experiments.plan import experiment_conditions
+from weightgraft.experiments.planner import planned_conditions
+from weightgraft.experiments.preflight import planned_model
+from weightgraft.experiments.run_plan import PlannedModel
 from weightgraft.paper import estimate
 from weightgraft.paper.reproduce_job import (
     Job,
@@ -91,16 +94,11 @@ def plan_steps(job: Job) -> tuple[list[PlannedStep], dict]:
                 seconds,
             )
         )
-    layers = size.layers if size else 24
-    fake_paths = {k: f"/planned/{k}" for k in ["pre", *job.finetunes]}
+    base = _base_model(options.model)
     for group in job.runs.values():
-        rows, parts = _scored_rows(job, group, parse_config(run_config(job, group, fake_paths, device)), layers)
-        tokens = round(rows * prompt_tokens)
-        seconds = estimate.run_seconds(size, rows, round(prompt_tokens), device) if size else None
-        total += seconds or 0.0
-        steps.append(
-            PlannedStep(f"run:{group.name}", "; ".join(parts) + " (conditions x examples)", rows, tokens, seconds)
-        )
+        step = _run_step(job, group, base, size, prompt_tokens, device)
+        total += step.seconds or 0.0
+        steps.append(step)
     steps.append(PlannedStep("report", "paper vs this run, one table per analysis"))
     facts = {
         "device": device,
@@ -113,19 +111,37 @@ def plan_steps(job: Job) -> tuple[list[PlannedStep], dict]:
     return steps, facts
 
 
-def _scored_rows(job: Job, group, cfg, layers: int) -> tuple[int, list[str]]:
-    """Rows (conditions x examples) a run group scores, and per experiment its `NAME CxE`."""
+def _base_model(model: str) -> PlannedModel | None:
+    """The base model as the run plan describes it, from its config on disk (a finetune shares
+    it); None when there is none (a paper model's published size stands in)."""
+    config = estimate._local_config(model)
+    if config is None:
+        return None
+    try:
+        return planned_model("pre", model, config, "")
+    except ValueError:  # no adapter for this architecture: the run would refuse it
+        return None
+
+
+def _run_step(job: Job, group, base: PlannedModel | None, size, prompt_tokens: float, device: str) -> PlannedStep:
+    """One run of the job: its conditions as the run plan resolves them (on the base model's
+    config when on disk, else as written on the published depth) times its examples."""
+    paths = {"pre": job.options.model, **{name: str(ft.out) for name, ft in job.finetunes.items()}}
+    cfg = parse_config(run_config(job, group, paths, device))
+    layers = size.layers if size else 24
+    counts = planned_conditions(cfg, dict.fromkeys(cfg.models, base)) if base else None
     rows, parts = 0, []
     for exp in cfg.expanded():
         n_templates = len(exp.templates) if exp.templates else len(EVAL_TEMPLATES)
-        dataset = job.sets[group.datasets[exp.dataset]]
-        examples = dataset.n_facts * n_templates * 2
+        examples = job.sets[group.datasets[exp.dataset]].n_facts * n_templates * 2
         if exp.max_examples is not None:
             examples = min(examples, exp.max_examples)
-        n_conditions = len(experiment_conditions(exp, layers))
+        n_conditions = len(counts[exp.name] if counts else experiment_conditions(exp, layers))
         rows += n_conditions * examples
         parts.append(f"{exp.name} {n_conditions}x{examples}")
-    return rows, parts
+    seconds = estimate.run_seconds(size, rows, round(prompt_tokens), device) if size else None
+    what = "; ".join(parts) + " (conditions x examples)"
+    return PlannedStep(f"run:{group.name}", what, rows, round(rows * prompt_tokens), seconds)
 
 
 def _count(value: int | None) -> str:

@@ -11,6 +11,12 @@ from __future__ import annotations
 
 import torch
 
+from weightgraft.adapters import adapter_for
+from weightgraft.data.batching import right_pad
+from weightgraft.experiments.methods.base import Row
+from weightgraft.experiments.plan import concrete_layers
+from weightgraft.experiments.records import Example
+
 
 def _hidden(output):
     return output if torch.is_tensor(output) else output[0]
@@ -73,3 +79,27 @@ def patched_logits(
     finally:
         for handle in handles:
             handle.remove()
+
+
+class ActivationPatching:
+    """The `activations` method: a chunk's rows as the recipient's runs with the donor's block
+    outputs patched in at each row's positions and layers (whole blocks: components BLOCKS)."""
+
+    def __init__(self, recipient, donor, pad: int, device: str):
+        self.recipient, self.donor = recipient, donor
+        self.layers_of = adapter_for(recipient).decoder_layers
+        self.num_layers = len(self.layers_of(recipient))
+        self.pad, self.device = pad, device
+
+    def logits(self, batch: list[Example], rows: list[Row]) -> tuple[torch.Tensor, list[int]]:
+        # The donor runs once per example of the batch, right-padded; each row indexes its example.
+        ids, attn = right_pad([ex.input_ids + ex.target_ids[:-1] for ex in batch], self.pad)
+        ids, attn = ids.to(self.device), attn.to(self.device)
+        patch = torch.zeros(len(rows), self.num_layers, ids.shape[1], dtype=torch.bool, device=self.device)
+        for r, row in enumerate(rows):
+            for mask, graft in row.masks:
+                layers = concrete_layers(graft.layers, self.num_layers)
+                patch[r, layers, : len(mask)] |= torch.tensor(mask, device=self.device)
+        row_example = torch.tensor([row.example for row in rows], device=self.device)
+        logits = patched_logits(self.recipient, self.donor, self.layers_of, ids, attn, row_example, patch)
+        return logits, [len(batch[row.example].input_ids) - 1 for row in rows]  # right-padded rows

@@ -1,0 +1,281 @@
+"""The run plan: everything a run will compute, resolved from the configs before any weights load.
+
+`planner.build_plan` makes a `RunPlan` from the run config and the models' config.json files
+(building it is the run's preflight); the runner then computes `ExperimentPlan.status(out)`'s
+pending chunks, and writes each experiment's state file from `ExperimentPlan.state()`.
+
+Per experiment the plan holds its conditions (resolved on the recipient: concrete layers,
+recipient and donors), every example it scores (encoded), the fixed example batches, the fixed
+chunks of conditions, and each condition's fingerprint: this process's (its shard's examples and
+batches) and the whole run's (what `shards.merge_shards` writes). A plan is plain data: `to_json`
+and `RunPlan.from_json` round-trip it, and `digest` names an experiment's whole-run plan, which
+every shard records so that a merge refuses shards made under different plans.
+
+Resuming is `status(out)`: the result files on disk that match their fingerprint (and the sha256
+the state file recorded) are reused; a chunk holding any other condition is computed whole (the
+same forwards as an uninterrupted run) and only its pending conditions are written.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from weightgraft.data.schema import EvalPrompt
+from weightgraft.experiments import records
+from weightgraft.experiments.conditions import Condition, ResolvedGraft
+from weightgraft.experiments.config import ExperimentSpec, RunConfig, parse_config
+from weightgraft.experiments.plan import concrete_layers
+from weightgraft.experiments.records import Example, slug
+from weightgraft.experiments.roles import parse_positions
+from weightgraft.runtime import sha256_json
+
+Shard = tuple[int, int]
+
+
+@dataclass(frozen=True)
+class PlannedModel:
+    """One model of the run, as its config.json and files describe it (no weights)."""
+
+    key: str
+    path: str
+    sha256: str  # the fingerprint of its files (`models.fingerprint_model`)
+    num_layers: int
+    vocab_size: int
+    components: tuple[str, ...]  # the canonical components of its architecture
+    tied: bool  # its unembedding is its token embedding
+    model_type: str = ""
+
+    def to_json(self) -> dict:
+        return dict(self.__dict__, components=list(self.components))
+
+    @classmethod
+    def from_json(cls, body: dict) -> PlannedModel:
+        return cls(**dict(body, components=tuple(body["components"])))
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """Conditions computed in one set of forwards (same recipient, donors and method), and
+    which of them are to be written (`pending`; the others are reused from disk)."""
+
+    experiment: str
+    conditions: tuple[str, ...]
+    pending: frozenset[str] = frozenset()
+
+
+@dataclass
+class Status:
+    """What a run folder already holds for one experiment."""
+
+    sha256: dict[str, str]  # result file name -> sha256, for every reusable file
+    reused: list[str]  # condition names
+    damaged: list[tuple[Path, str]]  # (file, why): recomputed
+    pending: list[Chunk]  # chunks holding a condition to compute
+    state_unreadable: bool  # result files exist, but their state file does not say their sha256
+
+
+@dataclass
+class ExperimentPlan:
+    """One experiment's resolved work (see the module's docstring)."""
+
+    spec: ExperimentSpec
+    recipient: PlannedModel
+    conditions: list[Condition]
+    examples: list[Example]  # every example the experiment scores, in dataset order
+    available: int  # how many prompts it could have scored (before `max_examples`)
+    batches: list[list[str]]  # every fixed batch, as example ids
+    chunks: list[tuple[str, ...]]  # condition names, each chunk computed together
+    fingerprints: dict[str, str]  # condition -> this process's result fingerprint
+    whole_fingerprints: dict[str, str]  # condition -> the whole run's (merged) fingerprint
+    shard: Shard | None = None
+    computation: dict = field(default_factory=dict)  # device type and conditions per chunk
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    def condition(self, name: str) -> Condition:
+        return next(c for c in self.conditions if c.name == name)
+
+    def my_batches(self) -> list[list[Example]]:
+        """The batches this process computes: all of them, or a shard's I, I+N, ..."""
+        by_id = {e.prompt.id: e for e in self.examples}
+        batches = [[by_id[i] for i in batch] for batch in self.batches]
+        return batches if self.shard is None else batches[self.shard[0] :: self.shard[1]]
+
+    def my_examples(self) -> list[Example]:
+        """This process's examples, in dataset order."""
+        mine = {e.prompt.id for batch in self.my_batches() for e in batch}
+        return [e for e in self.examples if e.prompt.id in mine]
+
+    def file(self, condition: str) -> str:
+        """The name of a condition's result file in this process (`*.shard-I-of-N.parquet`)."""
+        return f"{slug(condition)}{records.shard_tag(self.shard)}.parquet"
+
+    def digest(self) -> str:
+        """The whole-run plan of this experiment, shard left out: equal in every shard of a run."""
+        body = self.to_json()
+        return sha256_json({k: v for k, v in body.items() if k not in ("shard", "fingerprints")})
+
+    def state(self) -> dict:
+        """The state file's body (without its `result_sha256` ledger): what the report reads,
+        and for a shard what the merged files will be."""
+        spec, n = self.spec, self.recipient.num_layers
+        mine = self.my_examples()
+        body = {
+            "name": spec.name,
+            "title": spec.title or spec.name,
+            "description": spec.description,
+            "dataset": spec.dataset,
+            "recipient": spec.recipient,
+            "donor": spec.donor,
+            "headline": spec.headline,
+            "plot": spec.plot,
+            "num_layers": n,
+            "fidelity": spec.fidelity or "",
+            "wording": spec.wording,
+            "tied_embeddings": self.recipient.tied,
+            "conditions": [condition_state(c, n) for c in self.conditions],
+            "examples": [e.prompt.id for e in mine],
+            "available_examples": self.available,
+            "templates": sorted({e.prompt.template_id for e in mine}),
+            "result_sha256": {},
+        }
+        if self.shard is not None:
+            body["shard"] = list(self.shard)
+            body["merged"] = {
+                "examples": [e.prompt.id for e in self.examples],
+                "fingerprints": dict(self.whole_fingerprints),
+                "plan": self.digest(),
+            }
+        return body
+
+    def status(self, out: Path) -> Status:
+        """What of this experiment `out` already holds, and the chunks left to compute."""
+        known = records.recorded_result_hashes(out, self.name, self.shard)
+        pattern = f"*{records.shard_tag(self.shard)}.parquet" if self.shard else "*.parquet"
+        unreadable = known is None and any(records.results_folder(out, self.name).glob(pattern))
+        known = known or {}
+        ids = [e.prompt.id for e in self.my_examples()]
+        sha256, reused, damaged, todo = {}, [], [], set()
+        for cond in self.conditions:
+            path = records.condition_file(out, self.name, cond.name, self.shard)
+            problem = records.reuse_problem(path, self.fingerprints[cond.name], ids, known.get(path.name))
+            if problem is None:
+                reused.append(cond.name)
+                sha256[path.name] = known.get(path.name) or records.sha256_file(path)
+                continue
+            if problem[0] == "damaged":
+                damaged.append((path, problem[1]))
+            todo.add(cond.name)
+        pending = [Chunk(self.name, chunk, frozenset(todo & set(chunk))) for chunk in self.chunks if todo & set(chunk)]
+        return Status(sha256, reused, damaged, pending, unreadable)
+
+    def to_json(self) -> dict:
+        return {
+            "name": self.name,
+            "recipient": self.recipient.key,
+            "shard": list(self.shard) if self.shard else None,
+            "computation": self.computation,
+            "conditions": [c.to_json() for c in self.conditions],
+            "examples": [example_json(e) for e in self.examples],
+            "available": self.available,
+            "batches": self.batches,
+            "chunks": [list(c) for c in self.chunks],
+            "fingerprints": self.fingerprints,
+            "whole_fingerprints": self.whole_fingerprints,
+        }
+
+    @classmethod
+    def from_json(cls, body: dict, spec: ExperimentSpec, models: dict[str, PlannedModel]) -> ExperimentPlan:
+        return cls(
+            spec=spec,
+            recipient=models[body["recipient"]],
+            conditions=[condition_from_json(c) for c in body["conditions"]],
+            examples=[example_from_json(e) for e in body["examples"]],
+            available=body["available"],
+            batches=[list(b) for b in body["batches"]],
+            chunks=[tuple(c) for c in body["chunks"]],
+            fingerprints=dict(body["fingerprints"]),
+            whole_fingerprints=dict(body["whole_fingerprints"]),
+            shard=tuple(body["shard"]) if body["shard"] else None,
+            computation=dict(body["computation"]),
+        )
+
+
+@dataclass
+class RunPlan:
+    """Every experiment of one run (one shard of it when `shard` is set), resolved."""
+
+    config: RunConfig
+    models: dict[str, PlannedModel]
+    experiments: list[ExperimentPlan]
+    shard: Shard | None = None
+
+    def experiment(self, name: str) -> ExperimentPlan:
+        return next(e for e in self.experiments if e.name == name)
+
+    def pending(self, out: Path) -> list[Chunk]:
+        """The chunks a run into `out` still has to compute, in the order it computes them."""
+        return [chunk for exp in self.experiments for chunk in exp.status(Path(out)).pending]
+
+    def to_json(self) -> dict:
+        return {
+            "config": self.config.model_dump(mode="json"),
+            "shard": list(self.shard) if self.shard else None,
+            "models": {k: m.to_json() for k, m in sorted(self.models.items())},
+            "experiments": [e.to_json() for e in self.experiments],
+        }
+
+    @classmethod
+    def from_json(cls, body: dict) -> RunPlan:
+        config = parse_config(body["config"])
+        models = {k: PlannedModel.from_json(m) for k, m in body["models"].items()}
+        specs = {e.name: e for e in config.expanded()}
+        experiments = [ExperimentPlan.from_json(e, specs[e["name"]], models) for e in body["experiments"]]
+        return cls(config, models, experiments, tuple(body["shard"]) if body["shard"] else None)
+
+
+def condition_state(cond: Condition, num_layers: int) -> dict:
+    """A condition as the report reads it: its grafts with the concrete layers they cover."""
+    body = cond.to_json()
+    for graft, resolved in zip(body["grafts"], cond.grafts):
+        graft["layer_indices"] = concrete_layers(resolved.layers, num_layers)
+    return dict(body, file=f"{slug(cond.name)}.parquet")
+
+
+def condition_from_json(body: dict) -> Condition:
+    """The inverse of `Condition.to_json`."""
+    grafts = [
+        ResolvedGraft(parse_positions(g["positions"]), g["layers"], list(g["components"]), g["donor"])
+        for g in body["grafts"]
+    ]
+    return Condition(
+        name=body["name"],
+        recipient=body["recipient"],
+        donor=body["donor"],
+        method=body["method"],
+        grafts=grafts,
+        description=body["description"],
+        meta=dict(body["meta"]),
+        fidelity=body.get("fidelity", ""),
+    )
+
+
+def example_json(example: Example) -> dict:
+    return {
+        "prompt": example.prompt.model_dump(mode="json"),
+        "input_ids": example.input_ids,
+        "target_ids": example.target_ids,
+        "positions": example.positions,
+    }
+
+
+def example_from_json(body: dict) -> Example:
+    return Example(
+        EvalPrompt.model_validate(body["prompt"]),
+        list(body["input_ids"]),
+        list(body["target_ids"]),
+        {k: list(v) for k, v in body["positions"].items()},
+    )
