@@ -1,21 +1,35 @@
 """One run, start to finish: experiments (resumable), then summary, then verdict and report.
 
-Data flows one way: the runner writes per-example records; the summary reads them; the verdict
-reads the summary; the report reads the summary and the verdict.
+Data flows one way, forward only: the runner writes per-example records; the summary
+(`RunSummary`) is built once from them and written as its CSV files; the verdict decides the
+caller's claims on that object; the report reads the summary and the verdict. Nothing is read
+back from the files the run just wrote.
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 
+import torch
+import torch.distributed as dist
+
+from weightgraft.attribution.experiment import run_localize
 from weightgraft.errors import UserError
-from weightgraft.experiments.config import RunConfig
+from weightgraft.experiments.config import RunConfig, parse_config
 from weightgraft.experiments.records import run_folder
 from weightgraft.experiments.runner import RunResult, run_experiments
-from weightgraft.reporting.summary import read_recovery, read_summary, write_summary
-from weightgraft.reporting.verdict import Check, check_pattern
+from weightgraft.experiments.shards import merge_shards, shard_from_env
+from weightgraft.reporting.claims import ClaimSet
+from weightgraft.reporting.report import write_report
+from weightgraft.reporting.summary import build_summary
+from weightgraft.reporting.verdict import PAIRED_TESTS, PAPER_CLAIMS, Check, check_pattern
+
+# What a run decides unless told otherwise: the paper's claims and paired tests (a claim whose
+# experiment or conditions the run lacks is left out, so any config may be checked against them).
+PAPER = ClaimSet(PAPER_CLAIMS, PAIRED_TESTS)
 
 
 @dataclass
@@ -39,60 +53,52 @@ def run_all(
     progress: bool = True,
     report: bool = True,
     shard: tuple[int, int] | None = None,
+    asked: ClaimSet = PAPER,
 ) -> RunOutcome:
-    """Run `config` into `out` (resuming), write summary.csv, and unless `report=False` the
-    plots, report.md and report.html; returns what was computed and the verdict's checks.
-    With `shard=(I, N)` only that shard's examples are run, and nothing is summarized until
-    `merge_run` joins the shards (no checks then)."""
+    """Run `config` into `out` (resuming), write summary.csv, recovery.csv and comparisons.csv,
+    and unless `report=False` the plots, report.md and report.html; returns what was computed
+    and the verdict's checks.
+
+    progress: show progress bars. shard: `(I, N)` runs only that shard's examples, and nothing
+    is summarized until `merge_run` joins the shards (no checks then). asked: the claims to
+    decide and the pairs to test (default: the paper's).
+    """
     out = Path(out)
     with run_folder(out, shard):
         result = run_experiments(config, out, progress=progress, shard=shard)
         if shard is not None:
             return RunOutcome(result, [])
         for spec in config.localizations():
-            from weightgraft.attribution.experiment import run_localize
-
             run_localize(config, spec, out, progress=progress)
-        return RunOutcome(result, summarize(config, out, report))
+        return RunOutcome(result, summarize(config, out, report, asked))
 
 
-def summarize(config: RunConfig, out: Path, report: bool = True) -> list[Check]:
-    """summary.csv, the verdict's checks and (unless `report=False`) the report of a run."""
-    write_summary(out, [e.name for e in config.expanded()], config.bootstrap, config.seed)
-    checks = check_pattern(read_summary(out), read_recovery(out))
+def summarize(config: RunConfig, out: Path, report: bool = True, asked: ClaimSet = PAPER) -> list[Check]:
+    """Build the summary of a run's records once, write its files, decide `asked`'s claims on it
+    and (unless `report=False`) write the report from both; returns the verdict's checks."""
+    summary = build_summary(out, [e.name for e in config.expanded()], config.bootstrap, config.seed, asked)
+    summary.write(out)
+    verdict = check_pattern(summary, asked.claims)
     if report:
-        from weightgraft.reporting.report import write_report
-
-        write_report(out)
-    return checks
+        write_report(out, summary, verdict)
+    return verdict.checks
 
 
-def merge_run(out: str | Path, *, report: bool = True) -> list[Check]:
+def merge_run(out: str | Path, *, report: bool = True, asked: ClaimSet = PAPER) -> list[Check]:
     """Join the shards of the run in `out`, then write its summary and report as `run_all`."""
-    from weightgraft.experiments.config import parse_config
-    from weightgraft.experiments.shards import merge_shards
-
     out = Path(out)
     with run_folder(out):
         config = parse_config(merge_shards(out))
-        return summarize(config, out, report)
+        return summarize(config, out, report, asked)
 
 
 def run_ranks(config: RunConfig, out: str | Path, *, progress: bool = True, report: bool = True) -> RunOutcome:
     """One process of `torchrun`/`accelerate launch`: run this rank's shard, wait for every
     rank, and on rank 0 merge the shards and write the summary and report."""
-    from datetime import timedelta
-
-    import torch.distributed as dist
-
-    from weightgraft.experiments.shards import shard_from_env
-
     shard = shard_from_env()
     if shard is None:
         return run_all(config, out, progress=progress, report=report)
     if config.device.startswith("cuda"):  # one GPU per rank
-        import torch
-
         local_rank = int(os.environ.get("LOCAL_RANK", "0"))
         torch.cuda.set_device(local_rank)
         config = config.model_copy(update={"device": f"cuda:{local_rank}"})

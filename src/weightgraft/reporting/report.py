@@ -10,17 +10,21 @@ import html
 import json
 from pathlib import Path
 
+import markdown
+
 from weightgraft.atomic import write_text_atomic
 from weightgraft.data.templates import AUTHORS_PAPER_TEMPLATES, PAPER_TEMPLATES
 from weightgraft.experiments.components import describe
 from weightgraft.experiments.records import read_state
 from weightgraft.experiments.vocabulary import CLEAN_SUFFIX, HEADLINE_METRIC, SAME_IN_BOTH, TABLE_METRICS
+from weightgraft.reporting.decision import Outcome
 from weightgraft.reporting.localize_section import localize_section
 from weightgraft.reporting.missing_part import missing_part
 from weightgraft.reporting.plots import plot_experiment
 from weightgraft.reporting.published import ANALYSIS_OF_EXPERIMENT, DATASET_OF_KIND, MODELS, published, published_rows
-from weightgraft.reporting.summary import ALL, pooled, read_comparisons, read_recovery, read_summary
-from weightgraft.reporting.verdict import METRIC_WORDS, MIN_GAP, check_pattern, clean_differences, definition_of
+from weightgraft.reporting.statistics import ALL
+from weightgraft.reporting.summary import ComparisonRow, RecoveryRow, RunSummary, SummaryRow, pooled
+from weightgraft.reporting.verdict import METRIC_WORDS, MIN_GAP, Check, Verdict, definition_of
 
 # The clean definitions' differences from the authors' runs (conditions.md): each paper preset
 # computes the authors' rows too (`fidelity: authors` or `both`), so these are choices, not gaps.
@@ -68,7 +72,7 @@ img{max-width:100%}code{background:#f5f5f5;padding:1px 3px}pre{background:#f5f5f
 overflow-x:auto;font-size:12px}"""
 
 
-def _cell(row: dict | None, ci: bool = True) -> str:
+def _cell(row: SummaryRow | None, ci: bool = True) -> str:
     if row is None or row["value"] is None:
         return "n/a"
     if not ci:
@@ -76,7 +80,7 @@ def _cell(row: dict | None, ci: bool = True) -> str:
     return f"{row['value']:.3f} [{row['ci_low']:.2f}, {row['ci_high']:.2f}]"
 
 
-def experiment_table(summary: list[dict], state: dict, metrics=None, ci: bool = True) -> str:
+def experiment_table(summary: list[SummaryRow], state: dict, metrics=None, ci: bool = True) -> str:
     """Markdown table of one experiment over all templates: condition x metric (value [CI])."""
     metrics = list(metrics or TABLE_METRICS)
     rows = {
@@ -96,7 +100,7 @@ def experiment_table(summary: list[dict], state: dict, metrics=None, ci: bool = 
     return "\n".join(lines)
 
 
-def _count_cell(row: dict | None) -> str:
+def _count_cell(row: SummaryRow | None) -> str:
     if row is None or row["value"] is None:
         return "n/a (n=0)"
     return f"{row['value']:.2f} (n={row['n']})"
@@ -111,7 +115,7 @@ def _definition_cell(state: dict, cond: dict) -> str:
     return f" {cond.get('fidelity', '')} |" if any(c.get("fidelity") for c in state["conditions"]) else ""
 
 
-def template_table(summary: list[dict], state: dict) -> str:
+def template_table(summary: list[SummaryRow], state: dict) -> str:
     metric = state["headline"][0]
     rows = {
         (r["condition"], r["template"]): r
@@ -130,7 +134,7 @@ def template_table(summary: list[dict], state: dict) -> str:
     return "\n".join(lines)
 
 
-def fact_kind_table(summary: list[dict], state: dict) -> str:
+def fact_kind_table(summary: list[SummaryRow], state: dict) -> str:
     """Headline metric per fact kind (every template pooled); empty when kinds are unknown."""
     metric = state["headline"][0]
     rows = {
@@ -199,7 +203,7 @@ def _setting_words(state: dict) -> str:
     return " ".join(words)
 
 
-def paper_tables(summary: list[dict], state: dict) -> list[str]:
+def paper_tables(summary: list[SummaryRow], state: dict) -> list[str]:
     """`paper vs this model`: per sentence, the four published models' top-5 beside this model's
     row in the authors' definition, and its clean row where the two differ."""
     analysis = ANALYSIS_OF_EXPERIMENT.get(state["name"])
@@ -253,7 +257,7 @@ def paper_tables(summary: list[dict], state: dict) -> list[str]:
     return lines + kind_paper_table(summary, state, analysis, order)
 
 
-def kind_paper_table(summary: list[dict], state: dict, analysis, order: list[str]) -> list[str]:
+def kind_paper_table(summary: list[SummaryRow], state: dict, analysis, order: list[str]) -> list[str]:
     """By fact kind: the published datasets of the same kind (mean over the sentences the
     paper reports) beside this model's value for that kind (its sentences pooled), in the
     authors' definition and, where it differs, the clean one."""
@@ -326,7 +330,7 @@ def layers_used(state: dict) -> str:
     return f"Layers used (of {state['num_layers']}): " + "; ".join(parts) + "."
 
 
-def na_notes(summary: list[dict], state: dict) -> list[str]:
+def na_notes(summary: list[SummaryRow], state: dict) -> list[str]:
     notes = []
     metric = state["headline"][0]
     for cond in state["conditions"]:
@@ -381,9 +385,9 @@ def _interval(value, low, high, digits: int = 2) -> str:
     return f"{value:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"
 
 
-def verdict_table(checks) -> list[str]:
+def verdict_table(checks: list[Check]) -> list[str]:
     """One row per claim decided by intervals: recovery on each metric, outcome, facts."""
-    decided = [c for c in checks if c.decisions]
+    decided = [c for c in checks if c.by_intervals]
     if not decided:
         return []
     metrics = list(decided[0].decisions)
@@ -399,7 +403,7 @@ def verdict_table(checks) -> list[str]:
         needed = [
             x.facts_needed
             for x in check.decisions.values()
-            if x.outcome == "inconclusive" and x.facts_needed is not None
+            if x.outcome == Outcome.INCONCLUSIVE and x.facts_needed is not None
         ]
         lines.append(
             f"| {check.name} | {check.outcome} | "
@@ -411,7 +415,7 @@ def verdict_table(checks) -> list[str]:
     return lines
 
 
-def comparison_table(comparisons: list[dict]) -> list[str]:
+def paired_tests_table(comparisons: list[ComparisonRow]) -> list[str]:
     """Paired tests of the pairwise claims: difference with its interval, d_z, p-value."""
     if not comparisons:
         return []
@@ -432,7 +436,7 @@ def comparison_table(comparisons: list[dict]) -> list[str]:
     return lines
 
 
-def recovery_tables(recovery: list[dict], name: str) -> list[str]:
+def recovery_tables(recovery: list[RecoveryRow], name: str) -> list[str]:
     """Per reference pair of an experiment: every condition's recovery over all templates."""
     rows = [r for r in recovery if r["experiment"] == name and r["template"] == ALL and r.get("fact_kind", ALL) == ALL]
     lines = []
@@ -463,7 +467,7 @@ def recovery_tables(recovery: list[dict], name: str) -> list[str]:
     return lines
 
 
-def _setting(summary: list[dict], check) -> str:
+def _setting(summary: list[SummaryRow], check: Check) -> str:
     """In which definition a claim was decided, from its condition's label."""
     label = definition_of(summary, check.claim.experiment, check.claim.condition)
     if label in ("authors", SAME_IN_BOTH):
@@ -474,39 +478,37 @@ def _setting(summary: list[dict], check) -> str:
     return ""
 
 
-def _check_notes(check, summary: list[dict], recovery: list[dict], clean_check) -> list[str]:
+def _check_notes(check: Check, summary: RunSummary, clean_check: Check | None) -> list[str]:
     """The lines under a claim: its setting, a different clean outcome, the missing part."""
-    notes = [_setting(summary, check)] if check.claim else []
+    notes = [_setting(summary.rows, check)] if check.claim else []
     if clean_check is not None:
-        first = next(iter(clean_check.decisions.values()), None)
-        if first is not None:
-            value = first.interval()
+        if clean_check.by_intervals:
+            value = next(iter(clean_check.decisions.values())).interval()
         else:
             value = "undefined" if clean_check.recovery is None else f"{clean_check.recovery:.2f}"
-        verb = "is inconclusive" if clean_check.outcome == "inconclusive" else clean_check.outcome
+        verb = "is inconclusive" if clean_check.outcome == Outcome.INCONCLUSIVE else clean_check.outcome
         notes.append(
             f"In the clean definition (`{clean_check.claim.condition}`) it {verb} instead: recovery {value} on top-5."
         )
-    missing = missing_part(check, recovery)
+    missing = missing_part(check, summary.recoveries)
     if missing:
         notes.append(f"What this run's rows show: {missing}")
     return [n for n in notes if n]
 
 
-def verdict_section(
-    summary: list[dict], recovery: list[dict] | None = None, comparisons: list[dict] | None = None
-) -> list[str]:
-    checks = check_pattern(summary, recovery)
+def verdict_section(summary: RunSummary, verdict: Verdict) -> list[str]:
+    """The verdict's table, one line per claim with its notes, what each claim means and the
+    rule that decided it, then the paired tests; nothing when no claim could be decided."""
+    checks = verdict.checks
     if not checks:
         return []
     lines = ["## Does the paper's pattern appear?", ""]
     table = verdict_table(checks)
     if table:
         lines += table + [""]
-    clean = clean_differences(checks, summary, recovery)
     for check in checks:
         lines.append(f"- **{check.name}: {check.outcome}.** {check.sentence}")
-        lines += [f"  - {line}" for line in _check_notes(check, summary, recovery or [], clean.get(check.name))]
+        lines += [f"  - {line}" for line in _check_notes(check, summary, verdict.clean.get(check.name))]
     lines += [
         "",
         "Each claim: recovery = (condition - low) / (high - low) over every "
@@ -520,40 +522,47 @@ def verdict_section(
             f"- {c.name}: {c.meaning}; recovery of `{c.condition}` between "
             f"`{c.low}` (0) and `{c.high}` (1) {word} {c.threshold:.0%}."
         )
-    if table:
-        lines += [
-            "",
-            "A claim appears when the recovery's whole 95% interval is on the claimed "
-            "side of the threshold, does not appear when it is wholly on the other side, "
-            "and is inconclusive when it straddles the threshold, when top-5 and "
-            "probability disagree, or when the recovery is undefined (the reference gap's "
-            "interval includes 0, or the gap is negative: no gain to share out). Intervals resample facts (all prompts of a fact "
-            "together), one resample set per experiment shared by all its conditions. "
-            "'Facts to settle': the interval half-width scaled by sqrt(n/n') until it "
-            "clears the threshold, the estimate held fixed.",
-            "",
-        ]
-    else:
-        lines += [
+    return lines + _rule_words(bool(table)) + _paired_tests_block(summary.comparisons)
+
+
+def _rule_words(by_intervals: bool) -> list[str]:
+    """How the claims above were decided, in words."""
+    if not by_intervals:
+        return [
             "",
             f"A reference gap under {MIN_GAP:.2f} is inconclusive. Point estimates "
             "only: read the intervals in the tables below.",
             "",
         ]
-    tests = comparison_table(comparisons or [])
-    if tests:
-        lines += (
-            ["### Paired tests of the pairwise claims", ""]
-            + tests
-            + [
-                "",
-                "d_z: the mean of per-fact mean differences over their standard deviation. "
-                "p: two-sided sign-flip permutation test over facts (each fact's difference keeps "
-                "or flips its sign under the null).",
-                "",
-            ]
-        )
-    return lines
+    return [
+        "",
+        "A claim appears when the recovery's whole 95% interval is on the claimed "
+        "side of the threshold, does not appear when it is wholly on the other side, "
+        "and is inconclusive when it straddles the threshold, when top-5 and "
+        "probability disagree, or when the recovery is undefined (the reference gap's "
+        "interval includes 0, or the gap is negative: no gain to share out). Intervals resample facts (all prompts of a fact "
+        "together), one resample set per experiment shared by all its conditions. "
+        "'Facts to settle': the interval half-width scaled by sqrt(n/n') until it "
+        "clears the threshold, the estimate held fixed.",
+        "",
+    ]
+
+
+def _paired_tests_block(comparisons: list[ComparisonRow]) -> list[str]:
+    """The paired tests' table with its legend (nothing without tests)."""
+    tests = paired_tests_table(comparisons)
+    if not tests:
+        return []
+    return [
+        "### Paired tests of the pairwise claims",
+        "",
+        *tests,
+        "",
+        "d_z: the mean of per-fact mean differences over their standard deviation. "
+        "p: two-sided sign-flip permutation test over facts (each fact's difference keeps "
+        "or flips its sign under the null).",
+        "",
+    ]
 
 
 def session_line(session: dict) -> str:
@@ -615,11 +624,10 @@ def deviations_section() -> list[str]:
     return [*lines, "", "</details>", ""]
 
 
-def build_markdown(out: Path, plots: dict[str, list[Path]]) -> str:
+def build_markdown(out: Path, summary: RunSummary, verdict: Verdict, plots: dict[str, list[Path]]) -> str:
+    """report.md's text: the verdict, the deviations, one section per experiment, the localize
+    results and the provenance (run.json)."""
     run = json.loads((out / "run.json").read_text())
-    summary = read_summary(out)
-    recovery = read_recovery(out)
-    names = list(dict.fromkeys(r["experiment"] for r in summary))
     lines = [
         f"# weightgraft report: {run['config']['name']}",
         "",
@@ -631,63 +639,64 @@ def build_markdown(out: Path, plots: dict[str, list[Path]]) -> str:
         "recovery, `comparisons.csv` the paired tests.",
         "",
     ]
-    lines += verdict_section(summary, recovery, read_comparisons(out))
+    lines += verdict_section(summary, verdict)
     lines += deviations_section()
-    for name in names:
-        state = read_state(out, name)
-        lines += [
-            f"## {state['title']}",
-            "",
-            state["description"],
-            "",
-            f"Experiment `{name}`: recipient `{state['recipient']}`, donor "
-            f"`{state['donor']}`, dataset `{state['dataset']}`, "
-            f"{len(state['examples'])} prompts over {len(state['templates'])} templates"
-            + (
-                f" (a seeded subset of {state['available_examples']}, balanced over templates)"
-                if state.get("available_examples", 0) > len(state["examples"])
-                else ""
-            )
-            + ".",
-            "",
-        ]
-        used = layers_used(state)
-        if used:
-            lines += [used, ""]
-        for path in plots.get(name, []):
-            if path.suffix == ".png":
-                lines += [f"![{path.stem}](plots/{path.name})", ""]
-        lines += [experiment_table(summary, state), "", template_table(summary, state), ""]
-        kinds = fact_kind_table(summary, state)
-        if kinds:
-            lines += [kinds, ""]
-        lines += paper_tables(summary, state)
-        lines += recovery_tables(recovery, name)
-        lines += [f"- {note}" for note in na_notes(summary, state)]
-        lines += [
-            "",
-            '<details markdown="1"><summary>Conditions</summary>',
-            "",
-            _conditions_legend(state),
-            "",
-            "</details>",
-            "",
-        ]
+    for name in summary.experiments:
+        lines += experiment_section(summary, read_state(out, name), plots.get(name, []))
     lines += localize_section(out)
     lines += _provenance(run)
     return "\n".join(lines)
 
 
-def write_report(out: str | Path) -> tuple[Path, Path]:
-    """Plots, report.md and report.html for a run folder that has its summary.csv."""
-    import markdown
+def experiment_section(summary: RunSummary, state: dict, plots: list[Path]) -> list[str]:
+    """One experiment: what it ran, its plots, its tables, the paper's numbers beside its own,
+    its recoveries, not-applicable notes and the conditions' grafts."""
+    name, rows = state["name"], summary.rows
+    lines = [
+        f"## {state['title']}",
+        "",
+        state["description"],
+        "",
+        f"Experiment `{name}`: recipient `{state['recipient']}`, donor "
+        f"`{state['donor']}`, dataset `{state['dataset']}`, "
+        f"{len(state['examples'])} prompts over {len(state['templates'])} templates"
+        + (
+            f" (a seeded subset of {state['available_examples']}, balanced over templates)"
+            if state.get("available_examples", 0) > len(state["examples"])
+            else ""
+        )
+        + ".",
+        "",
+    ]
+    used = layers_used(state)
+    if used:
+        lines += [used, ""]
+    lines += [line for path in plots if path.suffix == ".png" for line in (f"![{path.stem}](plots/{path.name})", "")]
+    lines += [experiment_table(rows, state), "", template_table(rows, state), ""]
+    kinds = fact_kind_table(rows, state)
+    if kinds:
+        lines += [kinds, ""]
+    lines += paper_tables(rows, state)
+    lines += recovery_tables(summary.recoveries, name)
+    lines += [f"- {note}" for note in na_notes(rows, state)]
+    return lines + [
+        "",
+        '<details markdown="1"><summary>Conditions</summary>',
+        "",
+        _conditions_legend(state),
+        "",
+        "</details>",
+        "",
+    ]
 
+
+def write_report(out: str | Path, summary: RunSummary, verdict: Verdict) -> tuple[Path, Path]:
+    """Plots, report.md and report.html of the run folder `out` from its summary and verdict
+    (the report decides nothing itself); returns the two files' paths."""
     out = Path(out)
-    summary = pooled(read_summary(out))
-    plots = {}
-    for name in dict.fromkeys(r["experiment"] for r in summary):
-        plots[name] = plot_experiment(summary, read_state(out, name), out / "plots")
-    text = build_markdown(out, plots)
+    rows = pooled(summary.rows)
+    plots = {name: plot_experiment(rows, read_state(out, name), out / "plots") for name in summary.experiments}
+    text = build_markdown(out, summary, verdict, plots)
     md_path = write_text_atomic(out / "report.md", text)
     body = markdown.markdown(text, extensions=["tables", "fenced_code", "md_in_html"])
     page = (
