@@ -20,7 +20,7 @@ def _fmt(value) -> str:
     return "–" if value is None else f"{float(value):.2f}"
 
 
-def comparison_table(summary: list[dict], state: dict, dataset: str, paper_model: str | None) -> str:
+def paper_vs_run_table(summary: list[dict], state: dict, dataset: str, paper_model: str | None) -> str:
     """Markdown: one row per condition; per sentence the published top-5 beside this run's row
     in the authors' definition (every fact kind pooled) and, where the run has one, its clean
     row. `paper_model` None: the four published models."""
@@ -115,6 +115,6 @@ def write_reproduce_report(job, ledger_body: dict) -> Path:
             lines += [
                 f"Paper vs this run, {analysis} on {dataset} ({full}):",
                 "",
-                comparison_table(summary, state, dataset, paper_model),
+                paper_vs_run_table(summary, state, dataset, paper_model),
             ]
     return write_text_atomic(out / "report.md", "\n".join(lines) + "\n")
