@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from weightgraft.experiments.vocabulary import HEADLINE_METRIC
+from weightgraft.experiments.vocabulary import CLEAN_SUFFIX, HEADLINE_METRIC
 from weightgraft.reporting.claims import Claim
 from weightgraft.reporting.decision import Decision, Outcome, combine, decide
 from weightgraft.reporting.statistics import ALL
@@ -242,9 +242,6 @@ def check_claim(claim: Claim, summary: RunSummary) -> Check | None:
     if summary.recoveries:
         return by_intervals(claim, summary.recoveries)
     return by_points(claim, summary.rows)
-
-
-CLEAN_SUFFIX = " [clean]"  # experiments.vocabulary's: the clean twin of an authors' row
 
 
 def definition_of(rows: list[SummaryRow], experiment: str, condition: str) -> str:
