@@ -20,6 +20,7 @@ from weightgraft.experiments.config import parse_config
 from weightgraft.pipelines import run as run_pipeline
 from weightgraft.pipelines import run_all
 from weightgraft.pipelines.run import merge_run
+from weightgraft.reporting.summary import RunSummary
 
 EXPERIMENTS = [
     {"name": "e", "dataset": "relation", "recipient": "pre", "donor": "sft", "conditions": ["PRE", "SFT", "FE+LT"]},
@@ -96,7 +97,6 @@ def moments():
     import importlib
 
     from weightgraft.attribution import plots as localize_plots
-    from weightgraft.reporting import report
 
     localize_module = importlib.import_module("weightgraft.attribution.localize")
     return {
@@ -105,8 +105,8 @@ def moments():
         "after three results": (records, "write_condition", 3, True),
         "in localize's search": (localize_module, "localize", 0, False),
         "while localize saves its pictures": (localize_plots, "recovery_curve", 0, False),
-        "in the summary": (run_pipeline, "write_summary", 0, False),
-        "in the report": (report, "write_report", 0, False),
+        "in the summary": (RunSummary, "write", 0, False),
+        "in the report": (run_pipeline, "write_report", 0, False),
     }
 
 
@@ -169,12 +169,11 @@ def test_a_run_killed_outright_finishes_identically_on_the_next_call(world, clea
 @pytest.mark.parametrize("moment", ["merging", "in the report"])
 def test_a_merge_cut_off_finishes_identically_on_the_next_call(world, clean, tmp_path, moment):
     from weightgraft.experiments import shards
-    from weightgraft.reporting import report
 
     out = tmp_path / "run"
     for index in range(2):
         run_all(config(world), out, progress=False, shard=(index, 2))
-    owner, name = (shards, "merge_experiment") if moment == "merging" else (report, "write_report")
+    owner, name = (shards, "merge_experiment") if moment == "merging" else (run_pipeline, "write_report")
     with pytest.MonkeyPatch.context() as patch:
         cut_after(patch, owner, name, 1 if moment == "merging" else 0)
         with pytest.raises(Cut):

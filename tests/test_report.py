@@ -14,6 +14,7 @@ from weightgraft.cli import _register_all, app
 from weightgraft.experiments.models import fingerprint_model
 from weightgraft.paper.claims import PAPER_CLAIMS
 from weightgraft.paper.study import PAPER
+from weightgraft.reporting.summary import RunSummary
 from weightgraft.reporting.verdict import Check, check_pattern
 
 
@@ -162,7 +163,7 @@ def test_verdict_thresholds():
             ("components_reversal", "FFN"): 0.40,
         }
     )
-    checks = check_pattern(paper_like, None, PAPER_CLAIMS)
+    checks = check_pattern(RunSummary(paper_like), PAPER_CLAIMS).checks
     assert [c.name for c in checks] == [
         "FE+LT vs SFT",
         "(FE+LT)^C vs PRE",
@@ -183,7 +184,7 @@ def test_verdict_thresholds():
             ("components_reversal", "FFN"): 0.39,
         }
     )
-    checks = check_pattern(unlike, None, PAPER_CLAIMS)
+    checks = check_pattern(RunSummary(unlike), PAPER_CLAIMS).checks
     assert [c.outcome for c in checks] == ["does not appear"] * 4
     assert "50%" in checks[0].sentence  # (0.50 - 0.05) / (0.95 - 0.05)
     flat = _summary(
@@ -194,12 +195,11 @@ def test_verdict_thresholds():
             ("position_grafting", "(FE+LT)^C"): 0.1,
         }
     )
-    assert [c.outcome for c in check_pattern(flat, None, PAPER_CLAIMS)] == ["inconclusive"] * 2
+    assert [c.outcome for c in check_pattern(RunSummary(flat), PAPER_CLAIMS).checks] == ["inconclusive"] * 2
 
 
 def test_verdict_is_decided_on_the_authors_rows_and_names_a_different_clean_outcome():
     from weightgraft.reporting.report import verdict_section
-    from weightgraft.reporting.verdict import clean_differences
 
     summary = _summary(
         {
@@ -213,11 +213,11 @@ def test_verdict_is_decided_on_the_authors_rows_and_names_a_different_clean_outc
     labels = {"FE+LT": "authors", "FE+LT [clean]": "clean"}
     for row in summary:
         row["fidelity"] = labels.get(row["condition"], "authors = clean")
-    checks = check_pattern(summary, None, PAPER_CLAIMS)
-    assert checks[0].outcome == "appears"
-    differ = clean_differences(checks, summary)
+    verdict = check_pattern(RunSummary(summary), PAPER_CLAIMS)
+    assert verdict.checks[0].outcome == "appears"
+    differ = verdict.clean
     assert list(differ) == ["FE+LT vs SFT"] and differ["FE+LT vs SFT"].outcome == "does not appear"
-    text = "\n".join(verdict_section(summary, PAPER))
+    text = "\n".join(verdict_section(RunSummary(summary), verdict, PAPER))
     assert "Decided on the authors' definition, the paper's own setting." in text
     assert "In the clean definition (`FE+LT [clean]`) it does not appear instead: recovery 0.50 on top-5." in text
     # (FE+LT)^C has no clean twin: decided alike, no clean line

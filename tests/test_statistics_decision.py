@@ -7,15 +7,13 @@ import math
 
 import pytest
 
-from weightgraft.reporting.decision import (
-    APPEARS,
-    DOES_NOT_APPEAR,
-    INCONCLUSIVE,
-    UNDEFINED,
-    combine,
-    decide,
-    facts_to_settle,
-)
+from weightgraft.paper.claims import PAPER_CLAIMS
+from weightgraft.reporting.decision import Outcome, combine, decide, facts_to_settle
+from weightgraft.reporting.summary import RunSummary
+from weightgraft.reporting.verdict import check_pattern
+
+APPEARS, DOES_NOT_APPEAR = Outcome.APPEARS, Outcome.DOES_NOT_APPEAR
+INCONCLUSIVE, UNDEFINED = Outcome.INCONCLUSIVE, Outcome.UNDEFINED
 
 
 @pytest.mark.parametrize(
@@ -100,16 +98,13 @@ def _recovery_row(condition, low, high, metric, value, ci, n_facts=60, defined=T
 
 
 def test_verdict_decides_paper_claims_by_recovery_intervals():
-    from weightgraft.paper.claims import PAPER_CLAIMS
-    from weightgraft.reporting.verdict import check_pattern
-
     rows = [
         _recovery_row("FE+LT", "PRE", "SFT", "top5", 0.9, (0.75, 0.97)),
         _recovery_row("FE+LT", "PRE", "SFT", "prob", 0.92, (0.85, 0.99)),
         _recovery_row("(FE+LT)^C", "PRE", "SFT", "top5", 0.05, (-0.02, 0.12)),
         _recovery_row("(FE+LT)^C", "PRE", "SFT", "prob", 0.40, (0.30, 0.55)),
     ]
-    fe_lt, complement = check_pattern([], rows, PAPER_CLAIMS)
+    fe_lt, complement = check_pattern(RunSummary([], rows), PAPER_CLAIMS).checks
     # top-5 straddles 0.8, probability is above it: inconclusive, with the facts to settle
     assert fe_lt.outcome == INCONCLUSIVE
     assert fe_lt.decisions["top5"].facts_needed == 135  # 60 * (0.15 / 0.1)**2
@@ -119,18 +114,15 @@ def test_verdict_decides_paper_claims_by_recovery_intervals():
     assert complement.outcome == INCONCLUSIVE
     assert "top5: appears, prob: does not appear" in complement.sentence
     agree = [_recovery_row("FE+LT", "PRE", "SFT", m, 0.95, (0.85, 1.0)) for m in ("top5", "prob")]
-    assert check_pattern([], agree, PAPER_CLAIMS)[0].outcome == APPEARS
+    assert check_pattern(RunSummary([], agree), PAPER_CLAIMS).checks[0].outcome == APPEARS
     flat = [_recovery_row("FE+LT", "PRE", "SFT", m, 0, (0, 0), defined=False) for m in ("top5", "prob")]
-    check = check_pattern([], flat, PAPER_CLAIMS)[0]
+    check = check_pattern(RunSummary([], flat), PAPER_CLAIMS).checks[0]
     assert check.outcome == INCONCLUSIVE and "includes 0" in check.sentence
 
 
 def test_verdict_treats_a_negative_reference_gap_as_no_gain():
-    from weightgraft.paper.claims import PAPER_CLAIMS
-    from weightgraft.reporting.verdict import check_pattern
-
     rows = [_recovery_row("FE+LT", "PRE", "SFT", m, 0.9, (0.85, 0.95)) for m in ("top5", "prob")]
     for row in rows:
         row.update(gap=-0.3, gap_low=-0.4, gap_high=-0.2)  # SFT clearly below PRE
-    check = check_pattern([], rows, PAPER_CLAIMS)[0]
+    check = check_pattern(RunSummary([], rows), PAPER_CLAIMS).checks[0]
     assert check.outcome == INCONCLUSIVE and "is below 0: no gain" in check.sentence

@@ -30,6 +30,7 @@ from weightgraft.data.batching import right_pad
 from weightgraft.data.errors import DataError
 from weightgraft.engine.graft import Graft
 from weightgraft.reporting import statistics as st
+from weightgraft.reporting.localize_results import LOCALIZE_FILE, ChosenGroup, GraftCounts, LocalizeSummary
 
 # A group: (role, layer or None for a model-level component, component).
 Group = tuple[str, "int | None", str]
@@ -131,29 +132,29 @@ class LocalizeResult:
             )
         return pl.concat(frames).drop("row")
 
-    def summary(self) -> dict:
+    def summary(self) -> LocalizeSummary:
+        """What localize.json holds (its schema is shared with the report that reads it)."""
         chosen_k = len(self.chosen)
         at_k = next((c for c in self.curve if c["k"] == chosen_k), None)
-        return {
-            "method": self.method,
-            "target_recovery": self.target,
-            "stop_on": list(self.stop_on),
-            "reached": self.reached,
-            "chosen": [{"role": r, "layer": layer, "component": c} for r, layer, c in self.chosen],
-            "recovery": {m: at_k[f"recovery_{m}"] for m in METRICS} if at_k else None,
-            "random_recovery_same_size": {m: at_k[f"random_recovery_{m}"] for m in METRICS} if at_k else None,
-            "baselines": self.baselines,
-            "counts": self.counts,
-            "examples": len(self.examples),
-            "intervals": self.intervals,
-            "seconds": self.seconds,
-            "agreement": self.agreement,
-            "notes": self.notes,
-        }
+        return LocalizeSummary(
+            method=self.method,
+            target_recovery=self.target,
+            stop_on=list(self.stop_on),
+            reached=self.reached,
+            chosen=[ChosenGroup(role=r, layer=layer, component=c) for r, layer, c in self.chosen],
+            recovery={m: at_k[f"recovery_{m}"] for m in METRICS} if at_k else None,
+            random_recovery_same_size={m: at_k[f"random_recovery_{m}"] for m in METRICS} if at_k else None,
+            baselines=self.baselines,
+            counts=GraftCounts(**self.counts),
+            examples=len(self.examples),
+            intervals=self.intervals,
+            seconds=self.seconds,
+            agreement=self.agreement,
+            notes=self.notes,
+        )
 
     def save(self, folder) -> dict[str, str]:
         """localize.json, ranking/curve/cells parquet, and the pictures; returns name -> path."""
-        import json
         from pathlib import Path
 
         import polars as pl
@@ -164,12 +165,12 @@ class LocalizeResult:
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         written = {
-            "summary": folder / "localize.json",
+            "summary": folder / LOCALIZE_FILE,
             "ranking": folder / "ranking.parquet",
             "curve": folder / "curve.parquet",
             "cells": folder / "cells.parquet",
         }
-        write_text_atomic(written["summary"], json.dumps(self.summary(), indent=2) + "\n")
+        write_text_atomic(written["summary"], self.summary().to_json())
         self.ranking_table().write_parquet(written["ranking"])
         pl.DataFrame(self.curve).write_parquet(written["curve"])
         cells = self.cell_table()

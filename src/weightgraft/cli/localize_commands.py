@@ -90,9 +90,9 @@ def _print_outcome(outcome: LocalizeOutcome, method: str) -> None:
         names = ", ".join(f"{r}/{'model' if layer is None else f'L{layer}'}/{c}" for r, layer, c in result.chosen)
         console.print(
             f"[green]minimal set: {len(result.chosen)} groups[/green] recovering "
-            f"{summary['recovery']['top5']:.0%} (top-5), {summary['recovery']['prob']:.0%} (prob); "
-            f"random order at that size: {summary['random_recovery_same_size']['top5']:.0%}, "
-            f"{summary['random_recovery_same_size']['prob']:.0%}. Set: {names}"
+            f"{summary.recovery['top5']:.0%} (top-5), {summary.recovery['prob']:.0%} (prob); "
+            f"random order at that size: {summary.random_recovery_same_size['top5']:.0%}, "
+            f"{summary.random_recovery_same_size['prob']:.0%}. Set: {names}"
         )
         console.print(
             f"cells per prompt: {result.counts['chosen_cells_per_prompt']:.1f} against "

@@ -10,11 +10,17 @@ sentence is built from recovery.csv's rows (intervals over facts), never from a 
 
 from __future__ import annotations
 
-ALL = "ALL"
+from weightgraft.reporting.decision import Outcome
+from weightgraft.reporting.statistics import ALL
+from weightgraft.reporting.summary import RecoveryRow
+from weightgraft.reporting.verdict import Check
+
 HEAD_ROW = "{} [donor unembedding]"
 
 
-def _row(recovery: list[dict], experiment: str, condition: str, base: str, full: str, metric: str) -> dict | None:
+def _row(
+    recovery: list[RecoveryRow], experiment: str, condition: str, base: str, full: str, metric: str
+) -> RecoveryRow | None:
     for r in recovery:
         if (r["experiment"], r["condition"], r["template"], r.get("fact_kind", ALL), r["base"], r["full"]) == (
             experiment,
@@ -28,23 +34,23 @@ def _row(recovery: list[dict], experiment: str, condition: str, base: str, full:
     return None
 
 
-def _share(r: dict | None) -> str:
+def _share(r: RecoveryRow | None) -> str:
     if r is None or not r["defined"] or r["recovery"] is None:
         return "an undefined share"
     return f"{r['recovery']:.2f} [{r['ci_low']:.2f}, {r['ci_high']:.2f}]"
 
 
-def _gap(r: dict | None) -> str:
+def _gap(r: RecoveryRow | None) -> str:
     if r is None or r["gap"] is None:
         return "n/a"
     return f"{r['gap']:+.3f} [{r['gap_low']:+.3f}, {r['gap_high']:+.3f}]"
 
 
-def _includes_zero(r: dict | None) -> bool:
+def _includes_zero(r: RecoveryRow | None) -> bool:
     return r is not None and r["gap_low"] is not None and r["gap_low"] <= 0 <= r["gap_high"]
 
 
-def no_gain(recovery: list[dict], experiment: str, base: str) -> str | None:
+def no_gain(recovery: list[RecoveryRow], experiment: str, base: str) -> str | None:
     """A sentence when SFT itself gains nothing measurable over the recipient: then no claim
     about where the gain lives can be decided."""
     total = _row(recovery, experiment, "SFT", base, "SFT", "top5")
@@ -56,7 +62,7 @@ def no_gain(recovery: list[dict], experiment: str, base: str) -> str | None:
     )
 
 
-def position_note(check, recovery: list[dict]) -> str | None:
+def position_note(check: Check, recovery: list[RecoveryRow]) -> str | None:
     """FE+LT against FE+LT with the donor's unembedding, between the claim's references."""
     claim = check.claim
     nothing = no_gain(recovery, claim.experiment, claim.low)
@@ -97,7 +103,7 @@ def position_note(check, recovery: list[dict]) -> str | None:
     return f"{numbers}: whether the finetuned unembedding carries all of the rest is not settled by these intervals."
 
 
-def component_note(check, recovery: list[dict]) -> str | None:
+def component_note(check: Check, recovery: list[RecoveryRow]) -> str | None:
     """Whether the last-token components hold any of the gain: the claim's reference gap beside
     the whole finetune's gain over the same recipient."""
     claim = check.claim
@@ -123,10 +129,10 @@ def component_note(check, recovery: list[dict]) -> str | None:
     return text + "."
 
 
-def missing_part(check, recovery: list[dict]) -> str | None:
+def missing_part(check: Check, recovery: list[RecoveryRow]) -> str | None:
     """One sentence on what the run's rows show about a claim that does not appear (or cannot
     be decided); None when it appears or the rows to say more are absent."""
-    if check.outcome == "appears" or check.claim is None or not recovery:
+    if check.outcome == Outcome.APPEARS or check.claim is None or not recovery:
         return None
     if check.claim.experiment == "position_grafting" and check.claim.high == "SFT":
         return position_note(check, recovery)

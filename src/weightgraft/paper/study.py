@@ -8,11 +8,11 @@ from __future__ import annotations
 from weightgraft.paper.claims import PAIRED_TESTS, PAPER_CLAIMS
 from weightgraft.paper.missing_part import missing_part
 from weightgraft.paper.report_sections import deviations_section, paper_tables
+from weightgraft.reporting.claims import ClaimSet
 from weightgraft.reporting.study import Study
 
 PAPER = Study(
-    claims=PAPER_CLAIMS,
-    paired_tests=PAIRED_TESTS,
+    asked=ClaimSet(PAPER_CLAIMS, PAIRED_TESTS),
     explain=missing_part,
     experiment_section=paper_tables,
     deviations=deviations_section,

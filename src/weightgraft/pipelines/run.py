@@ -1,22 +1,31 @@
 """One run, start to finish: experiments (resumable), then summary, then verdict and report.
 
-Data flows one way: the runner writes per-example records; the summary reads them; the verdict
-reads the summary; the report reads the summary and the verdict.
+Data flows one way, forward only: the runner writes per-example records; the summary
+(`RunSummary`) is built once from them and written as its CSV files; the verdict decides the
+caller's claims on that object; the report reads the summary and the verdict. Nothing is read
+back from the files the run just wrote.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 
+import torch
+import torch.distributed as dist
+
+from weightgraft.attribution.experiment import run_localize
 from weightgraft.errors import UserError
-from weightgraft.experiments.config import RunConfig
+from weightgraft.experiments.config import RunConfig, parse_config
 from weightgraft.experiments.records import run_folder
 from weightgraft.experiments.runner import RunResult, run_experiments
+from weightgraft.experiments.shards import merge_shards, shard_from_env
 from weightgraft.paper.presets import PRESETS  # noqa: F401  (registers the paper's presets)
 from weightgraft.paper.study import PAPER
+from weightgraft.reporting.report import write_report
 from weightgraft.reporting.study import Study
-from weightgraft.reporting.summary import read_recovery, read_summary, write_summary
+from weightgraft.reporting.summary import build_summary
 from weightgraft.reporting.verdict import Check, check_pattern
 from weightgraft.runtime import local_rank as launch_local_rank
 
@@ -42,62 +51,54 @@ def run_all(
     progress: bool = True,
     report: bool = True,
     shard: tuple[int, int] | None = None,
+    study: Study = PAPER,
 ) -> RunOutcome:
-    """Run `config` into `out` (resuming), write summary.csv, and unless `report=False` the
-    plots, report.md and report.html; returns what was computed and the verdict's checks.
-    With `shard=(I, N)` only that shard's examples are run, and nothing is summarized until
-    `merge_run` joins the shards (no checks then)."""
+    """Run `config` into `out` (resuming), write summary.csv, recovery.csv and comparisons.csv,
+    and unless `report=False` the plots, report.md and report.html; returns what was computed
+    and the verdict's checks.
+
+    progress: show progress bars. shard: `(I, N)` runs only that shard's examples, and nothing
+    is summarized until `merge_run` joins the shards (no checks then). study: the claims to
+    decide, the pairs to test and the report's extra sections (default: the paper's).
+    """
     out = Path(out)
     with run_folder(out, shard):
         result = run_experiments(config, out, progress=progress, shard=shard)
         if shard is not None:
             return RunOutcome(result, [])
         for spec in config.localizations():
-            from weightgraft.attribution.experiment import run_localize
-
             run_localize(config, spec, out, progress=progress)
-        return RunOutcome(result, summarize(config, out, report))
+        return RunOutcome(result, summarize(config, out, report, study))
 
 
 def summarize(config: RunConfig, out: Path, report: bool = True, study: Study = PAPER) -> list[Check]:
-    """summary.csv, the verdict's checks and (unless `report=False`) the report of a run, with
-    `study`'s claims and sections (the paper's by default)."""
+    """Build the summary of a run's records once, write its files, decide `study`'s claims on it
+    and (unless `report=False`) write the report from both, with `study`'s sections (the paper's
+    by default; `reporting.study.NO_STUDY` for none); returns the verdict's checks."""
     names = [e.name for e in config.expanded()]
-    write_summary(out, names, config.bootstrap, config.seed, study.claims, study.paired_tests)
-    checks = check_pattern(read_summary(out), read_recovery(out), study.claims)
+    summary = build_summary(out, names, config.bootstrap, config.seed, study.asked)
+    summary.write(out)
+    verdict = check_pattern(summary, study.asked.claims)
     if report:
-        from weightgraft.reporting.report import write_report
-
-        write_report(out, study)
-    return checks
+        write_report(out, summary, verdict, study)
+    return verdict.checks
 
 
-def merge_run(out: str | Path, *, report: bool = True) -> list[Check]:
+def merge_run(out: str | Path, *, report: bool = True, study: Study = PAPER) -> list[Check]:
     """Join the shards of the run in `out`, then write its summary and report as `run_all`."""
-    from weightgraft.experiments.config import parse_config
-    from weightgraft.experiments.shards import merge_shards
-
     out = Path(out)
     with run_folder(out):
         config = parse_config(merge_shards(out))
-        return summarize(config, out, report)
+        return summarize(config, out, report, study)
 
 
 def run_ranks(config: RunConfig, out: str | Path, *, progress: bool = True, report: bool = True) -> RunOutcome:
     """One process of `torchrun`/`accelerate launch`: run this rank's shard, wait for every
     rank, and on rank 0 merge the shards and write the summary and report."""
-    from datetime import timedelta
-
-    import torch.distributed as dist
-
-    from weightgraft.experiments.shards import shard_from_env
-
     shard = shard_from_env()
     if shard is None:
         return run_all(config, out, progress=progress, report=report)
     if config.device.startswith("cuda"):  # one GPU per rank
-        import torch
-
         local_rank = launch_local_rank()
         torch.cuda.set_device(local_rank)
         config = config.model_copy(update={"device": f"cuda:{local_rank}"})

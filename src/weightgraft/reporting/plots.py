@@ -12,8 +12,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from weightgraft.atomic import write_atomic  # noqa: E402
-
-ALL = "ALL"
+from weightgraft.reporting.statistics import ALL  # noqa: E402
 
 
 def _lookup(summary: list[dict], experiment: str) -> dict[tuple[str, str], dict]:

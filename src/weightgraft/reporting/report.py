@@ -3,7 +3,8 @@ paper's is `weightgraft.paper.study.PAPER`), the study's deviations, one section
 (description, layers used, plots, table with 95% intervals, per-template and per-fact-kind
 tables, the study's own tables such as the paper's published numbers beside this model's,
 not-applicable notes, the conditions' grafts), and provenance (models with hashes, datasets with
-manifests, seed, versions, time taken)."""
+manifests, seed, versions, time taken). The report decides nothing: it reads the `RunSummary`
+and the `Verdict`."""
 
 from __future__ import annotations
 
@@ -11,15 +12,19 @@ import html
 import json
 from pathlib import Path
 
+import markdown
+
 from weightgraft.atomic import write_text_atomic
 from weightgraft.experiments.components import describe
 from weightgraft.experiments.records import read_state
 from weightgraft.experiments.vocabulary import CLEAN_SUFFIX, SAME_IN_BOTH, TABLE_METRICS
+from weightgraft.reporting.decision import Outcome
 from weightgraft.reporting.localize_section import localize_section
 from weightgraft.reporting.plots import plot_experiment
+from weightgraft.reporting.statistics import ALL
 from weightgraft.reporting.study import Study
-from weightgraft.reporting.summary import ALL, pooled, read_comparisons, read_recovery, read_summary
-from weightgraft.reporting.verdict import METRIC_WORDS, MIN_GAP, check_pattern, clean_differences, definition_of
+from weightgraft.reporting.summary import ComparisonRow, RecoveryRow, RunSummary, SummaryRow, pooled
+from weightgraft.reporting.verdict import METRIC_WORDS, MIN_GAP, Check, Verdict, definition_of
 
 CSS = """body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;
 color:#222}table{border-collapse:collapse;font-size:13px;margin:1em 0}td,th{border:1px solid #ccc;
@@ -28,7 +33,7 @@ img{max-width:100%}code{background:#f5f5f5;padding:1px 3px}pre{background:#f5f5f
 overflow-x:auto;font-size:12px}"""
 
 
-def _cell(row: dict | None, ci: bool = True) -> str:
+def _cell(row: SummaryRow | None, ci: bool = True) -> str:
     if row is None or row["value"] is None:
         return "n/a"
     if not ci:
@@ -36,7 +41,7 @@ def _cell(row: dict | None, ci: bool = True) -> str:
     return f"{row['value']:.3f} [{row['ci_low']:.2f}, {row['ci_high']:.2f}]"
 
 
-def experiment_table(summary: list[dict], state: dict, metrics=None, ci: bool = True) -> str:
+def experiment_table(summary: list[SummaryRow], state: dict, metrics=None, ci: bool = True) -> str:
     """Markdown table of one experiment over all templates: condition x metric (value [CI])."""
     metrics = list(metrics or TABLE_METRICS)
     rows = {
@@ -56,7 +61,7 @@ def experiment_table(summary: list[dict], state: dict, metrics=None, ci: bool = 
     return "\n".join(lines)
 
 
-def count_cell(row: dict | None) -> str:
+def count_cell(row: SummaryRow | None) -> str:
     if row is None or row["value"] is None:
         return "n/a (n=0)"
     return f"{row['value']:.2f} (n={row['n']})"
@@ -71,7 +76,7 @@ def _definition_cell(state: dict, cond: dict) -> str:
     return f" {cond.get('fidelity', '')} |" if any(c.get("fidelity") for c in state["conditions"]) else ""
 
 
-def template_table(summary: list[dict], state: dict) -> str:
+def template_table(summary: list[SummaryRow], state: dict) -> str:
     metric = state["headline"][0]
     rows = {
         (r["condition"], r["template"]): r
@@ -90,7 +95,7 @@ def template_table(summary: list[dict], state: dict) -> str:
     return "\n".join(lines)
 
 
-def fact_kind_table(summary: list[dict], state: dict) -> str:
+def fact_kind_table(summary: list[SummaryRow], state: dict) -> str:
     """Headline metric per fact kind (every template pooled); empty when kinds are unknown."""
     metric = state["headline"][0]
     rows = {
@@ -151,7 +156,7 @@ def layers_used(state: dict) -> str:
     return f"Layers used (of {state['num_layers']}): " + "; ".join(parts) + "."
 
 
-def na_notes(summary: list[dict], state: dict) -> list[str]:
+def na_notes(summary: list[SummaryRow], state: dict) -> list[str]:
     notes = []
     metric = state["headline"][0]
     for cond in state["conditions"]:
@@ -206,9 +211,9 @@ def _interval(value, low, high, digits: int = 2) -> str:
     return f"{value:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"
 
 
-def verdict_table(checks) -> list[str]:
+def verdict_table(checks: list[Check]) -> list[str]:
     """One row per claim decided by intervals: recovery on each metric, outcome, facts."""
-    decided = [c for c in checks if c.decisions]
+    decided = [c for c in checks if c.by_intervals]
     if not decided:
         return []
     metrics = list(decided[0].decisions)
@@ -224,7 +229,7 @@ def verdict_table(checks) -> list[str]:
         needed = [
             x.facts_needed
             for x in check.decisions.values()
-            if x.outcome == "inconclusive" and x.facts_needed is not None
+            if x.outcome == Outcome.INCONCLUSIVE and x.facts_needed is not None
         ]
         lines.append(
             f"| {check.name} | {check.outcome} | "
@@ -236,7 +241,7 @@ def verdict_table(checks) -> list[str]:
     return lines
 
 
-def comparison_table(comparisons: list[dict]) -> list[str]:
+def paired_tests_table(comparisons: list[ComparisonRow]) -> list[str]:
     """Paired tests of the pairwise claims: difference with its interval, d_z, p-value."""
     if not comparisons:
         return []
@@ -257,7 +262,7 @@ def comparison_table(comparisons: list[dict]) -> list[str]:
     return lines
 
 
-def recovery_tables(recovery: list[dict], name: str) -> list[str]:
+def recovery_tables(recovery: list[RecoveryRow], name: str) -> list[str]:
     """Per reference pair of an experiment: every condition's recovery over all templates."""
     rows = [r for r in recovery if r["experiment"] == name and r["template"] == ALL and r.get("fact_kind", ALL) == ALL]
     lines = []
@@ -288,7 +293,7 @@ def recovery_tables(recovery: list[dict], name: str) -> list[str]:
     return lines
 
 
-def _setting(summary: list[dict], check) -> str:
+def _setting(summary: list[SummaryRow], check: Check) -> str:
     """In which definition a claim was decided, from its condition's label."""
     label = definition_of(summary, check.claim.experiment, check.claim.condition)
     if label in ("authors", SAME_IN_BOTH):
@@ -299,40 +304,37 @@ def _setting(summary: list[dict], check) -> str:
     return ""
 
 
-def _check_notes(check, summary: list[dict], recovery: list[dict], clean_check, study: Study) -> list[str]:
+def _check_notes(check: Check, summary: RunSummary, clean_check: Check | None, study: Study) -> list[str]:
     """The lines under a claim: its setting, a different clean outcome, the missing part."""
-    notes = [_setting(summary, check)] if check.claim else []
+    notes = [_setting(summary.rows, check)] if check.claim else []
     if clean_check is not None:
-        first = next(iter(clean_check.decisions.values()), None)
-        if first is not None:
-            value = first.interval()
+        if clean_check.by_intervals:
+            value = next(iter(clean_check.decisions.values())).interval()
         else:
             value = "undefined" if clean_check.recovery is None else f"{clean_check.recovery:.2f}"
-        verb = "is inconclusive" if clean_check.outcome == "inconclusive" else clean_check.outcome
+        verb = "is inconclusive" if clean_check.outcome == Outcome.INCONCLUSIVE else clean_check.outcome
         notes.append(
             f"In the clean definition (`{clean_check.claim.condition}`) it {verb} instead: recovery {value} on top-5."
         )
-    missing = study.explain(check, recovery)
+    missing = study.explain(check, summary.recoveries)
     if missing:
         notes.append(f"What this run's rows show: {missing}")
     return [n for n in notes if n]
 
 
-def verdict_section(
-    summary: list[dict], study: Study, recovery: list[dict] | None = None, comparisons: list[dict] | None = None
-) -> list[str]:
-    """The study's claims decided on the run, with the notes under each and the paired tests."""
-    checks = check_pattern(summary, recovery, study.claims)
+def verdict_section(summary: RunSummary, verdict: Verdict, study: Study) -> list[str]:
+    """The verdict's table, one line per claim with its notes, what each claim means and the
+    rule that decided it, then the paired tests; nothing when no claim could be decided."""
+    checks = verdict.checks
     if not checks:
         return []
     lines = ["## Does the paper's pattern appear?", ""]
     table = verdict_table(checks)
     if table:
         lines += table + [""]
-    clean = clean_differences(checks, summary, recovery)
     for check in checks:
         lines.append(f"- **{check.name}: {check.outcome}.** {check.sentence}")
-        lines += [f"  - {line}" for line in _check_notes(check, summary, recovery or [], clean.get(check.name), study)]
+        lines += [f"  - {line}" for line in _check_notes(check, summary, verdict.clean.get(check.name), study)]
     lines += [
         "",
         "Each claim: recovery = (condition - low) / (high - low) over every "
@@ -346,45 +348,47 @@ def verdict_section(
             f"- {c.name}: {c.meaning}; recovery of `{c.condition}` between "
             f"`{c.low}` (0) and `{c.high}` (1) {word} {c.threshold:.0%}."
         )
-    if table:
-        lines += [
-            "",
-            "A claim appears when the recovery's whole 95% interval is on the claimed "
-            "side of the threshold, does not appear when it is wholly on the other side, "
-            "and is inconclusive when it straddles the threshold, when top-5 and "
-            "probability disagree, or when the recovery is undefined (the reference gap's "
-            "interval includes 0, or the gap is negative: no gain to share out). Intervals resample facts (all prompts of a fact "
-            "together), one resample set per experiment shared by all its conditions. "
-            "'Facts to settle': the interval half-width scaled by sqrt(n/n') until it "
-            "clears the threshold, the estimate held fixed.",
-            "",
-        ]
-    else:
-        lines += [
+    return lines + _rule_words(bool(table)) + _paired_tests_block(summary.comparisons)
+
+
+def _rule_words(by_intervals: bool) -> list[str]:
+    """How the claims above were decided, in words."""
+    if not by_intervals:
+        return [
             "",
             f"A reference gap under {MIN_GAP:.2f} is inconclusive. Point estimates "
             "only: read the intervals in the tables below.",
             "",
         ]
-    return lines + paired_tests_section(comparisons or [])
+    return [
+        "",
+        "A claim appears when the recovery's whole 95% interval is on the claimed "
+        "side of the threshold, does not appear when it is wholly on the other side, "
+        "and is inconclusive when it straddles the threshold, when top-5 and "
+        "probability disagree, or when the recovery is undefined (the reference gap's "
+        "interval includes 0, or the gap is negative: no gain to share out). Intervals resample facts (all prompts of a fact "
+        "together), one resample set per experiment shared by all its conditions. "
+        "'Facts to settle': the interval half-width scaled by sqrt(n/n') until it "
+        "clears the threshold, the estimate held fixed.",
+        "",
+    ]
 
 
-def paired_tests_section(comparisons: list[dict]) -> list[str]:
-    """The paired tests' table with how to read it; nothing without comparisons."""
-    tests = comparison_table(comparisons)
+def _paired_tests_block(comparisons: list[ComparisonRow]) -> list[str]:
+    """The paired tests' table with its legend (nothing without tests)."""
+    tests = paired_tests_table(comparisons)
     if not tests:
         return []
-    return (
-        ["### Paired tests of the pairwise claims", ""]
-        + tests
-        + [
-            "",
-            "d_z: the mean of per-fact mean differences over their standard deviation. "
-            "p: two-sided sign-flip permutation test over facts (each fact's difference keeps "
-            "or flips its sign under the null).",
-            "",
-        ]
-    )
+    return [
+        "### Paired tests of the pairwise claims",
+        "",
+        *tests,
+        "",
+        "d_z: the mean of per-fact mean differences over their standard deviation. "
+        "p: two-sided sign-flip permutation test over facts (each fact's difference keeps "
+        "or flips its sign under the null).",
+        "",
+    ]
 
 
 def session_line(session: dict) -> str:
@@ -432,80 +436,80 @@ def _provenance(run: dict) -> list[str]:
     return lines
 
 
-READING = (
-    "Accuracy is top-k of the target's first token; `prob` its probability; "
-    "`target_logprob` the whole target's log-probability; `exact_match` greedy decoding "
-    "of the whole target. Values over every template and fact kind, with 95% intervals "
-    "from a bootstrap over facts (n: prompts, with the number of facts); `summary.csv` "
-    "has every metric per template and per fact kind, `recovery.csv` every condition's "
-    "recovery, `comparisons.csv` the paired tests."
-)
-
-
-def build_markdown(out: Path, plots: dict[str, list[Path]], study: Study) -> str:
+def build_markdown(out: Path, summary: RunSummary, verdict: Verdict, plots: dict[str, list[Path]], study: Study) -> str:
+    """report.md's text: the verdict, the deviations, one section per experiment, the localize
+    results and the provenance (run.json)."""
     run = json.loads((out / "run.json").read_text())
-    summary = read_summary(out)
-    recovery = read_recovery(out)
-    names = list(dict.fromkeys(r["experiment"] for r in summary))
-    lines = [f"# weightgraft report: {run['config']['name']}", "", READING, ""]
-    lines += verdict_section(summary, study, recovery, read_comparisons(out))
+    lines = [
+        f"# weightgraft report: {run['config']['name']}",
+        "",
+        "Accuracy is top-k of the target's first token; `prob` its probability; "
+        "`target_logprob` the whole target's log-probability; `exact_match` greedy decoding "
+        "of the whole target. Values over every template and fact kind, with 95% intervals "
+        "from a bootstrap over facts (n: prompts, with the number of facts); `summary.csv` "
+        "has every metric per template and per fact kind, `recovery.csv` every condition's "
+        "recovery, `comparisons.csv` the paired tests.",
+        "",
+    ]
+    lines += verdict_section(summary, verdict, study)
     lines += study.deviations()
-    for name in names:
-        state = read_state(out, name)
-        lines += [
-            f"## {state['title']}",
-            "",
-            state["description"],
-            "",
-            f"Experiment `{name}`: recipient `{state['recipient']}`, donor "
-            f"`{state['donor']}`, dataset `{state['dataset']}`, "
-            f"{len(state['examples'])} prompts over {len(state['templates'])} templates"
-            + (
-                f" (a seeded subset of {state['available_examples']}, balanced over templates)"
-                if state.get("available_examples", 0) > len(state["examples"])
-                else ""
-            )
-            + ".",
-            "",
-        ]
-        used = layers_used(state)
-        if used:
-            lines += [used, ""]
-        for path in plots.get(name, []):
-            if path.suffix == ".png":
-                lines += [f"![{path.stem}](plots/{path.name})", ""]
-        lines += [experiment_table(summary, state), "", template_table(summary, state), ""]
-        kinds = fact_kind_table(summary, state)
-        if kinds:
-            lines += [kinds, ""]
-        lines += study.experiment_section(summary, state)
-        lines += recovery_tables(recovery, name)
-        lines += [f"- {note}" for note in na_notes(summary, state)]
-        lines += [
-            "",
-            '<details markdown="1"><summary>Conditions</summary>',
-            "",
-            _conditions_legend(state),
-            "",
-            "</details>",
-            "",
-        ]
+    for name in summary.experiments:
+        lines += experiment_section(summary, read_state(out, name), plots.get(name, []), study)
     lines += localize_section(out)
     lines += _provenance(run)
     return "\n".join(lines)
 
 
-def write_report(out: str | Path, study: Study) -> tuple[Path, Path]:
-    """Plots, report.md and report.html for a run folder that has its summary.csv, with what
-    `study` adds (its claims decided, its sections; `reporting.study.NO_STUDY` for none)."""
-    import markdown
+def experiment_section(summary: RunSummary, state: dict, plots: list[Path], study: Study) -> list[str]:
+    """One experiment: what it ran, its plots, its tables, the study's own tables (the paper's numbers beside its own),
+    its recoveries, not-applicable notes and the conditions' grafts."""
+    name, rows = state["name"], summary.rows
+    lines = [
+        f"## {state['title']}",
+        "",
+        state["description"],
+        "",
+        f"Experiment `{name}`: recipient `{state['recipient']}`, donor "
+        f"`{state['donor']}`, dataset `{state['dataset']}`, "
+        f"{len(state['examples'])} prompts over {len(state['templates'])} templates"
+        + (
+            f" (a seeded subset of {state['available_examples']}, balanced over templates)"
+            if state.get("available_examples", 0) > len(state["examples"])
+            else ""
+        )
+        + ".",
+        "",
+    ]
+    used = layers_used(state)
+    if used:
+        lines += [used, ""]
+    lines += [line for path in plots if path.suffix == ".png" for line in (f"![{path.stem}](plots/{path.name})", "")]
+    lines += [experiment_table(rows, state), "", template_table(rows, state), ""]
+    kinds = fact_kind_table(rows, state)
+    if kinds:
+        lines += [kinds, ""]
+    lines += study.experiment_section(rows, state)
+    lines += recovery_tables(summary.recoveries, name)
+    lines += [f"- {note}" for note in na_notes(rows, state)]
+    return lines + [
+        "",
+        '<details markdown="1"><summary>Conditions</summary>',
+        "",
+        _conditions_legend(state),
+        "",
+        "</details>",
+        "",
+    ]
 
+
+def write_report(out: str | Path, summary: RunSummary, verdict: Verdict, study: Study) -> tuple[Path, Path]:
+    """Plots, report.md and report.html of the run folder `out` from its summary and verdict
+    (the report decides nothing itself), with `study`'s sections (`reporting.study.NO_STUDY`:
+    none); returns the two files' paths."""
     out = Path(out)
-    summary = pooled(read_summary(out))
-    plots = {}
-    for name in dict.fromkeys(r["experiment"] for r in summary):
-        plots[name] = plot_experiment(summary, read_state(out, name), out / "plots")
-    text = build_markdown(out, plots, study)
+    rows = pooled(summary.rows)
+    plots = {name: plot_experiment(rows, read_state(out, name), out / "plots") for name in summary.experiments}
+    text = build_markdown(out, summary, verdict, plots, study)
     md_path = write_text_atomic(out / "report.md", text)
     body = markdown.markdown(text, extensions=["tables", "fenced_code", "md_in_html"])
     page = (

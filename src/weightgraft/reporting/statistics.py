@@ -27,7 +27,7 @@ import polars as pl
 from weightgraft.experiments.metrics import example_metric
 from weightgraft.experiments.vocabulary import SUMMARY_METRICS
 
-ALL = "ALL"
+ALL = "ALL"  # the group over every template, or every fact kind: the one definition for reporting/
 MEDIAN_METRICS = ("rank_median",)
 
 
@@ -402,13 +402,12 @@ def experiment_stats(
     facts, index = fact_index(frame["fact_id"].to_list())
     fact_of = dict(zip(frame["example_id"].to_list(), index.tolist()))
     counts = draw_fact_counts(len(facts), resamples, seed)
-    mean_metrics = [m for m in metrics if m not in MEDIAN_METRICS]
+    mean_cols = [metrics.index(m) for m in metrics if m not in MEDIAN_METRICS]
     shape = (len(conditions), len(groups), len(metrics))
     points = np.full(shape, np.nan)
     samples = np.full((resamples, *shape), np.nan)
     n_prompts = np.zeros(shape[:2], dtype=int)
     n_facts = np.zeros(shape[:2], dtype=int)
-    mean_cols = [metrics.index(m) for m in mean_metrics]
     values = {}
     # Per-fact sums of every (condition, group, mean metric) and per-fact prompt counts of every
     # (condition, group): every metric of a prompt is present or absent together (applicable or
@@ -418,20 +417,9 @@ def experiment_stats(
     for c, cond in enumerate(conditions):
         part = parts[(cond,)]
         vals = metric_columns(part, metrics)
-        tmpl = np.asarray(part["template"].to_list(), dtype=object)
-        kind = np.asarray(part["fact_kind"].to_list(), dtype=object)
+        values[cond] = (part["example_id"].to_list(), vals, np.asarray(part["template"].to_list(), dtype=object))
         idx = np.array([fact_of[e] for e in part["example_id"].to_list()], dtype=int)
-        values[cond] = (part["example_id"].to_list(), vals, tmpl)
-        applicable = part["applicable"].to_numpy().astype(bool)
-        if np.isnan(vals[applicable][:, mean_cols]).any():
-            raise ValueError(
-                f"experiment {name!r}, condition {cond!r}: a scored example has a "
-                "NaN metric; rescore it (its logits were not finite)"
-            )
-        member = np.stack(
-            [applicable & (tmpl == t if t != ALL else True) & (kind == k if k != ALL else True) for t, k in groups],
-            axis=1,
-        )
+        member = _members(part, vals, groups, mean_cols, f"experiment {name!r}, condition {cond!r}")
         onehot = np.zeros((len(facts), len(idx)))
         onehot[idx, np.arange(len(idx))] = 1.0
         masked = np.where(member[:, :, None], np.nan_to_num(vals[:, None, mean_cols]), 0.0)
@@ -439,26 +427,44 @@ def experiment_stats(
         blocks_sizes.append(onehot @ member.astype(float))  # [F, G]
         n_prompts[c] = member.sum(0)
         n_facts[c] = [len(set(idx[member[:, g]].tolist())) for g in range(len(groups))]
-        for m in MEDIAN_METRICS:
-            if m in metrics:
-                k = metrics.index(m)
-                for g in range(len(groups)):
-                    chosen = np.where(member[:, g], vals[:, k], np.nan)
-                    points[c, g, k], samples[:, c, g, k] = clustered_median(counts, idx, chosen)
+        for k in [metrics.index(m) for m in MEDIAN_METRICS if m in metrics]:
+            for g in range(len(groups)):
+                chosen = np.where(member[:, g], vals[:, k], np.nan)
+                points[c, g, k], samples[:, c, g, k] = clustered_median(counts, idx, chosen)
     if conditions and mean_cols:
-        sums = np.stack(blocks_sums, axis=1)  # [F, C, G, M']
-        sizes = np.stack(blocks_sizes, axis=1)  # [F, C, G]
-        totals = _ratio(sums.sum(0), sizes.sum(0)[..., None])
-        points[:, :, mean_cols] = totals
-        drawn_sizes = counts @ sizes.reshape(len(facts), -1)  # [R, C*G]
-        drawn = counts @ sums.reshape(len(facts), -1)  # [R, C*G*M']
-        drawn = _ratio(
-            drawn.reshape(resamples, *sums.shape[1:]), drawn_sizes.reshape(resamples, *sizes.shape[1:])[..., None]
-        )
-        samples[:, :, :, mean_cols] = drawn
+        points[:, :, mean_cols], samples[:, :, :, mean_cols] = _stacked_means(counts, blocks_sums, blocks_sizes)
     return ExperimentStats(
         name, conditions, groups, metrics, points, samples, n_prompts, n_facts, counts, facts, fact_of, values, level
     )
+
+
+def _members(part: pl.DataFrame, vals: np.ndarray, groups: list[tuple[str, str]], mean_cols, where: str) -> np.ndarray:
+    """[N, G]: whether each prompt of one condition counts in each (template, kind) group
+    (applicable ones only); a scored prompt with a NaN mean metric is refused."""
+    tmpl = np.asarray(part["template"].to_list(), dtype=object)
+    kind = np.asarray(part["fact_kind"].to_list(), dtype=object)
+    applicable = part["applicable"].to_numpy().astype(bool)
+    if np.isnan(vals[applicable][:, mean_cols]).any():
+        raise ValueError(f"{where}: a scored example has a NaN metric; rescore it (its logits were not finite)")
+    return np.stack(
+        [applicable & (tmpl == t if t != ALL else True) & (kind == k if k != ALL else True) for t, k in groups],
+        axis=1,
+    )
+
+
+def _stacked_means(counts: np.ndarray, blocks_sums: list, blocks_sizes: list) -> tuple[np.ndarray, np.ndarray]:
+    """(points [C, G, M'], resampled means [R, C, G, M']) from every condition's per-fact sums
+    [F, G, M'] and prompt counts [F, G]: one matrix product for all resamples."""
+    sums = np.stack(blocks_sums, axis=1)  # [F, C, G, M']
+    sizes = np.stack(blocks_sizes, axis=1)  # [F, C, G]
+    n_facts, resamples = sums.shape[0], counts.shape[0]
+    totals = _ratio(sums.sum(0), sizes.sum(0)[..., None])
+    drawn_sizes = counts @ sizes.reshape(n_facts, -1)  # [R, C*G]
+    drawn = counts @ sums.reshape(n_facts, -1)  # [R, C*G*M']
+    drawn = _ratio(
+        drawn.reshape(resamples, *sums.shape[1:]), drawn_sizes.reshape(resamples, *sizes.shape[1:])[..., None]
+    )
+    return totals, drawn
 
 
 def interval_rows(stats: ExperimentStats) -> list[dict]:

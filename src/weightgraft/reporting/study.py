@@ -11,30 +11,31 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from weightgraft.reporting.verdict import Check, Claim
+from weightgraft.reporting.claims import ClaimSet
+from weightgraft.reporting.summary import RecoveryRow, SummaryRow
+from weightgraft.reporting.verdict import Check
 
 
 def _nothing(*_args) -> list[str]:
     return []
 
 
-def _no_explanation(_check: Check, _recovery: list[dict]) -> str | None:
+def _no_explanation(_check: Check, _recovery: list[RecoveryRow]) -> str | None:
     return None
 
 
 @dataclass(frozen=True)
 class Study:
-    """claims: decided on the summary (the verdict section; their reference pairs join
-    recovery.csv). paired_tests: (experiment, a, b) rows of comparisons.csv. explain(check,
+    """asked: the claims to decide on the summary (their reference pairs join recovery.csv) and
+    the (experiment, a, b) pairs whose paired tests are the rows of comparisons.csv. explain(check,
     recovery rows): a sentence on where a claim's missing part went, or None.
     experiment_section(summary rows, experiment state): markdown lines under one experiment's
     tables (e.g. published numbers beside this run's). deviations(): markdown lines after the
     verdict (how the run's conditions differ from the study's)."""
 
-    claims: tuple[Claim, ...] = ()
-    paired_tests: tuple[tuple[str, str, str], ...] = ()
-    explain: Callable[[Check, list[dict]], str | None] = _no_explanation
-    experiment_section: Callable[[list[dict], dict], list[str]] = _nothing
+    asked: ClaimSet = ClaimSet()
+    explain: Callable[[Check, list[RecoveryRow]], str | None] = _no_explanation
+    experiment_section: Callable[[list[SummaryRow], dict], list[str]] = _nothing
     deviations: Callable[[], list[str]] = _nothing
 
 

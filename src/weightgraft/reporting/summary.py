@@ -1,6 +1,11 @@
-"""summary.csv: one row per experiment x condition x group x metric, with 95% intervals from a
+"""The run's summary, built once from the records: `RunSummary` holds its statistics rows, its
+recoveries and its paired comparisons; summary.csv, recovery.csv and comparisons.csv are its
+serialisations, one row type (`SummaryRow`, `RecoveryRow`, `ComparisonRow`) each, which is the
+file's schema for writing and reading alike. The verdict and the report read the object.
+
+summary.csv: one row per experiment x condition x group x metric, with 95% intervals from a
 bootstrap over facts; recovery.csv: every condition's recovery between two reference
-conditions; comparisons.csv: paired tests of the paper's pairwise claims.
+conditions; comparisons.csv: paired tests of the pairs the caller names (`ClaimSet.pairs`).
 
 Groups are each evaluation template (with `fact_kind` ALL), every applicable example
 (`template` ALL, `fact_kind` ALL: the pooled value), and each fact kind (fake_fake, fake_real,
@@ -12,6 +17,9 @@ Every summary row names the definition it was computed in (`fidelity`: `authors`
 `authors = clean` where the two graft alike on the model, empty outside the paper presets) and
 the wording of the paper's sentences (`wording`).
 
+In memory a value that is not defined (not applicable, undefined recovery) is None, as it reads
+back from the files; values keep their full precision, and the files round them to 6 decimals.
+
 Intervals resample facts, not prompts (a fact's prompts succeed or fail together), with one
 resample set per experiment shared by all its conditions: see `weightgraft.reporting.statistics`.
 """
@@ -20,70 +28,152 @@ from __future__ import annotations
 
 import csv
 import io
+import math
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypedDict, get_type_hints
 
-import numpy as np
 import polars as pl
 
 from weightgraft.atomic import write_text_atomic
 from weightgraft.experiments.records import read_condition, read_state
-from weightgraft.reporting.statistics import ExperimentStats, experiment_stats, interval_rows, recovery_rows, seed_for
+from weightgraft.reporting.claims import Claim, ClaimSet
+from weightgraft.reporting.statistics import (
+    ALL,
+    ExperimentStats,
+    experiment_stats,
+    interval_rows,
+    recovery_rows,
+    seed_for,
+)
 
-COLUMNS = [
-    "experiment",
-    "condition",
-    "template",
-    "fact_kind",
-    "metric",
-    "value",
-    "ci_low",
-    "ci_high",
-    "n",
-    "n_facts",
-    "fidelity",  # the definition the row was computed in: authors, clean, `authors = clean`, or ""
-    "wording",  # the paper sentences' wording: clean or authors
-]
-RECOVERY_COLUMNS = [
-    "experiment",
-    "condition",
-    "template",
-    "fact_kind",
-    "metric",
-    "base",
-    "full",
-    "recovery",
-    "ci_low",
-    "ci_high",
-    "gap",
-    "gap_low",
-    "gap_high",
-    "defined",
-    "n",
-    "n_facts",
-]
-COMPARISON_COLUMNS = [
-    "experiment",
-    "a",
-    "b",
-    "template",
-    "metric",
-    "difference",
-    "ci_low",
-    "ci_high",
-    "effect_size",
-    "p_value",
-    "permutations",
-    "exact",
-    "n",
-    "n_facts",
-]
+
+class SummaryRow(TypedDict):
+    """A row of summary.csv (the keys in the file's column order)."""
+
+    experiment: str
+    condition: str
+    template: str
+    fact_kind: str
+    metric: str
+    value: float | None  # None: not applicable (n = 0)
+    ci_low: float | None
+    ci_high: float | None
+    n: int
+    n_facts: int | None
+    fidelity: str  # the definition the row was computed in: authors, clean, `authors = clean`, or ""
+    wording: str  # the paper sentences' wording: clean or authors
+
+
+class RecoveryRow(TypedDict):
+    """A row of recovery.csv: (condition - base) / (full - base), with the gap full - base."""
+
+    experiment: str
+    condition: str
+    template: str
+    fact_kind: str
+    metric: str
+    base: str
+    full: str
+    recovery: float | None  # None: undefined (the gap's interval includes 0, or a value is missing)
+    ci_low: float | None
+    ci_high: float | None
+    gap: float | None
+    gap_low: float | None
+    gap_high: float | None
+    defined: bool
+    n: int
+    n_facts: int
+
+
+class ComparisonRow(TypedDict):
+    """A row of comparisons.csv: a paired test of condition a against b over facts."""
+
+    experiment: str
+    a: str
+    b: str
+    template: str
+    metric: str
+    difference: float | None
+    ci_low: float | None
+    ci_high: float | None
+    effect_size: float | None
+    p_value: float | None
+    permutations: int
+    exact: bool
+    n: int
+    n_facts: int
+
+
 COMPARISON_METRICS = ("top5", "prob", "target_logprob")
 PERMUTATIONS = 10000
-ALL = "ALL"
+SUMMARY_FILE, RECOVERY_FILE, COMPARISONS_FILE = "summary.csv", "recovery.csv", "comparisons.csv"
 
 
-def _fmt(value: float) -> str:
-    return "" if value is None or np.isnan(value) else f"{value:.6f}"
+@dataclass(frozen=True)
+class RunSummary:
+    """Everything the verdict and the report read about a run's numbers.
+
+    rows: summary.csv's rows, experiment by experiment.
+    recoveries: recovery.csv's rows (empty without intervals, `bootstrap: 0`).
+    comparisons: comparisons.csv's rows (likewise empty without intervals).
+    """
+
+    rows: list[SummaryRow]
+    recoveries: list[RecoveryRow] = field(default_factory=list)
+    comparisons: list[ComparisonRow] = field(default_factory=list)
+
+    @property
+    def experiments(self) -> list[str]:
+        """The experiments summarized, in the run's order."""
+        return list(dict.fromkeys(r["experiment"] for r in self.rows))
+
+    def write(self, out: Path) -> Path:
+        """summary.csv, recovery.csv and comparisons.csv in `out`; returns summary.csv's path."""
+        _write_csv(out / RECOVERY_FILE, RecoveryRow, self.recoveries)
+        _write_csv(out / COMPARISONS_FILE, ComparisonRow, self.comparisons)
+        return _write_csv(out / SUMMARY_FILE, SummaryRow, self.rows)
+
+    @classmethod
+    def read(cls, out: Path) -> RunSummary:
+        """The summary of a run folder from its files (a missing recovery.csv or
+        comparisons.csv, from an older run, reads as no rows)."""
+        return cls(read_summary(out), read_recovery(out), read_comparisons(out))
+
+
+def pooled(rows: list[SummaryRow]) -> list[SummaryRow]:
+    """Rows over every fact kind (per template, and ALL): what tables and plots show first."""
+    return [r for r in rows if r.get("fact_kind", ALL) == ALL]
+
+
+# --- built from the records ---------------------------------------------------------------------
+
+
+def build_summary(
+    out: Path, experiment_names: list[str], resamples: int, seed: int, asked: ClaimSet = ClaimSet()
+) -> RunSummary:
+    """The summary of the named experiments from their per-example files in `out`: intervals
+    from `resamples` bootstrap resamples over facts (seeded from `seed` and each experiment's
+    name), recoveries against each experiment's references and the reference pairs of
+    `asked.claims`, and paired tests of `asked.pairs`. With `resamples` 0 there are no
+    intervals: each bound equals the value, and there are no recoveries or comparisons."""
+    rows, recoveries, comparisons = [], [], []
+    for name in experiment_names:
+        stats = experiment_statistics(out, name, resamples, seed)
+        rows += labelled(out, name, interval_rows(stats))
+        for base, full in recovery_references(stats, asked.claims):
+            recoveries += recovery_rows(stats, base, full)
+        comparisons += comparison_rows(stats, [(a, b) for exp, a, b in asked.pairs if exp == name], seed)
+    if resamples == 0:  # no intervals: bounds equal values, and the verdict uses point estimates
+        for row in rows:
+            row["ci_low"] = row["ci_high"] = row["value"]
+        recoveries, comparisons = [], []
+    return RunSummary(_defined(rows), _defined(recoveries), _defined(comparisons))
+
+
+def _defined(rows: list[dict]) -> list:
+    """The rows with None for every NaN (an undefined value), as the files read back."""
+    return [{k: None if isinstance(v, float) and math.isnan(v) else v for k, v in row.items()} for row in rows]
 
 
 def experiment_statistics(out: Path, name: str, resamples: int, seed: int) -> ExperimentStats:
@@ -121,15 +211,7 @@ def labelled(out: Path, name: str, rows: list[dict]) -> list[dict]:
     return [dict(row, fidelity=fidelity.get(row["condition"], ""), wording=wording) for row in rows]
 
 
-def summary_rows(out: Path, experiment_names: list[str], resamples: int, seed: int) -> list[dict]:
-    return [
-        row
-        for name in experiment_names
-        for row in labelled(out, name, interval_rows(experiment_statistics(out, name, resamples, seed)))
-    ]
-
-
-def recovery_references(stats: ExperimentStats, claims) -> list[tuple[str, str]]:
+def recovery_references(stats: ExperimentStats, claims: tuple[Claim, ...]) -> list[tuple[str, str]]:
     """(base, full) pairs to report recovery against: PRE and SFT when the experiment has both
     (else its first condition, the recipient alone, and SFT), plus the pairs its claims use."""
     conditions = stats.conditions
@@ -145,7 +227,7 @@ def recovery_references(stats: ExperimentStats, claims) -> list[tuple[str, str]]
     return pairs
 
 
-def comparison_rows(stats: ExperimentStats, pairs, seed: int) -> list[dict]:
+def comparison_rows(stats: ExperimentStats, pairs: list[tuple[str, str]], seed: int) -> list[dict]:
     """Paired sign-flip tests over facts of condition a against b (every template)."""
     rows = []
     for a, b in pairs:
@@ -174,90 +256,66 @@ def comparison_rows(stats: ExperimentStats, pairs, seed: int) -> list[dict]:
     return rows
 
 
-def _write_csv(path: Path, columns: list[str], rows: list[dict]) -> Path:
+# --- the files: one schema (the row type) for writing and reading -------------------------------
+
+
+def _fmt(value: object) -> object:
+    """A cell as the file holds it: floats to 6 decimals, None (undefined) empty."""
+    if isinstance(value, float):
+        return "" if math.isnan(value) else f"{value:.6f}"
+    return value
+
+
+def _write_csv(path: Path, row_type: type, rows: list) -> Path:
     buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=columns, lineterminator="\n")
+    writer = csv.DictWriter(buffer, fieldnames=list(row_type.__annotations__), lineterminator="\n")
     writer.writeheader()
     for row in rows:
-        writer.writerow({k: _fmt(v) if isinstance(v, float) else v for k, v in row.items()})
+        writer.writerow({k: _fmt(v) for k, v in row.items()})
     return write_text_atomic(path, buffer.getvalue())
 
 
-def write_summary(
-    out: Path, experiment_names: list[str], resamples: int, seed: int, claims=(), paired_tests=()
-) -> Path:
-    """Recompute summary.csv, recovery.csv and comparisons.csv from the per-example files of the
-    named experiments. `claims` add their reference pairs to recovery.csv and `paired_tests`
-    ((experiment, a, b) triples) are the rows of comparisons.csv: the caller's (the paper's are
-    in `weightgraft.paper.claims`). With `resamples` 0 there are no intervals: each bound
-    equals the value and recovery.csv and comparisons.csv hold only their header."""
-    rows, recovery, comparisons = [], [], []
-    for name in experiment_names:
-        stats = experiment_statistics(out, name, resamples, seed)
-        rows += labelled(out, name, interval_rows(stats))
-        for base, full in recovery_references(stats, claims):
-            recovery += recovery_rows(stats, base, full)
-        comparisons += comparison_rows(stats, [(a, b) for exp, a, b in paired_tests if exp == name], seed)
-    if resamples == 0:  # no intervals: bounds equal values, and the verdict uses point estimates
-        for row in rows:
-            row["ci_low"] = row["ci_high"] = row["value"]
-        recovery, comparisons = [], []
-    _write_csv(out / "recovery.csv", RECOVERY_COLUMNS, recovery)
-    _write_csv(out / "comparisons.csv", COMPARISON_COLUMNS, comparisons)
-    return _write_csv(out / "summary.csv", COLUMNS, rows)
+def _parser(kind: object):
+    """How a cell of a column of this annotated type reads back ("" is None where allowed)."""
+    if kind is bool:
+        return lambda text: text == "True"
+    for number in (float, int):
+        if kind is number or kind == (number | None):
+            return lambda text, number=number: number(text) if text != "" else None
+    return str
 
 
-def _read_csv(path: Path, floats: tuple[str, ...], ints: tuple[str, ...], bools: tuple[str, ...] = ()) -> list[dict]:
+def _read_csv(path: Path, row_type: type, defaults: dict[str, str] | None = None) -> list:
+    """The rows of a file written by `_write_csv` with `row_type`; a column missing from an
+    older file takes its value from `defaults` (None when it has none there)."""
+    parsers = {name: _parser(kind) for name, kind in get_type_hints(row_type).items()}
     rows = []
     with path.open(newline="") as handle:
-        for row in csv.DictReader(handle):
-            for key in floats:
-                row[key] = float(row[key]) if row[key] != "" else None
-            for key in ints:
-                row[key] = int(row[key]) if row.get(key, "") != "" else None
-            for key in bools:
-                row[key] = row[key] == "True"
-            rows.append(row)
+        for raw in csv.DictReader(handle):
+            rows.append(
+                {
+                    name: parse(raw[name]) if name in raw else (defaults or {}).get(name)
+                    for name, parse in parsers.items()
+                }
+            )
     return rows
 
 
-def read_summary(out: Path) -> list[dict]:
-    """summary.csv as dicts with floats (None for not applicable) and int n (and n_facts)."""
-    rows = _read_csv(out / "summary.csv", ("value", "ci_low", "ci_high"), ("n", "n_facts"))
-    for row in rows:
-        row.setdefault("fact_kind", ALL)
-        row.setdefault("fidelity", "")  # summaries written before the column
-        row.setdefault("wording", "clean")
-    return rows
+def read_summary(out: Path) -> list[SummaryRow]:
+    """summary.csv's rows (None for not applicable); summaries written before the fact_kind,
+    fidelity and wording columns read as ALL, "" and clean."""
+    return _read_csv(out / SUMMARY_FILE, SummaryRow, {"fact_kind": ALL, "fidelity": "", "wording": "clean"})
 
 
-def pooled(summary: list[dict]) -> list[dict]:
-    """Rows over every fact kind (per template, and ALL): what tables and plots show first."""
-    return [r for r in summary if r.get("fact_kind", ALL) == ALL]
-
-
-def read_recovery(out: Path) -> list[dict]:
-    """recovery.csv as dicts (None for undefined), or [] for a run folder without one."""
-    if not (out / "recovery.csv").exists():
+def read_recovery(out: Path) -> list[RecoveryRow]:
+    """recovery.csv's rows (None for undefined), or [] for a run folder without one."""
+    if not (out / RECOVERY_FILE).exists():
         return []
-    rows = _read_csv(
-        out / "recovery.csv",
-        ("recovery", "ci_low", "ci_high", "gap", "gap_low", "gap_high"),
-        ("n", "n_facts"),
-        ("defined",),
-    )
-    for row in rows:
-        row.setdefault("fact_kind", ALL)
-    return rows
+    return _read_csv(out / RECOVERY_FILE, RecoveryRow, {"fact_kind": ALL})
 
 
-def read_comparisons(out: Path) -> list[dict]:
-    """comparisons.csv as dicts, or [] for a run folder without one."""
-    if not (out / "comparisons.csv").exists():
+def read_comparisons(out: Path) -> list[ComparisonRow]:
+    """comparisons.csv's rows, or [] for a run folder without one."""
+    if not (out / COMPARISONS_FILE).exists():
         return []
-    return _read_csv(
-        out / "comparisons.csv",
-        ("difference", "ci_low", "ci_high", "effect_size", "p_value"),
-        ("permutations", "n", "n_facts"),
-        ("exact",),
-    )
+    return _read_csv(out / COMPARISONS_FILE, ComparisonRow)
