@@ -98,7 +98,7 @@ def moments():
 
     from weightgraft.attribution import plots as localize_plots
 
-    localize_module = importlib.import_module("weightgraft.attribution.localize")
+    localize_module = importlib.import_module("weightgraft.attribution.experiment")  # the name run_localize calls
     return {
         "before the first result": (records, "write_condition", 0, True),
         "after one result": (records, "write_condition", 1, True),
