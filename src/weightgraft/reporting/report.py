@@ -54,7 +54,7 @@ DEVIATIONS = [
     "The built-in finetunes are not the paper's full finetuning: lm_head and the final norm "
     "stay frozen (else this small model stores the new facts in its unembedding, which the "
     "position conditions never graft), and on the default size so do the token embedding and the "
-    "first half of the layers (else the relation and one-direction models drift into different "
+    "first three of the eight blocks (else the relation and one-direction models drift into different "
     "internal bases and the component claims have nothing to share out); lr 3e-3 (paper 2e-5), "
     "no weight decay, batch 16, fp32, half the examples general world text (paper: none), 10 "
     "epochs (one-direction, task and free-text models 6). docs/builtin_model.md has the measurements.",
