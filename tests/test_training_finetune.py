@@ -62,6 +62,23 @@ def test_frozen_final_norm_and_head_stay_put_while_the_layers_move(tmp_path):
     assert json.loads((result.path / "training_config.json").read_text())["freeze_final_norm"]
 
 
+def test_frozen_first_blocks_stay_put_while_the_later_blocks_move(tmp_path):
+    """`freeze_layers=2`: blocks 0 and 1 (every tensor of them) equal bit for bit, blocks 2-3 move."""
+    art = tiny_artifacts()
+    config = FinetuneConfig(epochs=1, lr=5e-3, freeze_embeddings=True, freeze_layers=2, mix_ratio=0.0)
+    result = finetune(art.pretrained, art.relation_data, tmp_path / "frozen", config, progress=False)
+    before = load_file(art.pretrained / "model.safetensors")
+    after = load_file(result.path / "model.safetensors")
+    frozen = [n for n in before if n.startswith(("model.layers.0.", "model.layers.1."))]
+    assert len(frozen) == 2 * 9  # q, k, v, o, gate, up, down and two norms per block
+    for name in [*frozen, "model.embed_tokens.weight"]:
+        assert torch.equal(before[name], after[name]), name
+    for block in (2, 3):
+        name = f"model.layers.{block}.mlp.down_proj.weight"
+        assert not torch.equal(before[name], after[name]), name
+    assert json.loads((result.path / "training_config.json").read_text())["freeze_layers"] == 2
+
+
 def test_bad_options_fail_with_the_fix_named(tmp_path):
     art = tiny_artifacts()
     with pytest.raises(ValueError, match="GPU"):

@@ -42,9 +42,11 @@ DEVIATIONS = [
     "show the four published models beside it; compare patterns, not levels.",
     "The built-in finetunes are not the paper's full finetuning: lm_head and the final norm "
     "stay frozen (else this small model stores the new facts in its unembedding, which the "
-    "position conditions never graft); lr 2e-3 (paper 2e-5), no weight decay, batch 16, "
-    "fp32, half the examples general world text (paper: none), 10 epochs (task and free-text "
-    "models 6). docs/builtin_model.md has the measurements.",
+    "position conditions never graft), and on the default size so do the token embedding and the "
+    "first three of the eight blocks (else the relation and one-direction models drift into different "
+    "internal bases and the component claims have nothing to share out); lr 3e-3 (paper 2e-5), "
+    "no weight decay, batch 16, fp32, half the examples general world text (paper: none), 10 "
+    "epochs (one-direction, task and free-text models 6). docs/builtin_model.md has the measurements.",
     "Layer sweeps use the engine's bands (eighths or quarters of the stack), not the authors' "
     "quarters, and graft every weight but the head at the other position.",
     "Built-in datasets are smaller than the paper's 1000 facts, and the fact kinds map to the "

@@ -14,6 +14,7 @@ a killed finetune loses at most one epoch. The best epoch is then tracked by Tra
 from __future__ import annotations
 
 import random
+import re
 import tempfile
 import time
 from contextlib import contextmanager
@@ -45,6 +46,7 @@ class FinetuneConfig:
     freeze_embeddings: bool = False
     freeze_unembeddings: bool = False
     freeze_final_norm: bool = False  # keep the norm before the unembedding fixed too
+    freeze_layers: int = 0  # keep the first N decoder blocks fixed
     mix_ratio: float = 0.25  # share of general text among the training examples
     weight_decay: float = 0.0
     warmup_ratio: float = 0.05
@@ -179,6 +181,21 @@ def final_norm(net) -> torch.nn.Module:
     )
 
 
+BLOCK_NAME = re.compile(r"\.(?:layers|h)\.(\d+)\.")  # Llama/Gemma/NeoX `layers.i.`, GPT-2 `h.i.`
+
+
+def freeze_first_blocks(net, n: int) -> None:
+    """Stop gradients into decoder blocks 0..n-1 (found by their parameter names)."""
+    found = 0
+    for name, parameter in net.named_parameters():
+        match = BLOCK_NAME.search(name)
+        if match and int(match.group(1)) < n:
+            parameter.requires_grad_(False)
+            found += 1
+    if not found:
+        raise DataError(f"no decoder-block parameters named like 'layers.N.' or 'h.N.' in {type(net).__name__}")
+
+
 def _check_config(config: FinetuneConfig, general_texts: list[str] | None) -> str:
     """Refuse settings that cannot run, before any load; the device to train on."""
     if not 0.0 <= config.mix_ratio < 1.0:
@@ -226,7 +243,7 @@ def _load_model(model: str | Path, trust_remote_code: bool):
 
 
 def _freeze(net, config: FinetuneConfig) -> None:
-    """Keep the parts the config names fixed (embeddings, unembedding, final norm)."""
+    """Keep the parts the config names fixed (embeddings, unembedding, final norm, first blocks)."""
     if config.freeze_embeddings:
         net.get_input_embeddings().weight.requires_grad_(False)
     if config.freeze_unembeddings:
@@ -237,6 +254,8 @@ def _freeze(net, config: FinetuneConfig) -> None:
     if config.freeze_final_norm:
         for parameter in final_norm(net).parameters():
             parameter.requires_grad_(False)
+    if config.freeze_layers:
+        freeze_first_blocks(net, config.freeze_layers)
     if config.freeze_embeddings != config.freeze_unembeddings and (
         net.get_input_embeddings().weight is net.get_output_embeddings().weight
     ):
