@@ -87,11 +87,12 @@ def test_the_builtin_family_matches_build_dataset_called_directly(tmp_path, fami
 
 
 def test_the_reproduce_family_matches_build_dataset_called_directly(tmp_path, monkeypatch, family_calls):
+    from weightgraft.paper import reproduce_job as job_plan
     from weightgraft.pipelines import reproduce as rp
 
-    monkeypatch.setattr(rp, "_check_tokenizer", lambda model: None)  # no model is read to plan the data
-    options = rp.ReproduceOptions(model="m", out=tmp_path / "job", facts=8, datasets=("FMRA", "FMFA"), seed=2)
-    job = rp.plan_job(options)
+    monkeypatch.setattr(job_plan, "_check_tokenizer", lambda model: None)  # no model is read to plan the data
+    options = job_plan.ReproduceOptions(model="m", out=tmp_path / "job", facts=8, datasets=("FMRA", "FMFA"), seed=2)
+    job = job_plan.plan_job(options)
     outputs, _ = rp.Pipeline.build_datasets(SimpleNamespace(options=options, job=job, out=options.out))
     keys = ["known", "FMRA", "FMRA_b2a", "FMRA_half_a", "FMRA_half_b", "FMFA"]
     assert family_calls == [keys] and list(outputs) == keys

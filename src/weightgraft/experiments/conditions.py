@@ -194,39 +194,10 @@ def resolve_condition(
     `fidelity` says how a position expression grafts "every weight" (see the module's
     docstring; None: clean, unlabelled); a full spec carries its own grafts."""
     if isinstance(item, ConditionSpec):
-        own_donor = item.donor or donor
-        grafts = [
-            ResolvedGraft(parse_positions(g.positions), g.layers, parse_components(g.components), g.donor or own_donor)
-            for g in item.grafts
-        ]
-        return Condition(
-            name=item.name,
-            recipient=item.recipient or recipient,
-            donor=own_donor,
-            method=item.method,
-            description=item.description,
-            grafts=grafts,
-            fidelity=item.fidelity or fidelity or "",
-        )
+        return _from_spec(item, recipient, donor, fidelity)
     text = item.strip()
-    if text in ("PRE", "RECIPIENT"):
-        return Condition(text, recipient, donor, "weights", [], BASELINE_NAMES["PRE"], fidelity=fidelity or "")
-    if text in ("SFT", "DONOR"):
-        return Condition(
-            text,
-            recipient,
-            donor,
-            "weights",
-            [ResolvedGraft(parse_positions("ALL"), "all", ["all"], donor)],
-            BASELINE_NAMES["SFT"],
-            fidelity=fidelity or "",
-        )
-    head = [ResolvedGraft(parse_positions("ALL"), "all", list(UNEMBEDDING), donor)] if unembedding == "donor" else []
-    head_words = (
-        "; the donor's unembedding at every position"
-        if unembedding == "donor"
-        else "; the recipient's final norm and unembedding"
-    )
+    if text in ("PRE", "RECIPIENT", "SFT", "DONOR"):
+        return _baseline(text, recipient, donor, fidelity)
     if is_component_expr(text):
         comps = parse_components(text)
         grafts = []
@@ -244,6 +215,48 @@ def resolve_condition(
             f"unknown condition {text!r}{where}: it is not PRE/SFT, not a position expression "
             f"over {', '.join(ATOMS)} ({err}), nor a component set such as ATTN+O+FFN or O+FFN"
         ) from None
+    return _position_condition(text, expr, recipient, donor, unembedding, fidelity)
+
+
+def _from_spec(item: ConditionSpec, recipient: str, donor: str, fidelity: Fidelity | None) -> Condition:
+    """A full spec: its own grafts, each with its own donor or the condition's."""
+    own_donor = item.donor or donor
+    grafts = [
+        ResolvedGraft(parse_positions(g.positions), g.layers, parse_components(g.components), g.donor or own_donor)
+        for g in item.grafts
+    ]
+    return Condition(
+        name=item.name,
+        recipient=item.recipient or recipient,
+        donor=own_donor,
+        method=item.method,
+        description=item.description,
+        grafts=grafts,
+        fidelity=item.fidelity or fidelity or "",
+    )
+
+
+def _baseline(text: str, recipient: str, donor: str, fidelity: Fidelity | None) -> Condition:
+    """PRE/RECIPIENT (nothing grafted) or SFT/DONOR (every weight everywhere)."""
+    if text in ("PRE", "RECIPIENT"):
+        return Condition(text, recipient, donor, "weights", [], BASELINE_NAMES["PRE"], fidelity=fidelity or "")
+    return Condition(
+        text,
+        recipient,
+        donor,
+        "weights",
+        [ResolvedGraft(parse_positions("ALL"), "all", ["all"], donor)],
+        BASELINE_NAMES["SFT"],
+        fidelity=fidelity or "",
+    )
+
+
+def _position_condition(
+    text: str, expr, recipient: str, donor: str, unembedding: Unembedding, fidelity: Fidelity | None
+) -> Condition:
+    """Every weight at the positions of `expr`, as the authors grafted it or in the clean
+    definition, with the donor's unembedding everywhere when asked."""
+    head = [ResolvedGraft(parse_positions("ALL"), "all", list(UNEMBEDDING), donor)] if unembedding == "donor" else []
     if fidelity == "authors":
         return Condition(
             text,
@@ -257,6 +270,11 @@ def resolve_condition(
             + ("; and the donor's unembedding at every position" if head else ""),
             fidelity=fidelity,
         )
+    head_words = (
+        "; the donor's unembedding at every position"
+        if unembedding == "donor"
+        else "; the recipient's final norm and unembedding"
+    )
     return Condition(
         text,
         recipient,

@@ -21,6 +21,7 @@ Layout of DIR:
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -225,9 +226,7 @@ class Pipeline:
         return PAPER_MODELS[name][2] if name else 512
 
     def run_finetune(self, ft: FinetuneJob, data: dict) -> None:
-        from weightgraft.experiments.models import fingerprint_model
-        from weightgraft.training.finetune import finetune
-
+        """One finetune as a ledger step (every rank trains; rank 0 records)."""
         config = finetune_config(self.options, self.device, self.max_length())
         general, general_sha = self.general_texts()
         inputs = {
@@ -238,43 +237,8 @@ class Pipeline:
         }
 
         def build() -> tuple[dict, list[Path]]:
-            stamp = ft.checkpoints / "inputs_sha256.txt"
-            if self.is_main:
-                if ft.checkpoints.exists() and (not stamp.is_file() or stamp.read_text() != sha256_of(inputs)):
-                    refuse_unstamped_checkpoints(ft)
-                    self.say(f"  {ft.checkpoints}: checkpoints of other inputs, removed")
-                    remove_entry(ft.checkpoints.parent, ft.checkpoints.name)
-                ft.checkpoints.mkdir(parents=True, exist_ok=True)
-                stamp.write_text(sha256_of(inputs))
-            else:  # resume from the same checkpoint as rank 0: wait until it has cleaned up
-                while not (stamp.is_file() and stamp.read_text() == sha256_of(inputs)):
-                    time.sleep(1.0)
-            result = finetune(
-                self.model_paths["pre"],
-                self.job.sets[ft.dataset].directory,
-                ft.out,
-                config,
-                general_texts=general if config.mix_ratio else None,
-                progress=self.progress,
-                overwrite=True,
-                checkpoint_dir=ft.checkpoints,
-            )
-            if not self.is_main:
-                return {}, []
-            import json
-
-            record = json.loads((ft.out / "training_config.json").read_text())
-            remove_entry(ft.checkpoints.parent, ft.checkpoints.name)
-            outputs = {
-                "path": str(ft.out),
-                "sha256": fingerprint_model(str(ft.out)),
-                "best_epoch": result.best_epoch,
-                "validation_top5_by_epoch": result.history,
-                "resumed_from": record.get("resumed_from"),
-            }
-            if record.get("resumed_from"):
-                self.say(f"  resumed from {record['resumed_from']}")
-            return outputs, [ft.out / "model.safetensors"]
+            self.claim_checkpoints(ft, inputs)
+            return self.finetune_once(ft, config, general)
 
         if self.is_main:
             outputs = self.step(f"finetune:{ft.name}", inputs, build)
@@ -286,6 +250,51 @@ class Pipeline:
             return
         self.model_paths[ft.name] = outputs["path"]
         self.fingerprints[ft.name] = outputs["sha256"]
+
+    def claim_checkpoints(self, ft: FinetuneJob, inputs: dict) -> None:
+        """Rank 0: remove checkpoints made from other inputs and stamp the folder with these;
+        other ranks wait for that stamp, so that every rank resumes from the same checkpoint."""
+        stamp = ft.checkpoints / "inputs_sha256.txt"
+        if not self.is_main:
+            while not (stamp.is_file() and stamp.read_text() == sha256_of(inputs)):
+                time.sleep(1.0)
+            return
+        if ft.checkpoints.exists() and (not stamp.is_file() or stamp.read_text() != sha256_of(inputs)):
+            refuse_unstamped_checkpoints(ft)
+            self.say(f"  {ft.checkpoints}: checkpoints of other inputs, removed")
+            remove_entry(ft.checkpoints.parent, ft.checkpoints.name)
+        ft.checkpoints.mkdir(parents=True, exist_ok=True)
+        stamp.write_text(sha256_of(inputs))
+
+    def finetune_once(self, ft: FinetuneJob, config, general: list[str] | None) -> tuple[dict, list[Path]]:
+        """Train `ft` (resuming from its checkpoints); on rank 0, its ledger outputs."""
+        from weightgraft.experiments.models import fingerprint_model
+        from weightgraft.training.finetune import finetune
+
+        result = finetune(
+            self.model_paths["pre"],
+            self.job.sets[ft.dataset].directory,
+            ft.out,
+            config,
+            general_texts=general if config.mix_ratio else None,
+            progress=self.progress,
+            overwrite=True,
+            checkpoint_dir=ft.checkpoints,
+        )
+        if not self.is_main:
+            return {}, []
+        record = json.loads((ft.out / "training_config.json").read_text())
+        remove_entry(ft.checkpoints.parent, ft.checkpoints.name)
+        outputs = {
+            "path": str(ft.out),
+            "sha256": fingerprint_model(str(ft.out)),
+            "best_epoch": result.best_epoch,
+            "validation_top5_by_epoch": result.history,
+            "resumed_from": record.get("resumed_from"),
+        }
+        if record.get("resumed_from"):
+            self.say(f"  resumed from {record['resumed_from']}")
+        return outputs, [ft.out / "model.safetensors"]
 
     def run_group(self, group: RunGroup, data: dict) -> None:
         from weightgraft.experiments.config import parse_config
