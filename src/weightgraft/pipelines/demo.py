@@ -14,7 +14,9 @@ from weightgraft.atomic import refuse_foreign
 from weightgraft.experiments.config import RunConfig, parse_config
 from weightgraft.experiments.records import RUN_MARKS
 from weightgraft.experiments.vocabulary import ModelRole
+from weightgraft.paper.organism import with_organism
 from weightgraft.paper.presets import PRESET_NAMES
+from weightgraft.paper.study import PAPER
 from weightgraft.pipelines.run import run_all
 from weightgraft.reporting.verdict import Check
 
@@ -92,6 +94,9 @@ def run_demo(
     artifacts = ensure_builtin(size=size, home=home, progress=progress)
     built = time.perf_counter()
     config = demo_config(artifacts, size=size, **options)
-    outcome = run_all(config, out, progress=progress)
+    replaced = any(options.get(role) for role in ("recipient", "donor", "task_model", "freetext_model", "b2a_model"))
+    # The organism's section describes the default built-in models; not once a model is replaced.
+    study = with_organism(PAPER) if size == "default" and not replaced else PAPER
+    outcome = run_all(config, out, progress=progress, study=study)
     done = time.perf_counter()
     return DemoResult(Path(out), outcome.checks, built - start, done - built)
