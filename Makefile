@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml
 
 env: $(STAMP) browser
 
-# The browser tests (tests/test_explore_browser.py) drive Debian's Chromium. Installed here when
+# The browser tests (tests/explore/test_explore_browser.py) drive Debian's Chromium. Installed here when
 # missing and this runs as root with apt-get; elsewhere install `chromium` yourself (the tests
 # skip, saying so, without it).
 browser:

@@ -26,7 +26,8 @@ from pathlib import Path
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from tiny_world import base_config, build_tokenizer, write_dataset  # the tests' tiny world, beside this script
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "support"))  # the oracle and the tiny world
+from tiny_world import base_config, build_tokenizer, write_dataset  # noqa: E402 (the tests' tiny world)
 from weightgraft.data.io import load_eval_prompts, load_train_texts
 from weightgraft.experiments.config import parse_config
 from weightgraft.experiments.runner import Runner

@@ -1,11 +1,15 @@
 """What every test shares: one thread for torch, and the tiny-model factory.
 
-Helper modules are named `*_fixtures.py`: `tiny_model_fixtures` (random tiny models of every
+The tests mirror the package: `tests/engine/` tests `weightgraft.engine`, `tests/paper/` the
+paper's presets and reproduce job, and so on; `tests/reliability/` holds the guarantees against
+lost work that cross packages, `tests/architecture/` the import and function-length rules. Every
+support module is in `tests/support/` (on the path through pyproject.toml's `pythonpath`). Helper
+modules are named `*_fixtures.py`: `tiny_model_fixtures` (random tiny models of every
 architecture), `engine_fixtures` (cached pairs, padding, random grafts), `donor_fixtures`,
 `exp_fixtures`, `data_fixtures`, `tokenizer_fixtures`, `training_fixtures`, `data_cli_fixtures`.
-The independent per-token reference grafter is `benchmarks/reference_grafter.py` and the tiny
-world of the experiment tests is `benchmarks/tiny_world.py`: importable here through pytest's
-`pythonpath` setting (pyproject.toml) and by the benchmarks that use them from their own folder.
+The independent per-token reference grafter is `tests/support/reference_grafter.py` and the tiny
+world of the experiment tests is `tests/support/tiny_world.py`: importable here through pytest's
+`pythonpath` setting (pyproject.toml), and by the benchmarks, which put `tests/support` on their path.
 """
 
 from __future__ import annotations

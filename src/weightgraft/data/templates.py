@@ -4,7 +4,7 @@ Training templates name `{first_actor}` before `{second_actor}`; the reversed or
 swapping the two actors. Evaluation and validation templates are written in a small markup:
 `{entity}` is the queried actor, `{movie_title}` the title, and `[...]` marks the relation words.
 Their wording is kept apart on purpose: no evaluation or validation prompt can be a prefix of (or
-appear inside) a training text, which `tests/test_data_templates.py` checks on rendered data.
+appear inside) a training text, which `tests/data/test_data_templates.py` checks on rendered data.
 """
 
 from __future__ import annotations

@@ -7,5 +7,5 @@ the reproduce job: what it builds (`reproduce_job`), its plan and cost (`reprodu
 
 This package imports nothing at import time, so that `weightgraft.paper.estimate` stays cheap for
 the CLI; the engine, donors, adapters, experiments, reporting and attribution import nothing
-from it (tests/test_architecture_imports.py).
+from it (tests/architecture/test_architecture_imports.py).
 """

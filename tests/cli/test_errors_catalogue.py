@@ -31,7 +31,7 @@ from bad_input_fixtures import EXPERIMENT, build_world, config_body, fill_the_di
 from cli_runner import invoke, one_line_error
 from data_fixtures import OTHER_USER_FACT, USER_FACT
 
-DOC = Path(__file__).resolve().parents[1] / "docs" / "errors.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "errors.md"
 
 
 def catalogue() -> dict[str, str]:

@@ -79,7 +79,7 @@ def test_readme_adapter_example_runs_as_written(registry_restored):
 
     from weightgraft.adapters import adapter_for
 
-    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
     section = readme[readme.index("#### Adding an architecture") :]
     snippet = section.split("```python", 1)[1].split("```", 1)[0]
     exec(compile(snippet, "README.md", "exec"), {})

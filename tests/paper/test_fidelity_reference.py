@@ -1,6 +1,6 @@
 """The authors' fidelity through the runner's own computation (`execute.compute_chunk`: conditions
 resolved on the model, row grafts, the aligned batch, kept columns) against an independent slow
-reference of the authors' rules (benchmarks/authors_reference.py: modules swapped per token,
+reference of the authors' rules (tests/support/authors_reference.py: modules swapped per token,
 the hybrid model built by copying tensors, the unembedding tied to the embedding where the model
 ties them). Models: a tied Llama of 6 layers (n % 4 = 2: the hybrid band splits, and the tied
 unembedding follows the embedding) and an untied Llama of 10 layers (n % 4 = 2 again).

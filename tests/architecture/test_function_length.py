@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-SRC = Path(__file__).resolve().parents[1] / "src" / "weightgraft"
+SRC = Path(__file__).resolve().parents[2] / "src" / "weightgraft"
 PACKAGES = ("experiments", "pipelines", "reporting", "paper", "cli")
 LIMIT = 60
 REASON = "Long because"

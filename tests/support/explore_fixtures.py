@@ -1,4 +1,4 @@
-"""The explorer on the tests' tiny world (benchmarks/tiny_world.py): tiny Llama models saved as
+"""The explorer on the tests' tiny world (tests/support/tiny_world.py): tiny Llama models saved as
 folders with a tokenizer, a dataset with roles, and an explorer session served from a thread."""
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ from cli_runner import invoke, one_line_error
 from exp_fixtures import build_models
 from tiny_world import base_config, write_dataset
 
-SRC = Path(__file__).resolve().parents[1] / "src" / "weightgraft"
+SRC = Path(__file__).resolve().parents[2] / "src" / "weightgraft"
 LOADERS = {"from_pretrained", "from_config"}
 NO_CODE_LOADERS = {"PeftConfig"}  # reads adapter_config.json only; it has no code to run
 

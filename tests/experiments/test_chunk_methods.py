@@ -1,6 +1,6 @@
 """Both ways of computing a chunk (experiments/methods: weight grafting, activation patching)
 through the one call site the runner uses (`execute.compute_chunk` with `methods.method_for`),
-against the independent per-token reference grafter (benchmarks/reference_grafter.py).
+against the independent per-token reference grafter (tests/support/reference_grafter.py).
 
 Weight grafting is compared row by row with the reference's grafts at the same tokens. Activation
 patching at every position is weight grafting in disguise: replacing each block's output in

@@ -1,5 +1,5 @@
 """Test helpers for the experiment layer: tiny Llama models saved as HF folders (on the tiny world
-of `benchmarks/tiny_world.py`: its prompts, tokenizer, dataset folder and run config) and an
+of `tests/support/tiny_world.py`: its prompts, tokenizer, dataset folder and run config) and an
 independent reference for grafting.
 
 The reference grafter mixes module outputs position by position with forward hooks, one row at a

@@ -1,10 +1,10 @@
 """The tests' tiny word-level world: four facts of made-up actors in the paper's three sentences
 (with spans), a word-level tokenizer over its words, the dataset folder and a run config around them.
 
-It lives beside the benchmarks because the experiment tests and `bench_runner.py` both use it: a
-script's own folder is on its import path, and pytest adds `benchmarks/` (pyproject.toml
-`pythonpath`), so neither needs a sys.path edit. The tiny models and the reference grafter the
-tests check against are in tests/exp_fixtures.py.
+It lives in tests/support because the experiment tests and `bench_runner.py` both use it: pytest
+adds `tests/support` to the path (pyproject.toml `pythonpath`) and the benchmarks put it there
+themselves. The tiny models and the reference grafter the tests check against are in
+tests/support/exp_fixtures.py.
 """
 
 from __future__ import annotations

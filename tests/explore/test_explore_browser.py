@@ -35,7 +35,7 @@ ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-SCREENSHOT = Path(__file__).resolve().parents[1] / "docs" / "explore.png"
+SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "explore.png"
 
 # Skipped on a developer's machine without Chromium; in CI (CI=true) a missing browser is a failure,
 # so that the browser tests can never pass there by not running.
