@@ -321,6 +321,9 @@ RECIPES: dict[str, R] = {
     "E-config-16": R(lambda w: w.experiment(conditions=["BOGUS"]), "unknown condition 'BOGUS' in experiment 'e'"),
     "E-config-17": R(lambda w: w.grafts(positions="FE+XX"), "unknown position 'XX' in 'FE+XX'", "unknown position"),
     "E-config-18": R(lambda w: w.grafts(components="O+ZZ"), "unknown component 'ZZ' in 'O+ZZ'", "unknown component"),
+    "E-config-27": R(
+        lambda w: w.grafts(components="attn+FFN"), "ambiguous component 'attn' in 'attn+FFN'", "ambiguous component"
+    ),
     "E-config-19": R(lambda w: w.grafts(layers="bogus"), "unknown layer band 'bogus'", "unknown layer band"),
     "E-config-20": R(lambda w: w.experiment(headline=["bogus"]), "unknown metric 'bogus'", "unknown metric"),
     "E-config-21": R(lambda w: w.run(experiments=[{"preset": "nope"}]), "Input should be 'position_grafting'"),

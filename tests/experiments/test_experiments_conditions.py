@@ -216,3 +216,16 @@ def test_example_cap_is_seeded_and_keeps_every_template():
     assert {p.template_id for p in a} == {"paper_1", "paper_2", "paper_3"}
     with pytest.raises(ValueError, match="nosuch"):
         select_examples(prompts, ["nosuch"], None, seed=0, context="t")
+
+
+def test_a_config_says_attn_one_way_only():
+    """The paper's ATTN is q, k, v; the engine's group `attn` adds o. A config refuses the
+    engine's spelling (naming both ways to write it) instead of grafting o unasked."""
+    from weightgraft.experiments.components import parse_components
+
+    assert parse_components("ATTN") == ["q", "k", "v"]
+    assert parse_components("ATTN+O") == ["q", "k", "v", "o"]
+    with pytest.raises(ValueError, match=r"ambiguous component 'attn'.*ATTN \(q, k, v\) or ATTN\+O"):
+        parse_components("attn+FFN")
+    with pytest.raises(ValueError, match="ambiguous component 'attn'"):
+        parse_components(["attn"])

@@ -19,6 +19,10 @@ from weightgraft.experiments.vocabulary import (
 )
 
 SPECIAL = (EVERY_WEIGHT, AUTHORS_EVERY_WEIGHT, BLOCKS)
+# One name per idea: the paper's ATTN is q, k, v; the engine's group `attn` is q, k, v and o. A run
+# config speaks the paper's vocabulary, so it refuses the engine's spelling instead of silently
+# grafting o as well; `Graft(components="attn")` keeps the engine's meaning.
+ENGINE_ATTENTION_GROUP = "attn"
 
 
 def is_component_expr(text: str) -> bool:
@@ -32,12 +36,18 @@ def parse_components(value: str | list[str]) -> list[str]:
     parts = [p.strip() for p in value.split("+")] if isinstance(value, str) else list(value)
     names: list[str] = []
     for part in parts:
+        if part == ENGINE_ATTENTION_GROUP:
+            raise ValueError(
+                f"ambiguous component 'attn' in {value!r}: in a run config write the paper's ATTN "
+                "(q, k, v) or ATTN+O (q, k, v, o); the engine's lower-case group `attn` (q, k, v, o) "
+                "is a Graft name only"
+            )
         if part in PAPER_ATOMS:
             names.extend(PAPER_ATOMS[part])
         elif part in SPECIAL or part in ENGINE_NAMES:
             names.append(part)
         else:
-            known = ", ".join([*PAPER_ATOMS, *SPECIAL, *sorted(ENGINE_NAMES)])
+            known = ", ".join([*PAPER_ATOMS, *SPECIAL, *sorted(ENGINE_NAMES - {ENGINE_ATTENTION_GROUP})])
             raise ValueError(f"unknown component {part!r} in {value!r}; known: {known}")
     return list(dict.fromkeys(names))
 
