@@ -250,7 +250,7 @@ def _recovery(experiment, condition, base, full, metric, value, low, high, gap=(
     [
         ((0.95, 0.90, 1.00), "the finetuned unembedding carries the rest of the gain"),
         ((0.70, 0.60, 0.78), "the donor's unembedding adds +0.10 of the gain and the rest lies outside FE+LT"),
-        ((0.60, 0.47, 0.76), "already scored with the donor's unembedding here (a tied model)"),
+        ((0.60, 0.47, 0.76), "the two rows are the same, because the donor's unembedding is already used"),
         ((0.85, 0.70, 0.95), "is not settled by these intervals"),
     ],
 )

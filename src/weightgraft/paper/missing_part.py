@@ -85,9 +85,10 @@ def position_note(check: Check, recovery: list[RecoveryRow]) -> str | None:
     same = abs(with_head["recovery"] - plain["recovery"]) < 1e-9
     if same:
         return (
-            f"{numbers}: {claim.condition} is already scored with the donor's unembedding here (a tied "
-            "model), so the missing part is not in the unembedding but at positions other than "
-            f"{claim.condition} or in the final norm."
+            f"{numbers}: the two rows are the same, because the donor's unembedding is already used "
+            f"here (a tied model scores {claim.condition} with it) or equals the recipient's (a finetune "
+            "that left it unchanged), so the missing part is not in the unembedding but at positions "
+            f"other than {claim.condition} or in the final norm."
         )
     if with_head["ci_low"] >= claim.threshold:
         return (
