@@ -11,7 +11,6 @@ atomically by the step itself). Only the main process (rank 0) writes.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import time
@@ -20,23 +19,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from weightgraft.atomic import write_text_atomic
-from weightgraft.runtime import sha256_file as sha256_of_file
-from weightgraft.runtime import sha256_json as sha256_of
+from weightgraft.runtime import sha256_json
 
 # What a step's `build` returns: (outputs to record, paths that must exist for the step to be done).
 Built = tuple[dict, list[Path]]
 # Told what the ledger does with a step: (event, step name, record); events are "reused" (record
 # is the earlier one), "start" (record is None) and "finished" (record is the new one).
 Announce = Callable[[str, str, dict | None], None]
-
-
-def sha256_of_folder(folder: Path, skip: tuple[str, ...] = ()) -> str:
-    """sha256 over every file under `folder` (its path inside the folder and its bytes), in
-    sorted order; files named in `skip` are left out."""
-    digest = hashlib.sha256()
-    for path in sorted(p for p in Path(folder).rglob("*") if p.is_file() and p.name not in skip):
-        digest.update(f"{path.relative_to(folder).as_posix()}\0{sha256_of_file(path)}\n".encode())
-    return digest.hexdigest()
 
 
 def _now() -> str:
@@ -78,7 +67,7 @@ class Ledger:
 
     def is_done(self, name: str, inputs: dict) -> bool:
         record = self.record_of(name)
-        if record is None or record.get("inputs_sha256") != sha256_of(inputs):
+        if record is None or record.get("inputs_sha256") != sha256_json(inputs):
             return False
         return all(self._resolved(p).exists() for p in record.get("paths", []))
 
@@ -90,7 +79,7 @@ class Ledger:
         """Record `name` as done; `started` None: found done without a record (adopted), no time."""
         record = {
             "inputs": inputs,
-            "inputs_sha256": sha256_of(inputs),
+            "inputs_sha256": sha256_json(inputs),
             "outputs": outputs,
             "paths": [self._stored(p) for p in paths],
             "seconds": round(time.time() - started, 1) if started is not None else None,

@@ -90,3 +90,12 @@ def sha256_file(path: str | Path) -> str:
 def sha256_json(obj) -> str:
     """sha256 of a JSON-able object written with sorted keys (paths and other objects as strings)."""
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def sha256_folder(folder: str | Path, skip: tuple[str, ...] = ()) -> str:
+    """sha256 over every file under `folder` (its path inside the folder and its bytes), in
+    sorted order; files named in `skip` are left out."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in Path(folder).rglob("*") if p.is_file() and p.name not in skip):
+        digest.update(f"{path.relative_to(folder).as_posix()}\0{sha256_file(path)}\n".encode())
+    return digest.hexdigest()

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from weightgraft._version import __version__
 from weightgraft.atomic import OutputExistsError, is_nonempty_folder, refuse_foreign, remove_entry
-from weightgraft.ledger import Ledger, sha256_of, sha256_of_file
+from weightgraft.ledger import Ledger
 from weightgraft.locking import folder_lock, lock_file
 from weightgraft.paper.estimate import PAPER_MODELS, paper_model_name
 from weightgraft.paper.reproduce_job import (
@@ -47,7 +47,7 @@ from weightgraft.paper.reproduce_job import (
 from weightgraft.paper.reproduce_plan import describe_plan
 from weightgraft.paper.reproduce_report import write_reproduce_report
 from weightgraft.pipelines.run import run_all
-from weightgraft.runtime import resolve_device
+from weightgraft.runtime import resolve_device, sha256_file, sha256_json
 
 
 @dataclass
@@ -75,7 +75,7 @@ def _local_model(model: str) -> str:
 
 
 def _manifest_sha(directory: Path) -> str:
-    return sha256_of_file(Path(directory) / "manifest.json")
+    return sha256_file(Path(directory) / "manifest.json")
 
 
 class Pipeline:
@@ -219,7 +219,7 @@ class Pipeline:
 
         path = Path(path)
         texts = load_train_texts(path) if path.is_dir() else read_user_articles(path)
-        return texts, sha256_of(texts)
+        return texts, sha256_json(texts)
 
     def max_length(self) -> int:
         name = paper_model_name(self.options.model)
@@ -256,15 +256,15 @@ class Pipeline:
         other ranks wait for that stamp, so that every rank resumes from the same checkpoint."""
         stamp = ft.checkpoints / "inputs_sha256.txt"
         if not self.is_main:
-            while not (stamp.is_file() and stamp.read_text() == sha256_of(inputs)):
+            while not (stamp.is_file() and stamp.read_text() == sha256_json(inputs)):
                 time.sleep(1.0)
             return
-        if ft.checkpoints.exists() and (not stamp.is_file() or stamp.read_text() != sha256_of(inputs)):
+        if ft.checkpoints.exists() and (not stamp.is_file() or stamp.read_text() != sha256_json(inputs)):
             refuse_unstamped_checkpoints(ft)
             self.say(f"  {ft.checkpoints}: checkpoints of other inputs, removed")
             remove_entry(ft.checkpoints.parent, ft.checkpoints.name)
         ft.checkpoints.mkdir(parents=True, exist_ok=True)
-        stamp.write_text(sha256_of(inputs))
+        stamp.write_text(sha256_json(inputs))
 
     def finetune_once(self, ft: FinetuneJob, config, general: list[str] | None) -> tuple[dict, list[Path]]:
         """Train `ft` (resuming from its checkpoints); on rank 0, its ledger outputs."""
@@ -313,7 +313,7 @@ class Pipeline:
                 "presets": group.presets,
                 "computed": len(result.computed),
                 "reused": len(result.reused),
-                "summary_sha256": sha256_of_file(group.out / "summary.csv"),
+                "summary_sha256": sha256_file(group.out / "summary.csv"),
             }
             return outputs, [group.out / "summary.csv"]
 

@@ -29,9 +29,10 @@ from weightgraft.data.family import Member, write_family
 from weightgraft.data.io import GENERATOR_VERSION, load_train_texts, write_dataset
 from weightgraft.data.templates import EVAL_TEMPLATES, VALIDATION_TEMPLATES, eval_prompts_for
 from weightgraft.data.world import World
-from weightgraft.ledger import Built, Ledger, sha256_of_folder
+from weightgraft.ledger import Built, Ledger
 from weightgraft.locking import waiting_lock
 from weightgraft.runtime import home as runtime_home
+from weightgraft.runtime import sha256_folder
 from weightgraft.training.finetune import FinetuneConfig
 from weightgraft.training.pretrain import PretrainConfig
 
@@ -384,7 +385,7 @@ def _step_inputs(ledger: Ledger, step: BuildStep) -> dict:
 def _fingerprints(step: BuildStep) -> dict:
     """A step's outputs as its record keeps them: each folder's sha256 (the training record,
     which holds times, left out), read by the steps after it."""
-    return {"sha256": {path.name: sha256_of_folder(path, skip=(TRAINING_RECORD,)) for path in step.outputs}}
+    return {"sha256": {path.name: sha256_folder(path, skip=(TRAINING_RECORD,)) for path in step.outputs}}
 
 
 def _build(step: BuildStep, worlds: _WorldOnce) -> Built:
