@@ -27,7 +27,6 @@ import torch
 from weightgraft.attribution.attribute import GRAINS, PAPER_ROLES, Attribution, attribute, position_roles
 from weightgraft.attribution.cells import donor_name
 from weightgraft.data.batching import right_pad
-from weightgraft.data.errors import DataError
 from weightgraft.engine.graft import Graft
 from weightgraft.reporting import statistics as st
 from weightgraft.reporting.localize_results import LOCALIZE_FILE, ChosenGroup, GraftCounts, LocalizeSummary
@@ -55,16 +54,11 @@ class RoleExample:
 
 def encode_role_examples(tokenizer, prompts) -> list[RoleExample]:
     """EvalPrompts of a weightgraft dataset -> Examples (roles from the prompts' character spans)."""
-    from weightgraft.data.encode import encode_prompt
+    from weightgraft.data.encode import encode_scored_prompt
 
     out = []
     for prompt in prompts:
-        enc = encode_prompt(tokenizer, prompt)
-        if not enc.target_ids:
-            raise DataError(
-                f"prompt {prompt.id!r}: target {prompt.target!r} has no tokens; rebuild the dataset "
-                "(every prompt needs a non-empty target)"
-            )
+        enc = encode_scored_prompt(tokenizer, prompt)
         named = position_roles({str(k): v for k, v in enc.positions.items()}, len(enc.input_ids))
         roles = {role: [p for p, r in enumerate(named) if r == role] for role in PAPER_ROLES}
         tokens = [tokenizer.decode([i]) for i in enc.input_ids]

@@ -110,3 +110,15 @@ def encode_prompt(tokenizer, prompt: EvalPrompt) -> EncodedPrompt:
             f"{text!r} + {prompt.target!r}; the target would not follow the prompt as tokenized"
         )
     return EncodedPrompt(input_ids=ids, positions=positions, target_ids=full_ids[len(ids) :])
+
+
+def encode_scored_prompt(tokenizer, prompt: EvalPrompt) -> EncodedPrompt:
+    """`encode_prompt` for a prompt whose target will be scored: a target with no tokens is refused
+    (DataError), since no metric can be computed on it."""
+    enc = encode_prompt(tokenizer, prompt)
+    if not enc.target_ids:
+        raise DataError(
+            f"prompt {prompt.id!r}: target {prompt.target!r} has no tokens; rebuild the dataset "
+            "(every prompt needs a non-empty target)"
+        )
+    return enc

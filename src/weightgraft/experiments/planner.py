@@ -12,8 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from weightgraft.adapters.base import GROUPS
-from weightgraft.data.encode import check_context, encode_prompt
-from weightgraft.data.errors import DataError
+from weightgraft.data.encode import check_context, encode_scored_prompt
 from weightgraft.data.templates import in_authors_wording
 from weightgraft.errors import UserError
 from weightgraft.experiments import records
@@ -120,12 +119,7 @@ def encode_examples(resources: Resources, exp: ExperimentSpec, tokenizer) -> tup
     prompts = select_examples(every, exp.templates, exp.max_examples, seed, context, exp.directions)
     examples = []
     for prompt in prompts:
-        enc = encode_prompt(tokenizer, prompt)
-        if not enc.target_ids:
-            raise DataError(
-                f"prompt {prompt.id!r}: target {prompt.target!r} has no tokens; rebuild the dataset "
-                "(every prompt needs a non-empty target)"
-            )
+        enc = encode_scored_prompt(tokenizer, prompt)
         positions = {str(k): list(v) for k, v in enc.positions.items()}
         examples.append(Example(prompt, list(enc.input_ids), list(enc.target_ids), positions))
     check_context(
