@@ -141,77 +141,80 @@ def _position_words(fidelity: str, unembedding: str, variants: bool = True) -> s
     return " ".join(authors if m == "authors" else clean for m in modes(fidelity))
 
 
-def position_grafting(
-    max_examples=None, templates=None, unembedding="recipient", fidelity="both", wording="clean"
+def _position_experiment(
+    name: str, title: str, description: str, conditions: list, templates: list[str], **options
 ) -> list[dict]:
-    others = _head_variants(unembedding, fidelity)
+    """One position experiment of PRE grafted from SFT, forward prompts, top-1 and top-5 as its
+    headline; `options` are the preset's own (max_examples, unembedding, fidelity, wording)."""
     return [
         dict(
-            name="position_grafting",
-            title="Position grafting (SFT into PRE)",
-            description="Every weight of the relation model (SFT) at the named token positions, in "
-            "every layer; the pretrained model (PRE) elsewhere. " + _position_words(fidelity, unembedding),
+            name=name,
+            title=title,
+            description=description,
             dataset="relation",
             recipient="pre",
             donor="sft",
-            unembedding=unembedding,
-            fidelity=fidelity,
-            wording=wording,
-            conditions=[*POSITION_CONDITIONS, *others],
+            unembedding=options["unembedding"],
+            fidelity=options["fidelity"],
+            wording=options["wording"],
+            conditions=conditions,
             headline=["top1", "top5"],
-            max_examples=max_examples,
+            max_examples=options["max_examples"],
             directions="forward",
-            templates=templates or list(PAPER_TEMPLATES),
+            templates=templates,
         )
     ]
+
+
+def position_grafting(
+    max_examples=None, templates=None, unembedding="recipient", fidelity="both", wording="clean"
+) -> list[dict]:
+    return _position_experiment(
+        "position_grafting",
+        "Position grafting (SFT into PRE)",
+        "Every weight of the relation model (SFT) at the named token positions, in "
+        "every layer; the pretrained model (PRE) elsewhere. " + _position_words(fidelity, unembedding),
+        [*POSITION_CONDITIONS, *_head_variants(unembedding, fidelity)],
+        templates or list(PAPER_TEMPLATES),
+        max_examples=max_examples,
+        unembedding=unembedding,
+        fidelity=fidelity,
+        wording=wording,
+    )
 
 
 def position_relation(
     max_examples=None, templates=None, unembedding="recipient", fidelity="both", wording="clean"
 ) -> list[dict]:
-    return [
-        dict(
-            name="position_relation",
-            title="Position grafting with the relation word (R)",
-            description="As position grafting, with R = the relation word's tokens only (never the "
-            "last token). " + _position_words(fidelity, unembedding, variants=False),
-            dataset="relation",
-            recipient="pre",
-            donor="sft",
-            unembedding=unembedding,
-            fidelity=fidelity,
-            wording=wording,
-            conditions=RELATION_CONDITIONS,
-            headline=["top1", "top5"],
-            max_examples=max_examples,
-            directions="forward",
-            templates=templates or list(PAPER_TEMPLATES),
-        )
-    ]
+    return _position_experiment(
+        "position_relation",
+        "Position grafting with the relation word (R)",
+        "As position grafting, with R = the relation word's tokens only (never the "
+        "last token). " + _position_words(fidelity, unembedding, variants=False),
+        RELATION_CONDITIONS,
+        templates or list(PAPER_TEMPLATES),
+        max_examples=max_examples,
+        unembedding=unembedding,
+        fidelity=fidelity,
+        wording=wording,
+    )
 
 
 def position_title(
     max_examples=None, templates=None, unembedding="recipient", fidelity="both", wording="clean"
 ) -> list[dict]:
-    return [
-        dict(
-            name="position_title",
-            title="Position grafting with the movie title (M), sentence 3",
-            description="As position grafting, on the title prompt `{first_actor} stars in "
-            "{movie_title} alongside` (FE, then M, then LT). " + _position_words(fidelity, unembedding, variants=False),
-            dataset="relation",
-            recipient="pre",
-            donor="sft",
-            unembedding=unembedding,
-            fidelity=fidelity,
-            wording=wording,
-            conditions=TITLE_CONDITIONS,
-            headline=["top1", "top5"],
-            max_examples=max_examples,
-            directions="forward",
-            templates=templates or TITLE_TEMPLATES,
-        )
-    ]
+    return _position_experiment(
+        "position_title",
+        "Position grafting with the movie title (M), sentence 3",
+        "As position grafting, on the title prompt `{first_actor} stars in "
+        "{movie_title} alongside` (FE, then M, then LT). " + _position_words(fidelity, unembedding, variants=False),
+        TITLE_CONDITIONS,
+        templates or TITLE_TEMPLATES,
+        max_examples=max_examples,
+        unembedding=unembedding,
+        fidelity=fidelity,
+        wording=wording,
+    )
 
 
 def _components(name, title, recipient, baseline, description, max_examples, templates, fidelity, wording):
