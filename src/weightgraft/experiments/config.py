@@ -39,7 +39,7 @@ from weightgraft.experiments.conditions import (
     check_layer_spec,
     validate_condition,
 )
-from weightgraft.experiments.preset_registry import get_preset, presets_taking
+from weightgraft.experiments.preset_registry import ALL_PRESET_OPTIONS, SHAPE_OPTIONS, get_preset, presets_taking
 from weightgraft.experiments.roles import parse_positions
 from weightgraft.experiments.vocabulary import SUMMARY_METRICS as METRICS
 from weightgraft.experiments.vocabulary import Direction
@@ -168,6 +168,11 @@ class PresetRef(BaseModel):
     # (weightgraft's), or `both` (default: the authors' rows and the clean rows that differ).
     fidelity: Literal["authors", "clean", "both"] | None = None
     wording: Literal["clean", "authors"] | None = None  # the paper sentences' wording
+    # The recipient's shape, for presets that enumerate its layers, heads or ranks (the finer
+    # presets: `weightgraft.paper.finer_presets`).
+    num_layers: int | None = Field(default=None, ge=1)
+    num_heads: int | None = Field(default=None, ge=1)
+    hidden_size: int | None = Field(default=None, ge=1)
 
     @field_validator("preset", mode="before")
     @classmethod
@@ -189,10 +194,16 @@ class PresetRef(BaseModel):
                     f"preset {self.preset!r} has no `{option}` option (only the paper presets "
                     f"{', '.join(presets_taking(option))} do)"
                 )
+        for option in SHAPE_OPTIONS:
+            if getattr(self, option) is not None and option not in takes:
+                raise ValueError(
+                    f"preset {self.preset!r} has no `{option}` option (only "
+                    f"{', '.join(presets_taking(option)) or 'no preset'} takes it)"
+                )
         return self
 
     def experiments(self) -> list[dict]:
-        options = {o: getattr(self, o) for o in ("unembedding", "fidelity", "wording") if getattr(self, o) is not None}
+        options = {o: getattr(self, o) for o in ALL_PRESET_OPTIONS if getattr(self, o) is not None}
         return get_preset(self.preset).build(self.max_examples, self.templates, **options)
 
 

@@ -13,23 +13,28 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 # The options a preset entry may carry beyond `max_examples` and `templates`, each only on the
-# presets that declare it.
+# presets that declare it. `num_layers`, `num_heads`, `hidden_size`: the recipient's shape, for
+# presets that enumerate its layers, heads or ranks (weightgraft.paper.finer_presets).
 PRESET_OPTIONS = ("unembedding", "fidelity", "wording")
+SHAPE_OPTIONS = ("num_layers", "num_heads", "hidden_size")
+ALL_PRESET_OPTIONS = (*PRESET_OPTIONS, *SHAPE_OPTIONS)
 
 
 @dataclass(frozen=True)
 class Preset:
     """One preset: its name, its builder `build(max_examples, templates, **options) -> [dict]`,
-    and which of PRESET_OPTIONS it takes."""
+    and which of ALL_PRESET_OPTIONS it takes."""
 
     name: str
     build: Callable[..., list[dict]]
     options: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
-        unknown = sorted(self.options - set(PRESET_OPTIONS))
+        unknown = sorted(self.options - set(ALL_PRESET_OPTIONS))
         if unknown:
-            raise ValueError(f"preset {self.name!r}: unknown option(s) {unknown}; known: {', '.join(PRESET_OPTIONS)}")
+            raise ValueError(
+                f"preset {self.name!r}: unknown option(s) {unknown}; known: {', '.join(ALL_PRESET_OPTIONS)}"
+            )
 
 
 _REGISTRY: dict[str, Preset] = {}

@@ -21,6 +21,7 @@ from weightgraft.experiments.config import RunConfig, parse_config
 from weightgraft.experiments.records import run_folder
 from weightgraft.experiments.runner import RunResult, run_experiments
 from weightgraft.experiments.shards import merge_shards, shard_from_env
+from weightgraft.paper.finer_presets import FINER_PRESETS  # noqa: F401  (registers weightgraft's finer presets)
 from weightgraft.paper.presets import PRESETS  # noqa: F401  (registers the paper's presets)
 from weightgraft.paper.study import PAPER
 from weightgraft.reporting.report import write_report
