@@ -1,5 +1,6 @@
 """Plots of a run, as PNG and SVG: bar charts in the conditions' order (the paper's), paired bars
-for weight grafting vs activation patching, heatmaps for layer sweeps. Values are over all
+for weight grafting vs activation patching, heatmaps for layer sweeps, and the finer grafts'
+head maps, rank and dose curves (`finer_plots`). Values are over all
 templates (`ALL`), error bars are the 95% intervals over facts."""
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from weightgraft.atomic import write_atomic  # noqa: E402
+from weightgraft.reporting.finer import plain_row  # noqa: E402
+from weightgraft.reporting.finer_plots import finer_plots  # noqa: E402
 from weightgraft.reporting.statistics import ALL  # noqa: E402
 
 
@@ -57,7 +60,7 @@ def _finish(fig, ax, labels, title, ylabel):
 def bar_chart(summary: list[dict], state: dict, stem: Path) -> list[Path]:
     """Grouped bars: one group per condition, one bar per headline metric."""
     table = _lookup(summary, state["name"])
-    names = [c["name"] for c in state["conditions"] if not c["meta"]]
+    names = [c["name"] for c in state["conditions"] if plain_row(c["meta"])]
     metrics = state["headline"]
     width = 0.8 / len(metrics)
     fig, ax = plt.subplots(figsize=(max(6, 0.55 * len(names) + 2), 4.2))
@@ -133,4 +136,4 @@ def plot_experiment(summary: list[dict], state: dict, folder: Path) -> list[Path
     paths = bar_chart(summary, state, stem)
     if any(c["meta"].get("sweep_at") for c in state["conditions"]):
         paths += heatmaps(summary, state, folder / f"{state['name']}_heatmap")
-    return paths
+    return paths + finer_plots(summary, state, folder)

@@ -19,6 +19,8 @@ from weightgraft.experiments.components import describe
 from weightgraft.experiments.records import read_state
 from weightgraft.experiments.vocabulary import CLEAN_SUFFIX, SAME_IN_BOTH, TABLE_METRICS
 from weightgraft.reporting.decision import Outcome
+from weightgraft.reporting.finer import plain_row
+from weightgraft.reporting.finer_section import experiment_finer
 from weightgraft.reporting.localize_section import localize_section
 from weightgraft.reporting.plots import plot_experiment
 from weightgraft.reporting.statistics import ALL
@@ -188,17 +190,22 @@ def _graft_text(graft: dict, num_layers: int) -> str:
 def _conditions_legend(state: dict) -> str:
     lines = []
     for cond in state["conditions"]:
-        if cond["meta"]:
+        if not plain_row(cond["meta"]):
             continue
         grafts = "; ".join(_graft_text(g, state["num_layers"]) for g in cond["grafts"]) or "no graft"
         lines.append(
             f"- **{cond['name']}**: {cond['description'] or 'custom grafts'}; recipient "
             f"`{cond['recipient']}`; grafts: {grafts}"
         )
-    sweep = [c for c in state["conditions"] if c["meta"]]
+    sweep = [c for c in state["conditions"] if c["meta"].get("sweep_at")]
     if sweep:
         lines.append(
             f"- plus {len(sweep)} sweep conditions `POSITION BAND COMPONENTS` ({sweep[0]['description']}, ...)"
+        )
+    finer = [c for c in state["conditions"] if not plain_row(c["meta"]) and not c["meta"].get("sweep_at")]
+    if finer:
+        lines.append(
+            f"- plus {len(finer)} finer-grain conditions and their controls (`{finer[0]['name']}`: {finer[0]['description']}, ...)"
         )
     return "\n".join(lines)
 
@@ -488,6 +495,7 @@ def experiment_section(summary: RunSummary, state: dict, plots: list[Path], stud
     kinds = fact_kind_table(rows, state)
     if kinds:
         lines += [kinds, ""]
+    lines += experiment_finer(pooled(rows), state)
     lines += study.experiment_section(rows, state)
     lines += recovery_tables(summary.recoveries, name)
     lines += [f"- {note}" for note in na_notes(rows, state)]

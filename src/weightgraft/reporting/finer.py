@@ -1,0 +1,239 @@
+"""The numbers of grafts finer than a component, read from a run's summary by their conditions'
+`meta` (FINER_CONTRACT): a layer x head map (`grain: head`), rank curves (`shape: rank`) and
+dose-response curves (`shape: scale`), each with its references (`reference: recipient / donor /
+component`) and controls (`control: random / complement`, `of`: the controlled row).
+
+Values are the pooled rows (every template and fact kind) with their 95% intervals over facts,
+exactly as summary.csv holds them; an effect is a row's value minus the recipient alone's value,
+its interval the row's interval shifted by the same amount (the recipient's value is held fixed,
+so the interval is the row's own uncertainty). The plots (`finer_plots`) and the report's tables
+(`finer_section`) both read these objects, so what is drawn is what is written.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from weightgraft.reporting.statistics import ALL
+from weightgraft.reporting.summary import SummaryRow, pooled
+
+METRICS = ("top5", "prob")
+REFERENCE_NAMES = {"recipient": ("PRE", "RECIPIENT"), "donor": ("SFT", "DONOR")}
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """One row's value with its 95% interval over facts (None: not applicable)."""
+
+    condition: str
+    value: float | None
+    low: float | None
+    high: float | None
+    n_facts: int | None = None
+
+    @property
+    def defined(self) -> bool:
+        return self.value is not None and math.isfinite(self.value)
+
+
+Estimates = dict[str, Estimate]  # metric -> estimate
+
+
+def lookup(rows: list[SummaryRow], experiment: str) -> dict[tuple[str, str], SummaryRow]:
+    """(condition, metric) -> the pooled row over every template."""
+    return {
+        (r["condition"], r["metric"]): r for r in pooled(rows) if r["experiment"] == experiment and r["template"] == ALL
+    }
+
+
+def estimates(table: dict, name: str, metrics=METRICS) -> Estimates:
+    """A condition's estimates on `metrics` (undefined where the summary has no value)."""
+    out = {}
+    for metric in metrics:
+        row = table.get((name, metric))
+        if row is None:
+            out[metric] = Estimate(name, None, None, None)
+        else:
+            out[metric] = Estimate(name, row["value"], row["ci_low"], row["ci_high"], row.get("n_facts"))
+    return out
+
+
+def references(state: dict) -> dict[str, str]:
+    """role (recipient, donor, component) -> condition name: by `meta.reference`, else the
+    recipient alone and the donor alone by their shorthand names."""
+    out = {}
+    for cond in state["conditions"]:
+        role = cond["meta"].get("reference")
+        if role and role not in out:
+            out[role] = cond["name"]
+    names = [c["name"] for c in state["conditions"]]
+    for role, known in REFERENCE_NAMES.items():
+        if role not in out:
+            found = [n for n in names if n in known]
+            if found:
+                out[role] = found[0]
+    return out
+
+
+def controls_of(state: dict) -> dict[str, dict[str, list[str]]]:
+    """controlled condition -> {"random": [names], "complement": [names]}."""
+    out: dict[str, dict[str, list[str]]] = {}
+    for cond in state["conditions"]:
+        meta = cond["meta"]
+        if meta.get("control") in ("random", "complement") and "of" in meta:
+            out.setdefault(meta["of"], {"random": [], "complement": []})[meta["control"]].append(cond["name"])
+    return out
+
+
+def _main_rows(state: dict, key: str, value: str) -> list[dict]:
+    """The conditions whose meta has `key: value` and that are not controls."""
+    return [c for c in state["conditions"] if c["meta"].get(key) == value and "control" not in c["meta"]]
+
+
+@dataclass(frozen=True)
+class Controlled:
+    """A grid cell or curve point with its controls."""
+
+    name: str
+    values: Estimates
+    random: list[Estimates] = field(default_factory=list)
+    complement: Estimates | None = None
+
+
+def controlled(table: dict, name: str, controls: dict) -> Controlled:
+    mine = controls.get(name, {"random": [], "complement": []})
+    return Controlled(
+        name,
+        estimates(table, name),
+        [estimates(table, n) for n in mine["random"]],
+        estimates(table, mine["complement"][0]) if mine["complement"] else None,
+    )
+
+
+def random_mean(point: Controlled, metric: str) -> float | None:
+    """The mean of the random controls' values (None without any defined one)."""
+    values = [r[metric].value for r in point.random if r[metric].defined]
+    return sum(values) / len(values) if values else None
+
+
+@dataclass(frozen=True)
+class HeadMap:
+    """Every (layer, head) cell of one component set, with the references of its experiment."""
+
+    components: str
+    layers: list[int]
+    heads: list[int]
+    cells: dict[tuple[int, int], Controlled]
+    refs: dict[str, Estimates]
+
+    def _grid(self, pick) -> list[list[float]]:
+        nan = float("nan")
+        grid = [[nan] * len(self.heads) for _ in self.layers]
+        for (layer, head), cell in self.cells.items():
+            value = pick(cell)
+            grid[self.layers.index(layer)][self.heads.index(head)] = nan if value is None else value
+        return grid
+
+    def baseline(self, role: str, metric: str) -> float | None:
+        ref = self.refs.get(role, {}).get(metric)
+        return ref.value if ref is not None and ref.defined else None
+
+    def effect(self, metric: str, bound: str = "value") -> list[list[float]]:
+        """The cells' value (or `low`/`high` bound) minus the recipient alone's value."""
+        base = self.baseline("recipient", metric)
+        return self._grid(lambda c: _minus(getattr(c.values[metric], bound), base))
+
+    def cost(self, metric: str) -> list[list[float]]:
+        """The complement's cost: the donor alone's value minus the complement's (what the
+        donor loses without this head)."""
+        donor = self.baseline("donor", metric)
+        return self._grid(lambda c: None if c.complement is None else _minus(donor, c.complement[metric].value))
+
+
+def _minus(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None or not (math.isfinite(a) and math.isfinite(b)) else a - b
+
+
+def head_maps(rows: list[SummaryRow], state: dict) -> list[HeadMap]:
+    """One map per component set of the experiment's `grain: head` rows."""
+    cells = _main_rows(state, "grain", "head")
+    if not cells:
+        return []
+    table, controls = lookup(rows, state["name"]), controls_of(state)
+    refs = {role: estimates(table, name) for role, name in references(state).items()}
+    out = []
+    for comps in dict.fromkeys(c["meta"].get("components", "") for c in cells):
+        mine = [c for c in cells if c["meta"].get("components", "") == comps]
+        out.append(
+            HeadMap(
+                comps,
+                sorted({c["meta"]["layer"] for c in mine}),
+                sorted({c["meta"]["head"] for c in mine}),
+                {(c["meta"]["layer"], c["meta"]["head"]): controlled(table, c["name"], controls) for c in mine},
+                refs,
+            )
+        )
+    return out
+
+
+@dataclass(frozen=True)
+class Curve:
+    """One series of a rank or dose curve: points in x order, with their controls, and the
+    experiment's references."""
+
+    kind: str  # "rank" or "scale"
+    series: str
+    xs: list  # ranks (ints, then "full") or scales
+    points: list[Controlled]
+    refs: dict[str, Estimates]
+
+    def ys(self, metric: str, bound: str = "value") -> list[float]:
+        """The points' values (or `low`/`high` bounds) on `metric`, NaN where undefined."""
+        out = []
+        for point in self.points:
+            value = getattr(point.values[metric], bound)
+            out.append(float("nan") if value is None else value)
+        return out
+
+
+def _rank_order(rank) -> float:
+    return math.inf if rank == "full" else float(rank)
+
+
+def curves(rows: list[SummaryRow], state: dict, kind: str) -> list[Curve]:
+    """The experiment's `shape: kind` rows (kind "rank" or "scale"), one curve per series."""
+    points = _main_rows(state, "shape", kind)
+    if not points:
+        return []
+    table, controls = lookup(rows, state["name"]), controls_of(state)
+    refs = {role: estimates(table, name) for role, name in references(state).items()}
+    order = _rank_order if kind == "rank" else float
+    out = []
+    for series in dict.fromkeys(p["meta"].get("series", "") for p in points):
+        mine = sorted(
+            (p for p in points if p["meta"].get("series", "") == series), key=lambda p: order(p["meta"][kind])
+        )
+        out.append(
+            Curve(
+                kind,
+                series,
+                [p["meta"][kind] for p in mine],
+                [controlled(table, p["name"], controls) for p in mine],
+                refs,
+            )
+        )
+    return out
+
+
+def has_finer_rows(state: dict) -> bool:
+    """Whether an experiment has rows the finer plots and tables show."""
+    return any(
+        c["meta"].get("grain") == "head" or c["meta"].get("shape") in ("rank", "scale") for c in state["conditions"]
+    )
+
+
+def plain_row(meta: dict) -> bool:
+    """A row the bar chart and the conditions' list show one by one: no meta, or only a
+    reference's (a grid cell, a curve point, a control or a sweep cell is shown by its plot)."""
+    return set(meta) <= {"reference", "components"}

@@ -1,0 +1,138 @@
+"""Plots of grafts finer than a component, drawn from `finer`'s objects (so what is drawn is what
+the report's tables write): a layer x head map of the effect against the recipient alone with
+each cell's 95% interval written in it and the complement's cost beside it; the rank curve
+(x: rank on a log2 axis, "full" last) and the dose-response curve (x: lambda), each with
+interval bands, the references as horizontal lines and the random controls as their own
+markers. weightgraft's extension of the paper, not a figure of the paper."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+
+from weightgraft.atomic import write_atomic  # noqa: E402
+from weightgraft.reporting.finer import METRICS, Curve, HeadMap, curves, head_maps  # noqa: E402
+from weightgraft.reporting.summary import SummaryRow  # noqa: E402
+
+METRIC_NAMES = {"top5": "top-5", "prob": "probability"}
+REF_STYLES = {"recipient": ":", "donor": "--", "component": "-."}
+
+
+def save(fig: Figure, stem: Path) -> list[Path]:
+    """The figure as PNG and SVG, written atomically."""
+    paths = []
+    for ext in ("png", "svg"):
+        path = stem.with_suffix(f".{ext}")
+        write_atomic(path, lambda tmp, ext=ext: fig.savefig(tmp, format=ext, dpi=100))
+        paths.append(path)
+    plt.close(fig)
+    return paths
+
+
+def _cell_text(value: float, low: float, high: float) -> str:
+    if value != value:
+        return "n/a"
+    if low != low or high != high:
+        return f"{value:+.2f}"
+    return f"{value:+.2f}\n[{low:+.2f}, {high:+.2f}]"
+
+
+def _panel(ax, grid: HeadMap, values, lows, highs, title: str) -> None:
+    """One heatmap panel: layers (rows) x heads (columns), the value and interval in each cell."""
+    finite = [abs(v) for row in values for v in row if v == v]
+    span = max(finite, default=1.0) or 1.0
+    image = ax.imshow(values, cmap="RdBu_r", vmin=-span, vmax=span, aspect="auto")
+    for i in range(len(grid.layers)):
+        for j in range(len(grid.heads)):
+            ax.text(j, i, _cell_text(values[i][j], lows[i][j], highs[i][j]), ha="center", va="center", fontsize=7)
+    ax.set_xticks(range(len(grid.heads)), [f"h{h}" for h in grid.heads], fontsize=8)
+    ax.set_yticks(range(len(grid.layers)), [f"L{layer}" for layer in grid.layers], fontsize=8)
+    ax.set_title(title, fontsize=9)
+    ax.figure.colorbar(image, ax=ax, shrink=0.8)
+
+
+def head_figure(grid: HeadMap, title: str) -> Figure:
+    """Effect on top-5 and on probability against the recipient alone, then the complement's
+    cost on top-5 (the donor alone minus the donor without that head)."""
+    cols = len(METRICS) + 1
+    fig, axes = plt.subplots(
+        1, cols, figsize=(1.0 + cols * (1.2 + 0.9 * len(grid.heads)), 1.6 + 0.7 * len(grid.layers)), squeeze=False
+    )
+    for ax, metric in zip(axes[0], METRICS):
+        _panel(
+            ax,
+            grid,
+            grid.effect(metric),
+            grid.effect(metric, "low"),
+            grid.effect(metric, "high"),
+            f"{METRIC_NAMES[metric]} - recipient alone",
+        )
+    cost = grid.cost("top5")
+    nan = [[float("nan")] * len(grid.heads) for _ in grid.layers]
+    _panel(axes[0][-1], grid, cost, nan, nan, "complement's cost, top-5 (donor - complement)")
+    fig.suptitle(f"{title}: {grid.components} per head (weightgraft's extension)", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def _x_positions(curve: Curve) -> list[float]:
+    """Where each point sits: log2(rank) with "full" one step past the largest rank; lambda as is."""
+    if curve.kind == "scale":
+        return [float(x) for x in curve.xs]
+    numbers = [math.log2(x) for x in curve.xs if x != "full"]
+    last = (max(numbers) + 1) if numbers else 0.0
+    return [last if x == "full" else math.log2(x) for x in curve.xs]
+
+
+def _draw_curve(ax, curve: Curve, metric: str) -> None:
+    """The series with its band, its random controls as markers, the references as lines."""
+    xs = _x_positions(curve)
+    ax.plot(xs, curve.ys(metric), marker="o", color="C0", label=curve.series)
+    ax.fill_between(xs, curve.ys(metric, "low"), curve.ys(metric, "high"), color="C0", alpha=0.2, linewidth=0)
+    controls = [(x, r[metric].value) for x, p in zip(xs, curve.points) for r in p.random if r[metric].defined]
+    if controls:
+        ax.scatter(
+            [c[0] for c in controls], [c[1] for c in controls], marker="x", color="C3", zorder=3, label="random control"
+        )
+    for role, values in curve.refs.items():
+        ref = values[metric]
+        if ref.defined:
+            ax.axhline(ref.value, linestyle=REF_STYLES.get(role, "-"), color="gray", linewidth=1)
+            ax.text(xs[-1], ref.value, f" {ref.condition}", va="center", fontsize=7)
+    if curve.kind == "rank":
+        ax.set_xticks(xs, [str(x) for x in curve.xs])
+        ax.set_xlabel("rank of the change (log2 axis)")
+    else:
+        ax.set_xlabel("lambda: recipient + lambda x (donor - recipient)")
+    ax.set_ylabel(METRIC_NAMES[metric])
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+
+
+def curve_figure(curve: Curve, title: str) -> Figure:
+    """The curve on top-5 and on probability, side by side."""
+    fig, axes = plt.subplots(1, len(METRICS), figsize=(10, 3.8), squeeze=False)
+    for ax, metric in zip(axes[0], METRICS):
+        _draw_curve(ax, curve, metric)
+    what = "by rank" if curve.kind == "rank" else "dose-response"
+    fig.suptitle(f"{title}: {curve.series} {what} (weightgraft's extension)", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def finer_plots(rows: list[SummaryRow], state: dict, folder: Path) -> list[Path]:
+    """Every finer plot of one experiment (none when it has no finer rows)."""
+    name, title = state["name"], state["title"]
+    paths: list[Path] = []
+    for i, grid in enumerate(head_maps(rows, state)):
+        paths += save(head_figure(grid, title), folder / f"{name}_heads{'' if i == 0 else f'_{i}'}")
+    for kind, stem in (("rank", "rank"), ("scale", "dose")):
+        for i, curve in enumerate(curves(rows, state, kind)):
+            paths += save(curve_figure(curve, title), folder / f"{name}_{stem}{'' if i == 0 else f'_{i}'}")
+    return paths
