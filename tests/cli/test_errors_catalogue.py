@@ -324,6 +324,15 @@ RECIPES: dict[str, R] = {
     "E-config-27": R(
         lambda w: w.grafts(components="attn+FFN"), "ambiguous component 'attn' in 'attn+FFN'", "ambiguous component"
     ),
+    "E-config-40": R(
+        lambda w: w.run(experiments=[{"preset": "finer_heads_o"}]),
+        "preset 'finer_heads_o' enumerates the recipient's layers and heads: give num_layers and num_heads",
+    ),
+    "E-config-41": R(
+        lambda w: w.run(experiments=[{"preset": "known_facts", "num_heads": 4}]),
+        "preset 'known_facts' has no `num_heads` option (only finer_heads_o takes it)",
+        "has no `num_heads` option (only finer_heads_o takes it)",
+    ),
     "E-config-19": R(lambda w: w.grafts(layers="bogus"), "unknown layer band 'bogus'", "unknown layer band"),
     "E-config-20": R(lambda w: w.experiment(headline=["bogus"]), "unknown metric 'bogus'", "unknown metric"),
     "E-config-21": R(lambda w: w.run(experiments=[{"preset": "nope"}]), "Input should be 'position_grafting'"),
