@@ -48,9 +48,10 @@ def _panel(ax, grid: HeadMap, values, lows, highs, title: str) -> None:
     finite = [abs(v) for row in values for v in row if v == v]
     span = max(finite, default=1.0) or 1.0
     image = ax.imshow(values, cmap="RdBu_r", vmin=-span, vmax=span, aspect="auto")
+    size = 7 if len(grid.heads) <= 8 else 5
     for i in range(len(grid.layers)):
         for j in range(len(grid.heads)):
-            ax.text(j, i, _cell_text(values[i][j], lows[i][j], highs[i][j]), ha="center", va="center", fontsize=7)
+            ax.text(j, i, _cell_text(values[i][j], lows[i][j], highs[i][j]), ha="center", va="center", fontsize=size)
     ax.set_xticks(range(len(grid.heads)), [f"h{h}" for h in grid.heads], fontsize=8)
     ax.set_yticks(range(len(grid.layers)), [f"L{layer}" for layer in grid.layers], fontsize=8)
     ax.set_title(title, fontsize=9)
@@ -59,12 +60,17 @@ def _panel(ax, grid: HeadMap, values, lows, highs, title: str) -> None:
 
 def head_figure(grid: HeadMap, title: str) -> Figure:
     """Effect on top-5 and on probability against the recipient alone, then the complement's
-    cost on top-5 (the donor alone minus the donor without that head)."""
-    cols = len(METRICS) + 1
-    fig, axes = plt.subplots(
-        1, cols, figsize=(1.0 + cols * (1.2 + 0.9 * len(grid.heads)), 1.6 + 0.7 * len(grid.layers)), squeeze=False
-    )
-    for ax, metric in zip(axes[0], METRICS):
+    cost on top-5 (the donor alone minus the donor without that head): side by side for a few
+    heads, one above the other for many."""
+    panels = len(METRICS) + 1
+    width = 1.2 + 0.9 * len(grid.heads)
+    height = 1.2 + 0.6 * len(grid.layers)
+    stacked = len(grid.heads) > 8
+    shape = (panels, 1) if stacked else (1, panels)
+    size = (1.0 + width, panels * height + 0.6) if stacked else (1.0 + panels * width, height + 0.6)
+    fig, axes = plt.subplots(*shape, figsize=size, squeeze=False)
+    axes = axes.reshape(-1)
+    for ax, metric in zip(axes, METRICS):
         _panel(
             ax,
             grid,
@@ -73,9 +79,8 @@ def head_figure(grid: HeadMap, title: str) -> Figure:
             grid.effect(metric, "high"),
             f"{METRIC_NAMES[metric]} - recipient alone",
         )
-    cost = grid.cost("top5")
     nan = [[float("nan")] * len(grid.heads) for _ in grid.layers]
-    _panel(axes[0][-1], grid, cost, nan, nan, "complement's cost, top-5 (donor - complement)")
+    _panel(axes[-1], grid, grid.cost("top5"), nan, nan, "complement's cost, top-5 (donor - complement)")
     fig.suptitle(f"{title}: {grid.components} per head (weightgraft's extension)", fontsize=10)
     fig.tight_layout()
     return fig
