@@ -55,7 +55,7 @@ class ShapedDonor:
         top: int | float | None = None,
         recipient: nn.Module | None = None,
     ):
-        self.scale, self.rank, self.top = _check_shape(scale, rank, top)
+        self.scale, self.rank, self.top = check_shape(scale, rank, top)
         self.inner: DonorSource = donor if isinstance(donor, ShapedDonor) else as_donor_source(donor, recipient)
         if isinstance(self.inner, ShapedDonor):
             raise ShapeError("a ShapedDonor wraps an unshaped donor; use .variant(...) to change its shape")
@@ -72,7 +72,7 @@ class ShapedDonor:
     ) -> ShapedDonor:
         """The same donor with another shape; the singular value decompositions are shared."""
         other = copy.copy(self)
-        other.scale, other.rank, other.top = _check_shape(self.scale if scale is None else scale, rank, top)
+        other.scale, other.rank, other.top = check_shape(self.scale if scale is None else scale, rank, top)
         other._modules = {}
         return other
 
@@ -189,7 +189,7 @@ class ShapedDonor:
         return LoraDelta(factors, delta.A.device)
 
 
-def _check_shape(scale: object, rank: object, top: object) -> tuple[float, int | None, int | float | None]:
+def check_shape(scale: object, rank: object, top: object) -> tuple[float, int | None, int | float | None]:
     if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale):
         raise ShapeError(f"scale must be a finite number (below 0 and above 1 are allowed), not {scale!r}")
     if rank is not None and (isinstance(rank, bool) or not isinstance(rank, int) or rank < 1):

@@ -43,21 +43,41 @@ def random_like(
     dims = _dimensions(graft, vary)
     current = {dim: _chosen(graft, grafter, dim, length) for dim in dims}
     spaces = {dim: _space(graft, grafter, dim, length) for dim in dims}
-    rng = random.Random(seed)
-    seen = {tuple(current[d] for d in dims)}
-    draws: list[Graft] = []
+    drawn = draw_sets(
+        [current[d] for d in dims], [spaces[d] for d in dims], n_draws, seed, ", ".join(dims), repr(graft)
+    )
+    return [replace(graft, **{d: list(v) for d, v in zip(dims, draw)}) for draw in drawn]
+
+
+def draw_sets(
+    current: Sequence[tuple[int, ...]],
+    spaces: Sequence[Sequence[int]],
+    n_draws: int,
+    seed: int | str | random.Random,
+    what: str,
+    of: str = "the graft",
+    hint: str = "ask for fewer (n_draws) or vary more dimensions",
+) -> list[tuple[tuple[int, ...], ...]]:
+    """`n_draws` draws, each a sorted sample of `spaces[i]` as large as `current[i]` for every
+    dimension i; the draws differ from each other and from `current`. The first k draws do not
+    depend on `n_draws`. Shared by `random_like` and the run planner's controls."""
+    rng = seed if isinstance(seed, random.Random) else random.Random(seed)
+    for chosen, space in zip(current, spaces):
+        if len(chosen) > len(space):
+            raise ControlError(f"{len(chosen)} {what} cannot be drawn from {len(space)}; {hint}")
+    seen = {tuple(current)}
+    draws: list[tuple[tuple[int, ...], ...]] = []
     for _ in range(200 * n_draws):
-        drawn = tuple(tuple(sorted(rng.sample(spaces[d], len(current[d])))) for d in dims)
+        if len(draws) == n_draws:
+            break
+        drawn = tuple(tuple(sorted(rng.sample(list(space), len(chosen)))) for chosen, space in zip(current, spaces))
         if drawn in seen:
             continue
         seen.add(drawn)
-        draws.append(replace(graft, **{d: list(v) for d, v in zip(dims, drawn)}))
-        if len(draws) == n_draws:
-            return draws
-    raise ControlError(
-        f"only {len(draws)} random draws of {', '.join(dims)} differ from {graft!r}; ask for fewer (n_draws) "
-        "or vary more dimensions"
-    )
+        draws.append(drawn)
+    if len(draws) < n_draws:
+        raise ControlError(f"only {len(draws)} random draws of {what} differ from {of}; {hint}")
+    return draws
 
 
 def complement(graft: Graft, grafter, *, length: int | None = None) -> list[Graft]:

@@ -80,7 +80,7 @@ class Graft:
             _check_layers(self.layers)
         if self.donor is not None and not isinstance(self.donor, str):
             raise TypeError(f"Graft donor must be a donor's name (a str) or None, not {type(self.donor).__name__}")
-        object.__setattr__(self, "_units", _normal_units(self.heads, self.neurons, names))
+        object.__setattr__(self, "_units", normal_units(self.heads, self.neurons, names))
         # The positions in one normal form, read once: ("all"|"last", None), ("slice", slice),
         # ("mask", tuple of bools) or ("list", tuple of ints).
         object.__setattr__(self, "_positions", _normal_positions(self.positions))
@@ -163,7 +163,7 @@ class Graft:
         return sorted(set(out))
 
 
-def _normal_units(heads: object, neurons: object, names: list[str]) -> tuple[str, tuple[int, ...]] | None:
+def normal_units(heads: object, neurons: object, names: list[str]) -> tuple[str, tuple[int, ...]] | None:
     """Heads or neurons as sorted unique ints >= 0, checked against the components they narrow."""
     if heads is not None and neurons is not None:
         raise UnitError("a Graft takes heads= or neurons=, not both; make one Graft for each")

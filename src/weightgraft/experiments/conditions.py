@@ -26,13 +26,17 @@ the grafts of the prompt's last token, as the engine's `generate(generated="last
 from __future__ import annotations
 
 import json
+import random
 from dataclasses import dataclass, field
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from weightgraft.donors.shaped import check_shape
+from weightgraft.engine.controls import DIMENSIONS, ControlError, draw_sets
+from weightgraft.engine.graft import normal_units
 from weightgraft.experiments.components import describe, is_component_expr, parse_components
-from weightgraft.experiments.roles import PositionExpr, parse_positions
+from weightgraft.experiments.roles import NotApplicable, PositionExpr, parse_positions
 from weightgraft.experiments.vocabulary import ATOMS, AUTHORS_EVERY_WEIGHT, EVERY_WEIGHT, LAYER_BANDS, UNEMBEDDING
 
 LayerSpec = str | int | list[int]
@@ -49,9 +53,66 @@ def check_layer_spec(value: LayerSpec) -> LayerSpec:
     return value
 
 
+class ShapeSpec(BaseModel):
+    """The donor's change to the recipient, reshaped (`donors.shaped.ShapedDonor`): the recipient
+    plus `scale` times the change, truncated to its top `rank` singular directions per matrix or
+    kept in its `top` largest entries (a count, or a fraction in (0, 1])."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    scale: float = 1.0
+    rank: int | None = None
+    top: int | float | None = None
+
+    @model_validator(mode="after")
+    def _valid(self) -> ShapeSpec:
+        check_shape(self.scale, self.rank, self.top)  # the engine's own checks and messages
+        return self
+
+    def is_identity(self) -> bool:
+        """Scale 1, whole change: the donor itself."""
+        return self.scale == 1.0 and self.rank is None and self.top is None
+
+    def to_json(self) -> dict:
+        """The fields that differ from the donor itself, in a fixed order."""
+        body = {} if self.scale == 1.0 else {"scale": float(self.scale)}
+        return body | {k: v for k, v in (("rank", self.rank), ("top", self.top)) if v is not None}
+
+    def key(self) -> str:
+        """`scale=0.5,rank=4`: the suffix of the shaped donor's name (`sft~scale=0.5,rank=4`)."""
+        return ",".join(f"{k}={json.dumps(v)}" for k, v in self.to_json().items())
+
+    @classmethod
+    def from_key(cls, key: str) -> ShapeSpec:
+        """The inverse of `key`."""
+        return cls(**{k: json.loads(v) for k, v in (part.split("=", 1) for part in key.split(","))})
+
+
+class ControlSpec(BaseModel):
+    """Baselines for a condition of one graft, added as conditions of their own at plan time:
+    `random` grafts of the same size with the dimension `vary` redrawn (seeded), and the
+    complement (the graft's other heads, neurons, layers or positions)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    random: int = Field(default=0, ge=0)
+    seed: int = 0
+    # None: the finest dimension the graft narrows (heads, then neurons), else layers
+    vary: str | None = None
+    complement: bool = False
+
+    @field_validator("vary")
+    @classmethod
+    def _vary(cls, value: str | None) -> str | None:
+        if value is not None and value not in DIMENSIONS:
+            raise ControlError(f"vary must name one of {', '.join(DIMENSIONS)} (or be left out), not {value!r}")
+        return value
+
+
 class GraftSpec(BaseModel):
     """One graft of a condition: every listed component, in these layers, at these positions,
-    from `donor` (a model key; default the condition's donor)."""
+    from `donor` (a model key; default the condition's donor); narrowed to `heads` or `neurons`
+    of the components, and with the donor's change shaped by `shape`."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -59,6 +120,9 @@ class GraftSpec(BaseModel):
     layers: LayerSpec = "all"
     components: str | list[str] = "all"
     donor: str | None = None
+    heads: list[int] | None = None  # q, k, v, o only (k, v: key-value heads)
+    neurons: list[int] | None = None  # gate, up, down (FFN) only
+    shape: ShapeSpec | None = None
 
     @field_validator("positions")
     @classmethod
@@ -77,6 +141,18 @@ class GraftSpec(BaseModel):
         parse_components(value)
         return value
 
+    @model_validator(mode="after")
+    def _units(self) -> GraftSpec:
+        # the engine's own checks and messages (heads on components that have them, not both)
+        normal_units(self.heads, self.neurons, parse_components(self.components))
+        return self
+
+    def units(self) -> tuple[str, list[int]] | None:
+        """("heads" or "neurons", sorted indices), or None for whole components."""
+        if self.heads is not None:
+            return "heads", sorted(set(self.heads))
+        return None if self.neurons is None else ("neurons", sorted(set(self.neurons)))
+
 
 class ConditionSpec(BaseModel):
     """A named condition in full form (shorthand strings expand to this)."""
@@ -92,11 +168,34 @@ class ConditionSpec(BaseModel):
     # The definition this row belongs to, for experiments that compare the two (see
     # vocabulary: FIDELITIES); None: the experiment's own.
     fidelity: Fidelity | None = None
+    meta: dict = {}  # free plot coordinates, copied to Condition.meta
+    controls: ControlSpec | None = None
+
+    @model_validator(mode="after")
+    def _controls(self) -> ConditionSpec:
+        if self.controls is None:
+            return self
+        if len(self.grafts) != 1:
+            raise ControlError(
+                f"condition {self.name!r}: controls redraw one graft, and it has {len(self.grafts)}; "
+                "give controls to a condition of one graft"
+            )
+        vary, units = self.controls.vary, self.grafts[0].units()
+        if vary in ("heads", "neurons") and (units is None or units[0] != vary):
+            raise ControlError(f"condition {self.name!r}: cannot vary {vary}: its graft names no {vary}")
+        if self.method != "weights":
+            raise ControlError(f"condition {self.name!r}: controls are for weight grafts (method: weights)")
+        return self
 
     @model_validator(mode="after")
     def _activation_components(self) -> ConditionSpec:
         if self.method == "activations":
             for graft in self.grafts:
+                if graft.heads is not None or graft.neurons is not None or graft.shape is not None:
+                    raise ValueError(
+                        f"condition {self.name!r}: activation patching replaces whole blocks' outputs, "
+                        "so its grafts take no heads, neurons or shape; use method: weights"
+                    )
                 if parse_components(graft.components) not in (["BLOCKS"], ["all"]):
                     raise ValueError(
                         f"condition {self.name!r}: activation patching replaces whole blocks' "
@@ -111,20 +210,81 @@ class ConditionSpec(BaseModel):
         return self
 
 
+class NoDraw(NotApplicable):
+    """A row with too few other positions for a random draw of a graft's size."""
+
+    def __init__(self, reason: str):
+        Exception.__init__(self, reason)
+        self.atom = ""
+
+
+@dataclass(frozen=True)
+class DrawnPositions:
+    """Random positions of a row, for a control: as many as `of` selects in that row, drawn from
+    the row's other positions; draw `draw` (from 1) of `seed`, per example, so that a resumed or
+    sharded run draws the same. Draws of one row differ from each other."""
+
+    of: PositionExpr
+    seed: int
+    draw: int
+
+    @property
+    def text(self) -> str:
+        return self.of.text
+
+    def mask(self, role_positions: dict[str, list[int]], num_tokens: int, row: str = "") -> list[bool]:
+        chosen = self.of.evaluate(role_positions, num_tokens)
+        others = [p for p in range(num_tokens) if p not in chosen]
+        rng = random.Random(f"{self.seed}/{row}")
+        try:
+            drawn = draw_sets(
+                [tuple(chosen)], [others], self.draw, rng, "positions", self.of.text, "the row is too short"
+            )
+        except ControlError as err:
+            raise NoDraw(f"random draw {self.draw} of {self.of.text}: {err}") from None
+        picked = set(drawn[-1][0])
+        return [i in picked for i in range(num_tokens)]
+
+
 @dataclass(frozen=True)
 class ResolvedGraft:
-    positions: PositionExpr
+    positions: PositionExpr | DrawnPositions
     layers: LayerSpec
     components: list[str]
     donor: str
+    heads: list[int] | None = None
+    neurons: list[int] | None = None
+    shape: ShapeSpec | None = None
+
+    @property
+    def donor_key(self) -> str:
+        """The name of this graft's donor in the Grafter: the model key, or with a shape the
+        shaped donor's name (`sft~rank=4`)."""
+        return self.donor if self.shape is None else f"{self.donor}~{self.shape.key()}"
+
+    @property
+    def units(self) -> tuple[str, list[int]] | None:
+        if self.heads is not None:
+            return "heads", self.heads
+        return None if self.neurons is None else ("neurons", self.neurons)
 
     def to_json(self) -> dict:
-        return {
+        """The graft as data; the finer fields only when set, so that a whole-component graft
+        keeps its key (and fingerprint) bit for bit."""
+        body = {
             "positions": self.positions.text,
             "layers": self.layers,
             "components": self.components,
             "donor": self.donor,
         }
+        for name in ("heads", "neurons"):
+            if getattr(self, name) is not None:
+                body[name] = list(getattr(self, name))
+        if self.shape is not None:
+            body["shape"] = self.shape.to_json()
+        if isinstance(self.positions, DrawnPositions):
+            body["random_positions"] = {"seed": self.positions.seed, "draw": self.positions.draw}
+        return body
 
 
 @dataclass
@@ -139,12 +299,19 @@ class Condition:
     description: str = ""
     meta: dict = field(default_factory=dict)  # e.g. sweep coordinates, for plots
     fidelity: str = ""  # "authors", "clean" or vocabulary.SAME_IN_BOTH; "" outside paper presets
+    controls: ControlSpec | None = None  # expanded into conditions at plan time (not part of the key)
 
     @property
     def donors(self) -> tuple[str, ...]:
         """Every model key the condition takes weights from (the default donor included, so
         that a baseline is computed beside the grafted conditions of its experiment)."""
         return tuple(sorted({self.donor, *(g.donor for g in self.grafts)}))
+
+    @property
+    def donor_sources(self) -> tuple[str, ...]:
+        """The Grafter's donor names this condition reads: `donors`, with a shaped graft's
+        donor under its shaped name (`ResolvedGraft.donor_key`)."""
+        return tuple(sorted({self.donor, *(g.donor_key for g in self.grafts)}))
 
     def to_json(self) -> dict:
         body = {
@@ -164,14 +331,18 @@ class Condition:
         return json.dumps(self.to_json(), sort_keys=True)
 
     def row_masks(
-        self, role_positions: dict[str, list[int]], prompt_len: int, total_len: int
+        self, role_positions: dict[str, list[int]], prompt_len: int, total_len: int, row: str = ""
     ) -> list[tuple[list[bool], ResolvedGraft]]:
         """Per graft: a boolean mask over the row's `total_len` real tokens (prompt followed by
         teacher-forced target tokens, which copy the last prompt token's mask) and the graft.
-        Grafts that select no position are left out. Raises NotApplicable."""
+        Grafts that select no position are left out. `row`: the example's id (random positions
+        are drawn per example). Raises NotApplicable."""
         out = []
         for graft in self.grafts:
-            mask = graft.positions.mask(role_positions, prompt_len)
+            if isinstance(graft.positions, DrawnPositions):
+                mask = graft.positions.mask(role_positions, prompt_len, row)
+            else:
+                mask = graft.positions.mask(role_positions, prompt_len)
             mask = mask + [mask[-1]] * (total_len - prompt_len)
             if any(mask):
                 out.append((mask, graft))
@@ -222,7 +393,15 @@ def _from_spec(item: ConditionSpec, recipient: str, donor: str, fidelity: Fideli
     """A full spec: its own grafts, each with its own donor or the condition's."""
     own_donor = item.donor or donor
     grafts = [
-        ResolvedGraft(parse_positions(g.positions), g.layers, parse_components(g.components), g.donor or own_donor)
+        ResolvedGraft(
+            parse_positions(g.positions),
+            g.layers,
+            parse_components(g.components),
+            g.donor or own_donor,
+            heads=sorted(set(g.heads)) if g.heads is not None else None,
+            neurons=sorted(set(g.neurons)) if g.neurons is not None else None,
+            shape=None if g.shape is None or g.shape.is_identity() else g.shape,
+        )
         for g in item.grafts
     ]
     return Condition(
@@ -233,6 +412,8 @@ def _from_spec(item: ConditionSpec, recipient: str, donor: str, fidelity: Fideli
         description=item.description,
         grafts=grafts,
         fidelity=item.fidelity or fidelity or "",
+        meta=dict(item.meta),
+        controls=item.controls,
     )
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from weightgraft.data.schema import EvalPrompt
 from weightgraft.experiments import records
-from weightgraft.experiments.conditions import Condition, ResolvedGraft
+from weightgraft.experiments.conditions import Condition, DrawnPositions, ResolvedGraft, ShapeSpec
 from weightgraft.experiments.config import ExperimentSpec, RunConfig, parse_config
 from weightgraft.experiments.plan import concrete_layers
 from weightgraft.experiments.records import Example, slug
@@ -247,19 +247,31 @@ def condition_state(cond: Condition, num_layers: int) -> dict:
 
 def condition_from_json(body: dict) -> Condition:
     """The inverse of `Condition.to_json`."""
-    grafts = [
-        ResolvedGraft(parse_positions(g["positions"]), g["layers"], list(g["components"]), g["donor"])
-        for g in body["grafts"]
-    ]
     return Condition(
         name=body["name"],
         recipient=body["recipient"],
         donor=body["donor"],
         method=body["method"],
-        grafts=grafts,
+        grafts=[graft_from_json(g) for g in body["grafts"]],
         description=body["description"],
         meta=dict(body["meta"]),
         fidelity=body.get("fidelity", ""),
+    )
+
+
+def graft_from_json(body: dict) -> ResolvedGraft:
+    """The inverse of `ResolvedGraft.to_json`."""
+    positions = parse_positions(body["positions"])
+    if "random_positions" in body:
+        positions = DrawnPositions(positions, body["random_positions"]["seed"], body["random_positions"]["draw"])
+    return ResolvedGraft(
+        positions,
+        body["layers"],
+        list(body["components"]),
+        body["donor"],
+        heads=body.get("heads"),
+        neurons=body.get("neurons"),
+        shape=ShapeSpec(**body["shape"]) if "shape" in body else None,
     )
 
 
