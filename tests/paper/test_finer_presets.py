@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from weightgraft.experiments.config import ConfigError, parse_config
+from weightgraft.experiments.plan import experiment_conditions
 from weightgraft.experiments.preset_registry import get_preset
 from weightgraft.paper.finer_presets import DOSES, FINER_PRESET_NAMES, RANKS, finer_dose, finer_heads_o, finer_rank
 
@@ -132,3 +133,26 @@ def test_config_refuses_a_shape_option_on_another_preset():
         parse_config(dict(body, experiments=[{"preset": "known_facts", "num_heads": 4}]))
     with pytest.raises(ConfigError, match="preset 'finer_dose' has no `hidden_size` option .only finer_rank"):
         parse_config(dict(body, experiments=[{"preset": "finer_dose", "hidden_size": 4}]))
+
+
+def test_presets_validate_and_resolve_with_their_meta():
+    body = {"models": {"pre": "a", "sft": "b", "b2a": "c"}, "datasets": {"relation": "d"}}
+    entries = [
+        {"preset": "finer_heads_o", "num_layers": 8, "num_heads": 4},
+        {"preset": "finer_rank"},
+        {"preset": "finer_dose"},
+    ]
+    config = parse_config(dict(body, experiments=entries))
+    built = [*finer_heads_o(num_layers=8, num_heads=4), *finer_rank(), *finer_dose()]
+    for spec, exp in zip(config.expanded(), built, strict=True):
+        resolved = {c.name: c for c in experiment_conditions(spec, 8)}
+        for cond in exp["conditions"]:  # each preset row, as the plan resolves it (controls follow it)
+            row = resolved[cond["name"]]
+            assert row.meta == cond["meta"] and row.recipient == exp["recipient"]
+            graft = cond["grafts"][0] if cond["grafts"] else None
+            if graft and "heads" in graft:
+                assert [g.heads for g in row.grafts] == [graft["heads"]]
+            if graft and "shape" in graft:
+                assert [g.shape.to_json() for g in row.grafts] == [graft["shape"]]
+    heads = {c.name: c for c in experiment_conditions(config.expanded()[0], 8)}
+    assert [g.to_json()["layers"] for g in heads["O L7 h3"].grafts] == [[7]]
