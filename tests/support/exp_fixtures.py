@@ -53,6 +53,38 @@ def build_models(root: Path, layers: int = 4, seed: int = 0) -> dict[str, str]:
     return paths
 
 
+def build_gpt2_models(root: Path, layers: int = 4, seed: int = 0) -> dict[str, str]:
+    """pre and sft: a tiny random GPT-2 (fused c_attn, tied unembedding) on the world's tokenizer,
+    and a perturbed copy."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    tokenizer = build_tokenizer()
+    config = GPT2Config(
+        vocab_size=len(tokenizer),
+        n_embd=32,
+        n_layer=layers,
+        n_head=4,
+        n_positions=64,
+        bos_token_id=1,
+        pad_token_id=0,
+        eos_token_id=None,
+    )
+    torch.manual_seed(seed)
+    pre = GPT2LMHeadModel(config).eval()
+    sft = GPT2LMHeadModel(config).eval()
+    sft.load_state_dict(pre.state_dict())
+    gen = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        for param in sft.parameters():
+            param.add_(0.5 * param.std().nan_to_num(0.02) * torch.randn(param.shape, generator=gen))
+    paths = {}
+    for name, model in (("pre", pre), ("sft", sft)):
+        model.save_pretrained(root / name)
+        tokenizer.save_pretrained(root / name)
+        paths[name] = str(root / name)
+    return paths
+
+
 def gain_donor(recipient: str, folder: Path) -> str:
     """The recipient with each target's unembedding row pushed along its prompt's last hidden
     state: a donor with a gain for `localize` to find."""

@@ -15,9 +15,10 @@ from __future__ import annotations
 import torch
 
 from weightgraft.data.io import load_eval_prompts
+from weightgraft.donors.shaped import ShapedDonor
 from weightgraft.engine.grafter import Grafter
 from weightgraft.errors import UserError
-from weightgraft.experiments.conditions import Condition
+from weightgraft.experiments.conditions import Condition, ShapeSpec
 from weightgraft.experiments.config import RunConfig
 from weightgraft.experiments.methods import ChunkMethod, Row
 from weightgraft.experiments.metrics import score_rows
@@ -41,6 +42,7 @@ class Resources:
         self._models: dict[str, torch.nn.Module] = {}
         self._fingerprints: dict[str, str] = {}
         self._grafters: dict[tuple, object] = {}
+        self._shaped: dict[tuple[str, str], ShapedDonor] = {}  # (recipient, model): the donor unshaped
         self._tokenizer = None
         self._prompts: dict[str, list] = {}
         self.share_prefixes = True  # False: every row in full (benchmarks compare the two)
@@ -91,6 +93,18 @@ class Resources:
             self._tokenizer = first
         return self._tokenizer
 
+    def donor(self, recipient: str, name: str):
+        """A donor by its Grafter name: a model key, or a shaped donor's name `KEY~SHAPE`
+        (`ResolvedGraft.donor_key`), built once per recipient as a `ShapedDonor` of the loaded
+        model; the shapes of one model share their singular vectors (`ShapedDonor.variant`)."""
+        if "~" not in name:
+            return self.model(name)
+        key, _, shape = name.partition("~")
+        if (recipient, key) not in self._shaped:
+            self._shaped[(recipient, key)] = ShapedDonor(self.model(key))
+        spec = ShapeSpec.from_key(shape)
+        return self._shaped[(recipient, key)].variant(scale=spec.scale, rank=spec.rank, top=spec.top)
+
     def grafter(self, recipient: str, donors: tuple[str, ...]):
         """A Grafter of `recipient` with the named donors (one donor: the single-donor form)."""
         key = (recipient, donors)
@@ -98,9 +112,10 @@ class Resources:
             allow = self.config.allow_config_differences
             try:
                 if len(donors) == 1:
-                    grafter = Grafter(self.model(recipient), self.model(donors[0]), allow_config_differences=allow)
+                    donor = self.donor(recipient, donors[0])
+                    grafter = Grafter(self.model(recipient), donor, allow_config_differences=allow)
                 else:
-                    models = {k: self.model(k) for k in donors}
+                    models = {k: self.donor(recipient, k) for k in donors}
                     grafter = Grafter(self.model(recipient), donors=models, allow_config_differences=allow)
             except ValueError as err:  # the engine's word on models that do not fit together
                 raise UserError(f"models.{recipient} and models.{'/'.join(donors)} cannot be grafted: {err}") from err
@@ -131,7 +146,7 @@ def compute_chunk(
             total_len = len(ex.input_ids) + len(ex.target_ids) - 1
             for cond in chunk:
                 try:
-                    masks = cond.row_masks(ex.positions, len(ex.input_ids), total_len)
+                    masks = cond.row_masks(ex.positions, len(ex.input_ids), total_len, ex.prompt.id)
                 except NotApplicable as err:
                     records[cond.name].append(na_record(experiment, cond.name, ex, str(err)))
                     continue

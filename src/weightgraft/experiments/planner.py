@@ -11,14 +11,19 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from weightgraft.adapters import adapter_for
 from weightgraft.adapters.base import GROUPS
 from weightgraft.data.encode import check_context, encode_scored_prompt
 from weightgraft.data.templates import in_authors_wording
+from weightgraft.donors.shaped import ShapeError
+from weightgraft.engine.controls import ControlError
+from weightgraft.engine.units import UnitError, check_units
 from weightgraft.errors import UserError
 from weightgraft.experiments import records
 from weightgraft.experiments.components import resolve_for_model
-from weightgraft.experiments.conditions import Condition
+from weightgraft.experiments.conditions import Condition, ResolvedGraft
 from weightgraft.experiments.config import ExperimentSpec, RunConfig
+from weightgraft.experiments.controls import with_controls
 from weightgraft.experiments.execute import Resources
 from weightgraft.experiments.models import context_length
 from weightgraft.experiments.plan import ModelFacts, concrete_layers, experiment_conditions, select_examples
@@ -75,11 +80,14 @@ def planned_conditions(config: RunConfig, models: Mapping[str, PlannedModel]) ->
 
 
 def conditions_on_model(exp: ExperimentSpec, model: PlannedModel) -> list[Condition]:
-    """The experiment's conditions resolved on its recipient; a layer set or component the
-    recipient lacks is a UserError naming the condition."""
+    """The experiment's conditions resolved on its recipient, each condition's controls after
+    it (`controls.with_controls`); a layer set, component, head, neuron or rank the recipient
+    lacks is a UserError naming the condition."""
     n = model.num_layers
     try:
         conditions = experiment_conditions(exp, n, ModelFacts(model.components, model.tied))
+    except UserError:
+        raise
     except ValueError as err:
         where = "" if f"experiment {exp.name!r}" in str(err) else f"experiment {exp.name!r}: "
         raise UserError(
@@ -103,10 +111,56 @@ def conditions_on_model(exp: ExperimentSpec, model: PlannedModel) -> list[Condit
                 raise UserError(
                     f"experiment {exp.name!r}, condition {cond.name!r}: layers "
                     f"{graft.layers!r}: {err}; models.{cond.recipient} has {n} "
-                    f"layers, so fix `layers` (0..{n - 1}, negatives from the end, "
+                    "layers, so fix `layers` (0..{n - 1}, negatives from the end, "
                     "or a band such as last_half)"
                 ) from err
+            check_finer(graft, model, f"experiment {exp.name!r}, condition {cond.name!r} (models.{cond.recipient})")
+    try:
+        conditions = with_controls(conditions, n, model.unit_specs())
+    except ControlError as err:
+        raise ControlError(f"experiment {exp.name!r}: {err}") from None
+    names = [c.name for c in conditions]
+    dupes = sorted({x for x in names if names.count(x) > 1})
+    if dupes:
+        raise UserError(
+            f"experiment {exp.name!r}: a control's name repeats a condition's: {dupes}; rename the condition"
+        )
     return conditions
+
+
+def check_finer(graft: ResolvedGraft, model: PlannedModel, where: str) -> None:
+    """A graft's heads or neurons within the model's counts (the engine's `check_units` and its
+    message), and its shape's rank or entry count within every matrix it shapes."""
+    names = resolve_for_model(graft.components, list(model.components))
+    names = list(model.components) if names == "all" else names
+    adapter = adapter_for(model.model_type)
+    names = [c for name in names for c in (adapter.group(name) if name in GROUPS else (name,))]
+    if graft.units is not None:
+        specs = model.unit_specs()
+        try:
+            if not specs:
+                raise UnitError(
+                    f"this {model.model_type} model's config has no num_attention_heads, so its heads and "
+                    "neurons cannot be told apart; graft whole components"
+                )
+            check_units(tuple(graft.units[1]), [c for c in names if c in specs], specs, model.model_type)
+        except UnitError as err:
+            raise UnitError(f"{where}: {err}") from None
+    shape = graft.shape
+    matrices = [(c, model.matrices[c]) for c in names if c in model.matrices]
+    if shape is None or not matrices or (shape.rank is None and not isinstance(shape.top, int)):
+        return
+    comp, (rows, cols) = min(matrices, key=lambda item: min(item[1]) if shape.rank else item[1][0] * item[1][1])
+    if shape.rank is not None and shape.rank > min(rows, cols):
+        raise ShapeError(
+            f"{where}: rank {shape.rank} is above the rank of {comp}'s weight (a {rows} x {cols} matrix, at "
+            f"most {min(rows, cols)}); use rank <= {min(rows, cols)}, or leave rank out for the whole change"
+        )
+    if isinstance(shape.top, int) and shape.top > rows * cols:
+        raise ShapeError(
+            f"{where}: top {shape.top} is above the {rows * cols} entries of {comp}'s weight ({rows} x {cols}); "
+            f"use top <= {rows * cols} or a fraction"
+        )
 
 
 def encode_examples(resources: Resources, exp: ExperimentSpec, tokenizer) -> tuple[list[Example], int]:

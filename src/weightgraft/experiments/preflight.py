@@ -17,8 +17,10 @@ from pydantic import ValidationError
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from weightgraft.adapters import adapter_for
+from weightgraft.adapters.base import Part
 from weightgraft.data.io import load_eval_prompts
 from weightgraft.engine.compat import config_differences
+from weightgraft.engine.units import UnitError, unit_specs
 from weightgraft.errors import UserError
 from weightgraft.experiments.conditions import ConditionSpec
 from weightgraft.experiments.config import RunConfig
@@ -105,6 +107,7 @@ def planned_model(key: str, path: str, model_config, sha256: str, trust_remote_c
     text = model_config.get_text_config()
     with torch.device("meta"):
         skeleton = AutoModelForCausalLM.from_config(model_config, trust_remote_code=trust_remote_code)
+    units, matrices = unit_facts(model_config, skeleton)
     return PlannedModel(
         key=key,
         path=path,
@@ -114,7 +117,33 @@ def planned_model(key: str, path: str, model_config, sha256: str, trust_remote_c
         components=tuple(adapter_for(model_config).components),
         tied=ties_embeddings(skeleton),
         model_type=text.model_type,
+        units=units,
+        matrices=matrices,
     )
+
+
+def unit_facts(model_config, skeleton) -> tuple[dict, dict]:
+    """From a model built on the meta device: its heads and neurons per component, as the engine
+    divides them (`engine.units.unit_specs`; none where the config has no head count), and each
+    component's smallest weight matrix (rows, cols), the bound on a shaped graft's rank."""
+    adapter = adapter_for(model_config)
+    splits = {path: rule(model_config) for path, rule in adapter.splits.items()}
+    try:
+        units = {c: [s.kind, s.side, s.count, s.width] for c, s in unit_specs(adapter, skeleton, splits).items()}
+    except UnitError:
+        units = {}
+    layer = adapter.decoder_layers(skeleton)[0]
+    matrices = {}
+    for comp in adapter.components:
+        ref = adapter.per_layer.get(comp)
+        if ref is None:
+            module = skeleton.get_submodule(adapter.model_level[comp])
+        else:
+            module = layer.get_submodule(ref.module if isinstance(ref, Part) else ref)
+        shapes = [list(p.shape) for p in module.parameters() if p.dim() == 2]
+        if shapes:
+            matrices[comp] = min(shapes, key=min)
+    return units, matrices
 
 
 def check_pairs(pairs: set[tuple[str, str]], configs: dict[str, object], allowed: Collection[str] = ()) -> None:

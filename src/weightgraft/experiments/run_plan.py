@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from weightgraft.data.schema import EvalPrompt
+from weightgraft.engine.units import UnitSpec
 from weightgraft.experiments import records
 from weightgraft.experiments.conditions import Condition, DrawnPositions, ResolvedGraft, ShapeSpec
 from weightgraft.experiments.config import ExperimentSpec, RunConfig, parse_config
@@ -45,9 +46,17 @@ class PlannedModel:
     components: tuple[str, ...]  # the canonical components of its architecture
     tied: bool  # its unembedding is its token embedding
     model_type: str = ""
+    # component -> [kind, side, count, width] of its heads or neurons (`engine.units.UnitSpec`)
+    units: dict = field(default_factory=dict)
+    # component -> [rows, cols] of its module's smallest 2-D weight (a fused module's whole matrix)
+    matrices: dict = field(default_factory=dict)
 
     def to_json(self) -> dict:
         return dict(self.__dict__, components=list(self.components))
+
+    def unit_specs(self) -> dict[str, UnitSpec]:
+        """How each head and neuron component divides into units, as the engine reads it."""
+        return {comp: UnitSpec(*spec) for comp, spec in self.units.items()}
 
     @classmethod
     def from_json(cls, body: dict) -> PlannedModel:

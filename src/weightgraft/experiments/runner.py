@@ -116,17 +116,19 @@ class Runner:
         state["result_sha256"].update(status.sha256)
         records.write_state(self.out, state, self.shard)
         # The models load here, before the progress bar: a model that cannot load is one line.
-        methods = [self.method(plan, exp.condition(chunk.conditions[0])) for chunk in status.pending]
+        methods = [self.method(plan, [exp.condition(name) for name in chunk.conditions]) for chunk in status.pending]
         decode = self.resources.tokenizer(sorted(plan.models)).decode
         total = sum(len(chunk.conditions) for chunk in status.pending) * len(exp.my_examples())
         with tqdm(total=total, desc=exp.name, unit="row", disable=not self.progress or total == 0, leave=False) as bar:
             for chunk, method in zip(status.pending, methods):
                 self.compute(exp, chunk, method, decode, state, bar, result)
 
-    def method(self, plan: RunPlan, first: Condition) -> ChunkMethod:
-        """How the chunk that `first` opens is computed, on the run's models."""
+    def method(self, plan: RunPlan, chunk: list[Condition]) -> ChunkMethod:
+        """How a chunk's conditions are computed, on the run's models: one Grafter with every
+        donor (shaped ones included) that the chunk reads."""
         pad = self.resources.tokenizer(sorted(plan.models)).pad_token_id
-        return method_for(self.resources, first, plan.models[first.recipient].tied, 0 if pad is None else pad)
+        first, donors = chunk[0], tuple(sorted({d for cond in chunk for d in cond.donor_sources}))
+        return method_for(self.resources, first, plan.models[first.recipient].tied, 0 if pad is None else pad, donors)
 
     def compute(
         self, exp: ExperimentPlan, chunk: Chunk, method: ChunkMethod, decode, state: dict, bar, result: RunResult

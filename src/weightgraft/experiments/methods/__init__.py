@@ -16,13 +16,18 @@ if TYPE_CHECKING:
 __all__ = ["ActivationPatching", "ChunkMethod", "Row", "WeightGrafting", "engine_graft", "method_for"]
 
 
-def method_for(resources: Resources, condition: Condition, tied: bool, pad: int) -> ChunkMethod:
+def method_for(
+    resources: Resources, condition: Condition, tied: bool, pad: int, donors: tuple[str, ...] | None = None
+) -> ChunkMethod:
     """The method computing `condition`'s chunk, on the run's models (loaded on first use).
 
     tied: the recipient's unembedding is its token embedding (from the plan); pad: the padding
-    token id."""
+    token id; donors: the Grafter's donor names for the whole chunk (default: the condition's
+    `donor_sources`; a chunk whose conditions differ only in shape reads several shaped donors
+    of one model in one pass)."""
     device = resources.config.device
     if condition.method == "weights":
-        grafter = resources.grafter(condition.recipient, condition.donors)
-        return WeightGrafting(grafter, condition.donors, tied, pad, device)
+        donors = donors or condition.donor_sources
+        grafter = resources.grafter(condition.recipient, donors)
+        return WeightGrafting(grafter, donors, tied, pad, device)
     return ActivationPatching(resources.model(condition.recipient), resources.model(condition.donor), pad, device)

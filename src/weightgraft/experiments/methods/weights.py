@@ -47,8 +47,13 @@ def engine_graft(
     """The engine's Graft for one row: concrete positions, layers and components (`tied`: the
     recipient's unembedding is its token embedding, which the authors' every-weight graft
     swaps together); the donor is named only when the Grafter holds several (a one-donor
-    Grafter takes Grafts without one)."""
-    kwargs = {"donor": graft.donor} if name_donor else {}
+    Grafter takes Grafts without one), a shaped graft's by its shaped name; heads or neurons
+    narrow the Graft as the condition says."""
+    kwargs = {"donor": graft.donor_key} if name_donor else {}
+    if graft.heads is not None:
+        kwargs["heads"] = list(graft.heads)
+    if graft.neurons is not None:
+        kwargs["neurons"] = list(graft.neurons)
     return Graft(
         positions=mask,
         layers=engine_layers(graft.layers, num_layers),
