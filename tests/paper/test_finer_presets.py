@@ -27,7 +27,11 @@ def test_heads_o_one_cell_per_layer_and_head_of_the_fourth_quarter(layers, band)
         and exp["directions"] == "forward"
         and "not a finding of the paper" in exp["description"]
     )
-    refs, cells = exp["conditions"][:3], exp["conditions"][3:]
+    refs, wholes, cells = (
+        exp["conditions"][:3],
+        exp["conditions"][3 : 3 + len(band)],
+        exp["conditions"][3 + len(band) :],
+    )
     assert refs == [
         {"name": "B2A", "grafts": [], "description": "recipient alone", "meta": {"reference": "recipient"}},
         {
@@ -43,6 +47,15 @@ def test_heads_o_one_cell_per_layer_and_head_of_the_fourth_quarter(layers, band)
             "meta": {"reference": "component", "components": "O"},
         },
     ]
+    assert wholes == [
+        {
+            "name": f"O L{i}",
+            "grafts": [{"positions": "LT", "layers": [i], "components": "O"}],
+            "description": f"O (every head) at LT in layer {i}",
+            "meta": {"reference": "component", "components": "O", "layer": i},
+        }
+        for i in band
+    ]
     assert [(c["meta"]["layer"], c["meta"]["head"]) for c in cells] == [(i, h) for i in band for h in range(4)]
     for cell in cells:
         layer, head = cell["meta"]["layer"], cell["meta"]["head"]
@@ -54,11 +67,11 @@ def test_heads_o_one_cell_per_layer_and_head_of_the_fourth_quarter(layers, band)
 
 def test_heads_o_random_controls_fit_the_head_count():
     (exp,) = finer_heads_o(num_layers=4, num_heads=2)
-    cells = exp["conditions"][3:]
+    cells = exp["conditions"][4:]  # after B2A, SFT, O and O L3
     assert [c["name"] for c in cells] == ["O L3 h0", "O L3 h1"]
     assert {c["controls"]["random"] for c in cells} == {1}  # only one other head to draw
     (exp,) = finer_heads_o(num_layers=4, num_heads=1)
-    assert exp["conditions"][3]["controls"] == {"random": 0, "seed": 0, "vary": "heads", "complement": True}
+    assert exp["conditions"][4]["controls"] == {"random": 0, "seed": 0, "vary": "heads", "complement": True}
 
 
 def test_heads_o_needs_the_shape():

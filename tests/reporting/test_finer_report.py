@@ -24,6 +24,7 @@ VALUES = {
     "B2A": (0.20, 0.15, 0.25),
     "SFT": (0.90, 0.85, 0.95),
     "O": (0.60, 0.50, 0.70),
+    "O L6": (0.95, 0.90, 1.00),  # every head of layer 6; layer 7 has no such row (the donor stands in)
     "O L6 h0": (0.50, 0.40, 0.60),  # wholly above B2A's 0.20: appears
     "O L6 h1": (0.22, 0.10, 0.34),  # straddles 0.20: inconclusive
     "O L7 h0": (0.10, 0.05, 0.15),  # wholly below: does not appear
@@ -90,6 +91,7 @@ def heads():
         _cond("B2A", {"reference": "recipient"}),
         _cond("SFT", {"reference": "donor"}),
         _cond("O", {"reference": "component", "components": "O"}),
+        _cond("O L6", {"reference": "component", "components": "O", "layer": 6}),
     ]
     for layer in (6, 7):
         for head in (0, 1):
@@ -109,8 +111,10 @@ def test_head_map_holds_the_summary_numbers(heads):
     expected = np.array([[0.50 - 0.20, 0.22 - 0.20], [0.10 - 0.20, 0.30 - 0.20]])
     assert np.allclose(effect, expected)
     assert np.allclose(grid.effect("prob", "low"), np.array([[0.40, 0.10], [0.05, 0.25]]) / 2 - 0.10)
+    assert grid.refs["component"]["top5"].condition == "O" and grid.wholes[6]["top5"].value == 0.95
     cost = np.array(grid.cost("top5"))
-    assert cost[0][0] == pytest.approx(0.90 - 0.70) and cost[1][1] == pytest.approx(0.90 - 0.80)
+    assert cost[0][0] == pytest.approx(0.95 - 0.70) and cost[1][1] == pytest.approx(0.90 - 0.80)
+    assert grid.cost("top5", "low")[0][0] == pytest.approx(0.95 - 0.80)  # the complement's high bound
     assert math.isnan(cost[0][1]) and math.isnan(cost[1][0])  # no complement computed there
     assert [r["top5"].value for r in grid.cells[(6, 0)].random] == [0.25, 0.35]
 
@@ -125,6 +129,8 @@ def test_head_figure_draws_the_maps(heads):
     assert np.allclose(np.ma.filled(cost, np.nan), grid.cost("top5"), equal_nan=True)
     texts = [t.get_text() for t in fig.axes[0].texts]
     assert "+0.30\n[+0.20, +0.40]" in texts  # L6 h0: 0.50 [0.40, 0.60] - 0.20
+    cost_texts = [t.get_text() for t in [ax for ax in fig.axes if ax.images][2].texts]
+    assert "+0.25\n[+0.15, +0.35]" in cost_texts  # O L6 0.95 - complement 0.70 [0.60, 0.80]
 
 
 def test_head_table_and_sentence(heads):
@@ -132,7 +138,7 @@ def test_head_table_and_sentence(heads):
     text = "\n".join(experiment_finer(rows, state))
     assert "weightgraft's extension" in text and "not a finding of the paper" in text
     assert (
-        "| 6 | 0 | 0.500 | +0.300 [+0.20, +0.40] | +0.150 [+0.10, +0.20] | +0.200 [+0.10, +0.30] | 0.300 | appears |"
+        "| 6 | 0 | 0.500 | +0.300 [+0.20, +0.40] | +0.150 [+0.10, +0.20] | +0.250 [+0.15, +0.35] | 0.300 | appears |"
         in text
     )
     assert "| 6 | 1 | 0.220 |" in text and "| n/a | inconclusive |" in text
@@ -237,11 +243,12 @@ def test_dose_curve_table_plot_and_sentence(doses):
 def test_report_section_and_plot_files(heads, tmp_path):
     state, rows = heads
     assert plain_row({}) and plain_row({"reference": "recipient"}) and not plain_row(_cell(6, 0))
+    assert plain_row({"reference": "component", "components": "O", "layer": 6})
     paths = plot_experiment(rows, state, tmp_path)
     assert {p.name for p in paths} >= {"finer.png", "finer_heads.png", "finer_heads.svg"}
     assert all(p.stat().st_size > 1000 for p in paths)
     lines = experiment_section(RunSummary(rows), state, paths, NO_STUDY)
     text = "\n".join(lines)
     assert "![finer_heads](plots/finer_heads.png)" in text and "### O per head (layer x head)" in text
-    assert "- **B2A**:" in text and "- plus 8 finer-grain conditions" in text
+    assert "- **B2A**:" in text and "- **O L6**:" in text and "- plus 8 finer-grain conditions" in text
     assert "- **O L6 h0**" not in text

@@ -4,8 +4,11 @@ component figure leaves open: *which* part of O and the last layers' FFNs carrie
 how much of the finetuning change it needs.
 
 - finer_heads_o  b2a <- sft; O per head at LT, one condition per (layer, head) of the authors'
-                 fourth quarter, each with random heads of the same layer and its necessity
-                 complement as controls; references B2A, SFT and O (every head) in the band.
+                 fourth quarter, each with random heads of the same layer and its complement
+                 (every other head of O in that layer) as controls; references B2A, SFT, O
+                 (every head) in the band and O (every head) in each layer of it, the scope a
+                 head and its complement make up (the report's cost: that scope minus the
+                 complement).
                  Layers and heads are concrete, so the preset takes the recipient's shape:
                  `num_layers` (the fourth quarter is [3q, n), q = n // 4, as the paper's band)
                  and `num_heads` (query heads). A head count above the model's fails at plan
@@ -94,6 +97,21 @@ def head_cells(num_layers: int, num_heads: int) -> list[dict]:
     return cells
 
 
+def layer_wholes(num_layers: int) -> list[dict]:
+    """O (every head) at LT in each layer of the fourth quarter: a head cell with its complement."""
+    return [
+        _reference(
+            f"O L{layer}",
+            "component",
+            [{"positions": "LT", "layers": [layer], "components": "O"}],
+            f"O (every head) at LT in layer {layer}",
+            components="O",
+            layer=layer,
+        )
+        for layer in author_band(COMPONENT_BAND, num_layers)
+    ]
+
+
 def finer_heads_o(max_examples=None, templates=None, num_layers=None, num_heads=None) -> list[dict]:
     if num_layers is None or num_heads is None:
         raise ValueError(
@@ -116,10 +134,11 @@ def finer_heads_o(max_examples=None, templates=None, num_layers=None, num_heads=
             f"Recipient: the B2A model; donor: SFT. Each of the {num_heads} heads of O (the input columns "
             f"of W_O that head writes through) at the last token, one layer at a time over the authors' "
             f"fourth quarter (layers {band[0]}..{band[-1]} of {num_layers}); each cell with "
-            f"{min(RANDOM_DRAWS, num_heads - 1)} random heads of its layer and its necessity complement "
-            "(the donor everywhere except that head) as controls",
+            f"{min(RANDOM_DRAWS, num_heads - 1)} random heads of its layer and its complement (every "
+            "other head of O in that layer) as controls; O with every head, in the band and in each layer, "
+            "as references",
             "b2a",
-            [*_baselines("B2A"), whole, *head_cells(num_layers, num_heads)],
+            [*_baselines("B2A"), whole, *layer_wholes(num_layers), *head_cells(num_layers, num_heads)],
             max_examples=max_examples,
             templates=templates,
         )

@@ -60,12 +60,12 @@ def estimates(table: dict, name: str, metrics=METRICS) -> Estimates:
 
 
 def references(state: dict) -> dict[str, str]:
-    """role (recipient, donor, component) -> condition name: by `meta.reference`, else the
-    recipient alone and the donor alone by their shorthand names."""
+    """role (recipient, donor, component) -> condition name: by `meta.reference` (a reference of
+    one layer left out), else the recipient alone and the donor alone by their shorthand names."""
     out = {}
     for cond in state["conditions"]:
         role = cond["meta"].get("reference")
-        if role and role not in out:
+        if role and role not in out and "layer" not in cond["meta"]:
             out[role] = cond["name"]
     names = [c["name"] for c in state["conditions"]]
     for role, known in REFERENCE_NAMES.items():
@@ -74,6 +74,18 @@ def references(state: dict) -> dict[str, str]:
             if found:
                 out[role] = found[0]
     return out
+
+
+def layer_wholes(state: dict, components: str) -> dict[int, str]:
+    """layer -> the `reference: component` row of `components` in that one layer (every head):
+    the scope a head and its complement make up."""
+    return {
+        c["meta"]["layer"]: c["name"]
+        for c in state["conditions"]
+        if c["meta"].get("reference") == "component"
+        and "layer" in c["meta"]
+        and c["meta"].get("components", "") == components
+    }
 
 
 def controls_of(state: dict) -> dict[str, dict[str, list[str]]]:
@@ -126,12 +138,13 @@ class HeadMap:
     heads: list[int]
     cells: dict[tuple[int, int], Controlled]
     refs: dict[str, Estimates]
+    wholes: dict[int, Estimates] = field(default_factory=dict)  # layer -> every head of that layer
 
     def _grid(self, pick) -> list[list[float]]:
         nan = float("nan")
         grid = [[nan] * len(self.heads) for _ in self.layers]
         for (layer, head), cell in self.cells.items():
-            value = pick(cell)
+            value = pick(layer, cell)
             grid[self.layers.index(layer)][self.heads.index(head)] = nan if value is None else value
         return grid
 
@@ -142,13 +155,27 @@ class HeadMap:
     def effect(self, metric: str, bound: str = "value") -> list[list[float]]:
         """The cells' value (or `low`/`high` bound) minus the recipient alone's value."""
         base = self.baseline("recipient", metric)
-        return self._grid(lambda c: _minus(getattr(c.values[metric], bound), base))
+        return self._grid(lambda _layer, c: _minus(getattr(c.values[metric], bound), base))
 
-    def cost(self, metric: str) -> list[list[float]]:
-        """The complement's cost: the donor alone's value minus the complement's (what the
-        donor loses without this head)."""
-        donor = self.baseline("donor", metric)
-        return self._grid(lambda c: None if c.complement is None else _minus(donor, c.complement[metric].value))
+    def whole(self, layer: int, metric: str) -> float | None:
+        """What a head and its complement make up: the component with every head in that layer
+        (its `reference: component` row of that layer), else the donor alone."""
+        ref = self.wholes.get(layer, {}).get(metric)
+        if ref is not None:
+            return ref.value if ref.defined else None
+        return self.baseline("donor", metric)
+
+    def cost(self, metric: str, bound: str = "value") -> list[list[float]]:
+        """The complement's cost: the whole (`whole`) minus the complement's value (what the
+        whole loses without this head); `bound` low/high: the interval from the complement's."""
+        flip = {"value": "value", "low": "high", "high": "low"}[bound]
+
+        def pick(layer: int, cell: Controlled) -> float | None:
+            if cell.complement is None:
+                return None
+            return _minus(self.whole(layer, metric), getattr(cell.complement[metric], flip))
+
+        return self._grid(pick)
 
 
 def _minus(a: float | None, b: float | None) -> float | None:
@@ -172,6 +199,7 @@ def head_maps(rows: list[SummaryRow], state: dict) -> list[HeadMap]:
                 sorted({c["meta"]["head"] for c in mine}),
                 {(c["meta"]["layer"], c["meta"]["head"]): controlled(table, c["name"], controls) for c in mine},
                 refs,
+                {layer: estimates(table, name) for layer, name in layer_wholes(state, comps).items()},
             )
         )
     return out
@@ -236,4 +264,4 @@ def has_finer_rows(state: dict) -> bool:
 def plain_row(meta: dict) -> bool:
     """A row the bar chart and the conditions' list show one by one: no meta, or only a
     reference's (a grid cell, a curve point, a control or a sweep cell is shown by its plot)."""
-    return set(meta) <= {"reference", "components"}
+    return set(meta) <= {"reference", "components", "layer"}

@@ -60,7 +60,7 @@ def _panel(ax, grid: HeadMap, values, lows, highs, title: str) -> None:
 
 def head_figure(grid: HeadMap, title: str) -> Figure:
     """Effect on top-5 and on probability against the recipient alone, then the complement's
-    cost on top-5 (the donor alone minus the donor without that head): side by side for a few
+    cost on top-5 (every head of the layer minus its complement, `HeadMap.cost`): side by side for a few
     heads, one above the other for many."""
     panels = len(METRICS) + 1
     width = 1.2 + 0.9 * len(grid.heads)
@@ -79,8 +79,14 @@ def head_figure(grid: HeadMap, title: str) -> Figure:
             grid.effect(metric, "high"),
             f"{METRIC_NAMES[metric]} - recipient alone",
         )
-    nan = [[float("nan")] * len(grid.heads) for _ in grid.layers]
-    _panel(axes[-1], grid, grid.cost("top5"), nan, nan, "complement's cost, top-5 (donor - complement)")
+    _panel(
+        axes[-1],
+        grid,
+        grid.cost("top5"),
+        grid.cost("top5", "low"),
+        grid.cost("top5", "high"),
+        "complement's cost, top-5 (whole layer - complement)",
+    )
     fig.suptitle(f"{title}: {grid.components} per head (weightgraft's extension)", fontsize=10)
     fig.tight_layout()
     return fig

@@ -25,6 +25,11 @@ EXTENSION_NOTE = (
     "*weightgraft's extension of the paper's analysis (grafts finer than a component), not a finding of the paper.*"
 )
 METRIC_NAMES = {"top5": "top-5", "prob": "probability"}
+COST_WORDS = (
+    "The complement's cost: the component with every head in that layer (the scope a head and its "
+    "complement make up; the donor alone where the run has no such row) minus the complement control, "
+    "with the complement's 95% interval."
+)
 ROLE_WORDS = {"recipient": "the recipient alone", "donor": "the donor alone", "component": "the whole component"}
 
 
@@ -82,30 +87,28 @@ def _grouped(outcomes: dict[str, Outcome]) -> str:
 
 def head_table(grid: HeadMap) -> list[str]:
     """One line per (layer, head): values, effects against the recipient alone, the
-    complement's cost, the random heads' mean and the outcome."""
+    complement's cost (`HeadMap.cost`), the random heads' mean and the outcome."""
     lines = [
         "| layer | head | top-5 | top-5 - recipient [95% CI] | prob - recipient [95% CI] | "
-        "complement cost, top-5 [95% CI] | random heads, top-5 (mean) | above the recipient? |",
+        "complement's cost, top-5 [95% CI] | random heads, top-5 (mean) | above the recipient? |",
         "|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     recipient = grid.refs.get("recipient")
-    donor = grid.baseline("donor", "top5")
+    costs = {bound: grid.cost("top5", bound) for bound in ("value", "low", "high")}
     for (layer, head), cell in sorted(grid.cells.items()):
-        cost = "n/a"
-        if cell.complement is not None and donor is not None and cell.complement["top5"].defined:
-            comp = cell.complement["top5"]
-            cost = _ci(donor - comp.value, _minus_opt(donor, comp.high), _minus_opt(donor, comp.low), True)
+        i, j = grid.layers.index(layer), grid.heads.index(head)
+        cost = _ci(*(_nan_none(costs[b][i][j]) for b in ("value", "low", "high")), sign=True)
         lines.append(
             f"| {layer} | {head} | {_num(cell.values['top5'].value)} | "
             f"{_shifted(cell.values, 'top5', grid.baseline('recipient', 'top5'))} | "
             f"{_shifted(cell.values, 'prob', grid.baseline('recipient', 'prob'))} | {cost} | "
             f"{_num(random_mean(cell, 'top5'))} | {judge(cell.values, recipient)[0]} |"
         )
-    return lines
+    return lines + ["", COST_WORDS]
 
 
-def _minus_opt(a: float, b: float | None) -> float | None:
-    return None if b is None else a - b
+def _nan_none(value: float) -> float | None:
+    return None if value != value else value
 
 
 def head_sentence(grid: HeadMap) -> str:
