@@ -213,6 +213,8 @@ class LocalizeSpec(BaseModel):
     max_examples: int | None = Field(default=None, ge=1)
     check_cells: int = Field(default=0, ge=0)
     batch_size: int = Field(default=16, ge=1)
+    # what the search grafts: whole components, or single heads (q, k, v, o) / neurons (FFN)
+    grain: Literal["component", "head", "neuron"] = "component"
 
     @field_validator("localize")
     @classmethod
