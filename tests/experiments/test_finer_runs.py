@@ -340,3 +340,24 @@ def test_localize_grain_reaches_the_search(llama, data, tmp_path):
     assert {"o#0", "o#3", "k#1", "q#2"} <= ranked["heads"] and "o" not in ranked["heads"]
     assert "o" in ranked["whole"] and not any("#" in c for c in ranked["whole"])
     assert "grain" not in json.loads((tmp_path / "localize" / "whole" / "settings.json").read_text())["spec"]
+
+
+# ---- the schema: existing keys unchanged, new ones only when set ---------------------------------
+def test_finer_fields_join_the_key_only_when_set():
+    from weightgraft.experiments.conditions import ConditionSpec, ShapeSpec, resolve_condition
+    from weightgraft.experiments.run_plan import condition_from_json
+
+    def key(**graft):
+        spec = ConditionSpec(name="c", grafts=[dict(positions="LT", layers=[1], components="O", **graft)])
+        return resolve_condition(spec, recipient="pre", donor="sft")
+
+    plain = key()
+    assert list(plain.to_json()["grafts"][0]) == ["positions", "layers", "components", "donor"]
+    assert key(shape={"scale": 1.0}).key() == plain.key()  # scale 1, whole change: the donor itself
+    shaped = key(heads=[3, 1, 3], shape={"scale": -0.5, "rank": 4})
+    assert shaped.to_json()["grafts"][0]["heads"] == [1, 3]
+    assert shaped.grafts[0].donor_key == "sft~scale=-0.5,rank=4"
+    assert len({plain.key(), shaped.key(), key(heads=[1, 3]).key(), key(shape={"rank": 4}).key()}) == 4
+    assert condition_from_json(shaped.to_json()).key() == shaped.key()
+    for shape in (ShapeSpec(rank=4), ShapeSpec(scale=2.0, top=0.25), ShapeSpec(top=40), ShapeSpec(top=1.0)):
+        assert ShapeSpec.from_key(shape.key()) == shape
