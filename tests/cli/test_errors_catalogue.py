@@ -324,6 +324,32 @@ RECIPES: dict[str, R] = {
     "E-config-27": R(
         lambda w: w.grafts(components="attn+FFN"), "ambiguous component 'attn' in 'attn+FFN'", "ambiguous component"
     ),
+    "E-config-28": R(
+        lambda w: w.grafts(components="FFN", heads=[1]), "have no heads: heads= narrows q, k, v or o", "have no heads"
+    ),
+    "E-config-29": R(
+        lambda w: w.grafts(components="O", shape={"scale": float("nan")}),
+        "shape: scale must be a finite number (below 0 and above 1 are allowed), not nan",
+    ),
+    "E-config-30": R(
+        lambda w: w.experiment(
+            conditions=[{"name": "c", "grafts": [{"positions": "FE", "components": "O"}], "controls": {"vary": "x"}}]
+        ),
+        "controls.vary: vary must name one of positions, layers, heads, neurons (or be left out), not 'x'",
+        "vary must name one of positions, layers, heads, neurons",
+    ),
+    "E-config-31": R(
+        lambda w: w.experiment(
+            conditions=[
+                {
+                    "name": "c",
+                    "method": "activations",
+                    "grafts": [{"positions": "FE", "components": "BLOCKS", "shape": {"scale": 0.5}}],
+                }
+            ]
+        ),
+        "so its grafts take no heads, neurons or shape; use method: weights",
+    ),
     "E-config-40": R(
         lambda w: w.run(experiments=[{"preset": "finer_heads_o"}]),
         "preset 'finer_heads_o' enumerates the recipient's layers and heads: give num_layers and num_heads",
@@ -419,6 +445,29 @@ RECIPES: dict[str, R] = {
     ),
     "E-preload-18": R(
         lambda w: w.grafts(components="q_norm"), "(llama) has no component(s) ['q_norm']", "has no component(s)"
+    ),
+    "E-preload-21": R(
+        lambda w: w.grafts(components="O", heads=[4]),
+        "head 4 is out of range for 'o': this llama model has 4 query heads (q, o: 0..3) and 2 key-value heads "
+        "(k, v: 0..1)",
+        "is out of range for 'o': this llama model has 4 query heads",
+    ),
+    "E-preload-22": R(
+        lambda w: w.grafts(components="O", shape={"rank": 40}),
+        "rank 40 is above the rank of o's weight (a 32 x 32 matrix, at most 32); use rank <= 32",
+    ),
+    "E-preload-23": R(
+        lambda w: w.experiment(
+            conditions=[
+                {
+                    "name": "c",
+                    "grafts": [{"positions": "FE", "components": "O", "heads": [1]}],
+                    "controls": {"random": 4},
+                }
+            ]
+        ),
+        "only 3 random draws of heads differ from condition 'c'",
+        "random draws of heads differ from condition",
     ),
     "E-preload-19": R(
         lambda w: w.run(models={"pre": str(w["pre"]), "sft": w.config_json("remote", auto_map={"AutoConfig": "x.C"})}),

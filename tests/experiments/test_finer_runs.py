@@ -156,3 +156,208 @@ def test_gpt2_finer_conditions_equal_engine_and_reference(gpt2, data, tmp_path):
     exp = _experiment("finer", GPT2_CONDITIONS)
     run_all(parse_config(base_config(gpt2, data, [exp])), tmp_path, progress=False, report=False)
     _check_run(gpt2, tmp_path, dict(exp, data=data), GPT2_EXPECTED)
+
+
+# ---- controls --------------------------------------------------------------------------------
+HEAD_META = {"grain": "head", "layer": 3, "head": 1, "components": "O"}
+CONTROLLED = [
+    "PRE",
+    dict(
+        _graft("O h1 L3", "LT", [3], "O", heads=[1]),
+        controls={"random": 2, "seed": 5, "complement": True},
+        meta=HEAD_META,
+    ),
+    dict(
+        _graft("O+FFN L3 r2", "LT", [3], "O+FFN", shape={"rank": 2}),
+        controls={"random": 2, "seed": 1, "complement": True},
+    ),
+    dict(
+        _graft("FE+LT x0.5", "FE+LT", "all", "all", shape={"scale": 0.5}),
+        controls={"random": 2, "seed": 3, "vary": "positions", "complement": True},
+    ),
+    dict(_graft("FFN n", "LT", [2], "FFN", neurons=[1, 2, 3]), controls={"random": 1}),
+]
+
+
+def _plan(models, data, conditions, **top):
+    from weightgraft.experiments.execute import Resources
+    from weightgraft.experiments.planner import build_plan
+
+    cfg = parse_config({**base_config(models, data, [_experiment("ctl", conditions)]), **top})
+    return build_plan(cfg, Resources(cfg)).experiments[0]
+
+
+def test_controls_expand_to_the_engines_draws(llama, data):
+    """Names, order and meta as the contract says; the draws are engine.controls.random_like's on
+    the loaded model; two plans are the same."""
+    from weightgraft.engine.controls import random_like
+
+    plan = _plan(llama, data, CONTROLLED)
+    again = _plan(llama, data, CONTROLLED)
+    assert [c.to_json() for c in plan.conditions] == [c.to_json() for c in again.conditions]
+    names = [c.name for c in plan.conditions]
+    assert names[1:5] == ["O h1 L3", "O h1 L3 [random 1]", "O h1 L3 [random 2]", "O h1 L3 [complement]"]
+    assert names[-2:] == ["FFN n", "FFN n [random 1]"]
+    by_name = {c.name: c for c in plan.conditions}
+    assert by_name["O h1 L3 [random 2]"].meta == dict(HEAD_META, control="random", of="O h1 L3", draw=2)
+    assert by_name["O h1 L3 [complement]"].meta == dict(HEAD_META, control="complement", of="O h1 L3")
+    grafter = Grafter(*(AutoModelForCausalLM.from_pretrained(llama[k]) for k in ("pre", "sft")))
+    heads = random_like(Graft("last", [3], "o", heads=[1]), grafter, 2, seed=5)
+    assert [by_name[f"O h1 L3 [random {i}]"].grafts[0].heads for i in (1, 2)] == [g.heads for g in heads]
+    layers = random_like(Graft("last", [3], ["o", "gate", "up", "down"]), grafter, 2, seed=1, vary="layers")
+    assert [by_name[f"O+FFN L3 r2 [random {i}]"].grafts[0].layers for i in (1, 2)] == [g.layers for g in layers]
+    assert all(by_name[f"O+FFN L3 r2 [random {i}]"].grafts[0].shape.rank == 2 for i in (1, 2))
+    neurons = random_like(Graft("last", [2], ["gate", "up", "down"], neurons=[1, 2, 3]), grafter, 1, seed=0)
+    assert by_name["FFN n [random 1]"].grafts[0].neurons == neurons[0].neurons
+    assert by_name["O h1 L3 [complement]"].grafts[0].heads == [0, 2, 3]
+    assert by_name["O+FFN L3 r2 [complement]"].grafts[0].layers == [0, 1, 2]
+
+
+@torch.no_grad()
+def test_control_rows_equal_their_grafts(llama, data, tmp_path):
+    """The complement of one head is every other head (engine and reference); random positions
+    are as many as FE+LT's, from the row's other positions, the same in every plan, and score as
+    a direct engine call with those positions."""
+    exp = _experiment("ctl", CONTROLLED)
+    run_all(parse_config(base_config(llama, data, [exp])), tmp_path, progress=False, report=False)
+    _check_run(
+        llama, tmp_path, dict(exp, data=data), {"O h1 L3 [complement]": ("LT", [3], ["o"], [0, 2, 3], None, None)}
+    )
+    plan = _plan(llama, data, CONTROLLED)
+    tok = AutoTokenizer.from_pretrained(llama["pre"])
+    pre, sft = (AutoModelForCausalLM.from_pretrained(llama[k]).eval() for k in ("pre", "sft"))
+    grafter = Grafter(pre, ShapedDonor(sft, scale=0.5))
+    prompts = {p.id: p for p in load_eval_prompts(data)}
+    for row in _rows(tmp_path, "ctl", "FE+LT x0.5 [random 1]"):
+        enc = encode_prompt(tok, prompts[row["example_id"]])
+        n, target = len(enc.input_ids), enc.target_ids
+        ids = enc.input_ids + target[:-1]
+        original = _mask(enc, "FE+LT", n)
+        masks = [
+            plan.condition(f"FE+LT x0.5 [random {i}]").row_masks(enc.positions, n, len(ids), row["example_id"])[0][0]
+            for i in (1, 2)
+        ]
+        assert (
+            masks[0]
+            == plan.condition("FE+LT x0.5 [random 1]").row_masks(enc.positions, n, len(ids), row["example_id"])[0][0]
+        )
+        assert masks[0] != masks[1] and all(sum(m[:n]) == sum(original) for m in masks)
+        assert not any(a and b for m in masks for a, b in zip(m[:n], original))
+        logits = grafter.logits(torch.tensor([ids]), Graft(masks[0], "all", "all"))[0]
+        rank, prob, total = _scores(logits, n, target)
+        assert row["rank"] == rank and row["prob"] == pytest.approx(prob, **PROB_TOL)
+        complement = [not m for m in original[:n]] + [False] * (len(ids) - n)
+        logits = grafter.logits(torch.tensor([ids]), Graft(complement, "all", "all"))[0]
+        other = next(
+            r for r in _rows(tmp_path, "ctl", "FE+LT x0.5 [complement]") if r["example_id"] == row["example_id"]
+        )
+        assert other["rank"] == _scores(logits, n, target)[0]
+        assert other["prob"] == pytest.approx(_scores(logits, n, target)[1], **PROB_TOL)
+
+
+# ---- a rank curve: one pass per batch, resumed bit for bit ----------------------------------
+RANK_CURVE = ["PRE", "SFT"] + [
+    _graft(f"O+FFN rank {k}", "LT", "authors_fourth_quarter", "O+FFN", **({"shape": {"rank": k}} if k else {}))
+    for k in (1, 2, 4, 8, 0)
+]
+
+
+class Interrupt(Exception):
+    pass
+
+
+def test_rank_curve_resumes_bit_identically(llama, data, tmp_path, monkeypatch):
+    from weightgraft.experiments import records
+
+    cfg = parse_config(base_config(llama, data, [_experiment("rank", RANK_CURVE)]))
+    plan = _plan(llama, data, RANK_CURVE)
+    assert len(plan.chunks) == 1  # every point of the curve in one Grafter, one pass per batch
+    whole = tmp_path / "whole"
+    run_all(cfg, whole, progress=False, report=False)
+    real_write, seen = records.write_condition, []
+
+    def write_then_stop(path, rows, fingerprint):
+        real_write(path, rows, fingerprint)
+        seen.append(rows[0]["condition"])
+        if len(seen) == 3:
+            raise Interrupt
+
+    resumed = tmp_path / "resumed"
+    monkeypatch.setattr(records, "write_condition", write_then_stop)
+    with pytest.raises(Interrupt):
+        run_all(cfg, resumed, progress=False, report=False)
+    monkeypatch.undo()
+    second = run_all(cfg, resumed, progress=False, report=False)
+    assert sorted(second.reused) == sorted(f"rank/{c}" for c in seen) and len(second.computed) == 4
+    for cond in plan.conditions:
+        assert _rows(resumed, "rank", cond.name) == _rows(whole, "rank", cond.name), cond.name
+    assert (resumed / "summary.csv").read_bytes() == (whole / "summary.csv").read_bytes()
+    probs = [[r["prob"] for r in _rows(whole, "rank", f"O+FFN rank {k}")] for k in (1, 2, 4, 8)]
+    assert len({tuple(p) for p in probs}) == 4  # each rank a different graft
+
+
+# ---- bad input: one line each ------------------------------------------------------------------
+BAD = [
+    (_graft("x", "LT", [3], "O", heads=[4]), "4 query heads (q, o: 0..3) and 2 key-value heads (k, v: 0..1)"),
+    (_graft("x", "LT", [3], "K", heads=[2]), "head 2 is out of range for 'k'"),
+    (_graft("x", "LT", [3], "FFN", neurons=[64]), "FFN has 64 neurons (0..63)"),
+    (_graft("x", "LT", [3], "FFN", heads=[1]), "have no heads"),
+    (_graft("x", "LT", [3], "O", shape={"rank": 40}), "rank 40 is above the rank of o's weight (a 32 x 32 matrix"),
+    (_graft("x", "LT", [3], "O", shape={"scale": float("inf")}), "scale must be a finite number"),
+    (_graft("x", "LT", [3], "O", shape={"scale": float("nan")}), "scale must be a finite number"),
+    (dict(_graft("x", "LT", [3], "O"), controls={"random": 1, "vary": "tokens"}), "vary must name one of positions"),
+    (dict(_graft("x", "LT", [3], "O", heads=[1]), controls={"random": 4}), "only 3 random draws of heads differ"),
+    (dict(_graft("x", "LT", "all", "O"), controls={"complement": True}), "its complement in layers is empty"),
+]
+
+
+@pytest.mark.parametrize("condition,words", BAD, ids=[b[1][:30] for b in BAD])
+def test_bad_finer_input_is_one_line(llama, data, tmp_path, condition, words):
+    from weightgraft.errors import UserError
+
+    with pytest.raises(UserError) as err:
+        _plan(llama, data, ["PRE", condition])
+    assert words in str(err.value) and "\n" not in str(err.value)
+
+
+# ---- localize at head grain from a run config --------------------------------------------------
+def test_localize_grain_reaches_the_search(llama, data, tmp_path):
+    import json
+
+    from exp_fixtures import gain_donor
+
+    models = dict(llama, gain=gain_donor(llama["pre"], tmp_path / "gain"))
+    loc = {"localize": "heads", "dataset": "relation", "donor": "gain", "max_examples": 3, "steps": 2, "grain": "head"}
+    cfg = parse_config(
+        base_config(models, data, [_experiment("base", ["PRE"]), loc, dict(loc, localize="whole", grain="component")])
+    )
+    run_all(cfg, tmp_path / "run", progress=False, report=False)
+    tmp_path = tmp_path / "run"
+    ranked = {
+        n: set(pq.read_table(tmp_path / "localize" / n / "ranking.parquet").column("component").to_pylist())
+        for n in ("heads", "whole")
+    }
+    assert {"o#0", "o#3", "k#1", "q#2"} <= ranked["heads"] and "o" not in ranked["heads"]
+    assert "o" in ranked["whole"] and not any("#" in c for c in ranked["whole"])
+    assert "grain" not in json.loads((tmp_path / "localize" / "whole" / "settings.json").read_text())["spec"]
+
+
+# ---- the schema: existing keys unchanged, new ones only when set ---------------------------------
+def test_finer_fields_join_the_key_only_when_set():
+    from weightgraft.experiments.conditions import ConditionSpec, ShapeSpec, resolve_condition
+    from weightgraft.experiments.run_plan import condition_from_json
+
+    def key(**graft):
+        spec = ConditionSpec(name="c", grafts=[dict(positions="LT", layers=[1], components="O", **graft)])
+        return resolve_condition(spec, recipient="pre", donor="sft")
+
+    plain = key()
+    assert list(plain.to_json()["grafts"][0]) == ["positions", "layers", "components", "donor"]
+    assert key(shape={"scale": 1.0}).key() == plain.key()  # scale 1, whole change: the donor itself
+    shaped = key(heads=[3, 1, 3], shape={"scale": -0.5, "rank": 4})
+    assert shaped.to_json()["grafts"][0]["heads"] == [1, 3]
+    assert shaped.grafts[0].donor_key == "sft~scale=-0.5,rank=4"
+    assert len({plain.key(), shaped.key(), key(heads=[1, 3]).key(), key(shape={"rank": 4}).key()}) == 4
+    assert condition_from_json(shaped.to_json()).key() == shaped.key()
+    for shape in (ShapeSpec(rank=4), ShapeSpec(scale=2.0, top=0.25), ShapeSpec(top=40), ShapeSpec(top=1.0)):
+        assert ShapeSpec.from_key(shape.key()) == shape

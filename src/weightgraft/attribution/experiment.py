@@ -70,6 +70,7 @@ class SearchSettings:
     max_examples: int | None = None
     check_cells: int = 0
     seed: int = 0
+    grain: str = "component"  # or "head", "neuron": search over heads or neurons
 
 
 def localize_pair(
@@ -102,6 +103,7 @@ def localize_pair(
         target=settings.target,
         batch_size=settings.batch_size,
         seed=settings.seed,
+        grain=settings.grain,
         progress=progress,
         stop_on=list(settings.stop_on),
     )
@@ -115,7 +117,8 @@ def run_localize(config, spec: LocalizeSpec, out: str | Path, progress: bool = T
     folder = Path(out) / "localize" / spec.name
     prompts_read = load_eval_prompts(config.datasets[spec.dataset])
     stamp = {
-        "spec": spec.model_dump(),
+        # `grain` only when it is not the default, so that an existing search keeps its stamp
+        "spec": spec.model_dump(exclude={"grain"} if spec.grain == "component" else None),
         "seed": config.seed,
         "dtype": config.dtype,
         "device": config.device.split(":")[0],
@@ -144,6 +147,7 @@ def run_localize(config, spec: LocalizeSpec, out: str | Path, progress: bool = T
         spec.max_examples,
         spec.check_cells,
         config.seed,
+        spec.grain,
     )
     result = localize_pair(pair, prompts_read, settings, what=f"localize experiment {spec.name!r}", progress=progress)
     result.save(folder)

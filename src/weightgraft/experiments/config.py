@@ -19,6 +19,22 @@ experiments:
                  {name: two-donors, grafts: [{positions: LT, components: [q, k, v], donor: task},
                                              {positions: LT, components: O+FFN}]}]
 ```
+
+Finer grafts (issue 20; `conditions.GraftSpec`, `ShapeSpec`, `ControlSpec`): a graft may take
+`heads: [3]` (q, k, v, o; k and v count key-value heads) or `neurons: [17]` (gate, up, down), and
+`shape: {scale: 0.5}` / `{rank: 4}` / `{top: 0.01}` (the donor's change scaled, truncated to its
+top singular directions, or kept in its largest entries). A condition of one graft may take
+`controls: {random: 3, seed: 0, vary: heads, complement: true}` (expanded at plan time into
+`NAME [random i]` and `NAME [complement]`, see `experiments.controls`) and free plot coordinates
+`meta: {...}`. A localize experiment takes `grain: component | head | neuron`.
+
+```yaml
+conditions:
+  - {name: O h3 L6, grafts: [{positions: LT, layers: [6], components: O, heads: [3]}],
+     controls: {random: 3, complement: true}, meta: {grain: head, layer: 6, head: 3}}
+  - {name: O+FFN rank 4, grafts: [{positions: LT, layers: authors_fourth_quarter, components: O+FFN,
+                                   shape: {rank: 4}}]}
+```
 """
 
 from __future__ import annotations
@@ -224,6 +240,8 @@ class LocalizeSpec(BaseModel):
     max_examples: int | None = Field(default=None, ge=1)
     check_cells: int = Field(default=0, ge=0)
     batch_size: int = Field(default=16, ge=1)
+    # what the search grafts: whole components, or single heads (q, k, v, o) / neurons (FFN)
+    grain: Literal["component", "head", "neuron"] = "component"
 
     @field_validator("localize")
     @classmethod
