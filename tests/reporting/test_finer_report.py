@@ -127,6 +127,8 @@ def test_head_figure_draws_the_maps(heads):
     assert np.allclose(top5, grid.effect("top5"))
     assert np.allclose(prob, grid.effect("prob"))
     assert np.allclose(np.ma.filled(cost, np.nan), grid.cost("top5"), equal_nan=True)
+    clim = [ax for ax in fig.axes if ax.images][0].images[0].get_clim()
+    assert clim == pytest.approx((-0.40, 0.40))  # the widest interval bound (L6 h0's +0.40) sets the scale
     texts = [t.get_text() for t in fig.axes[0].texts]
     assert "+0.30\n[+0.20, +0.40]" in texts  # L6 h0: 0.50 [0.40, 0.60] - 0.20
     cost_texts = [t.get_text() for t in [ax for ax in fig.axes if ax.images][2].texts]

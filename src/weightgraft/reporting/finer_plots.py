@@ -35,23 +35,26 @@ def save(fig: Figure, stem: Path) -> list[Path]:
     return paths
 
 
-def _cell_text(value: float, low: float, high: float) -> str:
+def _cell_text(value: float, low: float, high: float, digits: int) -> str:
     if value != value:
         return "n/a"
     if low != low or high != high:
-        return f"{value:+.2f}"
-    return f"{value:+.2f}\n[{low:+.2f}, {high:+.2f}]"
+        return f"{value:+.{digits}f}"
+    return f"{value:+.{digits}f}\n[{low:+.{digits}f}, {high:+.{digits}f}]"
 
 
 def _panel(ax, grid: HeadMap, values, lows, highs, title: str) -> None:
-    """One heatmap panel: layers (rows) x heads (columns), the value and interval in each cell."""
-    finite = [abs(v) for row in values for v in row if v == v]
+    """One heatmap panel: layers (rows) x heads (columns), the value and interval in each cell.
+    The colour scale spans the intervals too, so an effect well inside its interval looks pale."""
+    finite = [abs(v) for table in (values, lows, highs) for row in table for v in row if v == v]
     span = max(finite, default=1.0) or 1.0
+    digits = 3 if span < 0.05 else 2
     image = ax.imshow(values, cmap="RdBu_r", vmin=-span, vmax=span, aspect="auto")
     size = 7 if len(grid.heads) <= 8 else 5
     for i in range(len(grid.layers)):
         for j in range(len(grid.heads)):
-            ax.text(j, i, _cell_text(values[i][j], lows[i][j], highs[i][j]), ha="center", va="center", fontsize=size)
+            text = _cell_text(values[i][j], lows[i][j], highs[i][j], digits)
+            ax.text(j, i, text, ha="center", va="center", fontsize=size)
     ax.set_xticks(range(len(grid.heads)), [f"h{h}" for h in grid.heads], fontsize=8)
     ax.set_yticks(range(len(grid.layers)), [f"L{layer}" for layer in grid.layers], fontsize=8)
     ax.set_title(title, fontsize=9)
