@@ -456,6 +456,14 @@ RECIPES: dict[str, R] = {
         lambda w: w.grafts(components="O", shape={"rank": 40}),
         "rank 40 is above the rank of o's weight (a 32 x 32 matrix, at most 32); use rank <= 32",
     ),
+    "E-preload-24": R(
+        lambda w: w.run(
+            models={"pre": str(w["pre"]), "sft": str(w["sft"]), "b2a": str(w["pre"])},
+            experiments=[{"preset": "finer_heads_o", "num_layers": 99, "num_heads": 4}],
+        ),
+        "experiment 'finer_heads_o' was written for num_layers 99, but models.b2a has num_layers ",
+        "was written for num_layers",
+    ),
     "E-preload-23": R(
         lambda w: w.experiment(
             conditions=[

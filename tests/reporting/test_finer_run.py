@@ -10,7 +10,10 @@ import pytest
 
 from exp_fixtures import build_models
 from tiny_world import write_dataset
+from weightgraft.errors import UserError
 from weightgraft.experiments.config import parse_config
+from weightgraft.experiments.execute import Resources
+from weightgraft.experiments.planner import build_plan
 from weightgraft.paper.finer_presets import RANKS
 from weightgraft.pipelines.run import run_all
 
@@ -64,3 +67,28 @@ def test_rank_table_equals_summary(finer_run):
     assert f"| the whole component (`ATTN+O+FFN`) | {_cell(top5['ATTN+O+FFN'])} |" in section
     assert (finer_run / "plots" / "finer_rank_rank.png").stat().st_size > 1000
     assert "![finer_rank_rank](plots/finer_rank_rank.png)" in md
+
+
+def test_heads_preset_refuses_a_model_of_another_shape(finer_run, tmp_path):
+    """finer_heads_o enumerates layers and heads: given the wrong depth or head count it would
+    graft other layers or heads without a word, so the plan refuses it naming both shapes; the
+    right shape plans every (layer, head) cell of the fourth quarter."""
+    root = finer_run.parent
+    models = {k: str(root / "models" / k) for k in ("pre", "sft", "task", "b2a")}
+
+    def config(layers: int, heads: int) -> dict:
+        return {
+            "models": models,
+            "datasets": {"relation": str(root / "data")},
+            "experiments": [{"preset": "finer_heads_o", "max_examples": 2, "num_layers": layers, "num_heads": heads}],
+        }
+
+    resources = Resources(parse_config(config(4, 4)))
+    plan = build_plan(parse_config(config(4, 4)), resources)
+    cells = [
+        c.meta for c in plan.experiments[0].conditions if c.meta.get("grain") == "head" and "control" not in c.meta
+    ]
+    assert sorted((m["layer"], m["head"]) for m in cells) == [(3, h) for h in range(4)]
+    for layers, heads, said in ((8, 4, "num_layers 8"), (4, 2, "num_heads 2")):
+        with pytest.raises(UserError, match=f"written for {said}, but models.b2a has num_"):
+            build_plan(parse_config(config(layers, heads)), resources)

@@ -136,6 +136,9 @@ class ExperimentSpec(BaseModel):
     wording: Literal["clean", "authors"] = "clean"
     headline: list[str] = ["top1", "top5"]
     plot: Literal["bars", "heatmap", "paired"] = "bars"
+    # The recipient's shape that concrete per-layer or per-head conditions were written for
+    # (presets that enumerate layers and heads set it); the plan refuses another model.
+    built_for: dict[Literal["num_layers", "num_heads"], int] | None = None
 
     @field_validator("name")
     @classmethod

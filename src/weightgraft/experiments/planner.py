@@ -84,6 +84,7 @@ def conditions_on_model(exp: ExperimentSpec, model: PlannedModel) -> list[Condit
     it (`controls.with_controls`); a layer set, component, head, neuron or rank the recipient
     lacks is a UserError naming the condition."""
     n = model.num_layers
+    check_built_for(exp, model)
     try:
         conditions = experiment_conditions(exp, n, ModelFacts(model.components, model.tied))
     except UserError:
@@ -126,6 +127,23 @@ def conditions_on_model(exp: ExperimentSpec, model: PlannedModel) -> list[Condit
             f"experiment {exp.name!r}: a control's name repeats a condition's: {dupes}; rename the condition"
         )
     return conditions
+
+
+def check_built_for(exp: ExperimentSpec, model: PlannedModel) -> None:
+    """An experiment written for one depth and head count (`built_for`) run on another would
+    graft the wrong layers or heads without a word: refuse it, naming both shapes."""
+    if not exp.built_for:
+        return
+    heads = model.units.get("o", [None, None, None])[2]
+    actual = {"num_layers": model.num_layers, "num_heads": heads}
+    wrong = {k: v for k, v in exp.built_for.items() if actual.get(k) is not None and actual[k] != v}
+    if wrong:
+        said = ", ".join(f"{k} {v}" for k, v in wrong.items())
+        has = ", ".join(f"{k} {actual[k]}" for k in wrong)
+        raise UserError(
+            f"experiment {exp.name!r} was written for {said}, but models.{exp.recipient} has {has}; "
+            f"give the preset the recipient's own ({', '.join(f'{k}: {actual[k]}' for k in wrong)})"
+        )
 
 
 def check_finer(graft: ResolvedGraft, model: PlannedModel, where: str) -> None:

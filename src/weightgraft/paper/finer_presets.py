@@ -12,8 +12,8 @@ how much of the finetuning change it needs.
                  Layers and heads are concrete, so the preset takes the recipient's shape:
                  `num_layers` (the fourth quarter is [3q, n), q = n // 4, as the paper's band)
                  and `num_heads` (query heads). A head count above the model's fails at plan
-                 time; a `num_layers` other than the model's would sweep another band, so give
-                 the recipient's own (its config's num_hidden_layers / n_layer).
+                 time, and so do a `num_layers` or `num_heads` other than the model's (the
+                 experiment's `built_for`).
 - finer_rank     b2a <- sft; O+FFN at LT in the fourth quarter with the change truncated to its
                  top-k singular directions per matrix, k in RANKS, and the whole change
                  ("full"); random layers of the same count as a control; references B2A, SFT,
@@ -56,7 +56,9 @@ def _baselines(recipient: str) -> list[dict]:
     ]
 
 
-def _experiment(name: str, title: str, description: str, recipient: str, conditions: list[dict], **opts) -> dict:
+def _experiment(
+    name: str, title: str, description: str, recipient: str, conditions: list[dict], built_for=None, **opts
+) -> dict:
     """One experiment of the finer presets: relation facts, forward prompts, the paper's
     sentences, top-5 and probability as its headline (what the finer plots show)."""
     return dict(
@@ -71,6 +73,7 @@ def _experiment(name: str, title: str, description: str, recipient: str, conditi
         max_examples=opts["max_examples"],
         directions="forward",
         templates=opts["templates"] or list(PAPER_TEMPLATES),
+        built_for=built_for,
     )
 
 
@@ -139,6 +142,7 @@ def finer_heads_o(max_examples=None, templates=None, num_layers=None, num_heads=
             "as references",
             "b2a",
             [*_baselines("B2A"), whole, *layer_wholes(num_layers), *head_cells(num_layers, num_heads)],
+            built_for={"num_layers": num_layers, "num_heads": num_heads},
             max_examples=max_examples,
             templates=templates,
         )
