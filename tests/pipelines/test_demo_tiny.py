@@ -118,3 +118,25 @@ def test_a_demo_cut_off_finishes_identically_on_the_next_call(demo, tmp_path, re
     report = (out / "report.md").read_text()
     assert report.split("## Provenance")[0] == (clean / "report.md").read_text().split("## Provenance")[0]
     assert " interrupted (" in report
+
+
+def test_demo_finer_takes_the_one_direction_models_shape():
+    """`demo --finer` adds the finer presets shaped from the built-in B2A model's own config, so
+    the plan (no weights) enumerates exactly its fourth quarter's layers and every head."""
+    from transformers import AutoConfig
+
+    from weightgraft.experiments.execute import Resources
+    from weightgraft.experiments.planner import build_plan
+    from weightgraft.pipelines.demo import demo_config
+
+    art = tiny_artifacts()
+    config = demo_config(art, size="tiny", finer=True)
+    text = AutoConfig.from_pretrained(art.b2a_model).get_text_config()
+    plan = build_plan(config, Resources(config))
+    heads = plan.experiment("finer_heads_o").conditions
+    cells = {
+        (c.meta["layer"], c.meta["head"]) for c in heads if c.meta.get("grain") == "head" and "control" not in c.meta
+    }
+    n, q = text.num_hidden_layers, text.num_hidden_layers // 4
+    assert cells == {(layer, h) for layer in range(3 * q, n) for h in range(text.num_attention_heads)}
+    assert {"finer_rank", "finer_dose_fe_lt", "finer_dose_o_ffn"} <= {e.name for e in plan.experiments}

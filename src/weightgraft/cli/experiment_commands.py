@@ -107,6 +107,9 @@ def demo_command(
     dtype: Dtype = typer.Option("float32", help=DTYPE_HELP),
     progress: bool = typer.Option(True, help="Show progress bars."),
     bootstrap: int = typer.Option(2000, min=0, help="Bootstrap resamples over facts for every interval (0: none)."),
+    finer: bool = typer.Option(
+        False, help="Also run the grafts finer than a component (O per head, rank curve, dose-response)."
+    ),
 ) -> None:
     """Run the paper's analyses on the built-in models (built or reused) and report."""
     result = run_demo(
@@ -122,6 +125,7 @@ def demo_command(
         device=device,
         dtype=dtype,
         bootstrap=bootstrap,
+        finer=finer,
     )
     _print_checks(result.checks)
     typer.echo(

@@ -10,6 +10,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from transformers import AutoConfig
+
 from weightgraft.atomic import refuse_foreign
 from weightgraft.experiments.config import RunConfig, parse_config
 from weightgraft.experiments.records import RUN_MARKS
@@ -49,9 +51,13 @@ def demo_config(
     dtype: str = "float32",
     max_examples: int | None = -1,
     bootstrap: int = 2000,
+    finer: bool = False,
 ) -> RunConfig:
-    """The demo's run config over built-in artifacts (paths), with optional model overrides."""
+    """The demo's run config over built-in artifacts (paths), with optional model overrides;
+    `finer` adds the presets finer than a component (`paper.finer_presets`), shaped to the
+    one-direction model."""
     cap = DEMO_EXAMPLES[size] if max_examples == -1 else max_examples
+    extra = finer_entries(b2a_model or str(artifacts.b2a_model), cap) if finer else []
     return parse_config(
         {
             "name": f"demo-{size}",
@@ -71,6 +77,7 @@ def demo_config(
                 "freetext": str(artifacts.freetext_data),
             },
             "experiments": [{"preset": name, "max_examples": cap} for name in PRESET_NAMES]
+            + extra
             + (
                 [{"localize": "relation-minimal", "dataset": "relation", "max_examples": LOCALIZE_EXAMPLES}]
                 if size == "default"
@@ -79,6 +86,18 @@ def demo_config(
             "bootstrap": bootstrap,
         }
     )
+
+
+def finer_entries(b2a_model: str, cap: int | None) -> list[dict]:
+    """The finer presets' entries, with the depth, head count and width they enumerate read
+    from the one-direction model's config (the plan checks them again against the model)."""
+    text = AutoConfig.from_pretrained(b2a_model, trust_remote_code=False).get_text_config()
+    return [
+        {"preset": "finer_heads_o", "max_examples": cap, "num_layers": text.num_hidden_layers,
+         "num_heads": text.num_attention_heads},
+        {"preset": "finer_rank", "max_examples": cap, "hidden_size": text.hidden_size},
+        {"preset": "finer_dose", "max_examples": cap},
+    ]  # fmt: skip
 
 
 def run_demo(
