@@ -1,0 +1,76 @@
+"""Shipped pretrained weights: a build takes them only for the recipe they were made from, and
+the folder it writes from them equals the one pretraining writes, byte for byte."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from training_fixtures import tiny_artifacts
+from weightgraft.runtime import sha256_folder
+from weightgraft.training import builtin, shipped
+from weightgraft.training.pretrain import make_model, pack_documents, train_steps
+
+SKIP = (builtin.TRAINING_RECORD,)
+
+
+def _recipe(art) -> dict:
+    steps = builtin.builtin_steps(builtin.SPECS[art.size], art, False, False)
+    return next(s for s in steps if s.name == "pretrained model").recipe
+
+
+def _ship_tiny(folder: Path) -> Path:
+    art = tiny_artifacts()
+    return shipped.write_shipped(art.pretrained, "tiny", _recipe(art), "not checked here", folder)
+
+
+def test_a_build_from_shipped_weights_writes_the_pretrained_folder_byte_for_byte(tmp_path, monkeypatch):
+    art = tiny_artifacts()
+    monkeypatch.setattr(shipped, "SHIPPED", tmp_path / "ship")
+    _ship_tiny(tmp_path / "ship")
+    again = builtin.ensure_builtin("tiny", home=tmp_path / "home", progress=False, finetunes=False)
+    assert sha256_folder(again.pretrained, skip=SKIP) == sha256_folder(art.pretrained, skip=SKIP)
+    record = (again.pretrained / builtin.TRAINING_RECORD).read_text()
+    assert "shipped: builtin-tiny-pretrained.safetensors" in record  # taken from the package, not pretrained
+
+
+def test_shipped_weights_are_ignored_for_another_recipe_or_when_damaged(tmp_path):
+    art = tiny_artifacts()
+    weights = _ship_tiny(tmp_path)
+    recipe = _recipe(art)
+    assert shipped.find_shipped("tiny", recipe, tmp_path) == weights
+    other = recipe | {"pretrain": recipe["pretrain"] | {"steps": recipe["pretrain"]["steps"] + 1}}
+    assert shipped.find_shipped("tiny", other, tmp_path) is None
+    assert shipped.find_shipped("default", recipe, tmp_path) is None  # nothing ships for it there
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 1
+    weights.write_bytes(bytes(data))
+    assert shipped.find_shipped("tiny", recipe, tmp_path) is None
+
+
+def test_first_steps_digest_follows_the_weights():
+    """The reproduction check's digest: the same run gives the same digest, one step more another."""
+    spec = builtin.SPECS["tiny"]
+    world = builtin.build_world(spec)
+    tokenizer = builtin.pretraining_tokenizer(spec, world)
+    blocks = pack_documents(builtin.pretraining_documents(spec, world), tokenizer, spec.pretrain.block_size)
+    digests = []
+    for steps in (2, 2, 3):
+        model = make_model(spec.pretrain, tokenizer)
+        train_steps(model, blocks, spec.pretrain, steps)
+        digests.append(shipped.state_sha256(model))
+    assert digests[0] == digests[1] != digests[2]
+    assert builtin.first_steps_sha256(spec, steps=3) == digests[2]
+
+
+def test_the_shipped_default_weights_are_what_the_recipe_makes():
+    """The package's default weights (when they ship): made from the current recipe, intact, and
+    the recipe's first steps, pretrained here, reproduce the record's digest bit for bit."""
+    record = shipped.read_record("default")
+    if record is None:
+        return  # nothing ships for this version: the build pretrains
+    art = builtin.builtin_artifacts("default", Path("/nonexistent"))
+    assert shipped.find_shipped("default", _recipe(art)) is not None
+    torch.manual_seed(1)  # the digest must not depend on the global generator
+    assert builtin.first_steps_sha256(builtin.SPECS["default"], record["first_steps"]) == record["first_steps_sha256"]
