@@ -65,11 +65,11 @@ def test_first_steps_digest_follows_the_weights():
 
 
 def test_the_shipped_default_weights_are_what_the_recipe_makes():
-    """The package's default weights (when they ship): made from the current recipe, intact, and
-    the recipe's first steps, pretrained here, reproduce the record's digest bit for bit."""
+    """The package's default weights (version 10 ships them): made from the current recipe,
+    intact, and the recipe's first steps, pretrained here, reproduce the record's digest bit for
+    bit (about 30 s: the default world's pretraining documents are generated and tokenized)."""
     record = shipped.read_record("default")
-    if record is None:
-        return  # nothing ships for this version: the build pretrains
+    assert record is not None and record["size"] == "default"
     art = builtin.builtin_artifacts("default", Path("/nonexistent"))
     assert shipped.find_shipped("default", _recipe(art)) is not None
     torch.manual_seed(1)  # the digest must not depend on the global generator
