@@ -74,3 +74,25 @@ def test_the_shipped_default_weights_are_what_the_recipe_makes():
     assert shipped.find_shipped("default", _recipe(art)) is not None
     torch.manual_seed(1)  # the digest must not depend on the global generator
     assert builtin.first_steps_sha256(builtin.SPECS["default"], record["first_steps"]) == record["first_steps_sha256"]
+
+
+def test_pretrain_ship_to_writes_the_pretrained_weights_and_their_record(tmp_path):
+    """`weightgraft pretrain --ship-to`: the file is the pretrained folder's weights, byte for
+    byte, and the record names this recipe and its first steps' digest (the tiny home's
+    pretrained step is already built, so the command only ships it)."""
+    from typer.testing import CliRunner
+
+    from training_fixtures import tiny_home
+    from weightgraft.cli import _register_all, app
+
+    _register_all()
+    art = tiny_artifacts()
+    result = CliRunner().invoke(
+        app, ["pretrain", "--size", "tiny", "--home", str(tiny_home()), "--ship-to", str(tmp_path)]
+    )
+    assert result.exit_code == 0, result.output
+    weights, _ = shipped.shipped_paths("tiny", tmp_path)
+    assert weights.read_bytes() == (art.pretrained / shipped.WEIGHTS_FILE).read_bytes()
+    record = shipped.read_record("tiny", tmp_path)
+    assert record["recipe"] == _recipe(art) and record["first_steps"] == shipped.FIRST_STEPS
+    assert record["first_steps_sha256"] == builtin.first_steps_sha256(builtin.SPECS["tiny"])
