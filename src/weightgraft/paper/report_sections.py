@@ -36,7 +36,8 @@ DEVIATIONS = [
     "The published components-onto-PRE rows used an older sentence 1; the only older wording in the "
     "authors' history is `{first_actor} stars in {movie_title} alongside` (our `paper_3` in the clean "
     "wording), to which the `1-old` rows are mapped: unverified.",
-    "The built-in models are none of the paper's four: a small model pretrained here, "
+    "The built-in models are none of the paper's four: a small model pretrained by weightgraft "
+    "(the default size's weights ship with the package), "
     "finetuned with weightgraft's own recipe (checkpoint chosen on held-out wordings, not on "
     "validation sentences that share facts with training). The `paper vs this model` tables "
     "show the four published models beside it; compare patterns, not levels.",
