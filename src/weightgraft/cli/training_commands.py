@@ -9,7 +9,7 @@ from typing import Literal
 import typer
 
 from weightgraft.cli import check_device, check_positive
-from weightgraft.training.builtin import ensure_builtin
+from weightgraft.training.builtin import default_home, ensure_builtin, ship_pretrained
 from weightgraft.training.finetune import FinetuneConfig, finetune_from_files
 
 
@@ -21,9 +21,19 @@ def pretrain(
     finetunes: bool = typer.Option(
         False, help="Also build the relation, one-direction (B2A), task and free-text finetunes."
     ),
+    from_scratch: bool = typer.Option(
+        False, help="Pretrain here even where the package ships the pretrained weights (same bytes, slower)."
+    ),
+    ship_to: Path | None = typer.Option(
+        None,
+        help="Pretrain here (as --from-scratch) and write the weights with their record into this folder "
+        "as the package ships them; src/weightgraft/training/shipped remakes the package's files.",
+    ),
 ) -> None:
     """Build (or reuse) the built-in world, datasets, tokenizer and pretrained model."""
-    art = ensure_builtin(size, home=home, finetunes=finetunes)
+    if ship_to is not None:
+        typer.echo(f"shipped weights: {ship_pretrained(size, home or default_home(), ship_to)}")
+    art = ensure_builtin(size, home=home, finetunes=finetunes, shipped=not (from_scratch or ship_to))
     names = ["pretrained", "world_data", "known_data", "relation_data", "b2a_data", "task_data", "freetext_data"]
     if finetunes:
         names += ["relation_model", "b2a_model", "task_model", "freetext_model"]

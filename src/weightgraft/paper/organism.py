@@ -14,23 +14,24 @@ from weightgraft.reporting.study import Study
 ORGANISM_LINES = [
     "## What the built-in organism can show",
     "",
-    "The built-in models are a small model (8 layers, width 128) pretrained here on 1 M tokens of a "
-    "generated world, and its finetunes (docs/builtin_model.md). They are built so that the paper's "
-    "questions can be asked on a laptop, not to match its levels:",
+    "The built-in models are a small model (8 layers, width 128) pretrained on 4 M tokens of a "
+    "generated world (weights shipped with weightgraft, which its `pretrain` command remakes), and "
+    "its finetunes (docs/builtin_model.md). They are built so that the paper's questions can be "
+    "asked on a laptop, not to match its levels:",
     "",
     "- **The position claims** (FE+LT recovers SFT; every other position, (FE+LT)^C, stays at PRE): "
     "the organism is built to show them. Its finetunes keep the unembedding, the final norm, the "
     "token embedding and the first three blocks frozen, so a new fact is written by the later layers "
     "at the first entity and the last token, which the position conditions graft.",
     "- **The component claims** (SFT's components at the last token, fourth quarter, onto the "
-    "one-direction model): their reference gaps are defined but small (grafting ATTN+O+FFN adds "
-    "about 0.15 of top-5 over the one-direction model). The last-token lookup is spread over blocks "
-    "3-7, so the fourth quarter (blocks 6-7) carries about a fifth of SFT's gain: O+FFN ≈ "
-    "ATTN+O+FFN can appear, but the cost of removing O, which the paper measures in billion-parameter "
-    "models, is not expected here.",
-    "- **SFT's level**: about 0.76 top-5 on the held-out paper sentences (the paper's models: "
-    "0.99-1.0). Sixty facts learned in minutes by a model this small, with its first blocks frozen, "
-    "stay short of that; a larger pretrained model, shipped as weights, is the likely next step.",
+    "one-direction model): their reference gaps are defined (grafting ATTN+O+FFN adds about 0.29 of "
+    "top-5 over the one-direction model), but the last-token lookup is spread over blocks 3-7, so the "
+    "fourth quarter (blocks 6-7) carries about two fifths of SFT's gain. O+FFN ≈ ATTN+O+FFN can "
+    "appear; the cost of removing O, which the paper measures in billion-parameter models, is not "
+    "expected here (FFN alone recovers most of O+FFN), and 52 facts leave both undecided.",
+    "- **SFT's level**: about 0.89 top-5 on the held-out paper sentences (the paper's models: "
+    "0.99-1.0), lowest on sentence 1, which has no title: for real actors the new co-star competes "
+    "with the real ones the model read about in pretraining.",
     "",
 ]
 

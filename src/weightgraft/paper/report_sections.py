@@ -36,7 +36,8 @@ DEVIATIONS = [
     "The published components-onto-PRE rows used an older sentence 1; the only older wording in the "
     "authors' history is `{first_actor} stars in {movie_title} alongside` (our `paper_3` in the clean "
     "wording), to which the `1-old` rows are mapped: unverified.",
-    "The built-in models are none of the paper's four: a small model pretrained here, "
+    "The built-in models are none of the paper's four: a small model pretrained by weightgraft "
+    "(the default size's weights ship with the package), "
     "finetuned with weightgraft's own recipe (checkpoint chosen on held-out wordings, not on "
     "validation sentences that share facts with training). The `paper vs this model` tables "
     "show the four published models beside it; compare patterns, not levels.",
@@ -45,8 +46,9 @@ DEVIATIONS = [
     "position conditions never graft), and on the default size so do the token embedding and the "
     "first three of the eight blocks (else the relation and one-direction models drift into different "
     "internal bases and the component claims have nothing to share out); lr 3e-3 (paper 2e-5), "
-    "no weight decay, batch 16, fp32, half the examples general world text (paper: none), 10 "
-    "epochs (one-direction, task and free-text models 6). docs/builtin_model.md has the measurements.",
+    "no weight decay, batch 16, fp32, half the examples general world text (paper: none); on the "
+    "default size 22 training texts per fact and direction (paper 11) for 3 epochs (one-direction "
+    "and task models 2, free-text 6; paper 10). docs/builtin_model.md has the measurements.",
     "Layer sweeps use the engine's bands (eighths or quarters of the stack), not the authors' "
     "quarters, and graft every weight but the head at the other position.",
     "Built-in datasets are smaller than the paper's 1000 facts, and the fact kinds map to the "

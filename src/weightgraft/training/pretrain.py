@@ -74,30 +74,28 @@ def learning_rate(step: int, config: PretrainConfig) -> float:
     return config.lr * (config.min_lr_ratio + (1 - config.min_lr_ratio) * cosine)
 
 
-def pretrain(
-    documents: list[str],
-    tokenizer,
-    config: PretrainConfig,
-    out_dir: Path,
-    progress: bool = True,
-    extra_record: dict | None = None,
-) -> Path:
-    """Train a fresh model on `documents` for `config.steps` steps and save it atomically."""
-    blocks = pack_documents(documents, tokenizer, config.block_size)
-    model = make_model(config, tokenizer)
+def _optimizer(model: LlamaForCausalLM, config: PretrainConfig) -> torch.optim.AdamW:
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
-    optimizer = torch.optim.AdamW(
+    return torch.optim.AdamW(
         [{"params": decay, "weight_decay": config.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
         lr=config.lr,
         betas=(0.9, 0.95),
     )
+
+
+def train_steps(
+    model: LlamaForCausalLM, blocks: torch.Tensor, config: PretrainConfig, steps: int, progress: bool = False
+) -> list[float]:
+    """The first `steps` of the recipe's `config.steps` (the schedule is the whole run's): the
+    losses. `steps < config.steps` stops early, on the same path as the whole run (the shipped
+    weights' reproduction check)."""
+    optimizer = _optimizer(model, config)
     generator = torch.Generator().manual_seed(config.seed)
     order = torch.randperm(len(blocks), generator=generator)
     model.train()
-    start = time.time()
     losses = []
-    bar = tqdm(range(config.steps), desc="pretrain", disable=not progress)
+    bar = tqdm(range(steps), desc="pretrain", disable=not progress)
     cursor = 0
     for step in bar:
         if cursor + config.batch_size > len(order):
@@ -114,21 +112,39 @@ def pretrain(
         losses.append(loss.item())
         if step % 20 == 0:
             bar.set_postfix(loss=f"{sum(losses[-20:]) / len(losses[-20:]):.3f}")
-    seconds = time.time() - start
     model.eval()
+    return losses
+
+
+def save_model(model: LlamaForCausalLM, tokenizer, out_dir: Path, record: dict) -> Path:
+    """The model, its tokenizer and `record` (training_config.json) as one folder, atomically."""
     with atomic_directory(out_dir) as tmp:
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
-        write_json(
-            tmp / "training_config.json",
-            {
-                "kind": "pretrain",
-                **asdict(config),
-                "n_blocks": len(blocks),
-                "tokens_seen": config.steps * config.batch_size * config.block_size,
-                "final_loss": sum(losses[-20:]) / len(losses[-20:]),
-                "seconds": round(seconds, 1),
-                **(extra_record or {}),
-            },
-        )
+        write_json(tmp / "training_config.json", record)
     return Path(out_dir)
+
+
+def pretrain(
+    documents: list[str],
+    tokenizer,
+    config: PretrainConfig,
+    out_dir: Path,
+    progress: bool = True,
+    extra_record: dict | None = None,
+) -> Path:
+    """Train a fresh model on `documents` for `config.steps` steps and save it atomically."""
+    blocks = pack_documents(documents, tokenizer, config.block_size)
+    model = make_model(config, tokenizer)
+    start = time.time()
+    losses = train_steps(model, blocks, config, config.steps, progress)
+    record = {
+        "kind": "pretrain",
+        **asdict(config),
+        "n_blocks": len(blocks),
+        "tokens_seen": config.steps * config.batch_size * config.block_size,
+        "final_loss": sum(losses[-20:]) / len(losses[-20:]),
+        "seconds": round(time.time() - start, 1),
+        **(extra_record or {}),
+    }
+    return save_model(model, tokenizer, out_dir, record)
