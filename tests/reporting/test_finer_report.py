@@ -254,3 +254,23 @@ def test_report_section_and_plot_files(heads, tmp_path):
     assert "![finer_heads](plots/finer_heads.png)" in text and "### O per head (layer x head)" in text
     assert "- **B2A**:" in text and "- **O L6**:" in text and "- plus 8 finer-grain conditions" in text
     assert "- **O L6 h0**" not in text
+
+
+def test_a_metric_equal_at_every_resample_decides_nothing_and_small_values_keep_digits():
+    """A dose with top-5 0 at every resample, as the recipient's, is not 'above' it on top-5:
+    the row is decided on probability alone, whose tiny lift prints with its digits."""
+    from weightgraft.reporting.decision import Outcome
+    from weightgraft.reporting.finer import Estimate
+    from weightgraft.reporting.finer_section import _ci, judge
+
+    def est(top5, prob):
+        return {"top5": Estimate("x", *top5, n_facts=50), "prob": Estimate("x", *prob, n_facts=50)}
+
+    recipient = est((0.0, 0.0, 0.0), (1e-5, 5e-6, 2e-5))
+    assert judge(est((0.0, 0.0, 0.0), (4e-4, 2e-4, 6e-4)), recipient)[0] == Outcome.APPEARS
+    assert judge(est((0.0, 0.0, 0.0), (1e-5, 4e-6, 3e-5)), recipient)[0] == Outcome.INCONCLUSIVE
+    assert judge(est((0.0, 0.0, 0.0), (1e-5, 1e-5, 1e-5)), est((0.0, 0.0, 0.0), (1e-5, 1e-5, 1e-5)))[0] == (
+        Outcome.UNDEFINED
+    )
+    assert _ci(4e-4, 2e-4, 6e-4) == "4.0e-04 [2.0e-04, 6.0e-04]"
+    assert _ci(0.25, 0.2, 0.3) == "0.250 [0.20, 0.30]"

@@ -34,9 +34,12 @@ ROLE_WORDS = {"recipient": "the recipient alone", "donor": "the donor alone", "c
 
 
 def _num(value: float | None, digits: int = 3, sign: bool = False) -> str:
+    """Fixed decimals; a value too small for them keeps two significant digits, so that a
+    probability of 4e-4 that decides a row does not print as 0.000."""
     if value is None or value != value:
         return "n/a"
-    return f"{value:+.{digits}f}" if sign else f"{value:.{digits}f}"
+    style = ".1e" if 0 < abs(value) < 0.5 * 10**-digits else f".{digits}f"
+    return f"{value:+{style}}" if sign else f"{value:{style}}"
 
 
 def _ci(value, low, high, sign: bool = False) -> str:
@@ -70,6 +73,9 @@ def judge(values: Estimates, reference: Estimates | None, direction: str = "at_l
             continue
         low = est.value if est.low is None else est.low
         high = est.value if est.high is None else est.high
+        if low == high == ref.value:  # the same value at every resample: nothing to decide on it
+            decisions[metric] = decide(float("nan"), float("nan"), float("nan"), 0.0, direction, 0)
+            continue
         decisions[metric] = decide(est.value, low, high, ref.value, direction, est.n_facts or 0)
     return combine(decisions)
 
