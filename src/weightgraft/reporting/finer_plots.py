@@ -16,23 +16,12 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from weightgraft.atomic import write_atomic  # noqa: E402
+from weightgraft.reporting.figure_files import save_figure  # noqa: E402
 from weightgraft.reporting.finer import METRICS, Curve, HeadMap, curves, head_maps  # noqa: E402
 from weightgraft.reporting.summary import SummaryRow  # noqa: E402
 
 METRIC_NAMES = {"top5": "top-5", "prob": "probability"}
 REF_STYLES = {"recipient": ":", "donor": "--", "component": "-."}
-
-
-def save(fig: Figure, stem: Path) -> list[Path]:
-    """The figure as PNG and SVG, written atomically."""
-    paths = []
-    for ext in ("png", "svg"):
-        path = stem.with_suffix(f".{ext}")
-        write_atomic(path, lambda tmp, ext=ext: fig.savefig(tmp, format=ext, dpi=100))
-        paths.append(path)
-    plt.close(fig)
-    return paths
 
 
 def _cell_text(value: float, low: float, high: float, digits: int) -> str:
@@ -145,8 +134,8 @@ def finer_plots(rows: list[SummaryRow], state: dict, folder: Path) -> list[Path]
     name, title = state["name"], state["title"]
     paths: list[Path] = []
     for i, grid in enumerate(head_maps(rows, state)):
-        paths += save(head_figure(grid, title), folder / f"{name}_heads{'' if i == 0 else f'_{i}'}")
+        paths += save_figure(head_figure(grid, title), folder / f"{name}_heads{'' if i == 0 else f'_{i}'}")
     for kind, stem in (("rank", "rank"), ("scale", "dose")):
         for i, curve in enumerate(curves(rows, state, kind)):
-            paths += save(curve_figure(curve, title), folder / f"{name}_{stem}{'' if i == 0 else f'_{i}'}")
+            paths += save_figure(curve_figure(curve, title), folder / f"{name}_{stem}{'' if i == 0 else f'_{i}'}")
     return paths

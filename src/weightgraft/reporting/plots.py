@@ -12,7 +12,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from weightgraft.atomic import write_atomic  # noqa: E402
+from weightgraft.reporting.figure_files import save_figure  # noqa: E402
 from weightgraft.reporting.finer import plain_row  # noqa: E402
 from weightgraft.reporting.finer_plots import finer_plots  # noqa: E402
 from weightgraft.reporting.statistics import ALL  # noqa: E402
@@ -20,16 +20,6 @@ from weightgraft.reporting.statistics import ALL  # noqa: E402
 
 def _lookup(summary: list[dict], experiment: str) -> dict[tuple[str, str], dict]:
     return {(r["condition"], r["metric"]): r for r in summary if r["experiment"] == experiment and r["template"] == ALL}
-
-
-def _save(fig, stem: Path) -> list[Path]:
-    paths = []
-    for ext in ("png", "svg"):
-        path = stem.with_suffix(f".{ext}")
-        write_atomic(path, lambda tmp, ext=ext: fig.savefig(tmp, format=ext, dpi=100))
-        paths.append(path)
-    plt.close(fig)
-    return paths
 
 
 def _bars(ax, xs, rows, width, label, color):
@@ -68,7 +58,7 @@ def bar_chart(summary: list[dict], state: dict, stem: Path) -> list[Path]:
         xs = [i + (m - (len(metrics) - 1) / 2) * width for i in range(len(names))]
         _bars(ax, xs, [table.get((n, metric)) for n in names], width, metric, f"C{m}")
     _finish(fig, ax, names, state["title"], "accuracy")
-    return _save(fig, stem)
+    return save_figure(fig, stem)
 
 
 def paired_chart(summary: list[dict], state: dict, stem: Path) -> list[Path]:
@@ -88,7 +78,7 @@ def paired_chart(summary: list[dict], state: dict, stem: Path) -> list[Path]:
             ax.axhline(row["value"], linestyle=style, color="gray", linewidth=1)
             ax.text(len(pairs) - 0.5, row["value"], f" {name}", va="center", fontsize=8)
     _finish(fig, ax, pairs, state["title"], metric)
-    return _save(fig, stem)
+    return save_figure(fig, stem)
 
 
 def heatmaps(summary: list[dict], state: dict, stem: Path) -> list[Path]:
@@ -126,7 +116,7 @@ def heatmaps(summary: list[dict], state: dict, stem: Path) -> list[Path]:
     fig.subplots_adjust(left=0.16, right=0.88, bottom=0.2, top=0.84, wspace=0.08)
     fig.colorbar(image, ax=axes[0].tolist(), shrink=0.8)
     fig.suptitle(state["title"], fontsize=10)
-    return _save(fig, stem)
+    return save_figure(fig, stem)
 
 
 def plot_experiment(summary: list[dict], state: dict, folder: Path) -> list[Path]:
