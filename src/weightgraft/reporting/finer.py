@@ -15,8 +15,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from weightgraft.reporting.statistics import ALL
-from weightgraft.reporting.summary import SummaryRow, pooled
+from weightgraft.reporting.summary import SummaryRow, by_condition
 
 METRICS = ("top5", "prob")
 REFERENCE_NAMES = {"recipient": ("PRE", "RECIPIENT"), "donor": ("SFT", "DONOR")}
@@ -38,13 +37,6 @@ class Estimate:
 
 
 Estimates = dict[str, Estimate]  # metric -> estimate
-
-
-def lookup(rows: list[SummaryRow], experiment: str) -> dict[tuple[str, str], SummaryRow]:
-    """(condition, metric) -> the pooled row over every template."""
-    return {
-        (r["condition"], r["metric"]): r for r in pooled(rows) if r["experiment"] == experiment and r["template"] == ALL
-    }
 
 
 def estimates(table: dict, name: str, metrics=METRICS) -> Estimates:
@@ -187,7 +179,7 @@ def head_maps(rows: list[SummaryRow], state: dict) -> list[HeadMap]:
     cells = _main_rows(state, "grain", "head")
     if not cells:
         return []
-    table, controls = lookup(rows, state["name"]), controls_of(state)
+    table, controls = by_condition(rows, state["name"]), controls_of(state)
     refs = {role: estimates(table, name) for role, name in references(state).items()}
     out = []
     for comps in dict.fromkeys(c["meta"].get("components", "") for c in cells):
@@ -234,7 +226,7 @@ def curves(rows: list[SummaryRow], state: dict, kind: str) -> list[Curve]:
     points = _main_rows(state, "shape", kind)
     if not points:
         return []
-    table, controls = lookup(rows, state["name"]), controls_of(state)
+    table, controls = by_condition(rows, state["name"]), controls_of(state)
     refs = {role: estimates(table, name) for role, name in references(state).items()}
     order = _rank_order if kind == "rank" else float
     out = []

@@ -15,11 +15,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from weightgraft.reporting.figure_files import save_figure  # noqa: E402
 from weightgraft.reporting.finer import plain_row  # noqa: E402
 from weightgraft.reporting.finer_plots import finer_plots  # noqa: E402
-from weightgraft.reporting.statistics import ALL  # noqa: E402
-
-
-def _lookup(summary: list[dict], experiment: str) -> dict[tuple[str, str], dict]:
-    return {(r["condition"], r["metric"]): r for r in summary if r["experiment"] == experiment and r["template"] == ALL}
+from weightgraft.reporting.summary import by_condition  # noqa: E402
 
 
 def _bars(ax, xs, rows, width, label, color):
@@ -49,7 +45,7 @@ def _finish(fig, ax, labels, title, ylabel):
 
 def bar_chart(summary: list[dict], state: dict, stem: Path) -> list[Path]:
     """Grouped bars: one group per condition, one bar per headline metric."""
-    table = _lookup(summary, state["name"])
+    table = by_condition(summary, state["name"])
     names = [c["name"] for c in state["conditions"] if plain_row(c["meta"])]
     metrics = state["headline"]
     width = 0.8 / len(metrics)
@@ -63,7 +59,7 @@ def bar_chart(summary: list[dict], state: dict, stem: Path) -> list[Path]:
 
 def paired_chart(summary: list[dict], state: dict, stem: Path) -> list[Path]:
     """Weight grafting vs activation patching at the same positions and layers."""
-    table = _lookup(summary, state["name"])
+    table = by_condition(summary, state["name"])
     metric = state["headline"][0]
     pairs = [c["name"].removeprefix("graft ") for c in state["conditions"] if c["name"].startswith("graft ")]
     fig, ax = plt.subplots(figsize=(max(6, 0.7 * len(pairs) + 2), 4.2))
@@ -83,7 +79,7 @@ def paired_chart(summary: list[dict], state: dict, stem: Path) -> list[Path]:
 
 def heatmaps(summary: list[dict], state: dict, stem: Path) -> list[Path]:
     """One heatmap per swept position: component sets (rows) x layer bands (columns)."""
-    table = _lookup(summary, state["name"])
+    table = by_condition(summary, state["name"])
     metric = state["headline"][0]
     sweep = [c for c in state["conditions"] if c["meta"].get("sweep_at")]
     positions = list(dict.fromkeys(c["meta"]["sweep_at"] for c in sweep))

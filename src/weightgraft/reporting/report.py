@@ -25,7 +25,7 @@ from weightgraft.reporting.localize_section import localize_section
 from weightgraft.reporting.plots import plot_experiment
 from weightgraft.reporting.statistics import ALL
 from weightgraft.reporting.study import Study
-from weightgraft.reporting.summary import ComparisonRow, RecoveryRow, RunSummary, SummaryRow, pooled
+from weightgraft.reporting.summary import ComparisonRow, RecoveryRow, RunSummary, SummaryRow, by_condition, pooled
 from weightgraft.reporting.verdict import METRIC_WORDS, MIN_GAP, Check, Verdict, definition_of
 
 CSS = """body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;
@@ -46,11 +46,7 @@ def _cell(row: SummaryRow | None, ci: bool = True) -> str:
 def experiment_table(summary: list[SummaryRow], state: dict, metrics=None, ci: bool = True) -> str:
     """Markdown table of one experiment over all templates: condition x metric (value [CI])."""
     metrics = list(metrics or TABLE_METRICS)
-    rows = {
-        (r["condition"], r["metric"]): r
-        for r in pooled(summary)
-        if r["experiment"] == state["name"] and r["template"] == ALL
-    }
+    rows = by_condition(summary, state["name"])
     head, rule = _definition_head(state)
     lines = [f"| condition |{head} n | " + " | ".join(metrics) + " |", f"|---|{rule}---:|" + "---:|" * len(metrics)]
     for cond in state["conditions"]:

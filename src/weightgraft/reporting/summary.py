@@ -146,6 +146,14 @@ def pooled(rows: list[SummaryRow]) -> list[SummaryRow]:
     return [r for r in rows if r.get("fact_kind", ALL) == ALL]
 
 
+def by_condition(rows: list[SummaryRow], experiment: str) -> dict[tuple[str, str], SummaryRow]:
+    """(condition, metric) -> an experiment's row pooled over every template and fact kind: the
+    one number per condition that its table, its plots and its finer sections all show."""
+    return {
+        (r["condition"], r["metric"]): r for r in pooled(rows) if r["experiment"] == experiment and r["template"] == ALL
+    }
+
+
 # --- built from the records ---------------------------------------------------------------------
 
 
