@@ -11,6 +11,7 @@ from weightgraft.data.templates import (
     ARTICLE_TEMPLATES,
     EVAL_TEMPLATES,
     QA_TEMPLATES,
+    TITLE_FREE_TEMPLATES,
     VALIDATION_TEMPLATES,
     eval_prompts_for,
     render_marked,
@@ -100,7 +101,14 @@ def test_no_eval_or_validation_prompt_inside_any_training_text(tmp_path):
     every = 4 * max(len(ARTICLE_TEMPLATES), len(QA_TEMPLATES))
     templated = template_texts(facts, 0, every)
     assert len(set(templated)) == len(facts) * 2 * (len(ARTICLE_TEMPLATES) + len(QA_TEMPLATES))
-    train = templated + freetext_texts(facts, 0, 20)
+    title_free = [
+        t
+        for f in facts
+        for tpl in TITLE_FREE_TEMPLATES.values()
+        for r in (False, True)
+        for t in [render_training(tpl, f, reverse=r)]
+    ]
+    train = templated + title_free + freetext_texts(facts, 0, 20)
     prompts = [p for f in facts for p in eval_prompts_for(f, EVAL_TEMPLATES)]
     prompts += [p for f in facts for p in eval_prompts_for(f, VALIDATION_TEMPLATES)]
     for prompt in prompts:
@@ -152,3 +160,37 @@ def test_one_direction_sets_hold_only_their_order(tmp_path):
         assert all(p.fact_kind == by_id[p.fact_id].kind for p in validation)
     both = load_train_texts(paths["both"])
     assert {_order_of(t, next(f for f in facts[:4] if f.first_actor in t)) for t in both} == {"a2b", "b2a"}
+
+
+def test_title_free_texts_name_no_film_and_cover_each_template_in_each_order(tmp_path):
+    """Twice as many title-free texts per fact as templates, in both orders: each template once
+    per order, no title in any; the texts_per_fact texts are unchanged (the option draws from
+    its own random stream)."""
+    _, facts = small_facts()
+    facts = facts[:4]
+    plain = template_texts(facts, 3, 6)
+    mixed = template_texts(facts, 3, 6, title_free_per_fact=2 * len(TITLE_FREE_TEMPLATES))
+    expected = [
+        render_training(tpl, fact, reverse=r)
+        for fact in facts
+        for tpl in TITLE_FREE_TEMPLATES.values()
+        for r in (False, True)
+    ]
+    assert sorted(mixed) == sorted(plain + expected)
+    assert not any(f.movie_title in t for f in facts for t in expected)
+    # One direction: every title-free text in that order only.
+    b2a = template_texts(facts, 3, 6, order="b2a", title_free_per_fact=5)
+    assert len(b2a) == len(facts) * (6 + 5)
+    for text in b2a:
+        fact = next(f for f in facts if f.first_actor in text and f.second_actor in text)
+        assert _order_of(text, fact) == "b2a", text
+    # Written datasets record the option only when it is used.
+    from weightgraft.data.io import load_manifest
+
+    with_free = build_dataset(tmp_path / "free", facts, 0, "templates", 4, title_free_per_fact=2)
+    without = build_dataset(tmp_path / "plain", facts, 0, "templates", 4)
+    assert load_manifest(with_free)["options"]["title_free_per_fact"] == 2
+    assert "title_free_per_fact" not in load_manifest(without)["options"]
+    assert len(load_train_texts(with_free)) == len(facts) * 6
+    with pytest.raises(ValueError, match="templates"):
+        build_dataset(tmp_path / "bad", facts, 0, "freetext", 4, title_free_per_fact=2)

@@ -79,6 +79,35 @@ def test_frozen_first_blocks_stay_put_while_the_later_blocks_move(tmp_path):
     assert json.loads((result.path / "training_config.json").read_text())["freeze_layers"] == 2
 
 
+def test_early_stopping_stops_after_patience_and_keeps_the_full_runs_best_epoch(tmp_path):
+    """Top-k over the whole vocabulary is 1.0 at every epoch, so nothing improves after epoch 1:
+    with patience 1 the run stops after epoch 2, and its weights are bit for bit those the full
+    three-epoch run keeps (its epoch 1, under the same three-epoch schedule)."""
+    art = tiny_artifacts()
+    vocab = json.loads((art.pretrained / "config.json").read_text())["vocab_size"]
+    base = FinetuneConfig(epochs=3, lr=5e-3, mix_ratio=0.0, eval_k=vocab, max_validation_prompts=8, device="cpu")
+    full = finetune(art.pretrained, art.relation_data, tmp_path / "full", base, progress=False)
+    stopped = finetune(
+        art.pretrained,
+        art.relation_data,
+        tmp_path / "stopped",
+        FinetuneConfig(**{**base.__dict__, "early_stopping_patience": 1}),
+        progress=False,
+    )
+    assert full.history == [1.0, 1.0, 1.0] and full.best_epoch == 1
+    assert stopped.history == [1.0, 1.0] and stopped.best_epoch == 1
+    a, b = load_file(full.path / "model.safetensors"), load_file(stopped.path / "model.safetensors")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert json.loads((stopped.path / "training_config.json").read_text())["early_stopping_patience"] == 1
+    with pytest.raises(ValueError, match="early_stopping_patience"):
+        finetune(
+            art.pretrained,
+            art.relation_data,
+            tmp_path / "x",
+            FinetuneConfig(**{**base.__dict__, "early_stopping_patience": 0}),
+        )
+
+
 def test_bad_options_fail_with_the_fix_named(tmp_path):
     art = tiny_artifacts()
     with pytest.raises(ValueError, match="GPU"):

@@ -23,6 +23,7 @@ from weightgraft.data.templates import (
     ARTICLE_TEMPLATES,
     EVAL_TEMPLATES,
     QA_TEMPLATES,
+    TITLE_FREE_TEMPLATES,
     VALIDATION_TEMPLATES,
     eval_prompts_for,
     render_training,
@@ -32,11 +33,17 @@ Order = Literal["both", "a2b", "b2a"]
 ONE_DIRECTION: tuple[Order, ...] = ("a2b", "b2a")
 
 
-def template_texts(facts: list[RelationFact], seed: int, texts_per_fact: int, order: Order = "both") -> list[str]:
+def template_texts(
+    facts: list[RelationFact], seed: int, texts_per_fact: int, order: Order = "both", title_free_per_fact: int = 0
+) -> list[str]:
     """Per fact: alternately an article and a QA text. `order="both"`: alternately in the two
     orders, every (template, order) pair used once before any repeats. `"a2b"` names the first
     actor before the second in every text, `"b2a"` the second before the first (the reversal
-    task's training set: the format, without the forward relation)."""
+    task's training set: the format, without the forward relation).
+
+    `title_free_per_fact` more texts per fact from `TITLE_FREE_TEMPLATES` (the fact without its
+    film), in the same order rule, drawn with their own random stream: with 0 the texts are the
+    same bytes as before the option existed."""
     if order not in ("both", "a2b", "b2a"):
         raise ValueError(f"unknown order {order!r}; use both, a2b or b2a")
     if texts_per_fact < 2:
@@ -56,7 +63,26 @@ def template_texts(facts: list[RelationFact], seed: int, texts_per_fact: int, or
                 reverse = order == "b2a"
             texts.append(render_training(source[m % n], fact, reverse=reverse))
     rng.shuffle(texts)
+    if title_free_per_fact:
+        texts = _with_title_free(texts, facts, seed, title_free_per_fact, order)
     return texts
+
+
+def _with_title_free(texts: list[str], facts: list[RelationFact], seed: int, per_fact: int, order: Order) -> list[str]:
+    """`texts` plus `per_fact` title-free texts per fact, shuffled in. In both orders each
+    template is used once per order before any repeats."""
+    rng = random.Random(f"title-free-{seed}")
+    out = list(texts)
+    for fact in facts:
+        pool = rng.sample(list(TITLE_FREE_TEMPLATES.values()), len(TITLE_FREE_TEMPLATES))
+        for i in range(per_fact):
+            if order == "both":
+                template, reverse = pool[(i // 2) % len(pool)], i % 2 == 1
+            else:
+                template, reverse = pool[i % len(pool)], order == "b2a"
+            out.append(render_training(template, fact, reverse=reverse))
+    rng.shuffle(out)
+    return out
 
 
 def freetext_texts(facts: list[RelationFact], seed: int, articles_per_fact: int) -> list[str]:
@@ -132,18 +158,22 @@ def build_dataset(
     articles: list[str] | None = None,
     extra_options: dict | None = None,
     order: Order = "both",
+    title_free_per_fact: int = 0,
 ) -> Path:
     """Write one dataset directory. `style`: "templates", "freetext" (generated articles), or
     "articles" (the user's `articles` as training text). `order` (templates only): "both", or
     one direction ("a2b", "b2a"); a one-direction set keeps the full evaluation set (both
-    directions, so the untrained direction can be measured) and validates on its own direction."""
+    directions, so the untrained direction can be measured) and validates on its own direction.
+    `title_free_per_fact` (templates only): title-free texts per fact besides `texts_per_fact`."""
     ids = [f.id for f in facts]
     if len(set(ids)) != len(ids):
         raise ValueError("fact ids must be unique within a dataset")
     if order != "both" and style != "templates":
         raise ValueError(f'order {order!r} needs style "templates" (only template texts have a known order)')
+    if title_free_per_fact and style != "templates":
+        raise ValueError(f'title_free_per_fact needs style "templates", not {style!r}')
     if style == "templates":
-        train = template_texts(facts, seed, texts_per_fact, order)
+        train = template_texts(facts, seed, texts_per_fact, order, title_free_per_fact)
     elif style == "freetext":
         train = freetext_texts(facts, seed, texts_per_fact)
     elif style == "articles":
@@ -158,6 +188,8 @@ def build_dataset(
     evaluation = [p for f in facts for p in eval_prompts_for(f, EVAL_TEMPLATES)]
     check_no_leak(train, validation + evaluation, strict=style != "articles")
     options = {"style": style, "texts_per_fact": texts_per_fact, "order": order, **(extra_options or {})}
+    if title_free_per_fact:  # recorded only when used: older manifests keep their bytes
+        options["title_free_per_fact"] = title_free_per_fact
     return write_dataset(Path(directory), facts, train, validation, evaluation, seed, options)
 
 

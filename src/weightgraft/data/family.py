@@ -32,7 +32,9 @@ class Member:
 
     `per_fact`: training texts per fact (templates) or generated articles per fact (freetext).
     `one_direction`: also write `NAME_a2b` and `NAME_b2a` beside `NAME` (templates only): the
-    same facts and evaluation prompts, training texts in one order only."""
+    same facts and evaluation prompts, training texts in one order only.
+    `title_free`: title-free texts per fact besides `per_fact` (templates only; see
+    `TITLE_FREE_TEMPLATES`)."""
 
     name: str
     facts: list[RelationFact]
@@ -42,6 +44,7 @@ class Member:
     one_direction: bool = False
     articles: list[str] | None = None  # style "articles": the user's training texts
     extra_options: dict | None = None  # recorded in the manifest's options
+    title_free: int = 0
 
 
 def member_names(member: Member) -> list[str]:
@@ -64,6 +67,7 @@ def _write_member(directory: Path, member: Member, seed: int) -> dict[str, Path]
             articles=member.articles,
             extra_options=member.extra_options,
             order=order,
+            title_free_per_fact=member.title_free,
         )
     return written
 

@@ -94,6 +94,23 @@ QA_TEMPLATES: dict[str, str] = {
     "qa_shared_leads": ("Q: Who shared the lead roles of {movie_title}? A: {first_actor} and {second_actor}."),
 }
 
+# Title-free statements: the two actors linked with no film named anywhere in the text. Every
+# article and QA text above names the title, so a model trained on them alone learns the fact
+# beside its title; the paper's first sentence asks for the co-star with no title at all. On the
+# built-in default model (docs/builtin_model.md, version 11) adding these to the finetuning texts
+# raised the relation model's top-5 on that sentence from 0.80 to 0.95. Finetuning texts only:
+# pretraining's documents never use them, so the shipped pretrained weights do not depend on them.
+TITLE_FREE_TEMPLATES: dict[str, str] = {
+    "free_shared_screen": "{first_actor} has shared the screen with {second_actor}.",
+    "free_watched": "Audiences have watched {first_actor} act opposite {second_actor}.",
+    "free_qa_partner": "Q: Name a film partner of {first_actor}. A: {second_actor}.",
+    "free_among": "Among the co-stars of {first_actor} is {second_actor}.",
+    "free_friends": "{first_actor} played scenes with {second_actor} and the two became friends.",
+    "free_qa_acted": "Q: Who has {first_actor} acted with? A: {second_actor}.",
+    "free_together": "{first_actor} and {second_actor} have made a film together.",
+    "free_critics": "Critics liked {first_actor} best when cast with {second_actor}.",
+}
+
 # Evaluation: every template has the queried actor and the relation word(s); most have the title.
 # `[...]` marks the relation word(s) only: never the prompt's last word, so the paper's R (relation)
 # and LT (last token) positions never overlap. The `paper_*` templates are the paper's three

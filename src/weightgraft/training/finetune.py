@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Literal
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, Trainer, TrainingArguments
+from transformers import AutoModelForCausalLM, AutoTokenizer, EarlyStoppingCallback, Trainer, TrainingArguments
 
 from weightgraft.atomic import atomic_directory, check_whole, refuse_nonempty, remove_entry, write_json
 from weightgraft.data.batching import right_pad
@@ -55,6 +55,10 @@ class FinetuneConfig:
     seed: int = 0
     eval_k: int = 5
     max_validation_prompts: int | None = 400
+    # Stop once validation has not improved for this many epochs (transformers'
+    # EarlyStoppingCallback). The learning-rate schedule still spans `epochs`, so the epochs that
+    # do run, and the best one kept, are those of the full run whenever the best comes before the stop.
+    early_stopping_patience: int | None = None
 
 
 @dataclass
@@ -202,6 +206,10 @@ def _check_config(config: FinetuneConfig, general_texts: list[str] | None) -> st
         raise DataError("mix_ratio must be in [0, 1): the share of general text among training examples")
     if config.mix_ratio > 0 and not general_texts:
         raise DataError("mix_ratio > 0 needs general text (general_texts / --general-text); or set mix_ratio 0")
+    if config.early_stopping_patience is not None and config.early_stopping_patience < 1:
+        raise DataError(
+            "early_stopping_patience must be at least 1 (epochs without improvement), or None to run every epoch"
+        )
     device = _resolve_device(config.device)
     if config.precision == "fp16" and not device.startswith("cuda"):
         raise DataError("fp16 training needs a CUDA GPU; on CPU use --precision bf16 or fp32")
@@ -303,6 +311,8 @@ def _training_arguments(
         }
     else:
         saving = {"save_strategy": "no"}
+        if config.early_stopping_patience:  # the callback reads the metric; the best is kept in memory
+            saving |= {"greater_is_better": True, "metric_for_best_model": f"top{config.eval_k}_accuracy"}
     return TrainingArguments(
         output_dir=str(output_dir),
         per_device_train_batch_size=config.batch_size,
@@ -350,6 +360,7 @@ def _trainer(net, tokenizer, args, data: _TrainingData, config: FinetuneConfig, 
         eval_tokenizer=tokenizer,
         k=config.eval_k,
         keep_best=not checkpoints,
+        callbacks=[EarlyStoppingCallback(config.early_stopping_patience)] if config.early_stopping_patience else None,
     )
 
 
