@@ -93,6 +93,22 @@ class _PadCollator:
         return {"input_ids": ids, "attention_mask": mask, "labels": labels}
 
 
+class _EarlyStopping(EarlyStoppingCallback):
+    """transformers' early stopping, without its warning that the best model will not be loaded
+    at the end: `_AccuracyTrainer` (or, with checkpoints, Trainer itself) keeps the best epoch."""
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        from transformers.utils import logging as hf_logging
+
+        callback_logger = hf_logging.get_logger("transformers.trainer_callback")
+        level = callback_logger.level
+        callback_logger.setLevel(hf_logging.ERROR)
+        try:
+            super().on_train_begin(args, state, control, **kwargs)
+        finally:
+            callback_logger.setLevel(level)
+
+
 class _AccuracyTrainer(Trainer):
     """Evaluation = validation top-k accuracy; the best weights are kept in memory (on CPU)."""
 
@@ -360,7 +376,7 @@ def _trainer(net, tokenizer, args, data: _TrainingData, config: FinetuneConfig, 
         eval_tokenizer=tokenizer,
         k=config.eval_k,
         keep_best=not checkpoints,
-        callbacks=[EarlyStoppingCallback(config.early_stopping_patience)] if config.early_stopping_patience else None,
+        callbacks=[_EarlyStopping(config.early_stopping_patience)] if config.early_stopping_patience else None,
     )
 
 
