@@ -24,14 +24,16 @@ ORGANISM_LINES = [
     "token embedding and the first three blocks frozen, so a new fact is written by the later layers "
     "at the first entity and the last token, which the position conditions graft.",
     "- **The component claims** (SFT's components at the last token, fourth quarter, onto the "
-    "one-direction model): their reference gaps are defined (grafting ATTN+O+FFN adds about 0.29 of "
-    "top-5 over the one-direction model), but the last-token lookup is spread over blocks 3-7, so the "
-    "fourth quarter (blocks 6-7) carries about two fifths of SFT's gain. O+FFN ≈ ATTN+O+FFN can "
-    "appear; the cost of removing O, which the paper measures in billion-parameter models, is not "
-    "expected here (FFN alone recovers most of O+FFN), and 52 facts leave both undecided.",
-    "- **SFT's level**: about 0.89 top-5 on the held-out paper sentences (the paper's models: "
-    "0.99-1.0), lowest on sentence 1, which has no title: for real actors the new co-star competes "
-    "with the real ones the model read about in pretraining.",
+    "one-direction model): their reference gaps are defined (grafting ATTN+O+FFN adds about 0.26-0.30 "
+    "of top-5 over the one-direction model), but the last-token lookup is spread over blocks 3-7, so "
+    "the fourth quarter (blocks 6-7) carries under half of SFT's gain. O+FFN ≈ ATTN+O+FFN can "
+    "appear; removing O costs a little probability here but no top-5 (the paper measures 29-41 "
+    "points of top-5 in billion-parameter models), and 52 facts leave both undecided.",
+    "- **SFT's level**: about 0.89-0.91 top-5 on the held-out paper sentences (the paper's models: "
+    "0.99-1.0; one recipe's runs differ by about 0.05), lowest on sentence 1, which has no title: "
+    "for real actors the new co-star competes with the real ones the model read about in "
+    "pretraining. The finetunes keep the relation model's top-1 on those real films at about 0.78 "
+    "(PRE 0.95).",
     "",
 ]
 
