@@ -317,18 +317,13 @@ def _training_arguments(
     """Trainer's arguments: evaluate every epoch; with `checkpoints`, save every epoch into
     `output_dir` and keep the latest and the best (which Trainer loads at the end)."""
     steps_per_epoch = -(-n_rows // config.batch_size)
+    best_metric = {"greater_is_better": True, "metric_for_best_model": f"top{config.eval_k}_accuracy"}
     if checkpoints:
-        saving = {
-            "save_strategy": "epoch",
-            "save_total_limit": 1,
-            "load_best_model_at_end": True,
-            "greater_is_better": True,
-            "metric_for_best_model": f"top{config.eval_k}_accuracy",
-        }
+        saving = {"save_strategy": "epoch", "save_total_limit": 1, "load_best_model_at_end": True, **best_metric}
     else:
         saving = {"save_strategy": "no"}
         if config.early_stopping_patience:  # the callback reads the metric; the best is kept in memory
-            saving |= {"greater_is_better": True, "metric_for_best_model": f"top{config.eval_k}_accuracy"}
+            saving |= best_metric
     return TrainingArguments(
         output_dir=str(output_dir),
         per_device_train_batch_size=config.batch_size,
