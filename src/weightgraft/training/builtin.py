@@ -141,7 +141,8 @@ SPECS: dict[str, BuiltinSpec] = {
         # validation top-1 (top-5 sat at 0.99 from epoch 3 and chose nothing), a 5-epoch schedule
         # that stops once validation has not improved for an epoch: the relation model's best
         # epoch is 2 and it stops after 3 (trial tf16 in docs/builtin_model.md; with 3 or 4
-        # epochs in the schedule SFT reached 0.92 and 0.94 top-5, with 5 0.96).
+        # epochs in the schedule SFT reached 0.92 and 0.94 top-5, with 5 0.96, all at one torch
+        # thread; the build at two threads reached 0.91: a spread from float order alone).
         finetune=FinetuneConfig(
             lr=3e-3,
             epochs=5,
