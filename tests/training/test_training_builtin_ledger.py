@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from training_fixtures import tiny_artifacts, tiny_home
 from weightgraft.atomic import atomic_directory
@@ -140,3 +141,32 @@ def test_a_cache_built_before_the_ledger_is_adopted_with_the_fingerprints_a_buil
         assert record["seconds"] is None
         assert record["outputs"] == built[name]["outputs"] and record["inputs"] == built[name]["inputs"], name
     assert ensure_builtin("tiny", home=tiny_home(), progress=False).seconds == {}
+
+
+def test_averaged_models_are_built_from_member_steps_that_resume_one_by_one(tmp_path, monkeypatch):
+    """With `averaged_seeds` 2 the relation and one-direction models are each the mean of two
+    finetunes, each its own step: the seed-0 member is the single finetune bit for bit, and a
+    lost average is rebuilt from the members without training them again."""
+    from dataclasses import replace
+
+    from safetensors.torch import load_file
+
+    home, art = copy_of_tiny(tmp_path)
+    single = load_file(art.relation_model / "model.safetensors")
+    monkeypatch.setitem(builtin.SPECS, "tiny", replace(builtin.SPECS["tiny"], averaged_seeds=2))
+    built = ensure_builtin("tiny", home=home, progress=False)
+    assert set(built.seconds) == {
+        f"{model}{member}"
+        for model in ("relation model", "one-direction (B2A) model")
+        for member in (", seed 0", ", seed 1", "")
+    }
+    members = [load_file(art.root / "models" / "members" / f"relation-seed{s}" / "model.safetensors") for s in (0, 1)]
+    averaged = load_file(art.relation_model / "model.safetensors")
+    name = "model.layers.3.mlp.down_proj.weight"
+    assert all(torch.equal(members[0][k], single[k]) for k in single)
+    assert not torch.equal(members[0][name], members[1][name])
+    for key, tensor in averaged.items():
+        assert torch.equal(tensor, ((members[0][key].double() + members[1][key].double()) / 2).float()), key
+    shutil.rmtree(art.relation_model)
+    assert set(ensure_builtin("tiny", home=home, progress=False).seconds) == {"relation model"}
+    assert torch.equal(load_file(art.relation_model / "model.safetensors")[name], averaged[name])

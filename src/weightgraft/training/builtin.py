@@ -39,10 +39,10 @@ from weightgraft.training.finetune import FinetuneConfig
 from weightgraft.training.pretrain import PretrainConfig
 from weightgraft.training.shipped import FIRST_STEPS, find_shipped, state_sha256, write_shipped
 
-BUILTIN_VERSION = "11"
+BUILTIN_VERSION = "12"
 # The version in which the world, the tokenizer and pretraining last changed. Their steps' recipes
 # carry this one, not BUILTIN_VERSION, so a version that changes only the datasets or finetunes
-# (11 added title-free texts) keeps the shipped pretrained weights, whose record names the recipe.
+# (11 added title-free texts, 12 averaged finetunes) keeps the shipped pretrained weights, whose record names the recipe.
 WORLD_VERSION = "10"
 # Pretraining draws (tokens it trains on) / TOKENS_PER_DOCUMENT documents from the world: a rough
 # average document length in tokens. Part of the built-in models' bytes: changing it changes them.
@@ -96,6 +96,9 @@ class BuiltinSpec:
     title_free_per_fact: int  # title-free texts per fact besides texts_per_fact (TITLE_FREE_TEMPLATES)
     articles_per_fact: int
     finetune: FinetuneConfig  # the relation model's; the others differ only in their epochs
+    # The relation and one-direction models are each the weight average of this many finetunes
+    # with seeds finetune.seed, +1, ... (training.average); 1: a single finetune.
+    averaged_seeds: int
     b2a_epochs: int
     task_epochs: int
     freetext_epochs: int
@@ -156,6 +159,9 @@ SPECS: dict[str, BuiltinSpec] = {
             eval_k=1,
             early_stopping_patience=1,
         ),
+        # Version 12: the relation and one-direction models are each the average of two finetunes
+        # that differ only in their seed (see training.average for why).
+        averaged_seeds=2,
         # Version 11: the one-direction model's best epoch is 1 of a 3-epoch schedule (it stops
         # after 2); the task model, trained on texts of the same kinds, gets the same schedule;
         # the free-text set is unchanged (6, and may stop early). (v10: 2, 2, 6; v9: 6, 6, 6.)
@@ -194,6 +200,7 @@ SPECS: dict[str, BuiltinSpec] = {
         finetune=FinetuneConfig(
             lr=3e-3, epochs=12, batch_size=16, mix_ratio=0.5, freeze_unembeddings=True, freeze_final_norm=True, seed=0
         ),
+        averaged_seeds=1,
         b2a_epochs=12,
         task_epochs=12,
         freetext_epochs=12,
@@ -381,6 +388,13 @@ def _finetune(
     finetune(art.pretrained, data, out, config, general_texts=load_train_texts(art.world_data), progress=progress)
 
 
+def _average(members: list[Path], out: Path, worlds: _WorldOnce) -> None:
+    """The model whose weights are the mean of `members`' (finished member steps)."""
+    from weightgraft.training.average import average_weights
+
+    average_weights(members, out)
+
+
 @dataclass(frozen=True)
 class BuildStep:
     """One step of the built-in build, a step of its ledger: the folders it writes (each
@@ -431,16 +445,30 @@ def builtin_steps(
     ]
     if not finetunes:
         return steps
-    for name, data, out, epochs in (
-        ("relation model", art.relation_data, art.relation_model, spec.finetune.epochs),
-        ("one-direction (B2A) model", art.b2a_data, art.b2a_model, spec.b2a_epochs),
-        ("task model", art.task_data, art.task_model, spec.task_epochs),
-        ("free-text model", art.freetext_data, art.freetext_model, spec.freetext_epochs),
+    after = ("world", "datasets", "pretrained model")
+    for name, data, out, epochs, seeds in (
+        ("relation model", art.relation_data, art.relation_model, spec.finetune.epochs, spec.averaged_seeds),
+        ("one-direction (B2A) model", art.b2a_data, art.b2a_model, spec.b2a_epochs, spec.averaged_seeds),
+        ("task model", art.task_data, art.task_model, spec.task_epochs, 1),
+        ("free-text model", art.freetext_data, art.freetext_model, spec.freetext_epochs, 1),
     ):
         config = replace(spec.finetune, epochs=epochs)
-        recipe = {"finetune": asdict(config), "data": data.name}
-        after = ("world", "datasets", "pretrained model")
-        steps.append(BuildStep(name, (out,), recipe, after, partial(_finetune, art, config, data, out, progress)))
+        if seeds == 1:
+            recipe = {"finetune": asdict(config), "data": data.name}
+            steps.append(BuildStep(name, (out,), recipe, after, partial(_finetune, art, config, data, out, progress)))
+            continue
+        # Each member is a step of its own, so an interrupted build keeps the members it finished.
+        members = []
+        for seed in range(config.seed, config.seed + seeds):
+            member = replace(config, seed=seed)
+            folder = art.root / "models" / "members" / f"{out.name}-seed{seed}"
+            recipe = {"finetune": asdict(member), "data": data.name}
+            step = partial(_finetune, art, member, data, folder, progress)
+            steps.append(BuildStep(f"{name}, seed {seed}", (folder,), recipe, after, step))
+            members.append(steps[-1])
+        recipe = {"average_of": [m.outputs[0].name for m in members]}
+        average = partial(_average, [m.outputs[0] for m in members], out)
+        steps.append(BuildStep(name, (out,), recipe, tuple(m.name for m in members), average))
     return steps
 
 

@@ -1,0 +1,90 @@
+"""Weight averaging of finetunes (`training.average`): the numbers, the record, the refusals."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from transformers import AutoModelForCausalLM
+
+from tiny_model_fixtures import make_model
+from training_fixtures import tiny_artifacts
+from weightgraft.data.errors import DataError
+from weightgraft.training.average import average_weights
+
+
+def test_each_tensor_is_the_mean_of_the_members_and_the_record_names_them(tmp_path):
+    art = tiny_artifacts()
+    members = [art.relation_model, art.task_model, art.b2a_model]
+    out = average_weights(members, tmp_path / "soup")
+    files = [load_file(m / "model.safetensors") for m in members]
+    averaged = load_file(out / "model.safetensors")
+    assert set(averaged) == set(files[0])
+    for name, tensor in averaged.items():
+        expected = (files[0][name].double() + files[1][name].double() + files[2][name].double()) / 3
+        assert torch.equal(tensor, expected.float()), name
+    moved = "model.layers.3.mlp.down_proj.weight"
+    assert not torch.equal(averaged[moved], files[0][moved])  # the members differ, so the mean is new
+    record = json.loads((out / "training_config.json").read_text())
+    assert record["kind"] == "weight_average" and record["members"] == [str(m) for m in members]
+    assert record["base_model"] == str(art.pretrained)
+    assert [r["data_dir"] for r in record["member_records"]] == [
+        str(d) for d in (art.relation_data, art.task_data, art.b2a_data)
+    ]
+    # The folder is a model like any other: it loads and its logits are the averaged weights'.
+    net = AutoModelForCausalLM.from_pretrained(out)
+    reference = AutoModelForCausalLM.from_pretrained(members[0])
+    reference.load_state_dict({name: averaged[name] for name in reference.state_dict()})
+    ids = torch.tensor([[1, 5, 9, 12]])
+    assert torch.equal(net(ids).logits, reference(ids).logits)
+
+
+def test_a_model_averaged_with_itself_is_itself(tmp_path):
+    model = tiny_artifacts().relation_model
+    copy = tmp_path / "copy"
+    shutil.copytree(model, copy)
+    out = average_weights([model, copy], tmp_path / "soup")
+    before, after = load_file(model / "model.safetensors"), load_file(out / "model.safetensors")
+    assert all(torch.equal(before[name], after[name]) for name in before)
+
+
+def test_tied_embeddings_stay_tied(tmp_path):
+    folders = []
+    for seed in (0, 1):
+        net = make_model("gpt2", seed)
+        net.save_pretrained(tmp_path / f"m{seed}")
+        folders.append(tmp_path / f"m{seed}")
+    out = average_weights(folders, tmp_path / "soup")
+    net = AutoModelForCausalLM.from_pretrained(out)
+    assert net.get_output_embeddings().weight is net.get_input_embeddings().weight
+    a, b = (make_model("gpt2", seed).transformer.wte.weight.detach() for seed in (0, 1))
+    assert torch.allclose(net.transformer.wte.weight, (a + b) / 2, atol=0, rtol=0)
+
+
+def test_bad_members_are_refused_with_the_fix(tmp_path):
+    art = tiny_artifacts()
+    with pytest.raises(DataError, match="two or more models"):
+        average_weights([art.relation_model], tmp_path / "a")
+    with pytest.raises(DataError, match="not a model folder"):
+        average_weights([art.relation_model, tmp_path / "missing"], tmp_path / "b")
+    # Two models of different shapes: the config differences are named.
+    for name, arch, overrides in (("small", "llama", {}), ("wide", "llama", {"intermediate_size": 32})):
+        make_model(arch, 0, **overrides).save_pretrained(tmp_path / name)
+    with pytest.raises(DataError, match="intermediate_size.*one base model"):
+        average_weights([tmp_path / "small", tmp_path / "wide"], tmp_path / "c")
+    # Finetunes whose records name different base models.
+    other = tmp_path / "other-base"
+    shutil.copytree(art.task_model, other)
+    record = json.loads((other / "training_config.json").read_text())
+    (other / "training_config.json").write_text(json.dumps(record | {"base_model": "somewhere/else"}))
+    with pytest.raises(DataError, match="different base models"):
+        average_weights([art.relation_model, other], tmp_path / "d")
+    # A non-empty output folder is kept unless --overwrite.
+    (tmp_path / "e").mkdir()
+    (tmp_path / "e" / "notes.txt").write_text("mine")
+    with pytest.raises(Exception, match="--overwrite"):
+        average_weights([art.relation_model, art.task_model], tmp_path / "e")
+    assert not any(p.name.endswith(".safetensors") for p in tmp_path.iterdir())
