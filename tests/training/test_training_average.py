@@ -88,3 +88,26 @@ def test_bad_members_are_refused_with_the_fix(tmp_path):
     with pytest.raises(Exception, match="--overwrite"):
         average_weights([art.relation_model, art.task_model], tmp_path / "e")
     assert not any(p.name.endswith(".safetensors") for p in tmp_path.iterdir())
+
+
+def test_average_command_writes_the_mean_and_reports_a_refusal_in_one_line(tmp_path):
+    from typer.testing import CliRunner
+
+    from weightgraft.cli import _register_all, app
+
+    _register_all()
+    art = tiny_artifacts()
+    ok = CliRunner().invoke(
+        app, ["average", str(art.relation_model), str(art.task_model), "--out", str(tmp_path / "m")]
+    )
+    assert ok.exit_code == 0, ok.output
+    assert "the mean of 2 models" in ok.output
+    name = "model.layers.0.self_attn.o_proj.weight"
+    expected = (
+        load_file(art.relation_model / "model.safetensors")[name].double()
+        + load_file(art.task_model / "model.safetensors")[name].double()
+    ) / 2
+    assert torch.equal(load_file(tmp_path / "m" / "model.safetensors")[name], expected.float())
+    refused = CliRunner().invoke(app, ["average", str(art.relation_model), "--out", str(tmp_path / "n")])
+    assert refused.exit_code != 0 and "two or more models" in refused.output
+    assert "Traceback" not in refused.output

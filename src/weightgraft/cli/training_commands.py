@@ -1,5 +1,5 @@
-"""`weightgraft pretrain` and `weightgraft train`: parse options, call `training.builtin.ensure_builtin`
-or `training.finetune.finetune_from_files`."""
+"""`weightgraft pretrain`, `train` and `average`: parse options, call `training.builtin.ensure_builtin`,
+`training.finetune.finetune_from_files` or `training.average.average_weights`."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing import Literal
 import typer
 
 from weightgraft.cli import check_device, check_positive
+from weightgraft.training.average import average_weights
 from weightgraft.training.builtin import default_home, ensure_builtin, ship_pretrained
 from weightgraft.training.finetune import FinetuneConfig, finetune_from_files
 
@@ -85,6 +86,20 @@ def train(
     )
 
 
+def average(
+    models: list[Path] = typer.Argument(..., help="Two or more finetunes of one base model (local folders)."),
+    out: Path = typer.Option(..., "--out", help="Where to save the averaged model."),
+    trust_remote_code: bool = typer.Option(False, help="Run model code from the model folders (off by default)."),
+    overwrite: bool = typer.Option(
+        False, help="Write into a non-empty --out: replaces weightgraft's own files there, keeps all others."
+    ),
+) -> None:
+    """Average the weights of finetunes of one base model (e.g. `train` runs with different --seed)."""
+    path = average_weights(models, out, overwrite=overwrite, trust_remote_code=trust_remote_code)
+    typer.echo(f"saved {path} (the mean of {len(models)} models)")
+
+
 def register(app: typer.Typer) -> None:
     app.command("pretrain")(pretrain)
     app.command("train")(train)
+    app.command("average")(average)

@@ -24,16 +24,18 @@ ORGANISM_LINES = [
     "token embedding and the first three blocks frozen, so a new fact is written by the later layers "
     "at the first entity and the last token, which the position conditions graft.",
     "- **The component claims** (SFT's components at the last token, fourth quarter, onto the "
-    "one-direction model): their reference gaps are defined (grafting ATTN+O+FFN adds about 0.26-0.30 "
+    "one-direction model): their reference gaps are defined (grafting ATTN+O+FFN adds about 0.26-0.33 "
     "of top-5 over the one-direction model), but the last-token lookup is spread over blocks 3-7, so "
     "the fourth quarter (blocks 6-7) carries under half of SFT's gain. O+FFN ≈ ATTN+O+FFN can "
-    "appear; removing O costs a little probability here but no top-5 (the paper measures 29-41 "
-    "points of top-5 in billion-parameter models), and 52 facts leave both undecided.",
-    "- **SFT's level**: about 0.89-0.91 top-5 on the held-out paper sentences (the paper's models: "
-    "0.99-1.0; one recipe's runs differ by about 0.05), lowest on sentence 1, which has no title: "
-    "for real actors the new co-star competes with the real ones the model read about in "
-    "pretraining. The finetunes keep the relation model's top-1 on those real films at about 0.78 "
-    "(PRE 0.95).",
+    "appear; removing O costs a little (about 0.05 top-5 and 0.01 probability here; the paper "
+    "measures 29-41 points of top-5 in billion-parameter models), close to the claim's threshold, "
+    "so 52 facts are expected to leave it undecided.",
+    "- **SFT's level**: about 0.95 top-5 on the held-out paper sentences (the paper's models: "
+    "0.99-1.0). The relation and one-direction models are each the average of the weights of two "
+    "finetunes that differ only in their seed: one finetune reaches 0.91-0.93 and their average "
+    "0.96. Lowest on sentence 1, which has no title: for real actors the new co-star competes with "
+    "the real ones the model read about in pretraining. The relation model keeps a top-1 of about "
+    "0.81 on those real films (PRE 0.95).",
     "",
 ]
 

@@ -50,7 +50,9 @@ DEVIATIONS = [
     "size a quarter, tiny half); on the default size 22 training texts per fact and direction "
     "(paper 11) plus 8 that name no film, the checkpoint chosen on validation top-1, 5-epoch "
     "schedules (one-direction and task models 3, free-text 6; paper 10) stopped once validation "
-    "stops improving. docs/builtin_model.md has the measurements.",
+    "stops improving; the default size's relation and one-direction models are each the mean of "
+    "the weights of two such finetunes (seeds 0 and 1; the paper: one finetune). "
+    "docs/builtin_model.md has the measurements.",
     "Layer sweeps use the engine's bands (eighths or quarters of the stack), not the authors' "
     "quarters, and graft every weight but the head at the other position.",
     "Built-in datasets are smaller than the paper's 1000 facts, and the fact kinds map to the "

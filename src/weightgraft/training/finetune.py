@@ -23,7 +23,14 @@ from pathlib import Path
 from typing import Literal
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, EarlyStoppingCallback, Trainer, TrainingArguments
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    EarlyStoppingCallback,
+    PrinterCallback,
+    Trainer,
+    TrainingArguments,
+)
 
 from weightgraft.atomic import atomic_directory, check_whole, refuse_nonempty, remove_entry, write_json
 from weightgraft.data.batching import right_pad
@@ -361,7 +368,9 @@ def _train(trainer: _AccuracyTrainer, net, device: str, resume_from: str | None,
 
 
 def _trainer(net, tokenizer, args, data: _TrainingData, config: FinetuneConfig, checkpoints: bool) -> _AccuracyTrainer:
-    return _AccuracyTrainer(
+    """The Trainer; without progress it prints nothing (Trainer swaps its progress bars for a
+    printer of every loss and evaluation dict; the history stays in `state.log_history`)."""
+    trainer = _AccuracyTrainer(
         model=net,
         args=args,
         train_dataset=data.dataset,
@@ -373,6 +382,9 @@ def _trainer(net, tokenizer, args, data: _TrainingData, config: FinetuneConfig, 
         keep_best=not checkpoints,
         callbacks=[_EarlyStopping(config.early_stopping_patience)] if config.early_stopping_patience else None,
     )
+    if args.disable_tqdm:
+        trainer.remove_callback(PrinterCallback)
+    return trainer
 
 
 def _run_record(
