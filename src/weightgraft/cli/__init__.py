@@ -41,6 +41,7 @@ COMMAND_MODULES = {
     "data": "data_commands",
     "pretrain": "training_commands",
     "train": "training_commands",
+    "average": "training_commands",
     "run": "experiment_commands",
     "merge": "experiment_commands",
     "demo": "experiment_commands",
