@@ -82,12 +82,28 @@ def test_bad_members_are_refused_with_the_fix(tmp_path):
     (other / "training_config.json").write_text(json.dumps(record | {"base_model": "somewhere/else"}))
     with pytest.raises(DataError, match="different base models"):
         average_weights([art.relation_model, other], tmp_path / "d")
+    # One base named by two paths is one base.
+    relative = tmp_path / "relative-base"
+    shutil.copytree(art.task_model, relative)
+    record = json.loads((relative / "training_config.json").read_text())
+    (relative / "training_config.json").write_text(
+        json.dumps(record | {"base_model": str(art.pretrained / ".." / art.pretrained.name)})
+    )
+    assert average_weights([art.relation_model, relative], tmp_path / "same-base").is_dir()
+    # A model that asks to run its own code is refused unless allowed.
+    custom = tmp_path / "custom-code"
+    shutil.copytree(art.task_model, custom)
+    config = json.loads((custom / "config.json").read_text())
+    (custom / "config.json").write_text(json.dumps(config | {"auto_map": {"AutoModelForCausalLM": "m.Model"}}))
+    with pytest.raises(Exception, match="own Python code.*trust-remote-code"):
+        average_weights([art.relation_model, custom], tmp_path / "f")
     # A non-empty output folder is kept unless --overwrite.
     (tmp_path / "e").mkdir()
     (tmp_path / "e" / "notes.txt").write_text("mine")
     with pytest.raises(Exception, match="--overwrite"):
         average_weights([art.relation_model, art.task_model], tmp_path / "e")
-    assert not any(p.name.endswith(".safetensors") for p in tmp_path.iterdir())
+    assert not (tmp_path / "e" / "model.safetensors").exists()
+    assert not any((tmp_path / name).exists() for name in ("a", "b", "c", "d", "f"))
 
 
 def test_average_command_writes_the_mean_and_reports_a_refusal_in_one_line(tmp_path):

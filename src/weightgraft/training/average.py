@@ -20,6 +20,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from weightgraft.atomic import atomic_directory, check_whole, refuse_nonempty, write_json
 from weightgraft.data.errors import DataError
+from weightgraft.remote_code import refuse_remote_code
 
 TRAINING_RECORD = "training_config.json"
 # Config entries that name where a model came from rather than what it computes.
@@ -40,15 +41,22 @@ def _check_members(models: list[Path]) -> None:
         if not model.is_dir():
             raise DataError(f"{model} is not a model folder; give folders written by save_pretrained or weightgraft")
         check_whole(model)
-    bases = {str(_record(m).get("base_model")) for m in models if "base_model" in _record(m)}
+    # One base named by two paths (a relative and an absolute one, say) is still one base.
+    bases = {_same_path(_record(m)["base_model"]) for m in models if _record(m).get("base_model")}
     if len(bases) > 1:
         raise DataError(
             f"these finetunes start from different base models ({', '.join(sorted(bases))}); "
-            "average only finetunes of one base model"
+            "average only finetunes of one base model (where the records name one model by two "
+            "paths, correct base_model in their training_config.json)"
         )
     tokenizers = {(m / "tokenizer.json").read_bytes() for m in models if (m / "tokenizer.json").is_file()}
     if len(tokenizers) > 1:
         raise DataError("the models' tokenizer.json files differ; average only finetunes of one base model")
+
+
+def _same_path(name: str) -> str:
+    """A local path made absolute and resolved; a hub id as it is."""
+    return str(Path(name).resolve()) if Path(name).exists() else name
 
 
 def _config_differences(first, other) -> list[str]:
@@ -93,6 +101,10 @@ def average_weights(
     Returns `out_dir`."""
     members = [Path(m) for m in models]
     _check_members(members)
+    for model in members:
+        refuse_remote_code(
+            model, trust_remote_code, "average", "pass --trust-remote-code (Python: trust_remote_code=True)"
+        )
     refuse_nonempty(out_dir, overwrite)
     nets = [_load(m, trust_remote_code) for m in members]
     for model, net in zip(members[1:], nets[1:]):
