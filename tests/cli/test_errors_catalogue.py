@@ -156,6 +156,15 @@ def other_tokenizer(folder: Path) -> None:
     byte_level_bpe(["a different vocabulary for a different model"] * 20, vocab_size=300).save_pretrained(folder)
 
 
+def record_base(base: str) -> Callable[[Path], None]:
+    """An edit that writes a training record naming `base` as the model's base."""
+
+    def edit(folder: Path) -> None:
+        (folder / "training_config.json").write_text(json.dumps({"kind": "finetune", "base_model": base}))
+
+    return edit
+
+
 def bomb(w: World) -> list:
     rows = ['a0: &a0 ["x","x","x","x","x","x","x","x","x","x"]']
     rows += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 9)]
@@ -596,6 +605,31 @@ RECIPES: dict[str, R] = {
     "E-train-11": R(
         lambda w: w.train(model=w.config_json("remote", auto_map={"AutoConfig": "x.C"})),
         "asks to run its own Python code (config.json auto_map",
+    ),
+    "E-train-15": R(
+        lambda w: ["average", w["sft"], "--out", w.tmp / "avg"],
+        "averaging needs two or more models, got 1",
+        "averaging needs two or more models",
+    ),
+    "E-train-16": R(
+        lambda w: [
+            "average",
+            w.model("base-a", record_base("a/b")),
+            w.model("base-b", record_base("c/d")),
+            "--out",
+            w.tmp / "avg",
+        ],
+        "these finetunes start from different base models (a/b, c/d)",
+        "these finetunes start from different base models",
+    ),
+    "E-train-17": R(
+        lambda w: ["average", w["sft"], w.config_json("wider", rms_norm_eps=0.5), "--out", w.tmp / "avg"],
+        "in rms_norm_eps; average only finetunes of one base model",
+        "config differs from",
+    ),
+    "E-train-18": R(
+        lambda w: ["average", w["sft"], w.model("othertok", other_tokenizer), "--out", w.tmp / "avg"],
+        "the models' tokenizer.json files differ",
     ),
     "E-train-12": R(lambda w: w.train(model=w["no_tokenizer"]), "--model: no usable tokenizer in"),
     "E-train-13": R(

@@ -16,11 +16,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 from weightgraft.atomic import atomic_directory, check_whole, refuse_nonempty, write_json
 from weightgraft.data.errors import DataError
 from weightgraft.remote_code import refuse_remote_code
+from weightgraft.training.finetune import quiet_loading
 
 TRAINING_RECORD = "training_config.json"
 # Config entries that name where a model came from rather than what it computes.
@@ -106,14 +107,16 @@ def average_weights(
             model, trust_remote_code, "average", "pass --trust-remote-code (Python: trust_remote_code=True)"
         )
     refuse_nonempty(out_dir, overwrite)
-    nets = [_load(m, trust_remote_code) for m in members]
-    for model, net in zip(members[1:], nets[1:]):
-        differ = _config_differences(nets[0].config, net.config)
+    configs = [AutoConfig.from_pretrained(m, trust_remote_code=trust_remote_code) for m in members]
+    for model, config in zip(members[1:], configs[1:]):
+        differ = _config_differences(configs[0], config)
         if differ:
             raise DataError(
                 f"{model}'s config differs from {members[0]}'s in {', '.join(differ)}; "
                 "average only finetunes of one base model"
             )
+    with quiet_loading():
+        nets = [_load(m, trust_remote_code) for m in members]
     averaged = average_state([net.state_dict() for net in nets])
     result = nets[0]
     result.load_state_dict(averaged, strict=True)

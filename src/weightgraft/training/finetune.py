@@ -178,7 +178,7 @@ def _encode_texts(tokenizer, texts: list[str], max_length: int) -> list[list[int
 
 
 @contextmanager
-def _quiet_loading():
+def quiet_loading():
     """transformers without its load report and progress bar (restored after)."""
     from transformers.utils import logging as hf_logging
 
@@ -255,7 +255,7 @@ def _load_tokenizer(model: str | Path, trust_remote_code: bool):
 
 def _load_model(model: str | Path, trust_remote_code: bool):
     """The model in float32 from safetensors; refused when its checkpoint lacks tensors."""
-    with _quiet_loading():  # a refusal below must be the only line printed
+    with quiet_loading():  # a refusal below must be the only line printed
         net, info = AutoModelForCausalLM.from_pretrained(
             model,
             trust_remote_code=trust_remote_code,
