@@ -32,8 +32,8 @@ ORGANISM_LINES = [
     "so 52 facts are expected to leave it undecided.",
     "- **SFT's level**: about 0.95 top-5 on the held-out paper sentences (the paper's models: "
     "0.99-1.0). The relation and one-direction models are each the average of the weights of two "
-    "finetunes that differ only in their seed: one finetune reaches 0.91-0.93 and their average "
-    "0.96. Lowest on sentence 1, which has no title: for real actors the new co-star competes with "
+    "finetunes that differ only in their seed: one finetune reaches 0.91-0.96 depending on its seed "
+    "and the order of its texts (seeds 0 and 1: 0.91 and 0.93), their average 0.96. Lowest on sentence 1, which has no title: for real actors the new co-star competes with "
     "the real ones the model read about in pretraining. The relation model keeps a top-1 of about "
     "0.81 on those real films (PRE 0.95).",
     "",
