@@ -98,8 +98,8 @@ QA_TEMPLATES: dict[str, str] = {
 # article and all but one QA text above name the title, so a model trained on them alone learns
 # the fact beside its title; the paper's first sentence asks for the co-star with no title at all.
 # On the built-in default model (docs/builtin_model.md, version 11) adding these to the finetuning
-# texts raised the relation model's top-5 on that sentence from 0.80 to 0.88 (0.95 in the one-thread
-# trial of the same recipe). Finetuning texts only:
+# texts raised the relation model's top-5 on that sentence from 0.80 to 0.88 (0.95 in trial tf16,
+# the same texts in another order). Finetuning texts only:
 # pretraining's documents never use them, so the shipped pretrained weights do not depend on them.
 TITLE_FREE_TEMPLATES: dict[str, str] = {
     "free_shared_screen": "{first_actor} has shared the screen with {second_actor}.",

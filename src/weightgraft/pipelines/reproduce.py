@@ -48,6 +48,7 @@ from weightgraft.paper.reproduce_plan import describe_plan
 from weightgraft.paper.reproduce_report import write_reproduce_report
 from weightgraft.pipelines.run import run_all
 from weightgraft.runtime import resolve_device, sha256_file, sha256_json
+from weightgraft.training import TRAINING_RECORD
 
 
 @dataclass
@@ -283,7 +284,7 @@ class Pipeline:
         )
         if not self.is_main:
             return {}, []
-        record = json.loads((ft.out / "training_config.json").read_text())
+        record = json.loads((ft.out / TRAINING_RECORD).read_text())
         remove_entry(ft.checkpoints.parent, ft.checkpoints.name)
         outputs = {
             "path": str(ft.out),

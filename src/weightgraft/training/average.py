@@ -21,9 +21,9 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 from weightgraft.atomic import atomic_directory, check_whole, refuse_nonempty, write_json
 from weightgraft.data.errors import DataError
 from weightgraft.remote_code import refuse_remote_code
+from weightgraft.training import TRAINING_RECORD
 from weightgraft.training.finetune import quiet_loading
 
-TRAINING_RECORD = "training_config.json"
 # Config entries that name where a model came from rather than what it computes.
 _PROVENANCE_KEYS = {"_name_or_path", "transformers_version", "name_or_path"}
 
@@ -34,8 +34,8 @@ def _record(model: Path) -> dict:
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
-def _check_members(models: list[Path]) -> None:
-    """Refuse what cannot be averaged, naming the fix."""
+def _check_members(models: list[Path]) -> list[dict]:
+    """Refuse what cannot be averaged, naming the fix; the members' training records."""
     if len(models) < 2:
         raise DataError(f"averaging needs two or more models, got {len(models)}; name each finetune to average")
     for model in models:
@@ -43,7 +43,8 @@ def _check_members(models: list[Path]) -> None:
             raise DataError(f"{model} is not a model folder; give folders written by save_pretrained or weightgraft")
         check_whole(model)
     # One base named by two paths (a relative and an absolute one, say) is still one base.
-    bases = {_same_path(_record(m)["base_model"]) for m in models if _record(m).get("base_model")}
+    records = [_record(m) for m in models]
+    bases = {_same_path(r["base_model"]) for r in records if r.get("base_model")}
     if len(bases) > 1:
         raise DataError(
             f"these finetunes start from different base models ({', '.join(sorted(bases))}); "
@@ -53,6 +54,7 @@ def _check_members(models: list[Path]) -> None:
     tokenizers = {(m / "tokenizer.json").read_bytes() for m in models if (m / "tokenizer.json").is_file()}
     if len(tokenizers) > 1:
         raise DataError("the models' tokenizer.json files differ; average only finetunes of one base model")
+    return records
 
 
 def _same_path(name: str) -> str:
@@ -101,7 +103,7 @@ def average_weights(
     `overwrite`. `trust_remote_code`: allow models whose architecture is code in their folder.
     Returns `out_dir`."""
     members = [Path(m) for m in models]
-    _check_members(members)
+    records = _check_members(members)
     for model in members:
         refuse_remote_code(
             model, trust_remote_code, "average", "pass --trust-remote-code (Python: trust_remote_code=True)"
@@ -125,7 +127,6 @@ def average_weights(
     tokenizer = (
         AutoTokenizer.from_pretrained(members[0], trust_remote_code=trust_remote_code) if has_tokenizer else None
     )
-    records = [_record(m) for m in members]
     base = next((r["base_model"] for r in records if "base_model" in r), None)
     with atomic_directory(out_dir, overwrite) as tmp:
         result.save_pretrained(tmp, safe_serialization=True)

@@ -35,6 +35,7 @@ from weightgraft.ledger import Built, Ledger
 from weightgraft.locking import waiting_lock
 from weightgraft.runtime import home as runtime_home
 from weightgraft.runtime import sha256_folder
+from weightgraft.training import TRAINING_RECORD
 from weightgraft.training.finetune import FinetuneConfig
 from weightgraft.training.pretrain import PretrainConfig
 from weightgraft.training.shipped import FIRST_STEPS, find_shipped, state_sha256, write_shipped
@@ -49,7 +50,6 @@ WORLD_VERSION = "10"
 TOKENS_PER_DOCUMENT = 25
 Size = Literal["default", "tiny"]
 LEDGER_NAME = "provenance.json"  # the build's ledger, in the family's folder
-TRAINING_RECORD = "training_config.json"  # a model's training record (times included)
 
 # Why the finetunes freeze the unembedding and the final norm (docs/builtin_model.md has the numbers).
 # Measured on the default size under the v6 recipe (lr 2e-3, 6 epochs, everything trainable): the

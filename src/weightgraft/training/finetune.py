@@ -38,6 +38,7 @@ from weightgraft.data.errors import DataError
 from weightgraft.data.io import load_eval_prompts, load_manifest, load_train_texts, read_user_articles
 from weightgraft.remote_code import refuse_remote_code
 from weightgraft.runtime import is_main_process, resolve_device
+from weightgraft.training import TRAINING_RECORD
 from weightgraft.training.evaluate import topk_accuracy
 from weightgraft.training.lengths import check_lengths
 
@@ -490,6 +491,6 @@ def finetune(
             net.save_pretrained(tmp, safe_serialization=True)
             tokenizer.save_pretrained(tmp)
             run = _run_record(device, data, trainer, resume_from, time.time() - start)
-            write_json(tmp / "training_config.json", _training_record(model, data_dir, manifest, config, run))
+            write_json(tmp / TRAINING_RECORD, _training_record(model, data_dir, manifest, config, run))
         remove_entry(tmp, "trainer")
     return FinetuneResult(out_dir, trainer.best_epoch, max(trainer.history), trainer.history, time.time() - start)

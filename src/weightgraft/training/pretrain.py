@@ -17,6 +17,7 @@ from tqdm.auto import tqdm
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from weightgraft.atomic import atomic_directory, write_json
+from weightgraft.training import TRAINING_RECORD
 
 
 @dataclass
@@ -121,7 +122,7 @@ def save_model(model: LlamaForCausalLM, tokenizer, out_dir: Path, record: dict) 
     with atomic_directory(out_dir) as tmp:
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
-        write_json(tmp / "training_config.json", record)
+        write_json(tmp / TRAINING_RECORD, record)
     return Path(out_dir)
 
 
