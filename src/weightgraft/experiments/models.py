@@ -16,6 +16,7 @@ import torch
 
 from weightgraft.atomic import check_whole, write_text_atomic
 from weightgraft.errors import UserError
+from weightgraft.pretrained import is_pretrained_name, resolve_pretrained
 from weightgraft.runtime import home, sha256_file
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -24,7 +25,10 @@ _SHOWN_KEYS = 8  # keys listed in a missing/unexpected-tensor error
 
 
 def model_dir(name_or_path: str) -> Path | None:
-    """The local folder holding a model: the path itself, or a hub id's cached snapshot."""
+    """The local folder holding a model: the path itself, a real model's converted folder (a
+    catalogue name or a `.gguf` file, converted on first use), or a hub id's cached snapshot."""
+    if is_pretrained_name(name_or_path):
+        return resolve_pretrained(name_or_path)
     path = Path(name_or_path).expanduser()
     if path.is_dir():
         return path.resolve()
@@ -197,14 +201,14 @@ def load_model(name_or_path: str, device: str, dtype: str, trust_remote_code: bo
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
 
-    check_model_files(name_or_path, field)
+    folder = check_model_files(name_or_path, field)
     verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
     hf_logging.set_verbosity_error()  # its load report would come before our one-line error
     hf_logging.disable_progress_bar()
     try:
         # safetensors only: a pickled checkpoint can run code when loaded.
         model, info = AutoModelForCausalLM.from_pretrained(
-            name_or_path,
+            str(folder) if folder is not None else name_or_path,
             dtype=DTYPES[dtype],
             trust_remote_code=trust_remote_code,
             use_safetensors=True,
@@ -242,7 +246,9 @@ def load_tokenizer(name_or_path: str, trust_remote_code: bool = False, field: st
     if folder is not None:
         check_whole(folder)
     try:
-        return AutoTokenizer.from_pretrained(name_or_path, trust_remote_code=trust_remote_code)
+        return AutoTokenizer.from_pretrained(
+            str(folder) if folder is not None else name_or_path, trust_remote_code=trust_remote_code
+        )
     except (OSError, ValueError) as err:
         raise UserError(
             f"{field}: no usable tokenizer in {name_or_path} "

@@ -36,6 +36,7 @@ from weightgraft.atomic import atomic_directory, check_whole, refuse_nonempty, r
 from weightgraft.data.batching import right_pad
 from weightgraft.data.errors import DataError
 from weightgraft.data.io import load_eval_prompts, load_manifest, load_train_texts, read_user_articles
+from weightgraft.pretrained import as_local
 from weightgraft.remote_code import refuse_remote_code
 from weightgraft.runtime import is_main_process, resolve_device
 from weightgraft.training import TRAINING_RECORD
@@ -460,7 +461,7 @@ def finetune(
     overwrite: bool = False,
     checkpoint_dir: str | Path | None = None,
 ) -> FinetuneResult:
-    """Finetune `model` (hub id or local directory) on `data_dir`'s train.jsonl; save to `out_dir`.
+    """Finetune `model` (hub id, local directory, real model name or `.gguf` file) on `data_dir`'s train.jsonl; save to `out_dir`.
 
     An existing non-empty `out_dir` is refused before any work unless `overwrite`, which then
     replaces only weightgraft's own files there (a user's other files are kept).
@@ -472,10 +473,11 @@ def finetune(
     device = _check_config(config, general_texts)
     data_dir, out_dir = Path(data_dir), Path(out_dir)
     manifest = load_manifest(data_dir)
-    if Path(model).is_dir():
-        check_whole(model)  # a model folder whose replacement was cut off mixes two builds
-    tokenizer = _load_tokenizer(model, trust_remote_code)
-    net = _load_model(model, trust_remote_code)
+    local = as_local(model)  # a real model's name or a .gguf file: its converted folder
+    if Path(local).is_dir():
+        check_whole(local)  # a model folder whose replacement was cut off mixes two builds
+    tokenizer = _load_tokenizer(local, trust_remote_code)
+    net = _load_model(local, trust_remote_code)
     _freeze(net, config)
     data = _training_data(tokenizer, net, data_dir, config, general_texts)
     checkpoints = checkpoint_dir is not None

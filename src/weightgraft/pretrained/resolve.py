@@ -1,0 +1,111 @@
+"""A real model's name (or a `.gguf` path) to its converted folder, converting on first use.
+
+The folder's record lists every file with its size, mtime and sha256. A folder is used only when
+every listed file is there with its size, and its sha256 still matches wherever the mtime moved;
+anything else (a damaged, truncated or half-deleted folder) is converted again, never used.
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+from pathlib import Path
+
+from weightgraft.atomic import IncompleteFolderError, check_whole
+from weightgraft.errors import UserError
+from weightgraft.locking import waiting_lock
+from weightgraft.pretrained.catalog import CATALOG, PretrainedModel, require_gguf_reader
+from weightgraft.pretrained.convert import CONVERTER_VERSION, convert_gguf, read_record
+from weightgraft.runtime import home, sha256_file
+
+_resolved: dict[tuple, Path] = {}  # (name, the GGUF file's stat) -> folder, hashed once per process
+
+
+def is_pretrained_name(name: str | Path) -> bool:
+    """A catalogue name (`smollm2-135m`) or a path ending in `.gguf`."""
+    text = str(name)
+    return text in CATALOG or text.lower().endswith(".gguf")
+
+
+def pretrained_home() -> Path:
+    return home() / "pretrained"
+
+
+def intact(folder: Path) -> bool:
+    """Every file the record lists is there, of its size, with its sha256 where its mtime moved."""
+    record = read_record(folder)
+    if record is None or record.get("converter") != CONVERTER_VERSION:
+        return False
+    try:
+        check_whole(folder)
+    except IncompleteFolderError:
+        return False
+    for name, facts in record["files"].items():
+        path = folder / name
+        if not path.is_file() or path.stat().st_size != facts.get("size"):
+            return False
+        if path.stat().st_mtime_ns != facts.get("mtime_ns") and sha256_file(path) != facts.get("sha256"):
+            return False
+    return True
+
+
+def _gguf_file(name: str) -> Path:
+    path = Path(name).expanduser().resolve()
+    if not path.is_file():
+        raise UserError(f"model {name}: no such GGUF file; fix the path, or name a model: {', '.join(CATALOG)}")
+    return path
+
+
+def _target(name: str) -> tuple[Path, PretrainedModel | None]:
+    """The converted folder for `name`: a catalogue model by its package version, a GGUF path by
+    the sha256 of its bytes (so that a changed file is a new folder)."""
+    if name in CATALOG:
+        model = CATALOG[name]
+        return pretrained_home() / f"{model.name}-{model.version()}-c{CONVERTER_VERSION}", model
+    path = _gguf_file(name)
+    return pretrained_home() / f"{path.stem}-{sha256_file(path)[:16]}-c{CONVERTER_VERSION}", None
+
+
+def _convert(name: str, final: Path, model: PretrainedModel | None) -> None:
+    require_gguf_reader()
+    where = f"{model.title}, {model.terms}" if model else "a GGUF file"
+    print(f"weightgraft: converting {name} ({where}) once into {final}", file=sys.stderr, flush=True)
+    with tempfile.TemporaryDirectory(dir=pretrained_home(), prefix=".assemble-") as scratch:
+        if model is None:
+            gguf, source = _gguf_file(name), {"name": Path(name).name}
+        else:
+            gguf = model.gguf_path(Path(scratch))
+            source = {"name": model.name, "package": model.package, "version": model.version(), "terms": model.terms}
+        convert_gguf(gguf, final, source)
+
+
+def _memo_key(name: str) -> tuple:
+    """A catalogue name as it is; a GGUF path with its size and mtime, so a rewritten file is new."""
+    if name in CATALOG:
+        return (name,)
+    try:
+        stat = Path(name).expanduser().resolve().stat()
+    except OSError:
+        return (name,)
+    return (name, stat.st_size, stat.st_mtime_ns)
+
+
+def resolve_pretrained(name: str | Path) -> Path:
+    """The folder (safetensors, config, tokenizer) of a real model or GGUF file, converted once."""
+    key = str(name)
+    memo = _memo_key(key)
+    if memo in _resolved and intact(_resolved[memo]):
+        return _resolved[memo]
+    final, model = _target(key)
+    pretrained_home().mkdir(parents=True, exist_ok=True)
+    with waiting_lock(pretrained_home() / f".{final.name}.lock"):  # a second caller waits, then reuses
+        if not intact(final):
+            _convert(key, final, model)
+    _resolved[memo] = final
+    return final
+
+
+def as_local(name_or_path: str | Path) -> str:
+    """`name_or_path` with a real model's name or a `.gguf` path replaced by its converted folder;
+    anything else unchanged (for loaders that take what `from_pretrained` takes)."""
+    return str(resolve_pretrained(name_or_path)) if is_pretrained_name(name_or_path) else str(name_or_path)

