@@ -38,9 +38,11 @@ METRICS = ("top5", "prob")
 
 @dataclass
 class RoleExample:
-    """One prompt encoded for attribution and `localize`: its tokens, the first target token, and
-    each paper role's positions (the runner's encoded prompt, in `experiments/`, keeps every target
-    token and the positions by template role)."""
+    """One prompt encoded for attribution and `localize`: its tokens, the target's scored token
+    (its first, or its first that is not whitespace alone: then `input_ids` ends with the
+    whitespace tokens before it, in the last token's role; `data.encode`), and each paper role's
+    positions (the runner's encoded prompt, in `experiments/`, keeps every target token and the
+    positions by template role)."""
 
     id: str
     fact_id: str
@@ -49,7 +51,7 @@ class RoleExample:
     target_id: int
     roles: dict[str, list[int]]  # paper role -> real-token positions (other included)
     tokens: list[str]
-    target: str = ""  # the first target token, as text
+    target: str = ""  # the scored target token, as text
 
 
 def encode_role_examples(tokenizer, prompts) -> list[RoleExample]:
@@ -60,18 +62,21 @@ def encode_role_examples(tokenizer, prompts) -> list[RoleExample]:
     for prompt in prompts:
         enc = encode_scored_prompt(tokenizer, prompt)
         named = position_roles({str(k): v for k, v in enc.positions.items()}, len(enc.input_ids))
+        # A target's whitespace-only first tokens are teacher-forced before its scored token
+        # (data.encode) and take the prompt's last token's role, as the runner's rows do.
+        named += [named[-1]] * enc.scored
         roles = {role: [p for p, r in enumerate(named) if r == role] for role in PAPER_ROLES}
-        tokens = [tokenizer.decode([i]) for i in enc.input_ids]
+        tokens = [tokenizer.decode([i]) for i in enc.scoring_ids]
         out.append(
             RoleExample(
                 prompt.id,
                 prompt.fact_id,
                 prompt.template_id,
-                list(enc.input_ids),
-                int(enc.target_ids[0]),
+                list(enc.scoring_ids),
+                int(enc.scored_id),
                 {r: p for r, p in roles.items() if p},
                 tokens,
-                tokenizer.decode([enc.target_ids[0]]),
+                tokenizer.decode([enc.scored_id]),
             )
         )
     return out

@@ -5,6 +5,17 @@ character span (a whitespace-only token, when all of it lies inside). Tokens tha
 span boundary, or spans whose characters no token covers exactly, are errors: we never search
 token subsequences and never drop a prompt. Offsets are characters, not bytes, so any Unicode
 text maps; a character that a byte-level tokenizer splits into several tokens gives them all.
+
+The scored token of a target is its first token that carries content: a target is written with
+its leading space (" Émile"), and where the tokenizer splits that space off as a token of its
+own (a byte-level BPE that has no merge for " " + the name's first byte: `' '`, then `'\xc3'`),
+scoring that token would score "predicts a space", which every name shares. `scored` is then
+the index in `target_ids` of the first token that is not whitespace alone; the tokens before it
+are teacher-forced after the prompt, exactly as the target's later tokens are for
+`target_logprob` and `exact_match` (which still cover the whole target), so the model predicts
+the content token with the whitespace token in front of it, as it would write the target. For
+ordinary names (" R", " Zo") `scored` is 0 and nothing changes. The scored token may be part of
+a character's bytes (`'\xe6'` of 李): it still names the character's first byte, not a space.
 """
 
 from __future__ import annotations
@@ -37,9 +48,92 @@ def check_context(lengths: dict[str, int], limit: int | None, where: str) -> Non
 
 @dataclass
 class EncodedPrompt:
+    """A prompt's tokens, its roles' positions and its target's tokens; `scored` indexes the
+    target token the paper's measures score (see the module's docstring)."""
+
     input_ids: list[int]
     positions: dict[Role, list[int]]
     target_ids: list[int]
+    scored: int = 0
+
+    @property
+    def scored_id(self) -> int:
+        """The scored target token."""
+        return self.target_ids[self.scored]
+
+    @property
+    def scoring_ids(self) -> list[int]:
+        """The sequence whose last logits score `scored_id`: the prompt, then the target's
+        whitespace-only tokens before it (teacher-forced)."""
+        return self.input_ids + self.target_ids[: self.scored]
+
+
+def is_whitespace_token(tokenizer, token_id: int) -> bool:
+    """Whether a token, decoded alone, is whitespace alone (or nothing): `' '`, `'\\n'`, a
+    SentencePiece `'\u2581'`. A token that holds part of a character's bytes decodes to a
+    replacement character and carries content."""
+    return not tokenizer.decode([token_id]).strip()
+
+
+def scored_index(tokenizer, target_ids: list[int]) -> int:
+    """The index of the first target token that is not whitespace alone (0 when there is none:
+    `encode_scored_prompt` refuses such a target)."""
+    return next((i for i, t in enumerate(target_ids) if not is_whitespace_token(tokenizer, t)), 0)
+
+
+def describe_scored(tokenizer, enc: EncodedPrompt) -> str:
+    """A note for a record whose scored token is not the target's first: which token is scored
+    and which are teacher-forced before it (empty when the first is scored)."""
+    if enc.scored == 0:
+        return ""
+    # spelled by bytes where the vocabulary has them: a SentencePiece word marker alone decodes to ''
+    spelled = [token_bytes(tokenizer, t) for t in enc.target_ids[: enc.scored]]
+    if all(b is not None for b in spelled):
+        forced = b"".join(spelled).decode(errors="replace")
+    else:
+        forced = tokenizer.decode(enc.target_ids[: enc.scored])
+    return (
+        f"scored target token {enc.scored + 1} of {len(enc.target_ids)}, {token_text(tokenizer, enc.scored_id)}, "
+        f"after the whitespace-only {forced!r}, teacher-forced"
+    )
+
+
+def token_text(tokenizer, token_id: int) -> str:
+    """A token as text for a report: its decoded text, quoted, or, where it holds only part of
+    a character's bytes (it decodes to a replacement character), the bytes it stands for when
+    the tokenizer's vocabulary spells them (byte-level BPE, byte fallback)."""
+    text = tokenizer.decode([token_id])
+    if "\ufffd" not in text:
+        return repr(text)
+    raw = token_bytes(tokenizer, token_id)
+    return repr(raw) if raw is not None else repr(text)
+
+
+def token_bytes(tokenizer, token_id: int) -> bytes | None:
+    """The bytes a token stands for, for byte-level BPE (GPT-2's byte-to-character table) and
+    SentencePiece byte fallback (`<0xE6>`, `\u2581` for a space); None when neither spells it."""
+    piece = tokenizer.convert_ids_to_tokens(token_id)
+    if piece is None:
+        return None
+    if len(piece) == 6 and piece.startswith("<0x") and piece.endswith(">"):
+        return bytes([int(piece[3:5], 16)])
+    table = _byte_level_table()
+    if all(ch in table for ch in piece):
+        return bytes(table[ch] for ch in piece)
+    return piece.replace("\u2581", " ").encode()
+
+
+def _byte_level_table() -> dict[str, int]:
+    """GPT-2's byte-level alphabet: character -> the byte it stands for."""
+    printable = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAC + 1)) + list(range(0xAE, 0xFF + 1))
+    chars, n = {}, 0
+    for b in range(256):
+        if b in printable:
+            chars[chr(b)] = b
+        else:
+            chars[chr(256 + n)] = b
+            n += 1
+    return chars
 
 
 def _encode(tokenizer, text: str) -> tuple[list[int], list[tuple[int, int]], list[int]]:
@@ -109,16 +203,25 @@ def encode_prompt(tokenizer, prompt: EvalPrompt) -> EncodedPrompt:
             f"the prompt's tokens are not a prefix of prompt+target's tokens in prompt {prompt.id}: "
             f"{text!r} + {prompt.target!r}; the target would not follow the prompt as tokenized"
         )
-    return EncodedPrompt(input_ids=ids, positions=positions, target_ids=full_ids[len(ids) :])
+    target_ids = full_ids[len(ids) :]
+    return EncodedPrompt(
+        input_ids=ids, positions=positions, target_ids=target_ids, scored=scored_index(tokenizer, target_ids)
+    )
 
 
 def encode_scored_prompt(tokenizer, prompt: EvalPrompt) -> EncodedPrompt:
-    """`encode_prompt` for a prompt whose target will be scored: a target with no tokens is refused
-    (DataError), since no metric can be computed on it."""
+    """`encode_prompt` for a prompt whose target will be scored: a target with no tokens, or with
+    no token that carries content (whitespace alone), is refused (DataError), since no metric can
+    be computed on it."""
     enc = encode_prompt(tokenizer, prompt)
     if not enc.target_ids:
         raise DataError(
             f"prompt {prompt.id!r}: target {prompt.target!r} has no tokens; rebuild the dataset "
             "(every prompt needs a non-empty target)"
+        )
+    if is_whitespace_token(tokenizer, enc.scored_id):
+        raise DataError(
+            f"prompt {prompt.id!r}: target {prompt.target!r} has no token that is not whitespace alone; "
+            "rebuild the dataset (every target needs a name or word to score)"
         )
     return enc

@@ -153,7 +153,12 @@ def compute_chunk(
                 rows.append(Row(ei, cond, masks))
         if rows:
             logits, first_steps = method.logits(batch, rows)
-            scores = score_rows(logits, first_steps, [batch[row.example].target_ids for row in rows])
+            scores = score_rows(
+                logits,
+                first_steps,
+                [batch[row.example].target_ids for row in rows],
+                [batch[row.example].scored for row in rows],
+            )
             for row, score in zip(rows, scores):
                 predicted = decode([score["predicted_id"]])
                 records[row.condition.name].append(

@@ -1,7 +1,9 @@
 """Per-example scores from teacher-forced logits, and bootstrap intervals over examples.
 
 A row is a prompt followed by its target's tokens except the last; the logits at the prompt's
-last token score the target's first token (the paper's measures), and the logits from there on
+last token score the target's first token (the paper's measures; where the target's first tokens
+are whitespace alone, the logits after them score its first token that carries content, the
+scored token of `data.encode`, with those tokens teacher-forced), and the logits from there on
 score the whole target (log-probability, and greedy exact match: greedy decoding reproduces the
 target exactly when every teacher-forced argmax is the target token, because each step then sees
 the same prefix as greedy decoding would).
@@ -15,15 +17,18 @@ import numpy as np
 import torch
 
 
-def score_rows(logits: torch.Tensor, first_steps: list[int], targets: list[list[int]]) -> list[dict]:
+def score_rows(
+    logits: torch.Tensor, first_steps: list[int], targets: list[list[int]], scored: list[int] | None = None
+) -> list[dict]:
     """Scores for each row of `logits` [rows, seq, vocab], or of a list of per-row [seq, vocab]
     tensors; `first_steps[row]` indexes the logits that score the row's first target token (the
-    prompt's last token: its length - 1 in a right-padded row).
+    prompt's last token: its length - 1 in a right-padded row); `scored[row]` (default 0) the
+    target token that rank, prob and predicted_id score (`Example.scored`).
 
-    rank: 1 + the number of vocabulary entries with a strictly larger logit than the target's
-    first token (ties count in the target's favour); prob: its softmax probability;
+    rank: 1 + the number of vocabulary entries with a strictly larger logit than the scored
+    target token (ties count in the target's favour); prob: its softmax probability;
     target_logprob: sum of log-probabilities of all target tokens; exact_match: greedy decoding
-    yields exactly the target tokens."""
+    yields exactly the target tokens; predicted_id: the argmax where the scored token is scored."""
     # Gather every scored step of every row into one [steps, vocab] block: a few large tensor
     # operations instead of several small ones per row.
     if not torch.is_tensor(logits):  # one [seq, vocab] tensor per row (rows of varied width)
@@ -40,6 +45,8 @@ def score_rows(logits: torch.Tensor, first_steps: list[int], targets: list[list[
     token_logp = logp.gather(1, tokens[:, None])[:, 0]
     correct = steps.argmax(-1) == tokens
     firsts = torch.tensor([0] + [len(t) for t in targets[:-1]], device=device).cumsum(0)
+    if scored is not None and any(scored):
+        firsts = firsts + torch.tensor(scored, device=device)
     first_logits = steps[firsts]
     first_target = first_logits.gather(1, tokens[firsts][:, None])
     ranks = (first_logits > first_target).sum(-1) + 1

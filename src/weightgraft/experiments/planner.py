@@ -13,7 +13,7 @@ from collections.abc import Mapping
 
 from weightgraft.adapters import adapter_for
 from weightgraft.adapters.base import GROUPS
-from weightgraft.data.encode import check_context, encode_scored_prompt
+from weightgraft.data.encode import check_context, describe_scored, encode_scored_prompt
 from weightgraft.data.templates import in_authors_wording
 from weightgraft.donors.shaped import ShapeError
 from weightgraft.engine.controls import ControlError
@@ -193,7 +193,8 @@ def encode_examples(resources: Resources, exp: ExperimentSpec, tokenizer) -> tup
     for prompt in prompts:
         enc = encode_scored_prompt(tokenizer, prompt)
         positions = {str(k): list(v) for k, v in enc.positions.items()}
-        examples.append(Example(prompt, list(enc.input_ids), list(enc.target_ids), positions))
+        note = describe_scored(tokenizer, enc)
+        examples.append(Example(prompt, list(enc.input_ids), list(enc.target_ids), positions, enc.scored, note))
     check_context(
         {e.prompt.id: len(e.input_ids) + len(e.target_ids) for e in examples},
         context_length(resources.config.models[exp.recipient]),

@@ -58,12 +58,16 @@ FINGERPRINT_KEY = b"weightgraft_fingerprint"
 
 @dataclass
 class Example:
-    """One evaluation prompt, encoded: token ids, target ids and each role's token positions."""
+    """One evaluation prompt, encoded: token ids, target ids and each role's token positions.
+    `scored` indexes the target token that rank, prob and the prediction score: the first that is
+    not whitespace alone (`data.encode`), 0 for ordinary targets; `note` says so when it is not 0."""
 
     prompt: object  # EvalPrompt
     input_ids: list[int]
     target_ids: list[int]
     positions: dict[str, list[int]]
+    scored: int = 0
+    note: str = ""
 
 
 def slug(name: str) -> str:
@@ -101,12 +105,17 @@ def condition_fingerprint(
             "condition": condition_json,
             "dtype": dtype,
             "models": model_fingerprints,
-            "examples": [
-                (e.prompt.id, e.input_ids, e.target_ids, e.positions, prompt_fields(e.prompt)) for e in examples
-            ],
+            "examples": [example_key(e) for e in examples],
             "computation": computation or {},
         }
     )
+
+
+def example_key(e: Example) -> tuple:
+    """What of an example a condition's results depend on; the scored token only where it is not
+    the target's first (so that fingerprints of ordinary targets are those of earlier versions)."""
+    key = (e.prompt.id, e.input_ids, e.target_ids, e.positions, prompt_fields(e.prompt))
+    return key if e.scored == 0 else (*key, {"scored": e.scored, "note": e.note})
 
 
 def prompt_fields(prompt) -> dict:
@@ -159,7 +168,7 @@ def scored_record(experiment: str, condition: str, ex: Example, score: dict, pre
     return dict(
         base_record(experiment, condition, ex),
         applicable=True,
-        note="",
+        note=ex.note,
         rank=score["rank"],
         prob=score["prob"],
         target_logprob=score["target_logprob"],

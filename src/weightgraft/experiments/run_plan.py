@@ -151,6 +151,9 @@ class ExperimentPlan:
             "templates": sorted({e.prompt.template_id for e in mine}),
             "result_sha256": {},
         }
+        scored = {e.prompt.id: e.note for e in mine if e.scored}
+        if scored:  # targets scored at a later token than their first (data.encode); absent if none
+            body["scored_after_whitespace"] = scored
         if self.shard is not None:
             body["shard"] = list(self.shard)
             body["merged"] = {
@@ -285,12 +288,15 @@ def graft_from_json(body: dict) -> ResolvedGraft:
 
 
 def example_json(example: Example) -> dict:
-    return {
+    body = {
         "prompt": example.prompt.model_dump(mode="json"),
         "input_ids": example.input_ids,
         "target_ids": example.target_ids,
         "positions": example.positions,
     }
+    if example.scored:  # only then, so that plans of ordinary targets keep their digest
+        body.update(scored=example.scored, note=example.note)
+    return body
 
 
 def example_from_json(body: dict) -> Example:
@@ -299,4 +305,6 @@ def example_from_json(body: dict) -> Example:
         list(body["input_ids"]),
         list(body["target_ids"]),
         {k: list(v) for k, v in body["positions"].items()},
+        int(body.get("scored", 0)),
+        str(body.get("note", "")),
     )

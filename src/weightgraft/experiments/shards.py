@@ -110,6 +110,10 @@ def merge_experiment(out: Path, name: str, shards: list[tuple[int, int]]) -> Non
     order = merged["examples"]
     state = {k: v for k, v in states[0].items() if k not in ("shard", "merged")}
     state.update(examples=order, result_sha256={}, templates=sorted({t for s in states for t in s["templates"]}))
+    scored = {k: v for s in states for k, v in s.get("scored_after_whitespace", {}).items()}
+    state.pop("scored_after_whitespace", None)
+    if scored:
+        state["scored_after_whitespace"] = {pid: scored[pid] for pid in order if pid in scored}
     for cond in state["conditions"]:
         parts = []
         for shard, shard_state in zip(shards, states):

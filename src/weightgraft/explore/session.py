@@ -123,20 +123,24 @@ class ExploreSession:
         try:
             if dataset is not None:
                 enc = encode_prompt(self.tokenizer, dataset.model_copy(update={"target": target or dataset.target}))
-                ids, roles_by_name, target_ids = enc.input_ids, dict(enc.positions), enc.target_ids
+                roles_by_name = dict(enc.positions)
             elif target:
                 enc = encode_prompt(self.tokenizer, EvalPrompt(id="free", fact_id="", template_id="", text=text, target=target, spans={}))  # fmt: skip
-                ids, roles_by_name, target_ids = enc.input_ids, {}, enc.target_ids
+                roles_by_name = {}
             else:
-                ids, roles_by_name, target_ids = self._ids(text), {}, []
+                enc, roles_by_name = None, {}
         except SpanMappingError as err:
             raise ExploreError(f"{err}; change the prompt or the target") from None
+        # A target whose first tokens are whitespace alone is scored at its first token that
+        # carries content (data.encode): those tokens join the prompt, in the last token's role,
+        # as the runner teacher-forces them with the last token's grafts.
+        ids = self._ids(text) if enc is None else enc.scoring_ids
         if len(ids) > self.max_tokens:
             raise ExploreError(
                 f"the prompt has {len(ids)} tokens; the explorer takes at most {self.max_tokens} "
                 "(the model's context or the grid's bound): shorten it"
             )
-        roles_by_name["last_token"] = [len(ids) - 1]
+        roles_by_name["last_token"] = list(range(len(ids) - 1 - (enc.scored if enc else 0), len(ids)))
         roles = position_roles(roles_by_name, len(ids)) if dataset is not None else None
         encoded = Encoded(
             text=text,
@@ -146,7 +150,7 @@ class ExploreSession:
             tokens=[self.tokenizer.decode([i]) for i in ids],
             roles=roles,
             role_positions=roles_by_name,
-            target_id=target_ids[0] if target_ids else None,
+            target_id=enc.scored_id if enc is not None and enc.target_ids else None,
         )
         encoded.selections = self._selections(encoded)
         return encoded

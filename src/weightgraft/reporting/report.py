@@ -446,7 +446,9 @@ def build_markdown(out: Path, summary: RunSummary, verdict: Verdict, plots: dict
     lines = [
         f"# weightgraft report: {run['config']['name']}",
         "",
-        "Accuracy is top-k of the target's first token; `prob` its probability; "
+        "Accuracy is top-k of the target's first token (its first token that is not whitespace "
+        "alone, where the tokenizer splits a name's leading space off; each experiment says "
+        "where); `prob` its probability; "
         "`target_logprob` the whole target's log-probability; `exact_match` greedy decoding "
         "of the whole target. Values over every template and fact kind, with 95% intervals "
         "from a bootstrap over facts (n: prompts, with the number of facts); `summary.csv` "
@@ -483,6 +485,7 @@ def experiment_section(summary: RunSummary, state: dict, plots: list[Path], stud
         + ".",
         "",
     ]
+    lines += scored_token_lines(state)
     used = layers_used(state)
     if used:
         lines += [used, ""]
@@ -502,6 +505,22 @@ def experiment_section(summary: RunSummary, state: dict, plots: list[Path], stud
         _conditions_legend(state),
         "",
         "</details>",
+        "",
+    ]
+
+
+def scored_token_lines(state: dict) -> list[str]:
+    """The experiment's prompts whose target's first token is whitespace alone, and which token
+    was scored instead (the state's `scored_after_whitespace`, id -> note); none: no line."""
+    scored = state.get("scored_after_whitespace") or {}
+    if not scored:
+        return []
+    pid, note = next(iter(scored.items()))
+    return [
+        f"Scored token: {len(scored)} of {len(state['examples'])} prompts have a target whose first "
+        "token is whitespace alone (the tokenizer splits the name's leading space off); for them "
+        "rank, top-k, `prob` and the prediction score the first target token that carries content, "
+        f"the whitespace token teacher-forced before it (the records' `note` says which; e.g. `{pid}`: {note}).",
         "",
     ]
 

@@ -2,7 +2,9 @@
 
 A prompt counts as correct when the first token of its target is among the k most likely next
 tokens after the prompt (the paper's measure). Datasets give every actor of a set a distinct first
-name, so the first token picks out one answer.
+name, so the first token picks out one answer. Where the target's first token is whitespace alone
+(a name whose first character the tokenizer does not join to the leading space), its first token
+that carries content is scored, after the whitespace token (`data.encode`: the scored token).
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ from weightgraft.data.schema import EvalPrompt
 
 @torch.no_grad()
 def topk_hits(model, tokenizer, prompts: Sequence[EvalPrompt], k: int = 5, batch_size: int = 64) -> list[bool]:
-    """One bool per prompt: is the target's first token in the model's top k?"""
+    """One bool per prompt: is the target's scored token (its first that is not whitespace alone)
+    in the model's top k?"""
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
@@ -27,13 +30,13 @@ def topk_hits(model, tokenizer, prompts: Sequence[EvalPrompt], k: int = 5, batch
     hits: list[bool] = []
     for start in range(0, len(encoded), batch_size):
         batch = encoded[start : start + batch_size]
-        ids, mask = right_pad([e.input_ids for e in batch], pad_id)
+        ids, mask = right_pad([e.scoring_ids for e in batch], pad_id)
         logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits
-        last = torch.tensor([len(e.input_ids) - 1 for e in batch], device=device)
+        last = torch.tensor([len(e.scoring_ids) - 1 for e in batch], device=device)
         final = logits[torch.arange(len(batch), device=device), last]
         top = final.topk(k, dim=-1).indices.cpu()
         for row, e in enumerate(batch):
-            hits.append(bool((top[row] == e.target_ids[0]).any()))
+            hits.append(bool((top[row] == e.scored_id).any()))
     model.train(was_training)
     return hits
 

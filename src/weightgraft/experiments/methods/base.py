@@ -32,5 +32,5 @@ class ChunkMethod(Protocol):
     def logits(self, batch: list[Example], rows: list[Row]) -> tuple[torch.Tensor, list[int]]:
         """Logits [rows, columns, vocab] for `rows` of `batch`, and for each row the column
         that scores the target's first token (the prompt's last token); the target's further
-        tokens are scored in the columns after it."""
+        tokens are scored in the columns after it (the scored token, `Example.scored`, among them)."""
         ...
