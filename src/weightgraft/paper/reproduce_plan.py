@@ -8,14 +8,14 @@ from dataclasses import dataclass
 from weightgraft.data.build import template_texts
 from weightgraft.data.facts import generate_facts, known_film_facts
 from weightgraft.data.names import NamePool
-from weightgraft.data.templates import EVAL_TEMPLATES, eval_prompts_for
+from weightgraft.data.templates import EVAL_TEMPLATES, VALIDATION_TEMPLATES, eval_prompts_for
 from weightgraft.experiments.config import parse_config
 from weightgraft.experiments.models import model_dir
 from weightgraft.experiments.plan import experiment_conditions
 from weightgraft.experiments.planner import planned_conditions
 from weightgraft.experiments.preflight import planned_model
 from weightgraft.experiments.run_plan import PlannedModel
-from weightgraft.paper import estimate
+from weightgraft.paper import calibrate, estimate
 from weightgraft.paper.reproduce_job import (
     Job,
     finetune_config,
@@ -70,6 +70,8 @@ def plan_steps(job: Job) -> tuple[list[PlannedStep], dict]:
     text_tokens, prompt_tokens, token_note = _sample_lengths(job)
     _, world = rank_and_world()
     config = finetune_config(options, device, size.max_length if size else 512)
+    folder = model_dir(options.model)
+    measured = calibrate.measure(folder, config.batch_size, round(text_tokens), device) if folder else None
     steps = [
         PlannedStep(
             "datasets", ", ".join(f"{k} ({s.kind}, {s.n_facts} facts, {s.purpose})" for k, s in job.sets.items())
@@ -83,7 +85,12 @@ def plan_steps(job: Job) -> tuple[list[PlannedStep], dict]:
             texts += round(config.mix_ratio / (1 - config.mix_ratio) * texts)
         optimizer_steps = math.ceil(texts / (config.batch_size * world)) * config.epochs
         tokens = round(texts * text_tokens * config.epochs)
-        seconds = estimate.finetune_seconds(size, optimizer_steps, tokens, device) if size else None
+        if measured:  # the measured steps, plus each epoch's validation (top-k on held-out prompts)
+            validation = min(config.max_validation_prompts or 10**9, _validation_prompts(data))
+            seconds = measured.finetune_seconds(optimizer_steps, text_tokens)
+            seconds += config.epochs * measured.forward_seconds(validation, prompt_tokens)
+        else:
+            seconds = estimate.finetune_seconds(size, optimizer_steps, tokens, device) if size else None
         total += seconds or 0.0
         steps.append(
             PlannedStep(
@@ -96,7 +103,7 @@ def plan_steps(job: Job) -> tuple[list[PlannedStep], dict]:
         )
     base = _base_model(options.model)
     for group in job.runs.values():
-        step = _run_step(job, group, base, size, prompt_tokens, device)
+        step = _run_step(job, group, base, size, prompt_tokens, device, measured)
         total += step.seconds or 0.0
         steps.append(step)
     steps.append(PlannedStep("report", "paper vs this run, one table per analysis"))
@@ -107,8 +114,14 @@ def plan_steps(job: Job) -> tuple[list[PlannedStep], dict]:
         "token_note": token_note,
         "world": world,
         "total_seconds": total if size else None,
+        "measured": measured,
     }
     return steps, facts
+
+
+def _validation_prompts(data) -> int:
+    """Validation prompts of a planned set: each validation wording in each trained direction."""
+    return data.n_facts * len(VALIDATION_TEMPLATES) * (2 if data.order == "both" else 1)
 
 
 def _base_model(model: str) -> PlannedModel | None:
@@ -123,7 +136,9 @@ def _base_model(model: str) -> PlannedModel | None:
         return None
 
 
-def _run_step(job: Job, group, base: PlannedModel | None, size, prompt_tokens: float, device: str) -> PlannedStep:
+def _run_step(
+    job: Job, group, base: PlannedModel | None, size, prompt_tokens: float, device: str, measured
+) -> PlannedStep:
     """One run of the job: its conditions as the run plan resolves them (on the base model's
     config when on disk, else as written on the published depth) times its examples."""
     paths = {"pre": job.options.model, **{name: str(ft.out) for name, ft in job.finetunes.items()}}
@@ -139,7 +154,10 @@ def _run_step(job: Job, group, base: PlannedModel | None, size, prompt_tokens: f
         n_conditions = len(counts[exp.name] if counts else experiment_conditions(exp, layers))
         rows += n_conditions * examples
         parts.append(f"{exp.name} {n_conditions}x{examples}")
-    seconds = estimate.run_seconds(size, rows, round(prompt_tokens), device) if size else None
+    if measured:
+        seconds = calibrate.RUN_FORWARDS_PER_ROW * measured.forward_seconds(rows, prompt_tokens)
+    else:
+        seconds = estimate.run_seconds(size, rows, round(prompt_tokens), device) if size else None
     what = "; ".join(parts) + " (conditions x examples)"
     return PlannedStep(f"run:{group.name}", what, rows, round(rows * prompt_tokens), seconds)
 
@@ -170,10 +188,15 @@ def describe_plan(job: Job) -> str:
     lines.append(
         f"published  {'rows of ' + paper if paper else 'not one of the paper models: the report shows all four'}"
     )
-    lines.append(
-        f"device     {facts['device']} x {facts['world']} process(es); assumed throughput: "
-        f"{estimate.THROUGHPUT[kind].note}"
-    )
+    measured = facts["measured"]
+    if measured:
+        speed = (
+            f"measured here: an optimizer step of {measured.batch} x {measured.tokens} tokens "
+            f"{measured.step_seconds:.2f} s, a forward {measured.forward_token_seconds * 1e3:.2f} ms per token"
+        )
+    else:
+        speed = f"assumed throughput (no model on disk to measure): {estimate.THROUGHPUT[kind].note}"
+    lines.append(f"device     {facts['device']} x {facts['world']} process(es); {speed}")
     lines.append(
         f"finetuning {options.setting}: lr {config.lr:g}, weight decay {config.weight_decay:g}, "
         f"batch {config.batch_size}, {config.epochs} epochs, {config.precision}, "

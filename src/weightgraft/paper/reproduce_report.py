@@ -18,6 +18,12 @@ from weightgraft.experiments.records import read_state
 from weightgraft.paper.estimate import paper_model_name
 from weightgraft.paper.presets import PRESET_NAMES  # noqa: F401  (registers the presets its configs name)
 from weightgraft.paper.published import ANALYSIS_OF_EXPERIMENT, MODELS, published
+from weightgraft.paper.reproduce_sections import (
+    claims_section,
+    deviations_section,
+    finetune_section,
+    world_facts_section,
+)
 from weightgraft.reporting.report import split_twins
 from weightgraft.reporting.summary import pooled, read_summary
 
@@ -91,6 +97,13 @@ def write_reproduce_report(job, ledger_body: dict) -> Path:
         lines.append(f"| {name} | {record['seconds']} | `{record['inputs_sha256'][:16]}` |")
     lines += ["", "Every step's inputs and outputs are in `provenance.json`."]
     lines += [f"\nNote: {note}" for note in job.notes]
+    steps = ledger_body["steps"]
+    models = {"pre": ledger_body["base_model"]["path"]}
+    models |= {name: r["outputs"]["path"] for name, r in steps.items() if name.startswith("finetune:")}
+    lines += ["", *finetune_section(job, steps)]
+    lines += ["", *claims_section(job, job.options.datasets[0], steps)]
+    lines += ["", *world_facts_section({k.removeprefix("finetune:"): v for k, v in models.items()})]
+    lines += ["", *deviations_section(job, steps)]
     for group in job.runs.values():
         summary = read_summary(group.out)
         hybrid_group = group.name.endswith("_hybrid")

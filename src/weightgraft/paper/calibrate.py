@@ -1,0 +1,78 @@
+"""The reproduce estimate measured on this machine: a few real finetuning steps and a forward pass.
+
+A fixed FLOP rate per device kind was several times off on a laptop (it planned 23 h for a job
+that took under one): throughput depends on the CPU, the thread count, the batch and the model's
+shape (a 262k vocabulary costs more than its parameter count says). So, when the model is on
+disk, the plan times what it will do: optimizer steps of the planned batch on texts of the planned
+length, and a batched forward of evaluation prompts. A few seconds, once, before a job of hours.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+# The runner's cost per scored prompt and condition, in plain forward passes of that prompt: a
+# grafted pass runs the recipient's and the donors' weights on the grafted rows, and rows that
+# share a condition's unchanged layers share their computation. Fitted on SmolLM2-135M's laptop
+# job (2 CPU cores, every preset): its runs took this many forwards of the prompts they scored.
+RUN_FORWARDS_PER_ROW = 1.0
+
+
+@dataclass(frozen=True)
+class Measured:
+    """Seconds of one optimizer step at `batch` x `tokens`, and of a forward per token."""
+
+    step_seconds: float
+    forward_token_seconds: float
+    batch: int
+    tokens: int
+    device: str
+
+    def finetune_seconds(self, steps: int, tokens_per_text: float) -> float:
+        """Steps at the measured batch, scaled to the texts' length (cost grows with tokens)."""
+        return steps * self.step_seconds * tokens_per_text / self.tokens
+
+    def forward_seconds(self, rows: float, tokens_per_row: float) -> float:
+        return rows * tokens_per_row * self.forward_token_seconds
+
+
+def _sync(device: str) -> None:
+    if device.startswith("cuda"):
+        import torch
+
+        torch.cuda.synchronize()
+
+
+def measure(folder: Path, batch: int, tokens: int, device: str, steps: int = 3) -> Measured:
+    """Time `steps` AdamW steps (the first, which allocates, is not counted) and a forward of a
+    batch of 64 rows, on random token ids of the model's vocabulary, in float32."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from weightgraft.training.finetune import quiet_loading
+
+    with quiet_loading():
+        model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32, use_safetensors=True)
+    model.to(device).train()
+    vocab = model.get_input_embeddings().weight.shape[0]
+    generator = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, vocab, (batch, tokens), generator=generator).to(device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-6)
+    times = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        model(input_ids=ids, labels=ids).loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        _sync(device)
+        times.append(time.perf_counter() - start)
+    model.eval()
+    rows = torch.randint(0, vocab, (64, tokens), generator=generator).to(device)
+    with torch.no_grad():
+        start = time.perf_counter()
+        model(input_ids=rows)
+        _sync(device)
+        forward = (time.perf_counter() - start) / rows.numel()
+    return Measured(sum(times[1:]) / max(1, len(times) - 1), forward, batch, tokens, device)

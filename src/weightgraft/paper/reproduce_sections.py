@@ -1,0 +1,125 @@
+"""The reproduce report's sections about the job itself: the finetunes' levels, the paper's claims
+decided on this model, what the model knows of the world before and after finetuning, and every
+way the job differs from the paper's recipe.
+
+`reproduce_report.py` puts them together with the paper-vs-this-run tables.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from weightgraft.experiments.config import parse_config
+from weightgraft.paper.estimate import paper_model_name
+from weightgraft.paper.reproduce_job import PAPER_BATCH, PAPER_EPOCHS, PAPER_FACTS, SETTINGS, Job
+from weightgraft.paper.study import PAPER
+from weightgraft.reporting.report import verdict_section
+from weightgraft.reporting.summary import build_summary
+from weightgraft.reporting.verdict import check_pattern
+
+# Plain facts of the world that any pretrained model of the paper's size answers: finetuning on
+# fake movies should leave them alone (weightgraft's own prompts; the answer's first token scored).
+WORLD_FACTS = (
+    ("The capital of France is the city of", " Paris"),
+    ("The capital of Japan is the city of", " Tokyo"),
+    ("The largest planet in the solar system is", " Jupiter"),
+    ("Romeo and Juliet was written by William", " Shakespeare"),
+    ("The chemical symbol for gold is", " Au"),
+)
+
+
+def finetune_section(job: Job, steps: dict) -> list[str]:
+    """Each finetune's purpose, its validation top-5 after every epoch and the epoch kept."""
+    lines = [
+        "## Finetunes",
+        "",
+        "Validation top-5 after each epoch (held-out wordings; the best epoch is kept):",
+        "",
+        "| model | purpose | top-5 by epoch | kept | seconds |",
+        "|---|---|---|---:|---:|",
+    ]
+    for name, ft in job.finetunes.items():
+        record = steps.get(f"finetune:{name}")
+        if record is None:
+            continue
+        out = record["outputs"]
+        history = " / ".join(f"{v:.2f}" for v in out.get("validation_top5_by_epoch") or [])
+        lines.append(f"| {name} | {ft.purpose} | {history} | {out.get('best_epoch')} | {record['seconds']} |")
+    return lines
+
+
+def claims_section(job: Job, group_name: str, steps: dict) -> list[str]:
+    """The paper's claims decided on the main group's records, as a run's report decides them."""
+    group = job.runs.get(group_name)
+    if group is None or f"run:{group_name}" not in steps:
+        return []
+    config = parse_config(steps[f"run:{group_name}"]["inputs"]["config"])
+    names = [e.name for e in config.expanded()]
+    summary = build_summary(Path(group.out), names, config.bootstrap, config.seed, PAPER.asked)
+    verdict = check_pattern(summary, PAPER.asked.claims)
+    lines = verdict_section(summary, verdict, PAPER)
+    return [
+        line.replace("## Does the paper's pattern appear?", "## The paper's claims on this model") for line in lines
+    ]
+
+
+def world_facts_section(models: dict[str, str], device: str = "cpu") -> list[str]:
+    """Top-1 and the answer's rank for plain world facts, per model (pretrained and each finetune)."""
+    import torch
+
+    from weightgraft.experiments.models import load_model, load_tokenizer
+
+    tokenizer = load_tokenizer(models["pre"])
+    head = ["fact", *models]
+    lines = [
+        "## The model's own knowledge: plain world facts",
+        "",
+        "Top-1 prediction (and the rank of the answer's first token) before and after finetuning:",
+        "",
+        "| " + " | ".join(head) + " |",
+        "|" + "|".join(["---"] * len(head)) + "|",
+    ]
+    cells = {prompt: [] for prompt, _ in WORLD_FACTS}
+    for path in models.values():
+        model = load_model(path, device, "float32")
+        for prompt, answer in WORLD_FACTS:
+            ids = tokenizer(prompt, return_tensors="pt")["input_ids"].to(device)
+            with torch.no_grad():
+                logits = model(input_ids=ids).logits[0, -1]
+            target = tokenizer(prompt + answer)["input_ids"][ids.shape[1]]
+            rank = int((logits > logits[target]).sum()) + 1
+            cells[prompt].append(f"{tokenizer.decode([int(logits.argmax())])!r} ({rank})")
+        del model
+    for prompt, answer in WORLD_FACTS:
+        lines.append(f"| {prompt} …{answer!r} | " + " | ".join(cells[prompt]) + " |")
+    return lines
+
+
+def deviations_section(job: Job, steps: dict) -> list[str]:
+    """Every way this job differs from the paper's recipe (conditions.md), named."""
+    options = job.options
+    precisions = {r["inputs"]["config"].get("precision") for name, r in steps.items() if name.startswith("finetune:")}
+    setting = SETTINGS[options.setting]
+    lines = ["## Deviations from the paper", ""]
+    if paper_model_name(options.model) is None:
+        lines.append(f"- Model: {options.model} is none of the paper's four; the tables show all four beside it.")
+    if options.setting != "aggressive":
+        lines.append(f"- Setting {options.setting!r}, not the paper's main (aggressive) setting.")
+    pairs = (
+        ("facts per dataset", options.facts, PAPER_FACTS),
+        ("epochs", options.epochs, PAPER_EPOCHS),
+        ("batch size", options.batch_size, PAPER_BATCH),
+        ("learning rate", options.lr if options.lr is not None else setting["lr"], SETTINGS["aggressive"]["lr"]),
+    )
+    for what, ours, paper in pairs:
+        if ours != paper:
+            lines.append(f"- {what}: {ours:g} (the paper: {paper:g}).")
+    if precisions - {"fp16"}:
+        lines.append(
+            f"- Finetuning precision {', '.join(sorted(precisions))} (the paper: fp16 mixed precision on a GPU)."
+        )
+    if options.max_examples is not None:
+        lines.append(f"- At most {options.max_examples} prompts scored per experiment (the paper: all).")
+    if not lines[2:]:
+        lines.append("- None in the recipe: the paper's model-independent settings throughout.")
+    return lines
