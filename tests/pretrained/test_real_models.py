@@ -16,7 +16,6 @@ import torch
 pytest.importorskip("gguf", reason="reading GGUF files needs the `gguf` package (pip install 'weightgraft[real]')")
 
 from reference_grafter import GraftSpec, reference_logits, reference_unit_logits  # noqa: E402
-
 from weightgraft import Graft, Grafter  # noqa: E402
 from weightgraft.experiments.models import load_model, load_tokenizer  # noqa: E402
 from weightgraft.pretrained import CATALOG  # noqa: E402
