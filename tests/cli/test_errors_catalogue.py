@@ -808,7 +808,7 @@ RECIPES: dict[str, R] = {
         "use 1-32 letters, digits, '_', '-' or '.'",
     ),
     "E-explore-05": R(
-        lambda w: explore(w, "--recipient", w.model("slowtok", slow_tokenizer), "--donor", w["sft"]),
+        lambda w: explore(w, "--recipient", w.model("slowtok", slow_tokenizer), "--donor", w["task"]),
         "has no fast tokenizer (tokenizer.json); the explorer needs one",
     ),
     "E-explore-06": R(
