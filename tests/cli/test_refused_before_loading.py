@@ -178,9 +178,10 @@ def test_a_run_config_that_grafts_a_model_into_itself_is_refused(world, tmp_path
     assert not (tmp_path / "out" / "examples").exists()
 
 
-def test_one_model_under_two_keys_runs_where_neither_is_grafted_into_the_other(world, tmp_path):
-    """Two donors that are one model (a preset's spare role, say) are no mistake: only a donor
-    equal to its own recipient is."""
+def test_only_a_donor_equal_to_its_recipient_is_refused_in_a_run_config(world, tmp_path):
+    """Two keys for one model are no mistake where neither is grafted into the other (two donors
+    that are one model, a preset's spare role): the run goes on. A condition grafting a copy of
+    the recipient from a third key is refused, naming that condition."""
     experiment = {
         "name": "e",
         "dataset": "relation",
@@ -188,8 +189,15 @@ def test_one_model_under_two_keys_runs_where_neither_is_grafted_into_the_other(w
         "donor": "sft",
         "conditions": ["PRE", "SFT", {"name": "task", "grafts": [{"positions": "FE", "donor": "task"}]}],
     }
-    models = {"pre": str(world["pre"]), "sft": str(world["sft"]), "task": str(world["sft"])}
-    (tmp_path / "run.yaml").write_text(yaml.safe_dump(config_body(world, models=models, experiments=[experiment])))
+    models = {"pre": str(world["pre"]), "sft": str(world["sft"])}
+    refused = config_body(
+        world, models=models | {"task": str(_copy(world, "copy", tmp_path))}, experiments=[experiment]
+    )
+    (tmp_path / "refused.yaml").write_text(yaml.safe_dump(refused))
+    line = one_line_error(invoke("run", tmp_path / "refused.yaml", "--out", tmp_path / "refused"))
+    assert line.startswith("error: experiment 'e', condition 'task': models.pre and models.task are one model (")
+    accepted = config_body(world, models=models | {"task": str(world["sft"])}, experiments=[experiment])
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump(accepted))
     outcome = invoke("run", tmp_path / "run.yaml", "--out", tmp_path / "out", "--no-progress")
     assert outcome.code == 0, outcome.lines
     assert (tmp_path / "out" / "report.md").exists()

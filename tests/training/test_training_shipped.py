@@ -99,7 +99,8 @@ def test_a_probe_tells_models_apart_by_their_distance():
     )
     assert shipped.probe_distance(reference, reference) == 0
     assert 0.7 * true < shipped.probe_distance(shipped.state_probe(moved), reference) < 1.3 * true
-    assert shipped.probe_distance(shipped.state_probe(torch.nn.Linear(64, 2)), reference) == float("inf")
+    other = torch.nn.Sequential(torch.nn.Linear(64, 64))  # other tensor names: "0.weight", "0.bias"
+    assert shipped.probe_distance(shipped.state_probe(other), reference) == float("inf")
 
 
 def test_pretrain_ship_to_writes_the_pretrained_weights_and_their_record(tmp_path):
