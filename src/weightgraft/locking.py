@@ -57,11 +57,15 @@ def _holder() -> dict:
 
 
 def _read(path: Path) -> dict | None:
+    """The holder a lock file names, or None when it names none that weightgraft wrote (no file,
+    not JSON, or JSON without an int pid and a host: `{}` would read as "pid None on None")."""
     try:
         body = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    return body if isinstance(body, dict) else None
+    if not isinstance(body, dict) or type(body.get("pid")) is not int or not isinstance(body.get("host"), str):
+        return None
+    return body
 
 
 def _alive(pid: int) -> bool:

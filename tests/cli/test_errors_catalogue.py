@@ -290,6 +290,17 @@ def slow_tokenizer(folder: Path) -> None:
     ByT5Tokenizer().save_pretrained(folder)
 
 
+def twin_of_pre(w: World) -> str:
+    """A copy of the tiny `pre` whose config.json differs by a key the model ignores (allowed with
+    --allow-config-difference): another model by its files (so not refused as one model given
+    twice), the same by its weights, so the donor gains nothing."""
+    folder = w.tmp / "twin"
+    shutil.copytree(w["pre"], folder)
+    body = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps(body | {"weightgraft_note": "a twin"}))
+    return str(folder)
+
+
 def explore(w: World, *args) -> list:
     """`weightgraft explore` on any free port (so that a taken 8765 cannot decide the outcome)."""
     return ["explore", "--port", "0", *args]
@@ -386,6 +397,9 @@ RECIPES: dict[str, R] = {
         "has no `fidelity` option (only the paper presets",
     ),
     # Checks before any weights load
+    "E-config-42": R(
+        lambda w: ["run", w.folder("configs")], "is a folder, not a config file; give the YAML file's path"
+    ),
     "E-preload-01": R(
         lambda w: w.run(models={"pre": str(w.tmp / "nope"), "sft": str(w["sft"])}), "does not exist; fix the path"
     ),
@@ -631,6 +645,10 @@ RECIPES: dict[str, R] = {
         lambda w: ["average", w["sft"], w.model("othertok", other_tokenizer), "--out", w.tmp / "avg"],
         "the models' tokenizer.json files differ",
     ),
+    "E-train-19": R(
+        lambda w: ["average", w["sft"], w.folder("pickled", "config.json", "pytorch_model.bin"), "--out", w.tmp / "a"],
+        "has only pickled weights (.bin/.pt), which weightgraft does not load because unpickling can run code",
+    ),
     "E-train-12": R(lambda w: w.train(model=w["no_tokenizer"]), "--model: no usable tokenizer in"),
     "E-train-13": R(
         lambda w: w.train(model=w["lacking"]),
@@ -707,6 +725,27 @@ RECIPES: dict[str, R] = {
         "no evaluation prompts to score",
         "no evaluation prompts to score",
     ),
+    "E-input-11": R(
+        lambda w: ["localize", "--recipient", w["pre"], "--donor", w["pre"], "--data", w["data"], "--out", w.tmp / "l"],
+        "the same folder); grafting a model into itself changes nothing: give as donor a finetune of the recipient",
+    ),
+    "E-input-12": R(
+        lambda w: [
+            "localize",
+            "--recipient",
+            w["pre"],
+            "--donor",
+            twin_of_pre(w),
+            "--data",
+            w["data"],
+            "--out",
+            w.tmp / "l",
+            "--allow-config-difference",
+            "weightgraft_note",
+        ],
+        "the donor does not improve on the recipient in top5 (PRE ",
+        "the donor does not improve on the recipient in top5 (PRE",
+    ),
     # Output folders
     "E-folder-01": R(
         lambda w: ["run", w.config(), "--out", foreign(w)],
@@ -769,7 +808,7 @@ RECIPES: dict[str, R] = {
         "use 1-32 letters, digits, '_', '-' or '.'",
     ),
     "E-explore-05": R(
-        lambda w: explore(w, "--recipient", w.model("slowtok", slow_tokenizer), "--donor", w["sft"]),
+        lambda w: explore(w, "--recipient", w.model("slowtok", slow_tokenizer), "--donor", w["task"]),
         "has no fast tokenizer (tokenizer.json); the explorer needs one",
     ),
     "E-explore-06": R(

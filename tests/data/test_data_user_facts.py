@@ -98,3 +98,14 @@ def test_prompt_longer_than_the_models_context_is_refused_before_training(tmp_pa
         check_lengths(tokenizer, config, ["short text"], [short, prompt], 256, tmp_path)
     check_lengths(tokenizer, config, ["short text", f"{name} is an actor."], [short], 32, tmp_path)
     assert "1 of 2 training texts are longer than max_length 32 tokens" in capsys.readouterr().err
+
+
+def test_a_title_that_holds_the_answer_is_warned(tmp_path, capsys):
+    """A prompt that names the film would hand the model the actor it asks for: allowed, but said."""
+    path = _write(tmp_path, GOOD, {**OTHER, "movie_title": "The finn lake Story"})
+    assert len(read_user_facts(path)) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err == [
+        f"warning: {path} line 2: movie_title 'The finn lake Story' contains 'Finn Lake', the answer of the prompts "
+        "that ask for that actor, so a model can answer them by copying from the prompt; check the title"
+    ]

@@ -78,6 +78,25 @@ def test_layers_that_are_not_ints_are_errors(layers):
         Graft("last", layers)
 
 
+@pytest.mark.parametrize("layers", [[], (), np.array([], dtype=int), torch.tensor([], dtype=torch.long), range(0)])
+def test_a_graft_of_no_layers_is_an_error_not_a_silent_no_op(layers):
+    from weightgraft import Graft
+
+    with pytest.raises(ValueError, match="Graft layers is empty, so the graft would change nothing"):
+        Graft("last", layers)
+
+
+def test_a_run_config_with_empty_layers_is_refused_when_read():
+    import weightgraft.paper.presets  # noqa: F401 - the presets the config type validates against
+    from weightgraft.experiments.config import ConfigError, parse_config
+
+    condition = {"name": "c", "grafts": [{"positions": "FE", "layers": []}]}
+    experiment = {"name": "e", "dataset": "d", "recipient": "pre", "donor": "sft", "conditions": [condition]}
+    body = {"name": "t", "models": {"pre": "a/b", "sft": "c/d"}, "datasets": {"d": "x"}, "experiments": [experiment]}
+    with pytest.raises(ConfigError, match=r"layers: \[\] names no layer, so the graft would change nothing"):
+        parse_config(body)
+
+
 def test_layers_as_arrays_and_tensors_of_ints_work():
     from weightgraft import Graft
 

@@ -235,3 +235,19 @@ def test_a_lock_file_that_is_not_weightgrafts_is_refused_with_the_file_to_delete
         with folder_lock(lock, out):
             pass
     assert lock.read_text() == "not json"
+
+
+@pytest.mark.parametrize("body", ["{}", '{"pid": "12", "host": "h"}', '{"host": "h", "started": "x"}'])
+def test_a_lock_that_names_no_holder_is_unreadable_not_pid_none(tmp_path, body):
+    """JSON without an int pid and a host is no weightgraft lock: the refusal says so and names the
+    file to delete, rather than describing a holder "pid None on None"."""
+    out = tmp_path / "run"
+    out.mkdir()
+    lock_file(out).write_text(body)
+    with pytest.raises(FolderInUseError) as err:
+        with folder_lock(lock_file(out), out):
+            pass
+    assert str(err.value) == (
+        f"{out} is locked by {lock_file(out)}, which weightgraft cannot read; if no weightgraft process is "
+        f"writing {out}, delete {lock_file(out)} and run again"
+    )

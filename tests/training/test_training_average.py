@@ -13,7 +13,8 @@ from transformers import AutoModelForCausalLM
 from tiny_model_fixtures import make_model
 from training_fixtures import tiny_artifacts
 from weightgraft.data.errors import DataError
-from weightgraft.training.average import average_weights
+from weightgraft.model_identity import SameModelError
+from weightgraft.training.average import average_state, average_weights
 
 
 def test_each_tensor_is_the_mean_of_the_members_and_the_record_names_them(tmp_path):
@@ -42,13 +43,18 @@ def test_each_tensor_is_the_mean_of_the_members_and_the_record_names_them(tmp_pa
     assert torch.equal(net(ids).logits, reference(ids).logits)
 
 
-def test_a_model_averaged_with_itself_is_itself(tmp_path):
+def test_a_state_averaged_with_itself_is_itself_but_a_model_given_twice_is_refused(tmp_path):
+    """The mean is exact (a state averaged with itself comes back bit for bit); a model folder
+    given twice, or a copy of it, is refused: "the mean of 2 models" would be one model."""
     model = tiny_artifacts().relation_model
+    before = load_file(model / "model.safetensors")
+    after = average_state([before, before])
+    assert all(torch.equal(before[name], after[name]) for name in before)
     copy = tmp_path / "copy"
     shutil.copytree(model, copy)
-    out = average_weights([model, copy], tmp_path / "soup")
-    before, after = load_file(model / "model.safetensors"), load_file(out / "model.safetensors")
-    assert all(torch.equal(before[name], after[name]) for name in before)
+    with pytest.raises(SameModelError, match="identical weight and config files.*averaging a model with itself"):
+        average_weights([model, copy], tmp_path / "soup")
+    assert not (tmp_path / "soup").exists()
 
 
 def test_tied_embeddings_stay_tied(tmp_path):

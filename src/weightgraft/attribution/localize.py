@@ -28,12 +28,18 @@ from weightgraft.attribution.attribute import GRAINS, PAPER_ROLES, Attribution, 
 from weightgraft.attribution.cells import donor_name
 from weightgraft.data.batching import right_pad
 from weightgraft.engine.graft import Graft
+from weightgraft.errors import UserError
 from weightgraft.reporting import statistics as st
 from weightgraft.reporting.localize_results import LOCALIZE_FILE, ChosenGroup, GraftCounts, LocalizeSummary
 
 # A group: (role, layer or None for a model-level component, component).
 Group = tuple[str, "int | None", str]
 METRICS = ("top5", "prob")
+
+
+class NoGainError(UserError, ValueError):
+    """The donor is no better than the recipient on the prompts (the models swapped, say): there
+    is no gain whose share a graft could recover."""
 
 
 @dataclass
@@ -233,9 +239,10 @@ def localize(
     gains = {m: sft[m] - pre[m] for m in METRICS}
     for m, gain in gains.items():
         if gain <= 0:
-            raise ValueError(
+            raise NoGainError(
                 f"the donor does not improve on the recipient in {m} (PRE {pre[m]:.3f}, SFT {sft[m]:.3f}) "
-                "on these prompts: there is no gain to localize; check the models' order and the dataset"
+                "on these prompts: there is no gain to localize; give the pretrained model as recipient and "
+                "its finetune as donor (not swapped), with the dataset the finetune learned"
             )
     baselines["FE+LT"].update({f"recovery_{m}": (felt[m] - pre[m]) / gains[m] for m in METRICS})
 

@@ -7,8 +7,8 @@ from typing import Literal
 
 import typer
 
-from weightgraft.cli import DEVICE_HELP, DTYPE_HELP, Dtype
-from weightgraft.explore.launch import choose_models, open_session, parse_donors
+from weightgraft.cli import DEVICE_HELP, DTYPE_HELP, Dtype, check_device
+from weightgraft.explore.launch import choose_models, open_session, parse_donors, refuse_unsafe_models, usable_device
 from weightgraft.explore.server import bind, serve
 
 
@@ -21,7 +21,7 @@ def explore_command(
     donors: list[str] = typer.Option([], "--donors", help="More donors by name: NAME=PATH (repeat the option)."),
     data: Path | None = typer.Option(None, help="A weightgraft dataset folder: its prompts, with roles, in the page."),
     home: str | None = typer.Option(None, help="Where built-in data and models are cached."),
-    device: str = typer.Option("cpu", help=DEVICE_HELP),
+    device: str = typer.Option("cpu", callback=check_device, help=DEVICE_HELP),
     dtype: Dtype = typer.Option("float32", help=DTYPE_HELP),
     host: str = typer.Option("127.0.0.1", help="Address to listen on; anything but loopback opens it to your network."),
     port: int = typer.Option(8765, min=0, max=65535, help="Port (0: any free one)."),
@@ -31,13 +31,17 @@ def explore_command(
         help="Torch threads for the model calls; 1 answers fastest on small models, raise it for big ones on CPU.",
     ),
     progress: bool = typer.Option(True, help="Show progress while the built-in models are built."),
+    trust_remote_code: bool = typer.Option(False, help="Run model code from the model folders (off by default)."),
 ) -> None:
     """Open a page where a click grafts a cell (position x layer x component) and the predictions
     of the recipient, each donor and the current graft update at once."""
     named = parse_donors(donors)
+    device = usable_device(device)  # before the built-in models are built or any model loads
+    if recipient is not None:
+        refuse_unsafe_models(recipient, {"donor": donor, **named} if donor else named, trust_remote_code)
     bind(host, port).close()  # a taken port fails now, not after the models load
     recipient, named, data = choose_models(builtin, recipient, donor, named, data, home, progress)
-    session = open_session(recipient, named, data, device, dtype, threads)
+    session = open_session(recipient, named, data, device, dtype, threads, trust_remote_code)
     serve(session, host, port, announce=lambda line: typer.echo(line))
 
 

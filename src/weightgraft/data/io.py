@@ -201,6 +201,12 @@ def check_user_facts(facts: list[RelationFact], lines: list[int], source: Path |
                     f"{where}: {name} is {len(value)} characters long; check it (prompts with it "
                     "may not fit a model's context)"
                 )
+        for actor in (fact.first_actor, fact.second_actor):
+            if actor.casefold() in fact.movie_title.casefold():
+                warn(
+                    f"{where}: movie_title {fact.movie_title!r} contains {actor!r}, the answer of the prompts "
+                    "that ask for that actor, so a model can answer them by copying from the prompt; check the title"
+                )
         if fact.first_actor == fact.second_actor:
             raise DataError(
                 f"{where}: {fact.first_actor!r} is both first_actor and second_actor; a fact needs two different actors"

@@ -242,6 +242,11 @@ def _check_layers(spec: object) -> None:
         values = list(spec.reshape(-1)) if isinstance(spec, (np.ndarray, torch.Tensor)) else list(spec)
     else:
         values = [spec]
+    if not values:
+        # An empty list would graft nothing and read like a finding of no effect.
+        raise ValueError(
+            "Graft layers is empty, so the graft would change nothing; name one or more layers, a band or 'all'"
+        )
     bad = [v for v in values if not _is_int(v)]
     if bad:
         raise TypeError(

@@ -50,6 +50,8 @@ def check_layer_spec(value: LayerSpec) -> LayerSpec:
     depth is the plan's check (`planner.conditions_on_model`)."""
     if isinstance(value, str) and value not in LAYER_BANDS:
         raise ValueError(f"unknown layer band {value!r}; known: {', '.join(LAYER_BANDS)}")
+    if isinstance(value, list) and not value:
+        raise ValueError("layers: [] names no layer, so the graft would change nothing; name layers, a band or all")
     return value
 
 

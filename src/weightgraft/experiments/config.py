@@ -60,6 +60,9 @@ from weightgraft.experiments.roles import parse_positions
 from weightgraft.experiments.vocabulary import SUMMARY_METRICS as METRICS
 from weightgraft.experiments.vocabulary import Direction
 
+# The devices a run computes on (the message of E-config-09 names the same four forms).
+DEVICE_NAME = re.compile(r"cpu|mps|cuda(:[0-9]+)?")
+
 
 class ConfigError(UserError, ValueError):
     """A configuration problem, worded so that the fix is plain."""
@@ -318,12 +321,10 @@ class RunConfig(BaseModel):
     @field_validator("device")
     @classmethod
     def _device(cls, value: str) -> str:
-        import torch
-
-        try:
-            torch.device(value)
-        except (RuntimeError, ValueError):
-            raise ValueError(f"{value!r} is not a device; use cpu, cuda, cuda:N or mps") from None
+        # Only devices a run can compute on: torch also knows `meta` (tensors without data), on
+        # which a run would fail at its first model load and be recorded as interrupted.
+        if not DEVICE_NAME.fullmatch(value):
+            raise ValueError(f"{value!r} is not a device; use cpu, cuda, cuda:N or mps")
         return value
 
     @model_validator(mode="after")
@@ -491,6 +492,8 @@ def load_config(path: str | Path, **overrides: Any) -> RunConfig:
     """Read a YAML config; `overrides` (e.g. device, dtype, models) replace top-level fields,
     with `models` merged key by key. Relative paths are taken from the config file's folder."""
     path = Path(path)
+    if path.is_dir():
+        raise ConfigError(f"{path} is a folder, not a config file; give the YAML file's path (e.g. {path}/run.yaml)")
     if not path.is_file():
         raise ConfigError(f"config file {path} does not exist; check the path")
     if path.stat().st_size > MAX_CONFIG_BYTES:

@@ -30,6 +30,7 @@ from weightgraft.experiments.plan import ModelFacts, concrete_layers, experiment
 from weightgraft.experiments.preflight import (
     check_datasets,
     check_device,
+    check_distinct_models,
     check_pairs,
     model_configs,
     planned_model,
@@ -55,6 +56,7 @@ def build_plan(config: RunConfig, resources: Resources, shard: Shard | None = No
     }
     experiments = config.expanded()
     conditions = planned_conditions(config, models)
+    check_distinct_models(config, conditions)
     check_datasets(config)
     tokenizer = resources.tokenizer(sorted(used["keys"]))
     encoded: dict[tuple, tuple[list[Example], int]] = {}

@@ -9,7 +9,7 @@ a condition names fits the recipient is checked where the conditions are resolve
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from pathlib import Path
 
 import torch
@@ -22,11 +22,12 @@ from weightgraft.data.io import load_eval_prompts
 from weightgraft.engine.compat import config_differences
 from weightgraft.engine.units import UnitError, unit_specs
 from weightgraft.errors import UserError
-from weightgraft.experiments.conditions import ConditionSpec
+from weightgraft.experiments.conditions import Condition, ConditionSpec
 from weightgraft.experiments.config import RunConfig
 from weightgraft.experiments.models import check_model_files
 from weightgraft.experiments.plan import select_examples, ties_embeddings
 from weightgraft.experiments.run_plan import PlannedModel
+from weightgraft.model_identity import refuse_same_model
 from weightgraft.remote_code import refuse_remote_code
 
 # Config fields that set parameter shapes: models that differ here can never be grafted (the
@@ -46,6 +47,24 @@ def used_models(config: RunConfig) -> dict[str, set[tuple[str, str]]]:
                     pairs.add((recipient, donor))
     keys = {k for pair in pairs for k in pair}
     return {"keys": keys, "pairs": pairs}
+
+
+def check_distinct_models(config: RunConfig, conditions: Mapping[str, list[Condition]]) -> None:
+    """No condition grafts a donor that is its recipient under another key (one folder, a link
+    to it, or a copy of its files): such a run would end in a verdict on no finetune at all.
+    Keys named twice but never grafted one into the other (a preset's spare role) are fine;
+    one key as both roles is the config's own choice and is left alone."""
+    pairs: dict[tuple[str, str], str] = {}
+    for exp in config.expanded():
+        for cond in conditions.get(exp.name, []):
+            for donor in {g.donor for g in cond.grafts if g.donor != cond.recipient}:
+                pairs.setdefault((cond.recipient, donor), f"experiment {exp.name!r}, condition {cond.name!r}: ")
+    for spec in config.localizations():
+        if spec.recipient != spec.donor:
+            pairs.setdefault((spec.recipient, spec.donor), f"localize experiment {spec.name!r}: ")
+    for (recipient, donor), where in pairs.items():
+        fields = (f"models.{recipient}", f"models.{donor}")
+        refuse_same_model(config.models[recipient], config.models[donor], fields, "graft", where)
 
 
 def check_device(device: str) -> None:

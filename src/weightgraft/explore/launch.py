@@ -9,8 +9,12 @@ from weightgraft.data.io import load_eval_prompts
 from weightgraft.engine.grafter import Grafter
 from weightgraft.errors import UserError
 from weightgraft.experiments.models import DTYPES, load_model, load_tokenizer
+from weightgraft.experiments.preflight import check_device
 from weightgraft.experiments.vocabulary import ModelRole
 from weightgraft.explore.session import ExploreSession, ModelNames, donors_from_mapping
+from weightgraft.model_identity import refuse_same_model
+from weightgraft.remote_code import refuse_remote_code
+from weightgraft.runtime import resolve_device
 from weightgraft.training.builtin import ensure_builtin
 
 # The built-in family as the explorer offers it: the pretrained model as recipient, each finetune
@@ -34,6 +38,24 @@ def parse_donors(items: list[str]) -> dict[str, str]:
             raise UserError(f"--donors: the name {name.strip()!r} is given twice; give each donor its own name")
         out[name.strip()] = path.strip()
     return out
+
+
+def usable_device(device: str) -> str:
+    """`device` ("auto" resolved) when this machine has it; a UserError before anything is
+    built or loaded otherwise (a model loads for seconds to minutes before torch would say)."""
+    device = resolve_device(device)
+    check_device(device)
+    return device
+
+
+def refuse_unsafe_models(recipient: str, donors: dict[str, str], trust_remote_code: bool) -> None:
+    """Before any weights load: no model that ships its own code unless allowed, and no donor
+    that is the recipient itself (the same folder, a link to it, or a copy of its files)."""
+    allow = "pass --trust-remote-code"
+    refuse_remote_code(recipient, trust_remote_code, "--recipient", allow)
+    for name, path in donors.items():
+        refuse_remote_code(path, trust_remote_code, f"donor {name}", allow)
+        refuse_same_model(recipient, path, ("--recipient", f"donor {name}"), "graft")
 
 
 def builtin_models(size: str, home: str | None, progress: bool) -> tuple[str, dict[str, str], Path]:
@@ -73,18 +95,23 @@ def open_session(
     device: str = "cpu",
     dtype: str = "float32",
     threads: int | None = None,
+    trust_remote_code: bool = False,
 ) -> ExploreSession:
-    """Load the models (safetensors only, no remote code) and a dataset's evaluation prompts."""
+    """Load the models (safetensors only; their own code only when `trust_remote_code`) and a
+    dataset's evaluation prompts, after the checks that need no weights."""
     if dtype not in DTYPES:
         raise UserError(f"--dtype {dtype!r}: use one of {sorted(DTYPES)}")
     if not donors:
         raise UserError("give at least one donor: --donor PATH or --donors NAME=PATH (or --builtin default)")
+    refuse_unsafe_models(recipient, donors, trust_remote_code)
     donors = donors_from_mapping(donors)
-    tokenizer = load_tokenizer(recipient, field="--recipient")
+    tokenizer = load_tokenizer(recipient, trust_remote_code, field="--recipient")
     if not getattr(tokenizer, "is_fast", False):
         raise UserError(f"--recipient: {recipient} has no fast tokenizer (tokenizer.json); the explorer needs one")
-    model = load_model(recipient, device, dtype, field="--recipient")
-    loaded = {name: load_model(path, device, dtype, field=f"donor {name}") for name, path in donors.items()}
+    model = load_model(recipient, device, dtype, trust_remote_code, field="--recipient")
+    loaded = {
+        name: load_model(path, device, dtype, trust_remote_code, field=f"donor {name}") for name, path in donors.items()
+    }
     grafter = Grafter(model, donors=loaded)
     prompts = load_eval_prompts(Path(data)) if data is not None else []
     names = ModelNames(recipient, dict(donors), dtype, device)

@@ -14,6 +14,7 @@ from weightgraft.attribution.localize import LocalizeResult
 from weightgraft.data.io import load_eval_prompts
 from weightgraft.errors import UserError
 from weightgraft.locking import folder_lock, lock_file
+from weightgraft.model_identity import refuse_same_model
 from weightgraft.remote_code import refuse_remote_code
 from weightgraft.training.builtin import ensure_builtin
 
@@ -49,9 +50,11 @@ def localize_to_folder(
 ) -> LocalizeOutcome:
     """Search the minimal graft of `pair` on the `split` prompts of dataset `data` and write it to
     `out` (localize.json, tables, pictures), holding `out`'s lock meanwhile. Refuses models that
-    ship their own code (unless `pair.trust_remote_code`) and an `out` holding others' files."""
+    ship their own code (unless `pair.trust_remote_code`), a donor that is the recipient itself
+    and an `out` holding others' files."""
     for flag, model in zip(pair.labels, (pair.recipient, pair.donor)):
         refuse_remote_code(model, pair.trust_remote_code, flag, "pass --trust-remote-code")
+    refuse_same_model(pair.recipient, pair.donor, pair.labels, "graft")
     refuse_foreign(out, ("localize.json",), "weightgraft localize")
     with folder_lock(lock_file(out), out):  # one writer per folder
         start = time.perf_counter()

@@ -23,6 +23,7 @@ from weightgraft.reporting.finer import plain_row
 from weightgraft.reporting.finer_section import experiment_finer
 from weightgraft.reporting.localize_section import localize_section
 from weightgraft.reporting.plots import plot_experiment
+from weightgraft.reporting.safe_html import escape_text, sanitize
 from weightgraft.reporting.statistics import ALL
 from weightgraft.reporting.study import Study
 from weightgraft.reporting.summary import ComparisonRow, RecoveryRow, RunSummary, SummaryRow, by_condition, pooled
@@ -55,7 +56,9 @@ def experiment_table(summary: list[SummaryRow], state: dict, metrics=None, ci: b
         if first and first.get("n_facts") is not None:
             n = f"{n} ({first['n_facts']} facts)"
         cells = [_cell(rows.get((cond["name"], m)), ci) for m in metrics]
-        lines.append(f"| {cond['name']} |{_definition_cell(state, cond)} {n} | " + " | ".join(cells) + " |")
+        lines.append(
+            f"| {escape_text(cond['name'])} |{_definition_cell(state, cond)} {n} | " + " | ".join(cells) + " |"
+        )
     return "\n".join(lines)
 
 
@@ -89,7 +92,7 @@ def template_table(summary: list[SummaryRow], state: dict) -> str:
     ]
     for cond in state["conditions"]:
         cells = [count_cell(rows.get((cond["name"], t))) for t in templates]
-        lines.append(f"| {cond['name']} |{_definition_cell(state, cond)} " + " | ".join(cells) + " |")
+        lines.append(f"| {escape_text(cond['name'])} |{_definition_cell(state, cond)} " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -117,7 +120,7 @@ def fact_kind_table(summary: list[SummaryRow], state: dict) -> str:
     for cond in state["conditions"]:
         cells = [count_cell(rows.get((cond["name"], k))) for k in kinds]
         cells.append(count_cell(everything.get(cond["name"])))
-        lines.append(f"| {cond['name']} |{_definition_cell(state, cond)} " + " | ".join(cells) + " |")
+        lines.append(f"| {escape_text(cond['name'])} |{_definition_cell(state, cond)} " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -190,7 +193,7 @@ def _conditions_legend(state: dict) -> str:
             continue
         grafts = "; ".join(_graft_text(g, state["num_layers"]) for g in cond["grafts"]) or "no graft"
         lines.append(
-            f"- **{cond['name']}**: {cond['description'] or 'custom grafts'}; recipient "
+            f"- **{escape_text(cond['name'])}**: {escape_text(cond['description'] or 'custom grafts')}; recipient "
             f"`{cond['recipient']}`; grafts: {grafts}"
         )
     sweep = [c for c in state["conditions"] if c["meta"].get("sweep_at")]
@@ -257,7 +260,7 @@ def paired_tests_table(comparisons: list[ComparisonRow]) -> list[str]:
         p_text = "n/a" if p is None else (f"{p:.2g}" + (" (exact)" if r["exact"] else ""))
         d_z = "n/a" if r["effect_size"] is None else f"{r['effect_size']:.2f}"
         lines.append(
-            f"| {r['a']} vs {r['b']} (`{r['experiment']}`) | "
+            f"| {escape_text(r['a'])} vs {escape_text(r['b'])} (`{r['experiment']}`) | "
             f"{METRIC_WORDS.get(r['metric'], r['metric'])} | "
             f"{_interval(r['difference'], r['ci_low'], r['ci_high'], 3)} | {d_z} | "
             f"{p_text} | {r['n_facts']} | {r['n']} |"
@@ -276,7 +279,7 @@ def recovery_tables(recovery: list[RecoveryRow], name: str) -> list[str]:
         lines += [
             f'<details markdown="1"><summary>Recovery between {html.escape(base)} and {html.escape(full)}</summary>',
             "",
-            f"Recovery (C - {base}) / ({full} - {base}) over every template, 95% "
+            f"Recovery (C - {escape_text(base)}) / ({escape_text(full)} - {escape_text(base)}) over every template, 95% "
             "intervals over facts (`recovery.csv`; undefined where the gap's interval "
             "includes 0):",
             "",
@@ -285,7 +288,7 @@ def recovery_tables(recovery: list[RecoveryRow], name: str) -> list[str]:
         ]
         for cond in dict.fromkeys(r["condition"] for r in pair):
             lines.append(
-                f"| {cond} | "
+                f"| {escape_text(cond)} | "
                 + " | ".join(
                     _interval(c["recovery"], c["ci_low"], c["ci_high"]) if c["defined"] else "undefined"
                     for c in (cells[(cond, m)] for m in metrics)
@@ -412,12 +415,12 @@ def session_line(session: dict) -> str:
 def _provenance(run: dict) -> list[str]:
     lines = ["## Provenance", "", "| model | path | sha256 |", "|---|---|---|"]
     for key, info in run["models"].items():
-        lines.append(f"| {key} | `{info['path']}` | `{info['sha256'][:16]}...` |")
+        lines.append(f"| {escape_text(key)} | `{info['path']}` | `{info['sha256'][:16]}...` |")
     lines += ["", "| dataset | path | manifest |", "|---|---|---|"]
     for key, info in run["datasets"].items():
         manifest = info["manifest"]
         brief = {k: manifest[k] for k in list(manifest)[:6]}
-        lines.append(f"| {key} | `{info['path']}` | `{json.dumps(brief, default=str)[:160]}` |")
+        lines.append(f"| {escape_text(key)} | `{info['path']}` | `{json.dumps(brief, default=str)[:160]}` |")
     sessions = [s for s in run.get("sessions", []) if isinstance(s, dict)]
     total = sum(s.get("seconds") or 0 for s in sessions)
     lines += [
@@ -444,7 +447,7 @@ def build_markdown(out: Path, summary: RunSummary, verdict: Verdict, plots: dict
     results and the provenance (run.json)."""
     run = json.loads((out / "run.json").read_text())
     lines = [
-        f"# weightgraft report: {run['config']['name']}",
+        f"# weightgraft report: {escape_text(run['config']['name'])}",
         "",
         "Accuracy is top-k of the target's first token (its first token that is not whitespace "
         "alone, where the tokenizer splits a name's leading space off; each experiment says "
@@ -470,9 +473,9 @@ def experiment_section(summary: RunSummary, state: dict, plots: list[Path], stud
     its recoveries, not-applicable notes and the conditions' grafts."""
     name, rows = state["name"], summary.rows
     lines = [
-        f"## {state['title']}",
+        f"## {escape_text(state['title'])}",
         "",
-        state["description"],
+        escape_text(state["description"]),
         "",
         f"Experiment `{name}`: recipient `{state['recipient']}`, donor "
         f"`{state['donor']}`, dataset `{state['dataset']}`, "
@@ -534,7 +537,8 @@ def write_report(out: str | Path, summary: RunSummary, verdict: Verdict, study: 
     plots = {name: plot_experiment(rows, read_state(out, name), out / "plots") for name in summary.experiments}
     text = build_markdown(out, summary, verdict, plots, study)
     md_path = write_text_atomic(out / "report.md", text)
-    body = markdown.markdown(text, extensions=["tables", "fenced_code", "md_in_html"])
+    # The page holds text users wrote and is opened in browsers: only the report's own markup stays live.
+    body = sanitize(markdown.markdown(text, extensions=["tables", "fenced_code", "md_in_html"]))
     page = (
         f"<!doctype html><html><head><meta charset='utf-8'><title>"
         f"{html.escape(out.name)}</title><style>{CSS}</style></head><body>{body}</body></html>"

@@ -20,6 +20,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 from weightgraft.atomic import atomic_directory, check_whole, refuse_nonempty, write_json
 from weightgraft.data.errors import DataError
+from weightgraft.model_identity import refuse_same_model
 from weightgraft.remote_code import refuse_remote_code
 from weightgraft.training import TRAINING_RECORD
 from weightgraft.training.finetune import quiet_loading
@@ -39,9 +40,7 @@ def _check_members(models: list[Path]) -> list[dict]:
     if len(models) < 2:
         raise DataError(f"averaging needs two or more models, got {len(models)}; name each finetune to average")
     for model in models:
-        if not model.is_dir():
-            raise DataError(f"{model} is not a model folder; give folders written by save_pretrained or weightgraft")
-        check_whole(model)
+        _check_folder(model)
     # One base named by two paths (a relative and an absolute one, say) is still one base.
     records = [_record(m) for m in models]
     bases = {_same_path(r["base_model"]) for r in records if r.get("base_model")}
@@ -54,7 +53,30 @@ def _check_members(models: list[Path]) -> list[dict]:
     tokenizers = {(m / "tokenizer.json").read_bytes() for m in models if (m / "tokenizer.json").is_file()}
     if len(tokenizers) > 1:
         raise DataError("the models' tokenizer.json files differ; average only finetunes of one base model")
+    for i, model in enumerate(models):
+        for other in models[i + 1 :]:
+            refuse_same_model(model, other, (str(model), str(other)), "average")
     return records
+
+
+def _check_folder(model: Path) -> None:
+    """A whole model folder with safetensors weights (pickled ones are never loaded: unpickling
+    can run code), found before anything loads."""
+    if not model.is_dir():
+        raise DataError(f"{model} is not a model folder; give folders written by save_pretrained or weightgraft")
+    check_whole(model)
+    if not (model / "config.json").is_file():
+        raise DataError(f"{model} is not a model folder (no config.json); give the folder save_pretrained wrote")
+    if not any(model.glob("*.safetensors")):
+        pickled = any(any(model.glob(pattern)) for pattern in ("*.bin", "*.pt", "*.pth"))
+        kind = (
+            "only pickled weights (.bin/.pt), which weightgraft does not load because unpickling can run code"
+            if pickled
+            else "no *.safetensors weights"
+        )
+        raise DataError(
+            f"{model} has {kind}; re-save it once as safetensors: model.save_pretrained(DIR, safe_serialization=True)"
+        )
 
 
 def _same_path(name: str) -> str:

@@ -16,7 +16,7 @@ half-written. A file lock lets concurrent callers share the work.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from pathlib import Path
@@ -38,7 +38,7 @@ from weightgraft.runtime import sha256_folder
 from weightgraft.training import TRAINING_RECORD
 from weightgraft.training.finetune import FinetuneConfig
 from weightgraft.training.pretrain import PretrainConfig
-from weightgraft.training.shipped import FIRST_STEPS, find_shipped, state_sha256, write_shipped
+from weightgraft.training.shipped import FIRST_STEPS, find_shipped, state_probe, state_sha256, write_shipped
 
 BUILTIN_VERSION = "12"
 # The version in which the world, the tokenizer and pretraining last changed. Their steps' recipes
@@ -344,17 +344,27 @@ def pretraining_documents(spec: BuiltinSpec, world: World) -> list[str]:
     return world.documents(cfg.steps * cfg.batch_size * cfg.block_size // TOKENS_PER_DOCUMENT, "pretrain")
 
 
-def first_steps_sha256(spec: BuiltinSpec, steps: int = FIRST_STEPS) -> str:
-    """sha256 of the model after the spec's first `steps` pretraining steps (the shipped record's
-    reproduction check: equal here means that the recipe still starts the shipped weights' run)."""
+def first_steps_models(spec: BuiltinSpec, steps: Sequence[int] = (FIRST_STEPS,)) -> list:
+    """The model after the spec's first `n` pretraining steps, for each `n` in `steps` (each from
+    a fresh model; the world, tokenizer and documents are made once)."""
     from weightgraft.training.pretrain import make_model, pack_documents, train_steps
 
     world = build_world(spec)
     tokenizer = pretraining_tokenizer(spec, world)
-    model = make_model(spec.pretrain, tokenizer)
     blocks = pack_documents(pretraining_documents(spec, world), tokenizer, spec.pretrain.block_size)
-    train_steps(model, blocks, spec.pretrain, steps)
-    return state_sha256(model)
+    models = []
+    for n in steps:
+        model = make_model(spec.pretrain, tokenizer)
+        train_steps(model, blocks, spec.pretrain, n)
+        models.append(model)
+    return models
+
+
+def first_steps_sha256(spec: BuiltinSpec, steps: int = FIRST_STEPS) -> str:
+    """sha256 of the model after the spec's first `steps` pretraining steps (the shipped record's
+    reproduction check on the machine that made it: equal means that the recipe still starts the
+    shipped weights' run)."""
+    return state_sha256(first_steps_models(spec, [steps])[0])
 
 
 def _pretrain(
@@ -572,4 +582,5 @@ def ship_pretrained(size: Size, home: Path, folder: Path, progress: bool = True)
     spec = SPECS[size]
     art = ensure_builtin(size, home, progress=progress, finetunes=False, shipped=False)
     step = next(s for s in builtin_steps(spec, art, False, False) if s.name == "pretrained model")
-    return write_shipped(art.pretrained, size, step.recipe, first_steps_sha256(spec), Path(folder))
+    first = first_steps_models(spec)[0]
+    return write_shipped(art.pretrained, size, step.recipe, state_sha256(first), Path(folder), state_probe(first))
