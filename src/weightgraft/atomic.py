@@ -351,12 +351,16 @@ def check_targets(tmp: Path, final: Path) -> None:
         check_targets(source, target)
 
 
-def install_folder(tmp: str | Path, final: str | Path, command: str | None = None) -> Path:
+def install_folder(
+    tmp: str | Path, final: str | Path, command: str | None = None, started: list[str] | None = None
+) -> Path:
     """Put the finished folder `tmp` at `final`. An absent or empty `final` is replaced by one
     rename. Otherwise each entry of `tmp` is moved over its namesake in `final` (folders merged
     the same way; a link is replaced as a link, never followed), and the entries the previous
     write recorded but this one did not write are deleted; nothing else in `final` is touched.
-    `tmp` must be on the same file system. The record, naming `command`, is written last."""
+    `tmp` must be on the same file system. The record, naming `command`, is written last.
+    `started` collects what has been moved (shared with the replacements of subfolders): a
+    replacement that fails before moving anything leaves the folder unmarked, as it was."""
     tmp, final = Path(tmp), Path(final)
     written = {entry.name: entry_digest(entry) for entry in tmp.iterdir() if entry.name != OWNED_RECORD}
     (tmp / OWNED_RECORD).write_text(record_text(command, written), encoding="utf-8")
@@ -368,23 +372,50 @@ def install_folder(tmp: str | Path, final: str | Path, command: str | None = Non
     check_targets(tmp, final)
     # Entry by entry is not one rename: until the end, a marker tells every reader that the
     # folder mixes two builds, and the record names both builds' entries (all of them ours).
-    previous = read_record(final) or OwnedRecord(command, {})
+    previous = read_record(final)
+    before = (final / OWNED_RECORD).read_text(encoding="utf-8") if previous is not None else None
+    previous = previous or OwnedRecord(command, {})
     write_text_atomic(final / INSTALLING, "".join(f"{name}\n" for name in sorted(written)))
     write_text_atomic(final / OWNED_RECORD, record_text(command, previous.files | written))
+    started = [] if started is None else started
+    moved_before = len(started)
+    try:
+        move_entries(tmp, final, sorted(written), command, started)
+    except OSError:
+        if len(started) == moved_before:  # nothing moved: the folder is still the previous build
+            undo_marker(final, before)
+        raise
     for stale in sorted(set(previous.files) - set(written)):
         remove_entry(final, stale)
-    for name in sorted(written):
-        source, target = tmp / name, final / name
-        if source.is_dir() and target.is_dir() and not target.is_symlink():
-            install_folder(source, target, command)
-        else:
-            if target.is_symlink():
-                remove_entry(final, name)  # a link is replaced, never followed
-            os.replace(source, target)
     os.replace(tmp / OWNED_RECORD, final / OWNED_RECORD)
     tmp.rmdir()
     (final / INSTALLING).unlink()
     return final
+
+
+def move_entries(tmp: Path, final: Path, names: list[str], command: str | None, started: list[str]) -> None:
+    """Move each entry `names` of `tmp` over its namesake in `final` (folders merged, links
+    replaced as links), appending each name to `started` once `final` has begun to change."""
+    for name in names:
+        source, target = tmp / name, final / name
+        if source.is_dir() and target.is_dir() and not target.is_symlink():
+            install_folder(source, target, command, started)
+            continue
+        if target.is_symlink():
+            started.append(str(target))
+            remove_entry(final, name)  # a link is replaced, never followed
+        os.replace(source, target)
+        started.append(str(target))
+
+
+def undo_marker(final: Path, record: str | None) -> None:
+    """Put back the record a replacement found (`record`: its text, None for none) and drop the
+    marker: called only when the replacement failed before changing anything."""
+    if record is None:
+        remove_entry(final, OWNED_RECORD)
+    else:
+        write_text_atomic(final / OWNED_RECORD, record)
+    remove_entry(final, INSTALLING)
 
 
 @contextmanager
