@@ -30,6 +30,7 @@ import yaml
 from bad_input_fixtures import EXPERIMENT, build_world, config_body, fill_the_disk
 from cli_runner import invoke, one_line_error
 from data_fixtures import OTHER_USER_FACT, USER_FACT
+from weightgraft.atomic import OWNED_RECORD, atomic_directory, record_text
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "errors.md"
 
@@ -234,6 +235,7 @@ def foreign(w: World) -> Path:
 def user_checkpoints(w: World) -> Path:
     """A reproduce folder of its own (provenance.json) whose checkpoints folder holds a user's file."""
     folder = w.folder("job", "provenance.json")
+    (folder / OWNED_RECORD).write_text(record_text("reproduce", {"provenance.json": ""}))
     mine = folder / "checkpoints" / "FMRA_sft"
     mine.mkdir(parents=True)
     (mine / "notes.txt").write_text("mine")
@@ -272,6 +274,42 @@ def untrusted_record(w: World) -> list:
     out = w.folder("d")
     (out / ".weightgraft-files").write_text("facts.jsonl\n..\n")
     return w.data("--overwrite", "--facts-per-kind", "4", "--relation", "4", "--task", "0")
+
+
+def marked_but_unrecorded(w: World) -> Path:
+    """A folder of the user's own files beside a run.json that weightgraft did not write."""
+    folder = foreign(w)
+    (folder / "run.json").write_text("{}")
+    return folder
+
+
+def data_over_a_model(w: World) -> list:
+    """`data --overwrite` into a folder whose record says `weightgraft train` wrote it."""
+    out = w.tmp / "model"
+    with atomic_directory(out, command="train") as tmp:
+        (tmp / "config.json").write_text("{}")
+    return ["data", "--out", out, "--overwrite", "--facts-per-kind", "4", "--relation", "4", "--task", "0"]
+
+
+def mount_point_out(w: World) -> list:
+    """`data --out DIR` where DIR is the top of another file system (its device differs)."""
+    mounted = w.folder("mounted")
+    real = os.stat
+
+    def stat(path, *args, **kwargs):
+        found = real(path, *args, **kwargs)
+        if os.path.realpath(path) == str(mounted):
+            return os.stat_result([*found[:2], found[2] + 1, *found[3:10]])
+        return found
+
+    w.monkeypatch.setattr(os, "stat", stat)
+    return ["data", "--out", mounted, "--facts-per-kind", "4", "--relation", "4", "--task", "0"]
+
+
+def another_config_run(w: World) -> list:
+    """A finished run folder, then a config of other experiments into it."""
+    assert invoke(*w.run("--no-progress")).code == 0
+    return w.experiment(name="other")
 
 
 def taken_port(w: World) -> list:
@@ -790,6 +828,27 @@ RECIPES: dict[str, R] = {
         untrusted_record,
         ".weightgraft-files line 2 names '..', which is not a file in",
         "which is not a file in DIR; weightgraft will not delete through it",
+    ),
+    "E-folder-11": R(
+        lambda w: ["run", w.config(), "--out", marked_but_unrecorded(w)],
+        "has a run.json but no record (.weightgraft-files) that weightgraft run wrote the folder; a file of that name proves nothing",
+    ),
+    "E-folder-12": R(
+        data_over_a_model,
+        "was written by `weightgraft train`, not `weightgraft data`; --overwrite replaces only what `weightgraft data` wrote",
+    ),
+    "E-folder-13": R(
+        mount_point_out,
+        "/mounted is on another file system than",
+        "where weightgraft builds the new files before moving them in; give a folder inside it as --out",
+    ),
+    "E-folder-14": R(
+        another_config_run,
+        "holds a run of another config (its run.json lists other experiments than",
+    ),
+    "E-folder-15": R(
+        lambda w: w.run("--shard", "0/2", "--overwrite"),
+        "--overwrite replaces a whole run, so it takes no --shard and no multi-process launch",
     ),
     # weightgraft explore (the command line; the page's messages are X-explore-NN)
     "E-explore-01": R(taken_port, "(Address already in use); pass another --port (0: any free one) or --host"),

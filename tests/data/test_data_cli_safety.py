@@ -7,7 +7,7 @@ import json
 
 from data_cli_fixtures import first_line, run_cli
 from data_fixtures import OTHER_USER_FACT, USER_FACT
-from weightgraft.atomic import OWNED_RECORD
+from weightgraft.atomic import read_record
 from weightgraft.data.io import DATA_FILES, load_facts
 
 SMALL = ["--facts-per-kind", "2", "--relation", "2", "--task", "2", "--texts-per-fact", "2"]
@@ -56,7 +56,8 @@ def test_data_out_dot_with_overwrite_never_empties_the_folder(tmp_path):
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "notes.txt").read_text() == "mine"
     assert len(load_facts(tmp_path / "relation")) == 2
-    assert (tmp_path / OWNED_RECORD).read_text().split() == ["relation", "relation_a2b", "relation_b2a", "task"]
+    record = read_record(tmp_path)
+    assert record.command == "data" and sorted(record.files) == ["relation", "relation_a2b", "relation_b2a", "task"]
 
 
 def test_bad_counts_are_refused(tmp_path):

@@ -3,9 +3,11 @@ files only (what it recorded writing), through a temp folder beside the target."
 
 from __future__ import annotations
 
+import hashlib
+
 import pytest
 
-from weightgraft.atomic import OWNED_RECORD, OutputExistsError, atomic_directory
+from weightgraft.atomic import FOLDER_MARK, OutputExistsError, atomic_directory, read_record
 
 
 def _write(folder, files: dict[str, str]) -> None:
@@ -18,7 +20,8 @@ def test_new_and_empty_targets_are_written_whole(tmp_path):
     with atomic_directory(tmp_path / "new") as tmp:
         _write(tmp, {"a.txt": "1", "sub/b.txt": "2"})
     assert (tmp_path / "new" / "sub" / "b.txt").read_text() == "2"
-    assert (tmp_path / "new" / OWNED_RECORD).read_text().split() == ["a.txt", "sub"]
+    record = read_record(tmp_path / "new")  # the names written, with what each was
+    assert record.files == {"a.txt": hashlib.sha256(b"1").hexdigest(), "sub": FOLDER_MARK}
     (tmp_path / "empty").mkdir()
     with atomic_directory(tmp_path / "empty") as tmp:
         _write(tmp, {"a.txt": "1"})

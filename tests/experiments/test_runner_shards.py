@@ -20,6 +20,7 @@ from typer.testing import CliRunner
 
 from exp_fixtures import build_models
 from tiny_world import base_config, write_dataset
+from weightgraft.atomic import OWNED_RECORD, record_text
 from weightgraft.cli import _register_all, app
 from weightgraft.errors import UserError
 from weightgraft.experiments.config import parse_config
@@ -130,7 +131,9 @@ def test_a_failing_rank_is_reported_by_the_others_and_nothing_is_merged(setup, t
     path.write_text(yaml.safe_dump(config))
     out = tmp_path / "ranks"
     condition_file(out, "direct", "PRE", (1, 2)).mkdir(parents=True)
-    (out / "run.shard-1-of-2.json").write_text("{}")  # an earlier run's folder: resumed, not refused
+    (out / "run.shard-1-of-2.json").write_text("{}")
+    # an earlier run's folder (its record names `weightgraft run`): resumed, not refused
+    (out / OWNED_RECORD).write_text(record_text("run", {"run.shard-1-of-2.json": ""}))
     done = _torchrun(path, out)
     assert done.returncode != 0
     assert "not merged: shard 1/2 (" in done.stderr and "failed on another rank" in done.stderr

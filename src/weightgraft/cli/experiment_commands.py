@@ -51,6 +51,9 @@ def run_command(
         "(e.g. a SLURM array task); `weightgraft merge` joins "
         "the shards. Under torchrun the rank sets it.",
     ),
+    overwrite: bool = typer.Option(
+        False, "--overwrite", help="Replace a run of another config in --out (its files are deleted)."
+    ),
 ) -> None:
     """Run the experiments of a config file (resuming in an existing run folder) and report."""
     models = {
@@ -68,7 +71,7 @@ def run_command(
     out = out or Path("runs") / cfg.name
     start = time.perf_counter()
     part = parse_shard(shard) if shard is not None else None
-    outcome = launch_run(cfg, out, shard=part, progress=progress)
+    outcome = launch_run(cfg, out, shard=part, progress=progress, overwrite=overwrite)
     counts = f"{len(outcome.computed)} conditions computed, {len(outcome.reused)} reused in"
     if part is not None:
         typer.echo(

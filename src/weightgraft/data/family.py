@@ -191,8 +191,8 @@ def write_datasets(request: DataRequest, out: Path, overwrite: bool = False) -> 
     `out` in one atomic step (a non-empty `out` only with `overwrite`). Returns (set name, facts)
     of every set written, sorted by name."""
     check_request(request)
-    refuse_nonempty(out, overwrite)
+    refuse_nonempty(out, overwrite, command="data")
     members = request_members(request)
-    with atomic_directory(out, overwrite=True) as tmp:
+    with atomic_directory(out, overwrite=True, command="data") as tmp:
         write_family(tmp, members, request.seed)
     return sorted((name, len(member.facts)) for member in members for name in member_names(member))

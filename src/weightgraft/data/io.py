@@ -77,7 +77,7 @@ def write_dataset(
     overwrite: bool = False,
 ) -> Path:
     """Write a complete dataset directory atomically and return its path."""
-    with atomic_directory(directory, overwrite) as tmp:
+    with atomic_directory(directory, overwrite, command="data") as tmp:
         write_jsonl(tmp / "facts.jsonl", (f.model_dump() for f in facts))
         write_jsonl(tmp / "train.jsonl", ({"text": t} for t in train_texts))
         write_jsonl(tmp / "validation.jsonl", (p.model_dump() for p in validation))

@@ -29,7 +29,17 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from weightgraft.atomic import refuse_foreign, write_atomic, write_text_atomic
+from weightgraft.atomic import (
+    OutputExistsError,
+    claim_folder,
+    clear_folder,
+    owned_names,
+    refuse_foreign,
+    release_unused,
+    seal_folder,
+    write_atomic,
+    write_text_atomic,
+)
 from weightgraft.locking import folder_lock, lock_file
 from weightgraft.runtime import sha256_file, sha256_json
 
@@ -303,22 +313,71 @@ def run_json_file(out: Path, shard: tuple[int, int] | None = None) -> Path:
 
 
 RUN_MARKS = ("run.json", "run.shard-*-of-*.json")
+# Every entry a run writes at the top of its folder (patterns): its record lists those present.
+RUN_ENTRIES = (
+    *RUN_MARKS,
+    "examples",
+    "state",
+    "plots",
+    "localize",
+    "summary.csv",
+    "recovery.csv",
+    "comparisons.csv",
+    "report.md",
+    "report.html",
+)
+
+
+def run_entries(out: Path) -> list[str]:
+    """The names of the entries a run writes that `out` holds now."""
+    return sorted({p.name for pattern in RUN_ENTRIES for p in out.glob(pattern)})
 
 
 @contextmanager
 def run_folder(out: Path, shard: tuple[int, int] | None = None) -> Iterator[Path]:
-    """Hold `out` as a run folder: refuse one holding files that are not a weightgraft run
-    (they would be overwritten), and lock it (its shard only, when `shard` is given: the shards
-    of one run are written side by side) against a second process."""
+    """Hold `out` as a run folder: refuse one that no record proves a weightgraft run (its files
+    would be overwritten), lock it (its shard only, when `shard` is given: the shards of one run
+    are written side by side) against a second process, and record what the run wrote there."""
     out = Path(out)
-    refuse_foreign(out, RUN_MARKS, "weightgraft run")
+    refuse_foreign(out, "run", RUN_MARKS)
     made = not out.exists()
     try:
         with folder_lock(lock_file(out, shard_tag(shard)), out):
-            yield out
+            claim_folder(out, "run")
+            try:
+                yield out
+            finally:
+                seal_folder(out, "run", run_entries(out))
     finally:
-        if made and out.is_dir() and not any(out.iterdir()):
-            out.rmdir()  # stopped before writing anything (e.g. a check failed): leave no trace
+        release_unused(out, made)  # stopped before writing anything (e.g. a check failed): no trace
+
+
+def stored_experiments(out: Path) -> list[list]:
+    """The experiments of each config that the run files (run.json, shards) of `out` record."""
+    found = []
+    for path in sorted({p for pattern in RUN_MARKS for p in out.glob(pattern)}):
+        try:
+            found.append(json.loads(path.read_text())["config"]["experiments"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # unreadable: the runner rewrites it
+    return found
+
+
+def replace_other_run(out: Path, config, overwrite: bool) -> None:
+    """A run folder holds one config's run. Another config (other experiments) is refused, or,
+    with `overwrite`, the old run's files are deleted first: none of them is left orphaned
+    beside the new run's report. Changes that keep the experiments (models, batching, device)
+    resume as before."""
+    current = config.model_dump(mode="json")["experiments"]
+    if all(stored == current for stored in stored_experiments(out)):
+        return
+    if not overwrite:
+        raise OutputExistsError(
+            f"{out} holds a run of another config (its run.json lists other experiments than "
+            f"{config.name!r}'s); pass --overwrite to replace that run (its files are deleted), or choose "
+            "another --out"
+        )
+    clear_folder(out, "run", owned_names(out) | set(run_entries(out)))
 
 
 def previous_sessions(out: Path, shard: tuple[int, int] | None = None) -> list:

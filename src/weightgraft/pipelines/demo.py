@@ -108,7 +108,7 @@ def run_demo(
 
     if size not in DEMO_EXAMPLES:
         raise ValueError(f"unknown demo size {size!r}; choose one of {sorted(DEMO_EXAMPLES)}")
-    refuse_foreign(out, RUN_MARKS, "weightgraft run")  # before minutes of building
+    refuse_foreign(out, "run", RUN_MARKS)  # before minutes of building
     start = time.perf_counter()
     artifacts = ensure_builtin(size=size, home=home, progress=progress)
     built = time.perf_counter()

@@ -13,12 +13,17 @@ from pathlib import Path
 
 from weightgraft.errors import UserError
 from weightgraft.experiments.config import RunConfig
-from weightgraft.pipelines.run import RunOutcome, run_all, run_ranks
+from weightgraft.pipelines.run import RunOutcome, refuse_split_overwrite, run_all, run_ranks
 from weightgraft.runtime import launch_shard
 
 
 def launch_run(
-    config: RunConfig, out: str | Path, *, shard: tuple[int, int] | None = None, progress: bool = True
+    config: RunConfig,
+    out: str | Path,
+    *,
+    shard: tuple[int, int] | None = None,
+    progress: bool = True,
+    overwrite: bool = False,
 ) -> RunOutcome:
     """Run `config` into `out` (resuming): the given `shard`, this process's share of a
     multi-process launch, or the whole run. UserError when both a shard and a multi-process
@@ -28,8 +33,9 @@ def launch_run(
             raise UserError(
                 "--shard and a multi-process launch (WORLD_SIZE > 1) both split the examples; use one of them"
             )
+        refuse_split_overwrite(overwrite)
         return run_all(config, out, progress=progress, shard=shard)
-    return run_ranks(config, out, progress=progress)
+    return run_ranks(config, out, progress=progress, overwrite=overwrite)
 
 
 def reports_here() -> bool:

@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from weightgraft.atomic import refuse_foreign
+from weightgraft.atomic import claim_folder, refuse_foreign, release_unused, seal_folder
 from weightgraft.attribution.experiment import ModelPair, SearchSettings, localize_pair
 from weightgraft.attribution.localize import LocalizeResult
 from weightgraft.data.io import load_eval_prompts
@@ -55,10 +55,16 @@ def localize_to_folder(
     for flag, model in zip(pair.labels, (pair.recipient, pair.donor)):
         refuse_remote_code(model, pair.trust_remote_code, flag, "pass --trust-remote-code")
     refuse_same_model(pair.recipient, pair.donor, pair.labels, "graft")
-    refuse_foreign(out, ("localize.json",), "weightgraft localize")
-    with folder_lock(lock_file(out), out):  # one writer per folder
-        start = time.perf_counter()
-        prompts = load_eval_prompts(data, split)
-        result = localize_pair(pair, prompts, settings, what=f"--data {data}", progress=progress)
-        written = result.save(out)
-        return LocalizeOutcome(result, written, time.perf_counter() - start)
+    refuse_foreign(out, "localize", ("localize.json",))
+    made = not Path(out).exists()
+    try:
+        with folder_lock(lock_file(out), out):  # one writer per folder
+            claim_folder(out, "localize")
+            start = time.perf_counter()
+            prompts = load_eval_prompts(data, split)
+            result = localize_pair(pair, prompts, settings, what=f"--data {data}", progress=progress)
+            written = result.save(out)
+            seal_folder(out, "localize", [Path(path).name for path in written.values()])
+            return LocalizeOutcome(result, written, time.perf_counter() - start)
+    finally:
+        release_unused(Path(out), made)

@@ -28,7 +28,15 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from weightgraft._version import __version__
-from weightgraft.atomic import OutputExistsError, is_nonempty_folder, refuse_foreign, remove_entry
+from weightgraft.atomic import (
+    OutputExistsError,
+    claim_folder,
+    is_nonempty_folder,
+    refuse_foreign,
+    release_unused,
+    remove_entry,
+    seal_folder,
+)
 from weightgraft.ledger import Ledger
 from weightgraft.locking import folder_lock, lock_file
 from weightgraft.paper.estimate import PAPER_MODELS, paper_model_name
@@ -333,6 +341,10 @@ class Pipeline:
         return Path(self.step("report", inputs, build)["path"])
 
 
+# Every entry a reproduce job writes at the top of its folder: its record lists those present.
+REPRODUCE_ENTRIES = ("provenance.json", "report.md", "data", "models", "checkpoints", "runs")
+
+
 def refuse_unstamped_checkpoints(ft: FinetuneJob) -> None:
     """A checkpoints folder without weightgraft's stamp holds someone else's files: never deleted."""
     stamp = ft.checkpoints / "inputs_sha256.txt"
@@ -348,7 +360,7 @@ def reproduce(options: ReproduceOptions, progress: bool = True, echo=None) -> Re
     job = plan_job(options)
     rank, _ = rank_and_world()
     if rank == 0:  # the other ranks start once rank 0 holds the folder
-        refuse_foreign(options.out, ("provenance.json",), "weightgraft reproduce")
+        refuse_foreign(options.out, "reproduce", ("provenance.json",))
         for ft in job.finetunes.values():  # before the plan is printed, so the refusal is the one line
             refuse_unstamped_checkpoints(ft)
     if rank == 0:
@@ -360,5 +372,15 @@ def reproduce(options: ReproduceOptions, progress: bool = True, echo=None) -> Re
     sys.stdout.flush()
     if rank != 0:
         return Pipeline(job, progress=progress, echo=echo).run()
-    with folder_lock(lock_file(options.out), options.out):  # one job per folder
-        return Pipeline(job, progress=progress, echo=echo).run()
+    made = not Path(options.out).exists()
+    try:
+        with folder_lock(lock_file(options.out), options.out):  # one job per folder
+            claim_folder(options.out, "reproduce")
+            try:
+                return Pipeline(job, progress=progress, echo=echo).run()
+            finally:
+                seal_folder(
+                    options.out, "reproduce", [n for n in REPRODUCE_ENTRIES if (Path(options.out) / n).exists()]
+                )
+    finally:
+        release_unused(Path(options.out), made)

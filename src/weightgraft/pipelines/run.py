@@ -18,7 +18,7 @@ import torch.distributed as dist
 from weightgraft.attribution.experiment import run_localize
 from weightgraft.errors import UserError
 from weightgraft.experiments.config import RunConfig, parse_config
-from weightgraft.experiments.records import run_folder
+from weightgraft.experiments.records import replace_other_run, run_folder
 from weightgraft.experiments.runner import RunResult, run_experiments
 from weightgraft.experiments.shards import merge_shards, shard_from_env
 from weightgraft.paper.finer_presets import FINER_PRESETS  # noqa: F401  (registers weightgraft's finer presets)
@@ -53,6 +53,7 @@ def run_all(
     report: bool = True,
     shard: tuple[int, int] | None = None,
     study: Study = PAPER,
+    overwrite: bool = False,
 ) -> RunOutcome:
     """Run `config` into `out` (resuming), write summary.csv, recovery.csv and comparisons.csv,
     and unless `report=False` the plots, report.md and report.html; returns what was computed
@@ -61,9 +62,11 @@ def run_all(
     progress: show progress bars. shard: `(I, N)` runs only that shard's examples, and nothing
     is summarized until `merge_run` joins the shards (no checks then). study: the claims to
     decide, the pairs to test and the report's extra sections (default: the paper's).
+    overwrite: replace the run of another config found in `out` (else it is refused).
     """
     out = Path(out)
     with run_folder(out, shard):
+        replace_other_run(out, config, overwrite and shard is None)
         result = run_experiments(config, out, progress=progress, shard=shard)
         if shard is not None:
             return RunOutcome(result, [])
@@ -93,12 +96,25 @@ def merge_run(out: str | Path, *, report: bool = True, study: Study = PAPER) -> 
         return summarize(config, out, report, study)
 
 
-def run_ranks(config: RunConfig, out: str | Path, *, progress: bool = True, report: bool = True) -> RunOutcome:
+def refuse_split_overwrite(overwrite: bool) -> None:
+    """--overwrite deletes a whole run's files; a shard doing it would delete the other shards'."""
+    if overwrite:
+        raise UserError(
+            "--overwrite replaces a whole run, so it takes no --shard and no multi-process launch: "
+            "run `weightgraft run CONFIG --out RUN_DIR --overwrite` once without them, or choose another --out"
+        )
+
+
+def run_ranks(
+    config: RunConfig, out: str | Path, *, progress: bool = True, report: bool = True, overwrite: bool = False
+) -> RunOutcome:
     """One process of `torchrun`/`accelerate launch`: run this rank's shard, wait for every
-    rank, and on rank 0 merge the shards and write the summary and report."""
+    rank, and on rank 0 merge the shards and write the summary and report. `overwrite` (see
+    `run_all`) only without a launch: every rank would delete the others' files."""
     shard = shard_from_env()
     if shard is None:
-        return run_all(config, out, progress=progress, report=report)
+        return run_all(config, out, progress=progress, report=report, overwrite=overwrite)
+    refuse_split_overwrite(overwrite)
     if config.device.startswith("cuda"):  # one GPU per rank
         local_rank = launch_local_rank()
         torch.cuda.set_device(local_rank)

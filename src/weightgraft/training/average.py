@@ -130,7 +130,7 @@ def average_weights(
         refuse_remote_code(
             model, trust_remote_code, "average", "pass --trust-remote-code (Python: trust_remote_code=True)"
         )
-    refuse_nonempty(out_dir, overwrite)
+    refuse_nonempty(out_dir, overwrite, command="average")
     configs = [AutoConfig.from_pretrained(m, trust_remote_code=trust_remote_code) for m in members]
     for model, config in zip(members[1:], configs[1:]):
         differ = _config_differences(configs[0], config)
@@ -150,7 +150,7 @@ def average_weights(
         AutoTokenizer.from_pretrained(members[0], trust_remote_code=trust_remote_code) if has_tokenizer else None
     )
     base = next((r["base_model"] for r in records if "base_model" in r), None)
-    with atomic_directory(out_dir, overwrite) as tmp:
+    with atomic_directory(out_dir, overwrite, command="average") as tmp:
         result.save_pretrained(tmp, safe_serialization=True)
         if tokenizer is not None:
             tokenizer.save_pretrained(tmp)

@@ -437,7 +437,7 @@ def finetune_from_files(
     """`weightgraft train`'s work: `finetune`, with its general text read from `general_text`
     (see `read_general_text`); a non-empty `out_dir` is refused (unless `overwrite`) before
     anything is read."""
-    refuse_nonempty(out_dir, overwrite)
+    refuse_nonempty(out_dir, overwrite, command="train")
     general = read_general_text(general_text) if general_text is not None else None
     return finetune(
         model,
@@ -468,7 +468,7 @@ def finetune(
     `checkpoint_dir`: save every epoch there and resume from its latest checkpoint (the caller
     makes sure that a checkpoint found there belongs to this model, data and config)."""
     start = time.time()
-    refuse_nonempty(out_dir, overwrite)
+    refuse_nonempty(out_dir, overwrite, command="train")
     refuse_remote_code(model, trust_remote_code, "--model", "pass --trust-remote-code (Python: trust_remote_code=True)")
     device = _check_config(config, general_texts)
     data_dir, out_dir = Path(data_dir), Path(out_dir)
@@ -483,7 +483,7 @@ def finetune(
     checkpoints = checkpoint_dir is not None
     # Under `accelerate launch` / torchrun every process trains; only rank 0 writes `out_dir`.
     is_main = is_main_process()
-    with atomic_directory(out_dir, overwrite) if is_main else _scratch_directory() as tmp:
+    with atomic_directory(out_dir, overwrite, command="train") if is_main else _scratch_directory() as tmp:
         resume_from = last_complete_checkpoint(Path(checkpoint_dir)) if checkpoints else None
         output_dir = Path(checkpoint_dir) if checkpoints else tmp / "trainer"
         args = _training_arguments(config, device, output_dir, len(data.dataset), checkpoints, progress)

@@ -119,7 +119,7 @@ def train_steps(
 
 def save_model(model: LlamaForCausalLM, tokenizer, out_dir: Path, record: dict) -> Path:
     """The model, its tokenizer and `record` (training_config.json) as one folder, atomically."""
-    with atomic_directory(out_dir) as tmp:
+    with atomic_directory(out_dir, command="pretrain") as tmp:
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
         write_json(tmp / TRAINING_RECORD, record)
