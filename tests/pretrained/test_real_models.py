@@ -115,7 +115,9 @@ def test_engine_equals_reference_on_the_real_model(real):
     assert (whole - plain_donor).abs().max().item() <= RTOL * plain_donor.abs().max().item()
     heads = recipient.config.num_attention_heads
     graft = Graft("last", last_quarter, ["q", "o"], heads=[0, heads - 1])
-    _check(grafter, recipient, donor, ids, graft, GraftSpec("last", last_quarter, ["q", "o"], heads=[0, heads - 1]), True)
+    _check(
+        grafter, recipient, donor, ids, graft, GraftSpec("last", last_quarter, ["q", "o"], heads=[0, heads - 1]), True
+    )
 
 
 @pytest.mark.parametrize("real", MODELS, indirect=True)
