@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import weakref
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
@@ -550,15 +551,16 @@ class Grafter:
         hooks.current = self._splices(chunk, hooks.paths, keep, groups) if splices is None else splices
         if shared is not None:
             shared.groups = list(groups)
+        name = cache_argument(self.recipient)
         out = self.recipient(
             input_ids=ids,
             attention_mask=mask,
             position_ids=positions,
-            past_key_values=cache,
             use_cache=True,
             logits_to_keep=keep,
+            **{name: cache},
         )
-        return out.logits, out.past_key_values
+        return out.logits, getattr(out, name)
 
     def _forward(self, ids: torch.Tensor, mask: torch.Tensor, grafted: GraftMasks, keep: int) -> torch.Tensor:
         """Logits of the last `keep` positions (0: all), segment by segment when rows share."""
@@ -680,3 +682,9 @@ def _next_token(logits: torch.Tensor, do_sample: bool, temperature: float, top_k
         logits = logits.masked_fill(drop, float("-inf"))
     probs = logits.softmax(-1)
     return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+
+
+def cache_argument(model: nn.Module) -> str:
+    """The name a model's forward takes its KV cache by: transformers 5.x renamed
+    `past_key_values` to `cache` (and warns on the old name) at a minor release, and we support both."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
