@@ -7,15 +7,8 @@ the data layer's member of that family.)
 
 from __future__ import annotations
 
-import sys
-
 from weightgraft.errors import UserError
 
 
 class DataError(UserError, ValueError):
     """Bad input data or options: the message names the file, line or option and the fix."""
-
-
-def warn(message: str) -> None:
-    """One line on stderr for data that is accepted but probably not what the user meant."""
-    print(f"warning: {message}", file=sys.stderr, flush=True)

@@ -21,8 +21,9 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from weightgraft.atomic import atomic_directory, check_whole, write_json, write_text_atomic
-from weightgraft.data.errors import DataError, warn
+from weightgraft.data.errors import DataError
 from weightgraft.data.schema import EvalPrompt, RelationFact
+from weightgraft.errors import warn
 from weightgraft.runtime import sha256_file
 
 GENERATOR_VERSION = "weightgraft-data-2"

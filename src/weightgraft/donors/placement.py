@@ -33,10 +33,3 @@ def execution_device(model: nn.Module, path: str) -> torch.device:
         if tensor.device.type != "meta":
             return tensor.device
     return torch.device("cpu")
-
-
-def is_dispatched(model: nn.Module) -> bool:
-    """True for a model that accelerate spread over devices or offloaded (`device_map=...`)."""
-    return getattr(model, "hf_device_map", None) is not None or any(
-        getattr(m, "_hf_hook", None) is not None for m in model.modules()
-    )

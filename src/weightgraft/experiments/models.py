@@ -105,10 +105,6 @@ def fingerprint_files(paths: list[Path]) -> dict[Path, str]:
     return out
 
 
-def fingerprint_file(path: Path) -> str:
-    return fingerprint_files([Path(path)])[Path(path)]
-
-
 def model_file_hashes(name_or_path: str) -> dict[str, str]:
     """{file name: sha256} of a model's weight, config and tokenizer files (empty if not local)."""
     folder = model_dir(name_or_path)

@@ -34,7 +34,6 @@ from weightgraft.experiments.config import RunConfig
 from weightgraft.experiments.execute import Resources, compute_chunk
 from weightgraft.experiments.methods import ChunkMethod, method_for
 from weightgraft.experiments.planner import build_plan
-from weightgraft.experiments.records import slug  # noqa: F401  (re-exported for callers)
 from weightgraft.experiments.run_plan import Chunk, ExperimentPlan, RunPlan, Shard
 
 

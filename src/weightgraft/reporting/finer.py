@@ -246,13 +246,6 @@ def curves(rows: list[SummaryRow], state: dict, kind: str) -> list[Curve]:
     return out
 
 
-def has_finer_rows(state: dict) -> bool:
-    """Whether an experiment has rows the finer plots and tables show."""
-    return any(
-        c["meta"].get("grain") == "head" or c["meta"].get("shape") in ("rank", "scale") for c in state["conditions"]
-    )
-
-
 def plain_row(meta: dict) -> bool:
     """A row the bar chart and the conditions' list show one by one: no meta, or only a
     reference's (a grid cell, a curve point, a control or a sweep cell is shown by its plot)."""

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from weightgraft.data.errors import DataError, warn
+from weightgraft.data.errors import DataError
+from weightgraft.errors import warn
 
 
 def check_lengths(tokenizer, model_config, train_texts: list[str], validation, max_length: int, data_dir: Path) -> None:
