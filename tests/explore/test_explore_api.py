@@ -61,6 +61,8 @@ BAD = {
     "not JSON": (b"{not json", 400, "not JSON"),
     "not UTF-8": (b"\xff\xfe\x00", 400, "not JSON"),
     "a list": (b"[1, 2]", 422, "bad request"),
+    "nested thousands deep": (b"[" * 100_000 + b"]" * 100_000, 400, "nested too deeply"),
+    "an object nested deep": (b'{"a":' * 30_000 + b"1" + b"}" * 30_000, 400, "nested too deeply"),
     "no prompt": (b"{}", 422, "prompt"),
     "unknown field": (json.dumps({**GOOD, "path": "/etc/passwd"}).encode(), 422, "path"),
     "wrong type": (json.dumps({**GOOD, "top_k": "5"}).encode(), 422, "top_k"),

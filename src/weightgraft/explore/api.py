@@ -60,6 +60,8 @@ def create_app(session: ExploreSession, allowed_hosts: list[str] | None = None) 
                     data = json.loads(body)
                 except (ValueError, UnicodeDecodeError) as err:
                     raise BadRequest(f"the request body is not JSON ({err})") from None
+                except RecursionError:  # `[[[[...` thousands deep: no request of the page nests past 4
+                    raise BadRequest("the request body is nested too deeply to be one of the page's requests") from None
                 try:
                     parsed = model.model_validate(data)
                 except ValidationError as err:
