@@ -36,9 +36,14 @@ def explore_command(
     of the recipient, each donor and the current graft update at once."""
     named = parse_donors(donors)
     bind(host, port).close()  # a taken port fails now, not after the models load
-    recipient, named, data = choose_models(builtin, recipient, donor, named, data, home, progress)
-    session = open_session(recipient, named, data, device, dtype, threads)
-    serve(session, host, port, announce=lambda line: typer.echo(line))
+    try:
+        recipient, named, data = choose_models(builtin, recipient, donor, named, data, home, progress)
+        session = open_session(recipient, named, data, device, dtype, threads)
+        serve(session, host, port, announce=lambda line: typer.echo(line))
+    except KeyboardInterrupt:
+        # Ctrl-C is how a server is stopped: a plain line, not the CLI's resume hint for `run`
+        # (a built-in build stopped half-way is a ledger: the next start goes on from its last step).
+        typer.echo("weightgraft explore: stopped")
 
 
 def register(app: typer.Typer) -> None:
