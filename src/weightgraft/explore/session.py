@@ -25,6 +25,7 @@ from weightgraft.errors import UserError
 from weightgraft.experiments.roles import NotApplicable, parse_positions
 from weightgraft.explore.export import condition_yaml, python_code
 from weightgraft.explore.grid import Cells, Grid
+from weightgraft.explore.tokens import token_text
 
 # Bounds on what one request may ask for (the grid is tokens x columns).
 MAX_TOKENS = 256
@@ -147,7 +148,7 @@ class ExploreSession:
             target=target,
             prompt_id=dataset.id if dataset is not None else None,
             input_ids=list(ids),
-            tokens=[self.tokenizer.decode([i]) for i in ids],
+            tokens=[token_text(self.tokenizer, i) for i in ids],
             roles=roles,
             role_positions=roles_by_name,
             target_id=enc.scored_id if enc is not None and enc.target_ids else None,
@@ -214,7 +215,7 @@ class ExploreSession:
             "prompt_id": encoded.prompt_id,
             "selections": encoded.selections,
             "target_id": encoded.target_id,
-            "target_token": None if encoded.target_id is None else self.tokenizer.decode([encoded.target_id]),
+            "target_token": None if encoded.target_id is None else token_text(self.tokenizer, encoded.target_id),
         }
 
     def _baseline_logits(self, ids: torch.Tensor) -> list[torch.Tensor]:
@@ -236,7 +237,7 @@ class ExploreSession:
         row = {
             "name": name,
             "top": [
-                {"token": self.tokenizer.decode([int(i)]), "id": int(i), "prob": float(p)}
+                {"token": token_text(self.tokenizer, int(i)), "id": int(i), "prob": float(p)}
                 for p, i in zip(top.values, top.indices)
             ],
             "target": None,
