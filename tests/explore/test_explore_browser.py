@@ -251,6 +251,27 @@ def test_bad_input_shows_a_message_and_the_page_goes_on(served, page):
     page.wait_for_selector("#map-legend:not([hidden])", timeout=30_000)
 
 
+def test_a_new_prompt_clears_the_continuations_and_long_python_lines_wrap(served, page):
+    page.goto(served)
+    _answered(page, 1)
+    page.click("#generate")
+    page.wait_for_function("document.querySelectorAll('#continuations div').length === 4", timeout=30_000)
+    assert PROMPT.text in page.locator("#continuations").text_content()
+    page.fill("#text", "Ada Brook stars in")
+    page.fill("#target", " Cyril")
+    page.click("#apply")
+    _answered(page, 2)
+    assert page.locator("#continuations").text_content() == ""  # not the old prompt's continuations
+    # Every line of the Python and of the condition is in view: wrapped, none past the pane's edge.
+    python = page.locator("#python").text_content()
+    assert max(len(line) for line in python.splitlines()) > 120  # lines longer than the pane is wide
+    for pane in ("#python", "#condition"):
+        width = page.evaluate(
+            f"(() => {{ const p = document.querySelector('{pane}'); return [p.scrollWidth, p.clientWidth]; }})()"
+        )
+        assert width[0] <= width[1], (pane, width)
+
+
 def test_malformed_and_oversized_requests_leave_the_page_working(served, page):
     """Requests the page would never send, sent from it (and over urllib in test_explore_api.py):
     each gets a message, and the next click still answers."""

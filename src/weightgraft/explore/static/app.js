@@ -10,6 +10,7 @@ let map = null;           // the attribution map shown over the grid, or null
 let state = null;         // {text, target, id, donor, k, cells: {"group|layer|pos": donor}}
 const undoStack = [], redoStack = [];
 let asked = 0;            // sequence number of the latest request, to drop stale answers
+let promptEpoch = 0;      // counts prompt changes: a continuation of an earlier prompt is dropped
 window.explore = { answered: 0, latency: null };  // for tests and the benchmark
 
 // ---- state ----------------------------------------------------------------------------------
@@ -56,7 +57,7 @@ function commit(next) {           // a change the user made: undoable, in the ad
 function setState(next) {
   const promptChanged = !state || state.text !== next.text || state.target !== next.target;
   state = next;
-  if (promptChanged) map = null;
+  if (promptChanged) { map = null; promptEpoch += 1; $("continuations").replaceChildren(); }
   history.replaceState(null, "", encodeState(state));
   syncInputs();
   ask();
@@ -244,13 +245,14 @@ function promptFromInputs() {
 }
 
 async function generate() {
-  const box = $("continuations");
+  const box = $("continuations"), epoch = promptEpoch, text = state.text;
   box.textContent = "…";
   try {
     const data = await post("/api/generate", { prompt: promptBody(), cells: cellsForApi(state.cells),
       max_new_tokens: Number($("new-tokens").value), generated: $("generated").value });
-    box.replaceChildren(...data.continuations.map((c) => el("div", { text: `${c.name.padEnd(10)} ${state.text}▸${c.text}` })));
-  } catch (err) { box.textContent = ""; showError(err.message); }
+    if (epoch !== promptEpoch) return;   // the prompt changed while it ran: its pane was cleared
+    box.replaceChildren(...data.continuations.map((c) => el("div", { text: `${c.name.padEnd(10)} ${text}▸${c.text}` })));
+  } catch (err) { if (epoch === promptEpoch) { box.textContent = ""; showError(err.message); } }
 }
 async function attribution() {
   $("status").textContent = "attributing…";
