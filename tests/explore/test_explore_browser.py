@@ -10,6 +10,7 @@ A screenshot of the page on the built-in model (when it is cached) goes to docs/
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 
@@ -191,6 +192,111 @@ def test_click_fe_lt_ungraft_undo_reload_and_run_the_python(served, page, grafte
     assert [f"{float(p):.4f}" for p in top.values] == expected_fe_lt["probs"]
     assert other.locator("#condition").text_content().count("positions: FE+LT") == 1
     other.close()
+
+
+# f1-paper_1: the task donor lowers the target's p here, so its gain has no recovery ("–").
+COMPARED = tiny_world.make_prompts()[3]
+O_FFN = ["o", "gate", "up", "down"]
+
+
+def _library_column(grafter, row: list[int], prompt_len: int, target_ids: list[int], grafts, rival: int) -> dict:
+    """What the comparison must show for one graft, from `Grafter.logits` on prompt + target[:-1]."""
+    logits = grafter.logits(torch.tensor([row]), grafts=grafts)[0].float()
+    logp = torch.log_softmax(logits[prompt_len - 1 :], -1)
+    step, target = logits[prompt_len - 1], target_ids[0]
+    return {
+        "prob": float(logp[0, target].exp()),
+        "rank": int((step > step[target]).sum()) + 1,
+        "logprob": float(logp[0, target]),
+        "logit_diff": float(step[target] - step[rival]),
+        "target_logprob": float(sum(logp[j, t] for j, t in enumerate(target_ids))),
+    }
+
+
+def _pin_two_grafts(page, rival_text: str) -> None:
+    """On COMPARED: pin FE+LT from sft and LT x Q4 x O+FFN from task, type a competing answer."""
+    page.select_option("#dataset", COMPARED.id)
+    _answered(page, 2)
+    page.click("button[data-sel='FE+LT']")
+    _answered(page, 3)
+    page.click("#pin")
+    _answered(page, 4)
+    page.click("#clear")
+    _answered(page, 5)
+    page.select_option("#donor", "task")
+    _answered(page, 6)
+    page.select_option("#sel-pos", "LT")
+    page.select_option("#sel-layers", "Q4")
+    page.select_option("#sel-comps", "O+FFN")
+    page.click("#sel-add")
+    _answered(page, 7)
+    page.click("#pin")
+    _answered(page, 8)
+    page.fill("#rival", rival_text)
+    page.press("#rival", "Enter")
+    _answered(page, 9)
+
+
+def _compared_expectations(grafter, tokenizer) -> tuple[list[dict], int]:
+    """The library's numbers for recipient, sft, task, the current graft and the two pins."""
+    enc = encode_prompt(tokenizer, COMPARED)
+    ids, target_ids = enc.input_ids, enc.target_ids
+    row, n = ids + target_ids[:-1], len(ids)
+    forced = list(range(n, len(row)))  # teacher-forced target tokens get the last token's grafts
+    fe_lt = sorted(enc.positions["first_entity"] + [n - 1]) + forced
+    pin_a = [Graft(fe_lt, "all", EVERY_WEIGHT, donor="sft")]
+    pin_b = [Graft([n - 1, *forced], [3], O_FFN, donor="task")]
+    recipient_top = int(grafter.last_logits(torch.tensor([ids]))[0].argmax())
+    rival = (
+        recipient_top
+        if recipient_top != target_ids[0]
+        else int(grafter.last_logits(torch.tensor([ids]))[0].topk(2).indices[1])
+    )
+    everywhere = [[Graft("all", "all", "all", donor=d)] for d in DONORS]
+    columns = [_library_column(grafter, row, n, target_ids, g, rival) for g in [[], *everywhere, pin_b, pin_a, pin_b]]
+    base, donor_p = columns[0], {d: columns[1 + i]["prob"] for i, d in enumerate(DONORS)}
+    for c in columns:
+        c["delta_logprob"] = c["logprob"] - base["logprob"]
+        c["delta_target_logprob"] = c["target_logprob"] - base["target_logprob"]
+        c["recovery"] = {
+            d: (c["prob"] - base["prob"]) / (p - base["prob"]) if p > base["prob"] else None for d, p in donor_p.items()
+        }
+    return columns, rival
+
+
+def _compared_cell(page, col: int, key: str) -> str:
+    return page.locator(f"#compare tr[data-metric='{key}'] td[data-col='{col}']").text_content()
+
+
+def test_pinned_grafts_compare_as_the_library_computes_them(served, page, grafter, root):
+    paths, _ = world(root)
+    tokenizer = load_tokenizer(paths["pre"])
+    expected, rival = _compared_expectations(grafter, tokenizer)
+    assert expected[2]["recovery"]["task"] is None  # the case of "–" is on this prompt
+    page.goto(served)
+    _answered(page, 1)
+    _pin_two_grafts(page, " " + tokenizer.decode([rival]))
+    kinds = page.locator("#compare thead th[data-kind]").evaluate_all("(ths) => ths.map((t) => t.dataset.kind)")
+    assert kinds == ["recipient", "donor", "donor", "current", "pin", "pin"]
+    for col, want in enumerate(expected):
+        shown = functools.partial(_compared_cell, page, col)
+        assert _printed_equal(shown("prob"), want["prob"]) and shown("rank") == str(want["rank"])
+        for key in ("logprob", "delta_logprob", "logit_diff", "target_logprob", "delta_target_logprob"):
+            assert _printed_equal(shown(key), want[key]), (col, key, shown(key), want[key])
+        for donor in DONORS:
+            value = want["recovery"][donor]
+            assert (
+                shown(f"recovery:{donor}") == "–"
+                if value is None
+                else _printed_equal(shown(f"recovery:{donor}"), value)
+            )
+    # A pin's "load" puts its graft back on the grid; a new prompt clears the pins.
+    page.click("#compare th.pin >> nth=0 >> button.load")
+    _answered(page, 10)
+    assert _cells_on(page) == 3 * 17  # FE+LT: 3 positions x every weight's 17 columns
+    page.select_option("#dataset", PROMPT.id)
+    _answered(page, 11)
+    assert page.locator("#compare th.pin").count() == 0
 
 
 def test_copy_buttons_put_the_text_on_the_clipboard(served, browser):

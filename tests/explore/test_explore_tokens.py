@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import urllib.error
 import urllib.request
 
 import pytest
@@ -90,3 +91,47 @@ def test_the_page_gets_bytes_not_replacement_characters(served):
     assert b"".join(_as_bytes(t) for t in data["tokens"][1:]) == NON_ASCII.encode()
     for row in data["predictions"]:
         assert not any("\ufffd" in t["token"] for t in row["top"])
+
+
+PROMPT = "Ada Brook stars in a movie alongside"
+
+
+def test_the_whole_target_is_scored_teacher_forced(served, tokenizer):
+    """The comparison's whole-target log-probability: the sum over the target's tokens of the
+    recipient's log-probability given the prompt and the target's tokens before it."""
+    url, session = served
+    data = _post(url, "/api/predict", {"prompt": {"text": PROMPT, "target": " Cyril Dane"}, "competitor": " Hale"})
+    prompt_ids = tokenizer(PROMPT)["input_ids"]
+    target_ids = tokenizer(PROMPT + " Cyril Dane")["input_ids"][len(prompt_ids) :]
+    assert len(target_ids) > 1 and data["target_tokens"] == [tokenizer.decode([t]) for t in target_ids]
+    with torch.no_grad():
+        logits = session.grafter.recipient(torch.tensor([prompt_ids + target_ids[:-1]])).logits[0].float()
+    logp = torch.log_softmax(logits[len(prompt_ids) - 1 :], -1)
+    whole = sum(float(logp[j, t]) for j, t in enumerate(target_ids))
+    recipient = data["compare"]["columns"][0]
+    assert recipient["target_logprob"] == pytest.approx(whole, abs=1e-5)
+    assert recipient["logprob"] == pytest.approx(float(logp[0, target_ids[0]]), abs=1e-5)
+    rival = tokenizer(PROMPT + " Hale")["input_ids"][len(prompt_ids)]
+    step = logits[len(prompt_ids) - 1]
+    assert recipient["logit_diff"] == pytest.approx(float(step[target_ids[0]] - step[rival]), abs=1e-5)
+    assert data["target_note"] is None
+
+
+def test_a_target_without_its_leading_space_is_warned_of(served, tokenizer):
+    url, _ = served
+    data = _post(url, "/api/predict", {"prompt": {"text": PROMPT, "target": "Cyril"}})
+    without = tokenizer(PROMPT + "Cyril")["input_ids"][len(tokenizer(PROMPT)["input_ids"]) :]
+    with_space = tokenizer(PROMPT + " Cyril")["input_ids"][len(tokenizer(PROMPT)["input_ids"]) :]
+    assert without != with_space and data["target_tokens"] == [tokenizer.decode([t]) for t in without]
+    assert (
+        "has no leading space" in data["target_note"] and repr(tokenizer.decode([with_space[0]])) in data["target_note"]
+    )
+
+
+def test_a_competitor_scored_at_another_step_is_refused(served):
+    url, _ = served
+    body = {"prompt": {"text": PROMPT, "target": " Cyril"}, "competitor": "\n\n Hale"}
+    request = urllib.request.Request(url + "api/predict", data=json.dumps(body).encode(), method="POST")
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(request, timeout=30)
+    assert err.value.code == 400 and "scored after other tokens" in json.loads(err.value.read())["error"]

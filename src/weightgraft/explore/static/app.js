@@ -7,7 +7,7 @@ const $ = (id) => document.getElementById(id);
 let info = null;          // /api/info: grid columns, groups, bands, component sets, donors, prompts
 let view = null;          // the last /api/predict answer: tokens, roles, selections, predictions
 let map = null;           // the attribution map shown over the grid, or null
-let state = null;         // {text, target, id, donor, k, cells: {"group|layer|pos": donor}}
+let state = null;         // {text, target, id, donor, k, cells: {"group|layer|pos": donor}, pins: [{label, cells}], rival}
 const undoStack = [], redoStack = [];
 let asked = 0;            // sequence number of the latest request, to drop stale answers
 let promptEpoch = 0;      // counts prompt changes: a continuation of an earlier prompt is dropped
@@ -35,17 +35,26 @@ function encodeState(s) {
   if (s.id) p.set("id", s.id);
   const cells = cellsForApi(s.cells).map((c) => [c.donor, c.group, c.layer, c.positions]);
   if (cells.length) p.set("c", JSON.stringify(cells));
+  if (s.rival) p.set("v", s.rival);
+  if (s.pins.length) p.set("p", JSON.stringify(s.pins.map((pin) => [pin.label, cellsToList(pin.cells)])));
   return "#" + p.toString();
+}
+const cellsToList = (cells) => cellsForApi(cells).map((c) => [c.donor, c.group, c.layer, c.positions]);
+function cellsFromList(list) {
+  const cells = {};
+  for (const [donor, group, layer, positions] of list) for (const pos of positions) cells[cellKey(group, layer, pos)] = donor;
+  return cells;
 }
 function decodeState(hash) {
   const p = new URLSearchParams(hash.replace(/^#/, ""));
   if (!p.has("t")) return null;
   const s = { text: p.get("t"), target: p.get("y") || "", id: p.get("id") || null,
               donor: info.donors.includes(p.get("d")) ? p.get("d") : info.donors[0],
-              k: Math.max(1, Math.min(info.limits.max_top_k, Number(p.get("k")) || 5)), cells: {} };
+              k: Math.max(1, Math.min(info.limits.max_top_k, Number(p.get("k")) || 5)), cells: {},
+              pins: [], rival: p.get("v") || "" };
   try {
-    for (const [donor, group, layer, positions] of JSON.parse(p.get("c") || "[]"))
-      for (const pos of positions) s.cells[cellKey(group, layer, pos)] = donor;
+    s.cells = cellsFromList(JSON.parse(p.get("c") || "[]"));
+    s.pins = JSON.parse(p.get("p") || "[]").map(([label, list]) => ({ label: String(label), cells: cellsFromList(list) }));
   } catch (err) { showError("the address holds a selection this page cannot read; it was dropped"); }
   return s;
 }
@@ -55,7 +64,7 @@ function commit(next) {           // a change the user made: undoable, in the ad
   setState(next);
 }
 function setState(next) {
-  const promptChanged = !state || state.text !== next.text || state.target !== next.target;
+  const promptChanged = !state || state.text !== next.text || state.target !== next.target || state.id !== next.id;
   state = next;
   if (promptChanged) { map = null; promptEpoch += 1; $("continuations").replaceChildren(); }
   history.replaceState(null, "", encodeState(state));
@@ -79,7 +88,9 @@ async function ask() {
   const mine = ++asked, start = performance.now();
   $("status").textContent = "…";
   try {
-    const data = await post("/api/predict", { prompt: promptBody(), cells: cellsForApi(state.cells), top_k: state.k });
+    const pins = state.pins.map((pin) => ({ label: pin.label, cells: cellsForApi(pin.cells) }));
+    const data = await post("/api/predict", { prompt: promptBody(), cells: cellsForApi(state.cells), top_k: state.k,
+                                              pins, competitor: state.rival });
     if (mine !== asked) return;
     view = data;
     showError(null);
@@ -112,7 +123,7 @@ function el(tag, attrs = {}, ...children) {
 }
 const donorClass = (donor) => `d${info.donors.indexOf(donor) % 6}`;
 
-function render() { renderGrid(); renderPredictions(); renderExport(); renderSelectors(); }
+function render() { renderTarget(); renderGrid(); renderPredictions(); renderCompare(); renderExport(); renderSelectors(); }
 
 function renderGrid() {
   const table = $("grid");
@@ -184,6 +195,76 @@ function renderPredictions() {
 // Probabilities to 4 decimals; a target's below 0.001 in 3 significant digits (rank 646 is not p 0).
 const shownProb = (p) => (p > 0 && p < 1e-3 ? p.toExponential(2) : p.toFixed(4));
 
+function renderTarget() {
+  const tokens = view.target_tokens || [];
+  $("target-tokens").textContent = tokens.length
+    ? `target tokens: ${tokens.map((t, i) => JSON.stringify(t) + (i === view.scored ? " (scored)" : "")).join(" · ")}` : "";
+  $("target-note").textContent = view.target_note || "";
+}
+
+// ---- the comparison -------------------------------------------------------------------------------
+const signed = (v) => (v >= 0 ? "+" : "") + v.toFixed(4);
+function compareRows(cmp) {       // [label, metric key, format] of each row of the table
+  const rows = [["p (first token)", "prob", shownProb], ["rank", "rank", String], ["log p", "logprob", (v) => v.toFixed(4)],
+    ["Δ log p vs recipient", "delta_logprob", signed]];
+  if (cmp.competitor) rows.push([`logit diff vs ${JSON.stringify(cmp.competitor.token)}`, "logit_diff", signed]);
+  rows.push(["log p (whole target)", "target_logprob", (v) => v.toFixed(4)], ["Δ log p (whole) vs recipient", "delta_target_logprob", signed]);
+  for (const d of cmp.donors) rows.push([`recovery of ${d}'s gain`, `recovery:${d}`, (v) => (v === null ? "–" : v.toFixed(4))]);
+  return rows;
+}
+const metricOf = (column, key) => (key.startsWith("recovery:") ? column.recovery[key.slice(9)] : column[key]);
+function renderCompare() {
+  const table = $("compare"), cmp = view.compare;
+  table.replaceChildren();
+  $("csv").disabled = $("json").disabled = !cmp;
+  if (!cmp) { table.append(el("tr", {}, el("td", { text: "the comparison scores the target: type a target" }))); return; }
+  let pin = 0;
+  const head = el("tr", {}, el("th", { class: "metric", text: "" }));
+  for (const c of cmp.columns) {
+    const th = el("th", { class: c.kind, "data-kind": c.kind }, c.kind === "donor" ? `donor ${c.name}` : c.name);
+    if (c.kind === "pin") {
+      const index = pin++;
+      th.append(el("button", { class: "load", text: "load", title: "put this graft on the grid", onclick: () => commit(withCells({ ...state.pins[index].cells })) }),
+        el("button", { class: "unpin", text: "✕", title: "unpin", onclick: () => commit({ ...state, pins: state.pins.filter((_, i) => i !== index) }) }));
+    }
+    head.append(th);
+  }
+  const body = el("tbody");
+  for (const [label, key, format] of compareRows(cmp)) {
+    const tr = el("tr", { "data-metric": key }, el("th", { class: "metric", text: label }));
+    cmp.columns.forEach((c, i) => tr.append(el("td", { class: c.kind, "data-col": i, text: format(metricOf(c, key)) })));
+    body.append(tr);
+  }
+  table.append(el("thead", {}, head), body);
+}
+function pinCurrent() {
+  const cells = Object.keys(state.cells).length, donors = [...new Set(Object.values(state.cells))];
+  const label = `#${state.pins.length + 1}: ${cells} cells` + (donors.length ? ` from ${donors.join("+")}` : "");
+  commit({ ...state, pins: [...state.pins, { label, cells: { ...state.cells } }] });
+}
+
+// ---- exports of the comparison ------------------------------------------------------------------------
+function comparisonJson() {
+  const cmp = view.compare;
+  let pin = 0;
+  const cells = (c) => (c.kind === "pin" ? cellsForApi(state.pins[pin++].cells) : c.kind === "current" ? cellsForApi(state.cells) : null);
+  return { prompt: state.text, target: state.target, prompt_id: state.id, target_tokens: view.target_tokens,
+           scored: view.scored, competitor: cmp.competitor, donors: cmp.donors,
+           columns: cmp.columns.map((c) => ({ ...c, cells: cells(c) })) };
+}
+function comparisonCsv() {
+  const cmp = view.compare, keys = ["prob", "rank", "logprob", "delta_logprob", "logit_diff", "target_logprob", "delta_target_logprob"];
+  const quote = (v) => (v === null || v === undefined ? "" : /[",\n\r]/.test(String(v)) ? `"${String(v).replace(/"/g, '""')}"` : String(v));
+  const header = ["kind", "name", ...keys, ...cmp.donors.map((d) => `recovery_${d}`)];
+  const lines = cmp.columns.map((c) => [c.kind, c.name, ...keys.map((k) => c[k]), ...cmp.donors.map((d) => c.recovery[d])].map(quote).join(","));
+  return [header.map(quote).join(","), ...lines].join("\n") + "\n";
+}
+function download(name, type, text) {
+  const a = el("a", { href: URL.createObjectURL(new Blob([text], { type })), download: name });
+  document.body.append(a); a.click(); a.remove();
+  setTimeout(() => URL.revokeObjectURL(a.href), 10_000);
+}
+
 function renderExport() {
   $("python").textContent = view.python;
   $("condition").textContent = view.condition || "(none)";
@@ -235,13 +316,13 @@ function composed(on) {
 // ---- the rest of the page -----------------------------------------------------------------------
 function syncInputs() {
   $("text").value = state.text; $("target").value = state.target; $("dataset").value = state.id || "";
-  $("donor").value = state.donor; $("topk").value = state.k;
+  $("donor").value = state.donor; $("topk").value = state.k; $("rival").value = state.rival;
 }
 function promptFromInputs() {
   const text = $("text").value, target = $("target").value;
   const id = state.id && info.prompts.find((p) => p.id === state.id && p.text === text) ? state.id : null;
   if (text === state.text && target === state.target && id === state.id) return;
-  commit({ ...state, text, target, id, cells: {} });
+  commit({ ...state, text, target, id, cells: {}, pins: [] });
 }
 
 async function generate() {
@@ -281,7 +362,7 @@ async function start() {
 
   $("dataset").onchange = () => {
     const p = info.prompts.find((q) => q.id === $("dataset").value);
-    if (p) commit({ ...state, text: p.text, target: p.target, id: p.id, cells: {} });
+    if (p) commit({ ...state, text: p.text, target: p.target, id: p.id, cells: {}, pins: [] });
     else commit({ ...state, id: null });
   };
   $("apply").onclick = promptFromInputs;
@@ -298,6 +379,12 @@ async function start() {
     if (!(e.ctrlKey || e.metaKey) || e.key.toLowerCase() !== "z" || ["TEXTAREA", "INPUT"].includes(e.target.tagName)) return;
     e.preventDefault(); $(e.shiftKey ? "redo" : "undo").click();
   });
+  $("pin").onclick = pinCurrent;
+  const rival = () => { if ($("rival").value !== state.rival) commit({ ...state, rival: $("rival").value }); };
+  $("rival").addEventListener("change", rival);
+  $("rival").addEventListener("keydown", (e) => { if (e.key === "Enter") { e.preventDefault(); rival(); } });
+  $("csv").onclick = () => download("explore-comparison.csv", "text/csv", comparisonCsv());
+  $("json").onclick = () => download("explore-comparison.json", "application/json", JSON.stringify(comparisonJson(), null, 2));
   $("generate").onclick = generate;
   $("attribute").onclick = attribution;
   $("hide-map").onclick = () => { map = null; renderGrid(); };
@@ -305,7 +392,7 @@ async function start() {
 
   const first = info.prompts[0];
   setState(decodeState(location.hash) || { text: first ? first.text : "The capital of France is", target: first ? first.target : "",
-    id: first ? first.id : null, donor: info.donors[0], k: 5, cells: {} });
+    id: first ? first.id : null, donor: info.donors[0], k: 5, cells: {}, pins: [], rival: "" });
 }
 
 start().catch((err) => showError(`cannot start: ${err.message}`));
