@@ -10,7 +10,10 @@ A screenshot of the page on the built-in model (when it is cached) goes to docs/
 
 from __future__ import annotations
 
+import csv
 import functools
+import io
+import json
 import os
 from pathlib import Path
 
@@ -297,6 +300,42 @@ def test_pinned_grafts_compare_as_the_library_computes_them(served, page, grafte
     page.select_option("#dataset", PROMPT.id)
     _answered(page, 11)
     assert page.locator("#compare th.pin").count() == 0
+
+
+def test_the_comparison_downloads_as_csv_and_json_with_the_library_numbers(served, page, grafter, root):
+    paths, _ = world(root)
+    tokenizer = load_tokenizer(paths["pre"])
+    expected, rival = _compared_expectations(grafter, tokenizer)
+    page.goto(served)
+    _answered(page, 1)
+    _pin_two_grafts(page, " " + tokenizer.decode([rival]))
+    with page.expect_download() as csv_download:
+        page.click("#csv")
+    with page.expect_download() as json_download:
+        page.click("#json")
+    rows = list(csv.DictReader(io.StringIO(Path(csv_download.value.path()).read_text())))
+    saved = json.loads(Path(json_download.value.path()).read_text())
+    assert (
+        [r["kind"] for r in rows]
+        == [c["kind"] for c in saved["columns"]]
+        == [*("recipient", "donor", "donor", "current", "pin", "pin")]
+    )
+    assert saved["prompt"] == COMPARED.text and saved["target"] == COMPARED.target
+    assert {(r["prompt"], r["target"], r["competitor"]) for r in rows} == {
+        (COMPARED.text, COMPARED.target, " " + tokenizer.decode([rival]))
+    }
+    for row, column, want in zip(rows, saved["columns"], expected):
+        assert int(row["rank"]) == column["rank"] == want["rank"]
+        for key in ("prob", "logprob", "delta_logprob", "logit_diff", "target_logprob", "delta_target_logprob"):
+            assert float(row[key]) == pytest.approx(want[key], abs=1e-5) and column[key] == float(row[key])
+        for donor in DONORS:
+            value = want["recovery"][donor]
+            if value is None:
+                assert row[f"recovery_{donor}"] == "" and column["recovery"][donor] is None
+            else:
+                assert float(row[f"recovery_{donor}"]) == pytest.approx(value, rel=1e-4)
+    # The pins' cells travel with their numbers: the first pin is FE+LT's 3 positions x 17 columns.
+    assert sum(len(c["positions"]) for c in saved["columns"][4]["cells"]) == 3 * 17
 
 
 def test_copy_buttons_put_the_text_on_the_clipboard(served, browser):

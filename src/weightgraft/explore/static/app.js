@@ -255,8 +255,9 @@ function comparisonJson() {
 function comparisonCsv() {
   const cmp = view.compare, keys = ["prob", "rank", "logprob", "delta_logprob", "logit_diff", "target_logprob", "delta_target_logprob"];
   const quote = (v) => (v === null || v === undefined ? "" : /[",\n\r]/.test(String(v)) ? `"${String(v).replace(/"/g, '""')}"` : String(v));
-  const header = ["kind", "name", ...keys, ...cmp.donors.map((d) => `recovery_${d}`)];
-  const lines = cmp.columns.map((c) => [c.kind, c.name, ...keys.map((k) => c[k]), ...cmp.donors.map((d) => c.recovery[d])].map(quote).join(","));
+  const header = ["prompt", "target", "competitor", "kind", "name", ...keys, ...cmp.donors.map((d) => `recovery_${d}`)];
+  const context = [state.text, state.target, cmp.competitor ? cmp.competitor.text : ""];  // rows of many prompts can be concatenated
+  const lines = cmp.columns.map((c) => [...context, c.kind, c.name, ...keys.map((k) => c[k]), ...cmp.donors.map((d) => c.recovery[d])].map(quote).join(","));
   return [header.map(quote).join(","), ...lines].join("\n") + "\n";
 }
 function download(name, type, text) {
