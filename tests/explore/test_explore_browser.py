@@ -338,6 +338,53 @@ def test_the_comparison_downloads_as_csv_and_json_with_the_library_numbers(serve
     assert sum(len(c["positions"]) for c in saved["columns"][4]["cells"]) == 3 * 17
 
 
+def test_cells_a_donor_leaves_unchanged_are_marked_and_the_header_names_the_models(browser, root, tmp_path):
+    """A donor equal to the recipient except in layer 1's MLP: every other cell is hatched for it
+    (a click there changes nothing: the graft's numbers stay the recipient's); for sft, exactly the
+    norms its perturbation left bit-identical."""
+    from weightgraft.explore.launch import open_session
+
+    paths, data = world(root)
+    half = load_model(paths["pre"], "cpu", "float32")
+    with torch.no_grad():
+        half.model.layers[1].mlp.down_proj.weight.add_(0.1)
+    half.save_pretrained(tmp_path / "half")
+    load_tokenizer(paths["pre"]).save_pretrained(tmp_path / "half")
+    server = ServerThread(open_session(paths["pre"], {"sft": paths["sft"], "half": str(tmp_path / "half")}, data))
+    url = server.start()
+    try:
+        context = browser.new_context(viewport={"width": 1300, "height": 1000})
+        page = context.new_page()
+        page.goto(url)
+        _answered(page, 1)
+        tokens, columns = page.locator("th.tok").count(), page.locator("th.col").count()
+        # sft's finetune-like noise scales with each weight's spread: the all-ones norms stay as they are.
+        pre, sft = load_model(paths["pre"], "cpu", "float32"), load_model(paths["sft"], "cpu", "float32")
+        same_norms = [
+            i
+            for i, (a, b) in enumerate(zip(pre.model.layers, sft.model.layers))
+            if torch.equal(a.input_layernorm.weight, b.input_layernorm.weight)
+            and torch.equal(a.post_attention_layernorm.weight, b.post_attention_layernorm.weight)
+        ]
+        assert same_norms and page.locator("td.cell.same").count() == tokens * len(same_norms)
+        assert page.locator("td.cell.same[data-group='NORMS']").count() == tokens * len(same_norms)
+        page.select_option("#donor", "half")
+        _answered(page, 2)
+        assert page.locator("td.cell.same").count() == tokens * (columns - 1)
+        assert page.locator("td.cell[data-group='FFN'][data-layer='1'].same").count() == 0
+        page.click("td.cell[data-group='O'][data-layer='1'][data-pos='2']")  # hatched: nothing changes
+        _answered(page, 3)
+        assert _shown(page, "graft")["tprob"] == _shown(page, "recipient")["tprob"]
+        size = sum(p.numel() for p in half.parameters())
+        legend = page.locator("#models .legend").all_text_contents()
+        assert [t.split(" (")[0].strip() for t in legend] == ["sft", "half"]
+        assert f"({size / 1e3:.1f}k)" in legend[1] and paths["pre"] in page.locator("#models").text_content()
+        assert page.locator("#models .legend .swatch.d1").count() == 1  # half's colour, as its cells
+        context.close()
+    finally:
+        server.stop()
+
+
 def test_copy_buttons_put_the_text_on_the_clipboard(served, browser):
     context = browser.new_context()
     context.grant_permissions(["clipboard-read", "clipboard-write"], origin=served.rstrip("/"))

@@ -94,6 +94,7 @@ class ExploreSession:
         self.threads = threads
         self._lock = threading.Lock()
         self._baselines: OrderedDict[tuple[int, ...], list[torch.Tensor]] = OrderedDict()
+        self._same: dict[str, list[list]] | None = None  # donor -> identical columns, once asked
         self._columns: OrderedDict[tuple, dict] = OrderedDict()  # a comparison's scores per row and graft
 
     @contextmanager
@@ -114,6 +115,37 @@ class ExploreSession:
                 for p in list(self.prompts.values())[:MAX_LISTED_PROMPTS]
             ],
             "limits": {"max_tokens": self.max_tokens, "max_top_k": MAX_TOP_K, "max_new_tokens": MAX_NEW_TOKENS},
+            "identical": self._identical(),
+            "models": self._models(),
+        }
+
+    def _identical(self) -> dict[str, list[list]]:
+        """Per donor, the grid's columns [group, layer] where its weights equal the recipient's bit for
+        bit (a click there cannot change anything); computed once."""
+        if self._same is None:
+            with self._running():
+                same = {d: set(self.grafter.identical_keys(d)) for d in self.grid.donors}
+            self._same = {
+                d: [
+                    [c.group, c.layer]
+                    for c in self.grid.columns
+                    if all((c.layer, m) in keys for m in self.grid.members(c.group))
+                ]
+                for d, keys in same.items()
+            }
+        return self._same
+
+    def _models(self) -> dict:
+        """Names and sizes (parameters) of the recipient and each donor, for the page's header."""
+        names = self.names
+        size = sum(p.numel() for p in self.grafter.recipient.parameters())
+        donor_size = lambda d: sum(s.numel() for s in self.grafter.donors[d].parameter_shapes().values())  # noqa: E731
+        return {
+            "recipient": {"name": names.recipient if names else "recipient", "parameters": size},
+            "donors": [
+                {"name": d, "source": names.donors.get(d, "") if names else "", "parameters": donor_size(d)}
+                for d in self.grid.donors
+            ],
         }
 
     # --- prompts --------------------------------------------------------------------------------

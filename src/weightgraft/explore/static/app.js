@@ -125,8 +125,17 @@ const donorClass = (donor) => `d${info.donors.indexOf(donor) % 6}`;
 
 function render() { renderTarget(); renderGrid(); renderPredictions(); renderCompare(); renderExport(); renderSelectors(); }
 
+const sizeText = (n) => (n >= 1e9 ? `${(n / 1e9).toFixed(2)}B` : n >= 1e6 ? `${(n / 1e6).toFixed(1)}M` : n >= 1e3 ? `${(n / 1e3).toFixed(1)}k` : String(n));
+function renderModels() {         // the header: the recipient, and each donor with its grid colour (the legend)
+  const m = info.models;
+  const donors = m.donors.map((d) => el("span", { class: "legend", "data-donor": d.name, title: d.source || d.name },
+    el("span", { class: `swatch ${donorClass(d.name)}` }), ` ${d.name} (${sizeText(d.parameters)})`));
+  $("models").replaceChildren(`recipient ${m.recipient.name} (${sizeText(m.recipient.parameters)} parameters, ${info.num_layers} layers) · donors:`, ...donors);
+}
+
 function renderGrid() {
   const table = $("grid");
+  const same = new Set((info.identical[state.donor] || []).map(([g, l]) => `${g}|${l === null ? "" : l}`));
   table.replaceChildren();
   table.classList.toggle("map", !!map);
   const cols = info.columns;
@@ -153,9 +162,11 @@ function renderGrid() {
     cols.forEach((c, i) => {
       const donor = state.cells[cellKey(c.group, c.layer, pos)];
       const first = i === 0 || cols[i - 1].group !== c.group;
-      const td = el("td", { class: "cell" + (first ? " gstart" : "") + (donor ? ` on ${donorClass(donor)}` : ""),
+      const unchanged = same.has(`${c.group}|${c.layer === null ? "" : c.layer}`);
+      const td = el("td", { class: "cell" + (first ? " gstart" : "") + (donor ? ` on ${donorClass(donor)}` : "") + (unchanged ? " same" : ""),
         "data-group": c.group, "data-layer": c.layer === null ? "" : c.layer, "data-pos": pos,
-        title: `${token.trim() || token} · ${c.group}${c.layer === null ? "" : " L" + c.layer}` + (donor ? ` · from ${donor}` : ""),
+        title: `${token.trim() || token} · ${c.group}${c.layer === null ? "" : " L" + c.layer}` + (donor ? ` · from ${donor}` : "")
+          + (unchanged ? ` · ${state.donor}'s weights here equal the recipient's: grafting them changes nothing` : ""),
         onclick: () => toggleCells([[c, pos]]) });
       if (map && scale > 0) {
         const v = map.values[pos][i], a = Math.min(1, Math.abs(v) / scale);
@@ -354,7 +365,7 @@ async function copy(button) {
 async function start() {
   const response = await fetch("/api/info");
   info = await response.json();
-  $("models").textContent = `${info.num_layers} layers · donors: ${info.donors.join(", ")}`;
+  renderModels();
   $("donor").replaceChildren(...info.donors.map((d) => el("option", { value: d, text: d })));
   $("dataset").append(...info.prompts.map((p) => el("option", { value: p.id, text: `${p.template}: ${p.text}` })));
   $("sel-layers").replaceChildren(...Object.keys(info.bands).map((b) => el("option", { value: b, text: b })));
