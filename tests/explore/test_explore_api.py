@@ -61,6 +61,8 @@ BAD = {
     "not JSON": (b"{not json", 400, "not JSON"),
     "not UTF-8": (b"\xff\xfe\x00", 400, "not JSON"),
     "a list": (b"[1, 2]", 422, "bad request"),
+    "nested thousands deep": (b"[" * 100_000 + b"]" * 100_000, 400, "nested too deeply"),
+    "an object nested deep": (b'{"a":' * 30_000 + b"1" + b"}" * 30_000, 400, "nested too deeply"),
     "no prompt": (b"{}", 422, "prompt"),
     "unknown field": (json.dumps({**GOOD, "path": "/etc/passwd"}).encode(), 422, "path"),
     "wrong type": (json.dumps({**GOOD, "top_k": "5"}).encode(), 422, "top_k"),
@@ -165,6 +167,7 @@ def test_generate_and_attribute_endpoints(served):
 
 def test_the_command_prints_its_loopback_address_and_serves(tmp_path):
     """`weightgraft explore` as a user runs it: the address line, then the page at that address."""
+    import signal
     import subprocess
     import sys
 
@@ -185,10 +188,15 @@ def test_the_command_prints_its_loopback_address_and_serves(tmp_path):
         port = url.rstrip("/").rsplit(":", 1)[1]
         taken = subprocess.run(command[:-1] + [port], capture_output=True, text=True, timeout=120)
         assert taken.returncode == 2 and taken.stderr.startswith(f"error: cannot listen on 127.0.0.1:{port}")
+        # Ctrl-C stops it with a plain line, not the resume hint of `weightgraft run`.
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=60)
+        assert process.returncode == 0, err
+        assert "weightgraft explore: stopped" in out + err and "resume" not in out + err and "interrupted" not in err
     finally:
-        process.terminate()
-        process.wait(timeout=30)
-    assert process.returncode is not None
+        if process.poll() is None:
+            process.terminate()
+            process.wait(timeout=30)
 
 
 def test_bad_command_lines_are_one_line(tmp_path):

@@ -10,6 +10,10 @@ A screenshot of the page on the built-in model (when it is cached) goes to docs/
 
 from __future__ import annotations
 
+import csv
+import functools
+import io
+import json
 import os
 from pathlib import Path
 
@@ -193,6 +197,194 @@ def test_click_fe_lt_ungraft_undo_reload_and_run_the_python(served, page, grafte
     other.close()
 
 
+# f1-paper_1: the task donor lowers the target's p here, so its gain has no recovery ("–").
+COMPARED = tiny_world.make_prompts()[3]
+O_FFN = ["o", "gate", "up", "down"]
+
+
+def _library_column(grafter, row: list[int], prompt_len: int, target_ids: list[int], grafts, rival: int) -> dict:
+    """What the comparison must show for one graft, from `Grafter.logits` on prompt + target[:-1]."""
+    logits = grafter.logits(torch.tensor([row]), grafts=grafts)[0].float()
+    logp = torch.log_softmax(logits[prompt_len - 1 :], -1)
+    step, target = logits[prompt_len - 1], target_ids[0]
+    return {
+        "prob": float(logp[0, target].exp()),
+        "rank": int((step > step[target]).sum()) + 1,
+        "logprob": float(logp[0, target]),
+        "logit_diff": float(step[target] - step[rival]),
+        "target_logprob": float(sum(logp[j, t] for j, t in enumerate(target_ids))),
+    }
+
+
+def _pin_two_grafts(page, rival_text: str) -> None:
+    """On COMPARED: pin FE+LT from sft and LT x Q4 x O+FFN from task, type a competing answer."""
+    page.select_option("#dataset", COMPARED.id)
+    _answered(page, 2)
+    page.click("button[data-sel='FE+LT']")
+    _answered(page, 3)
+    page.click("#pin")
+    _answered(page, 4)
+    page.click("#clear")
+    _answered(page, 5)
+    page.select_option("#donor", "task")
+    _answered(page, 6)
+    page.select_option("#sel-pos", "LT")
+    page.select_option("#sel-layers", "Q4")
+    page.select_option("#sel-comps", "O+FFN")
+    page.click("#sel-add")
+    _answered(page, 7)
+    page.click("#pin")
+    _answered(page, 8)
+    page.fill("#rival", rival_text)
+    page.press("#rival", "Enter")
+    _answered(page, 9)
+
+
+def _compared_expectations(grafter, tokenizer) -> tuple[list[dict], int]:
+    """The library's numbers for recipient, sft, task, the current graft and the two pins."""
+    enc = encode_prompt(tokenizer, COMPARED)
+    ids, target_ids = enc.input_ids, enc.target_ids
+    row, n = ids + target_ids[:-1], len(ids)
+    forced = list(range(n, len(row)))  # teacher-forced target tokens get the last token's grafts
+    fe_lt = sorted(enc.positions["first_entity"] + [n - 1]) + forced
+    pin_a = [Graft(fe_lt, "all", EVERY_WEIGHT, donor="sft")]
+    pin_b = [Graft([n - 1, *forced], [3], O_FFN, donor="task")]
+    recipient_top = int(grafter.last_logits(torch.tensor([ids]))[0].argmax())
+    rival = (
+        recipient_top
+        if recipient_top != target_ids[0]
+        else int(grafter.last_logits(torch.tensor([ids]))[0].topk(2).indices[1])
+    )
+    everywhere = [[Graft("all", "all", "all", donor=d)] for d in DONORS]
+    columns = [_library_column(grafter, row, n, target_ids, g, rival) for g in [[], *everywhere, pin_b, pin_a, pin_b]]
+    base, donor_p = columns[0], {d: columns[1 + i]["prob"] for i, d in enumerate(DONORS)}
+    for c in columns:
+        c["delta_logprob"] = c["logprob"] - base["logprob"]
+        c["delta_target_logprob"] = c["target_logprob"] - base["target_logprob"]
+        c["recovery"] = {
+            d: (c["prob"] - base["prob"]) / (p - base["prob"]) if p > base["prob"] else None for d, p in donor_p.items()
+        }
+    return columns, rival
+
+
+def _compared_cell(page, col: int, key: str) -> str:
+    return page.locator(f"#compare tr[data-metric='{key}'] td[data-col='{col}']").text_content()
+
+
+def test_pinned_grafts_compare_as_the_library_computes_them(served, page, grafter, root):
+    paths, _ = world(root)
+    tokenizer = load_tokenizer(paths["pre"])
+    expected, rival = _compared_expectations(grafter, tokenizer)
+    assert expected[2]["recovery"]["task"] is None  # the case of "–" is on this prompt
+    page.goto(served)
+    _answered(page, 1)
+    _pin_two_grafts(page, " " + tokenizer.decode([rival]))
+    kinds = page.locator("#compare thead th[data-kind]").evaluate_all("(ths) => ths.map((t) => t.dataset.kind)")
+    assert kinds == ["recipient", "donor", "donor", "current", "pin", "pin"]
+    for col, want in enumerate(expected):
+        shown = functools.partial(_compared_cell, page, col)
+        assert _printed_equal(shown("prob"), want["prob"]) and shown("rank") == str(want["rank"])
+        for key in ("logprob", "delta_logprob", "logit_diff", "target_logprob", "delta_target_logprob"):
+            assert _printed_equal(shown(key), want[key]), (col, key, shown(key), want[key])
+        for donor in DONORS:
+            value = want["recovery"][donor]
+            assert (
+                shown(f"recovery:{donor}") == "–"
+                if value is None
+                else _printed_equal(shown(f"recovery:{donor}"), value)
+            )
+    # A pin's "load" puts its graft back on the grid; a new prompt clears the pins.
+    page.click("#compare th.pin >> nth=0 >> button.load")
+    _answered(page, 10)
+    assert _cells_on(page) == 3 * 17  # FE+LT: 3 positions x every weight's 17 columns
+    page.select_option("#dataset", PROMPT.id)
+    _answered(page, 11)
+    assert page.locator("#compare th.pin").count() == 0
+
+
+def test_the_comparison_downloads_as_csv_and_json_with_the_library_numbers(served, page, grafter, root):
+    paths, _ = world(root)
+    tokenizer = load_tokenizer(paths["pre"])
+    expected, rival = _compared_expectations(grafter, tokenizer)
+    page.goto(served)
+    _answered(page, 1)
+    _pin_two_grafts(page, " " + tokenizer.decode([rival]))
+    with page.expect_download() as csv_download:
+        page.click("#csv")
+    with page.expect_download() as json_download:
+        page.click("#json")
+    rows = list(csv.DictReader(io.StringIO(Path(csv_download.value.path()).read_text())))
+    saved = json.loads(Path(json_download.value.path()).read_text())
+    assert (
+        [r["kind"] for r in rows]
+        == [c["kind"] for c in saved["columns"]]
+        == [*("recipient", "donor", "donor", "current", "pin", "pin")]
+    )
+    assert saved["prompt"] == COMPARED.text and saved["target"] == COMPARED.target
+    assert {(r["prompt"], r["target"], r["competitor"]) for r in rows} == {
+        (COMPARED.text, COMPARED.target, " " + tokenizer.decode([rival]))
+    }
+    for row, column, want in zip(rows, saved["columns"], expected):
+        assert int(row["rank"]) == column["rank"] == want["rank"]
+        for key in ("prob", "logprob", "delta_logprob", "logit_diff", "target_logprob", "delta_target_logprob"):
+            assert float(row[key]) == pytest.approx(want[key], abs=1e-5) and column[key] == float(row[key])
+        for donor in DONORS:
+            value = want["recovery"][donor]
+            if value is None:
+                assert row[f"recovery_{donor}"] == "" and column["recovery"][donor] is None
+            else:
+                assert float(row[f"recovery_{donor}"]) == pytest.approx(value, rel=1e-4)
+    # The pins' cells travel with their numbers: the first pin is FE+LT's 3 positions x 17 columns.
+    assert sum(len(c["positions"]) for c in saved["columns"][4]["cells"]) == 3 * 17
+
+
+def test_cells_a_donor_leaves_unchanged_are_marked_and_the_header_names_the_models(browser, root, tmp_path):
+    """A donor equal to the recipient except in layer 1's MLP: every other cell is hatched for it
+    (a click there changes nothing: the graft's numbers stay the recipient's); for sft, exactly the
+    norms its perturbation left bit-identical."""
+    from weightgraft.explore.launch import open_session
+
+    paths, data = world(root)
+    half = load_model(paths["pre"], "cpu", "float32")
+    with torch.no_grad():
+        half.model.layers[1].mlp.down_proj.weight.add_(0.1)
+    half.save_pretrained(tmp_path / "half")
+    load_tokenizer(paths["pre"]).save_pretrained(tmp_path / "half")
+    server = ServerThread(open_session(paths["pre"], {"sft": paths["sft"], "half": str(tmp_path / "half")}, data))
+    url = server.start()
+    try:
+        context = browser.new_context(viewport={"width": 1300, "height": 1000})
+        page = context.new_page()
+        page.goto(url)
+        _answered(page, 1)
+        tokens, columns = page.locator("th.tok").count(), page.locator("th.col").count()
+        # sft's finetune-like noise scales with each weight's spread: the all-ones norms stay as they are.
+        pre, sft = load_model(paths["pre"], "cpu", "float32"), load_model(paths["sft"], "cpu", "float32")
+        same_norms = [
+            i
+            for i, (a, b) in enumerate(zip(pre.model.layers, sft.model.layers))
+            if torch.equal(a.input_layernorm.weight, b.input_layernorm.weight)
+            and torch.equal(a.post_attention_layernorm.weight, b.post_attention_layernorm.weight)
+        ]
+        assert same_norms and page.locator("td.cell.same").count() == tokens * len(same_norms)
+        assert page.locator("td.cell.same[data-group='NORMS']").count() == tokens * len(same_norms)
+        page.select_option("#donor", "half")
+        _answered(page, 2)
+        assert page.locator("td.cell.same").count() == tokens * (columns - 1)
+        assert page.locator("td.cell[data-group='FFN'][data-layer='1'].same").count() == 0
+        page.click("td.cell[data-group='O'][data-layer='1'][data-pos='2']")  # hatched: nothing changes
+        _answered(page, 3)
+        assert _shown(page, "graft")["tprob"] == _shown(page, "recipient")["tprob"]
+        size = sum(p.numel() for p in half.parameters())
+        legend = page.locator("#models .legend").all_text_contents()
+        assert [t.split(" (")[0].strip() for t in legend] == ["sft", "half"]
+        assert f"({size / 1e3:.1f}k)" in legend[1] and paths["pre"] in page.locator("#models").text_content()
+        assert page.locator("#models .legend .swatch.d1").count() == 1  # half's colour, as its cells
+        context.close()
+    finally:
+        server.stop()
+
+
 def test_copy_buttons_put_the_text_on_the_clipboard(served, browser):
     context = browser.new_context()
     context.grant_permissions(["clipboard-read", "clipboard-write"], origin=served.rstrip("/"))
@@ -249,6 +441,27 @@ def test_bad_input_shows_a_message_and_the_page_goes_on(served, page):
     page.wait_for_function("document.querySelectorAll('#continuations div').length === 4", timeout=30_000)
     page.click("#attribute")
     page.wait_for_selector("#map-legend:not([hidden])", timeout=30_000)
+
+
+def test_a_new_prompt_clears_the_continuations_and_long_python_lines_wrap(served, page):
+    page.goto(served)
+    _answered(page, 1)
+    page.click("#generate")
+    page.wait_for_function("document.querySelectorAll('#continuations div').length === 4", timeout=30_000)
+    assert PROMPT.text in page.locator("#continuations").text_content()
+    page.fill("#text", "Ada Brook stars in")
+    page.fill("#target", " Cyril")
+    page.click("#apply")
+    _answered(page, 2)
+    assert page.locator("#continuations").text_content() == ""  # not the old prompt's continuations
+    # Every line of the Python and of the condition is in view: wrapped, none past the pane's edge.
+    python = page.locator("#python").text_content()
+    assert max(len(line) for line in python.splitlines()) > 120  # lines longer than the pane is wide
+    for pane in ("#python", "#condition"):
+        width = page.evaluate(
+            f"(() => {{ const p = document.querySelector('{pane}'); return [p.scrollWidth, p.clientWidth]; }})()"
+        )
+        assert width[0] <= width[1], (pane, width)
 
 
 def test_malformed_and_oversized_requests_leave_the_page_working(served, page):

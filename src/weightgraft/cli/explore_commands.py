@@ -40,9 +40,14 @@ def explore_command(
     if recipient is not None:
         refuse_unsafe_models(recipient, {"donor": donor, **named} if donor else named, trust_remote_code)
     bind(host, port).close()  # a taken port fails now, not after the models load
-    recipient, named, data = choose_models(builtin, recipient, donor, named, data, home, progress)
-    session = open_session(recipient, named, data, device, dtype, threads, trust_remote_code)
-    serve(session, host, port, announce=lambda line: typer.echo(line))
+    try:
+        recipient, named, data = choose_models(builtin, recipient, donor, named, data, home, progress)
+        session = open_session(recipient, named, data, device, dtype, threads, trust_remote_code)
+        serve(session, host, port, announce=lambda line: typer.echo(line))
+    except KeyboardInterrupt:
+        # Ctrl-C is how a server is stopped: a plain line, not the CLI's resume hint for `run`
+        # (a built-in build stopped half-way is a ledger: the next start goes on from its last step).
+        typer.echo("weightgraft explore: stopped")
 
 
 def register(app: typer.Typer) -> None:

@@ -172,6 +172,21 @@ class Grafter:
             changed |= {self.keys[k][1] for path in paths for k, _ in self._targets.get(path, [])}
         return [c for c in self.components if c in changed]
 
+    def identical_keys(self, donor: str) -> list[tuple[int | None, str]]:
+        """(layer, component) keys whose weights in `donor` equal the recipient's bit for bit:
+        grafting them changes nothing. A part of a fused matrix counts only when the whole module
+        is identical (never a false "identical"). Reads every donor module once (lazy donors too)."""
+        source = self.donors[donor]
+        same = []
+        for path, served in self._targets.items():
+            mine = dict(self.recipient.get_submodule(path).named_parameters())
+            theirs = dict(source.module(path).named_parameters())
+            if mine.keys() == theirs.keys() and all(
+                torch.equal(mine[n].detach(), theirs[n].detach().to(mine[n].device)) for n in mine
+            ):
+                same += [self.keys[k] for k, _ in served]
+        return [key for key in self.keys if key in same]
+
     def prefetch(self, grafts: Graft | Sequence[Graft]) -> None:
         """Load the donor modules these grafts need now (lazy donors read their tensors)."""
         for graft in as_graft_list(grafts):

@@ -27,6 +27,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from weightgraft.errors import UserError
+from weightgraft.explore.compare import Pin
 from weightgraft.explore.grid import Cells
 from weightgraft.explore.schema import AttributeIn, GenerateIn, PredictIn, PromptIn
 from weightgraft.explore.session import ExploreSession
@@ -60,6 +61,8 @@ def create_app(session: ExploreSession, allowed_hosts: list[str] | None = None) 
                     data = json.loads(body)
                 except (ValueError, UnicodeDecodeError) as err:
                     raise BadRequest(f"the request body is not JSON ({err})") from None
+                except RecursionError:  # `[[[[...` thousands deep: no request of the page nests past 4
+                    raise BadRequest("the request body is nested too deeply to be one of the page's requests") from None
                 try:
                     parsed = model.model_validate(data)
                 except ValidationError as err:
@@ -79,7 +82,11 @@ def create_app(session: ExploreSession, allowed_hosts: list[str] | None = None) 
         return session.encode(prompt.text, prompt.target, prompt.prompt_id)
 
     def predict(req: PredictIn) -> dict:
-        return session.predict(encoded(req.prompt), _cells(req.cells), req.top_k)
+        prompt, cells = encoded(req.prompt), _cells(req.cells)
+        out = session.predict(prompt, cells, req.top_k)
+        pins = [Pin(p.label, tuple(_cells(p.cells))) for p in req.pins]
+        out["compare"] = None if prompt.target_id is None else session.compare(prompt, cells, pins, req.competitor)
+        return out
 
     def generate(req: GenerateIn) -> dict:
         return session.generate(encoded(req.prompt), _cells(req.cells), req.max_new_tokens, req.generated)

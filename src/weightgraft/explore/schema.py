@@ -7,6 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from weightgraft.explore.compare import MAX_PINS
 from weightgraft.explore.session import MAX_NEW_TOKENS, MAX_TOKENS, MAX_TOP_K
 
 MAX_TEXT_CHARS = 4000  # characters of a prompt (its tokens are bounded separately)
@@ -32,10 +33,19 @@ class CellsIn(_Strict):
     positions: list[int] = Field(max_length=MAX_TOKENS)
 
 
+class PinIn(_Strict):
+    """A pinned graft of the comparison: the page's label and its cells."""
+
+    label: str = Field(max_length=80)
+    cells: list[CellsIn] = Field(default_factory=list, max_length=MAX_CELL_ENTRIES)
+
+
 class PredictIn(_Strict):
     prompt: PromptIn
     cells: list[CellsIn] = Field(default_factory=list, max_length=MAX_CELL_ENTRIES)
     top_k: int = Field(5, ge=1, le=MAX_TOP_K)
+    pins: list[PinIn] = Field(default_factory=list, max_length=MAX_PINS)
+    competitor: str = Field("", max_length=400)  # an answer to compare the target with (logit difference)
 
 
 class GenerateIn(_Strict):

@@ -23,8 +23,10 @@ from weightgraft.engine.graft import Graft
 from weightgraft.engine.grafter import Grafter
 from weightgraft.errors import UserError
 from weightgraft.experiments.roles import NotApplicable, parse_positions
+from weightgraft.explore.compare import MAX_PINS, Pin, extend_cells, score_columns, with_changes
 from weightgraft.explore.export import condition_yaml, python_code
 from weightgraft.explore.grid import Cells, Grid
+from weightgraft.explore.tokens import token_text
 
 # Bounds on what one request may ask for (the grid is tokens x columns).
 MAX_TOKENS = 256
@@ -34,6 +36,7 @@ MAX_LISTED_PROMPTS = 5000  # dataset prompts offered in the page's menu (any of 
 # Named position selections offered for a prompt, when its roles allow them.
 NAMED_POSITIONS = ("FE", "M", "R", "LT", "FE+LT", "(FE+LT)^C", "FE^C", "LT^C", "FE+M+LT", "M+LT", "other", "ALL")
 _BASELINE_CACHE = 64
+_COLUMN_CACHE = 1024
 
 
 class ExploreError(UserError, ValueError):
@@ -53,6 +56,9 @@ class Encoded:
     role_positions: dict[str, list[int]]
     target_id: int | None
     selections: dict[str, list[int]] = field(default_factory=dict)
+    target_ids: list[int] = field(default_factory=list)  # the whole target's tokens
+    scored: int = 0  # the index of the scored one (after whitespace-only tokens, teacher-forced)
+    prompt_len: int = 0  # tokens of the prompt alone
 
 
 @dataclass
@@ -88,6 +94,8 @@ class ExploreSession:
         self.threads = threads
         self._lock = threading.Lock()
         self._baselines: OrderedDict[tuple[int, ...], list[torch.Tensor]] = OrderedDict()
+        self._same: dict[str, list[list]] | None = None  # donor -> identical columns, once asked
+        self._columns: OrderedDict[tuple, dict] = OrderedDict()  # a comparison's scores per row and graft
 
     @contextmanager
     def _running(self):
@@ -107,6 +115,37 @@ class ExploreSession:
                 for p in list(self.prompts.values())[:MAX_LISTED_PROMPTS]
             ],
             "limits": {"max_tokens": self.max_tokens, "max_top_k": MAX_TOP_K, "max_new_tokens": MAX_NEW_TOKENS},
+            "identical": self._identical(),
+            "models": self._models(),
+        }
+
+    def _identical(self) -> dict[str, list[list]]:
+        """Per donor, the grid's columns [group, layer] where its weights equal the recipient's bit for
+        bit (a click there cannot change anything); computed once."""
+        if self._same is None:
+            with self._running():
+                same = {d: set(self.grafter.identical_keys(d)) for d in self.grid.donors}
+            self._same = {
+                d: [
+                    [c.group, c.layer]
+                    for c in self.grid.columns
+                    if all((c.layer, m) in keys for m in self.grid.members(c.group))
+                ]
+                for d, keys in same.items()
+            }
+        return self._same
+
+    def _models(self) -> dict:
+        """Names and sizes (parameters) of the recipient and each donor, for the page's header."""
+        names = self.names
+        size = sum(p.numel() for p in self.grafter.recipient.parameters())
+        donor_size = lambda d: sum(s.numel() for s in self.grafter.donors[d].parameter_shapes().values())  # noqa: E731
+        return {
+            "recipient": {"name": names.recipient if names else "recipient", "parameters": size},
+            "donors": [
+                {"name": d, "source": names.donors.get(d, "") if names else "", "parameters": donor_size(d)}
+                for d in self.grid.donors
+            ],
         }
 
     # --- prompts --------------------------------------------------------------------------------
@@ -147,10 +186,13 @@ class ExploreSession:
             target=target,
             prompt_id=dataset.id if dataset is not None else None,
             input_ids=list(ids),
-            tokens=[self.tokenizer.decode([i]) for i in ids],
+            tokens=[token_text(self.tokenizer, i) for i in ids],
             roles=roles,
             role_positions=roles_by_name,
             target_id=enc.scored_id if enc is not None and enc.target_ids else None,
+            target_ids=list(enc.target_ids) if enc is not None else [],
+            scored=enc.scored if enc is not None else 0,
+            prompt_len=len(enc.input_ids) if enc is not None else len(ids),
         )
         encoded.selections = self._selections(encoded)
         return encoded
@@ -214,8 +256,29 @@ class ExploreSession:
             "prompt_id": encoded.prompt_id,
             "selections": encoded.selections,
             "target_id": encoded.target_id,
-            "target_token": None if encoded.target_id is None else self.tokenizer.decode([encoded.target_id]),
+            "target_token": None if encoded.target_id is None else token_text(self.tokenizer, encoded.target_id),
+            "target_tokens": [token_text(self.tokenizer, i) for i in encoded.target_ids],
+            "scored": encoded.scored,
+            "target_note": self._space_note(encoded),
         }
+
+    def _space_note(self, encoded: Encoded) -> str | None:
+        """A warning when the target, typed without a leading space, is other tokens than the same
+        target with one (most answers are a new word, whose tokens carry the space)."""
+        target = encoded.target
+        if not target or target[0].isspace() or not encoded.target_ids:
+            return None
+        try:
+            spaced = self.encode(encoded.text, " " + target, encoded.prompt_id)
+        except ExploreError:
+            return None
+        if spaced.target_ids == encoded.target_ids:
+            return None
+        shown = lambda ids: " · ".join(repr(token_text(self.tokenizer, i)) for i in ids)  # noqa: E731
+        return (
+            f"the target {target!r} has no leading space: it is {shown(encoded.target_ids)}, while "
+            f"{' ' + target!r} would be {shown(spaced.target_ids)}; type the space if the answer is a new word"
+        )
 
     def _baseline_logits(self, ids: torch.Tensor) -> list[torch.Tensor]:
         """Last-token logits of the recipient and of each donor alone (cached per prompt)."""
@@ -236,7 +299,7 @@ class ExploreSession:
         row = {
             "name": name,
             "top": [
-                {"token": self.tokenizer.decode([int(i)]), "id": int(i), "prob": float(p)}
+                {"token": token_text(self.tokenizer, int(i)), "id": int(i), "prob": float(p)}
                 for p, i in zip(top.values, top.indices)
             ],
             "target": None,
@@ -249,6 +312,61 @@ class ExploreSession:
     def _tokenizer_matches(self, encoded: Encoded) -> bool:
         """Whether `tokenizer(text).input_ids` gives the grid's tokens (else the Python spells them out)."""
         return list(self.tokenizer(encoded.text)["input_ids"]) == encoded.input_ids
+
+    # --- comparison -----------------------------------------------------------------------------
+    def compare(self, encoded: Encoded, cells: Sequence[Cells], pins: Sequence[Pin] = (), competitor: str = "") -> dict:
+        """The target's scores (`explore.compare`) under the recipient, each donor alone, the
+        current graft and each pinned graft; `competitor`: an answer to take the logit difference
+        against (scored at the same step as the target)."""
+        if encoded.target_id is None:
+            raise ExploreError("the comparison scores the target: give a target")
+        if len(pins) > MAX_PINS:
+            raise ExploreError(f"at most {MAX_PINS} pinned grafts; unpin some")
+        rival = self._rival(encoded, competitor)
+        row = encoded.input_ids[: encoded.prompt_len] + encoded.target_ids[:-1]
+        n, total = len(encoded.input_ids), len(row)
+        named = [("recipient", "recipient", None), *(("donor", d, [Graft("all", "all", "all", donor=d)]) for d in self.grid.donors)]  # fmt: skip
+        for kind, label, selection in [("current", "current graft", cells), *(("pin", p.label, p.cells) for p in pins)]:
+            grafts = self.grid.to_grafts(extend_cells(self.grid.check(selection, n), n, total))
+            named.append((kind, label, grafts or None))
+        columns = self._scored_rows(row, encoded, rival, [g for _, _, g in named])
+        columns = with_changes(columns, self.grid.donors)
+        return {
+            "columns": [{"kind": k, "name": name, **c} for (k, name, _), c in zip(named, columns)],
+            "donors": self.grid.donors,
+            "competitor": None if rival is None else {"text": competitor, "token": token_text(self.tokenizer, rival)},
+        }
+
+    def _rival(self, encoded: Encoded, competitor: str) -> int | None:
+        """The competing answer's scored token, at the step that scores the target (or None)."""
+        if not competitor.strip():
+            return None
+        other = self.encode(encoded.text, competitor, encoded.prompt_id)
+        if other.input_ids != encoded.input_ids:
+            raise ExploreError(
+                f"the competing answer {competitor!r} is scored after other tokens than the target "
+                f"{encoded.target!r} (their whitespace differs): write both with the same leading space"
+            )
+        return other.target_id
+
+    def _scored_rows(self, row: list[int], encoded: Encoded, rival: int | None, grafts: list) -> list[dict]:
+        """Each selection's scores on `row`, from the cache or in one batch (the recipient's and
+        the pinned grafts' stay the same while a click changes the current graft)."""
+        keys = [(tuple(row), encoded.scored, rival, repr(g)) for g in grafts]
+        with self._running():  # the cache too is shared by the server's threads
+            missing = [i for i, k in enumerate(keys) if k not in self._columns]
+            if missing:
+                ids = torch.tensor([row]).expand(len(missing), -1)
+                rows = [grafts[i] for i in missing]
+                logits = self.grafter.logits(ids, row_grafts=rows, logits_to_keep=len(encoded.target_ids))
+                for i, scores in zip(missing, score_columns(logits, encoded.target_ids, encoded.scored, rival)):
+                    self._columns[keys[i]] = scores
+            for k in keys:
+                self._columns.move_to_end(k)
+            out = [self._columns[k] for k in keys]
+            while len(self._columns) > _COLUMN_CACHE:
+                self._columns.popitem(last=False)
+        return out
 
     # --- continuation ---------------------------------------------------------------------------
     def generate(

@@ -7,9 +7,10 @@ const $ = (id) => document.getElementById(id);
 let info = null;          // /api/info: grid columns, groups, bands, component sets, donors, prompts
 let view = null;          // the last /api/predict answer: tokens, roles, selections, predictions
 let map = null;           // the attribution map shown over the grid, or null
-let state = null;         // {text, target, id, donor, k, cells: {"group|layer|pos": donor}}
+let state = null;         // {text, target, id, donor, k, cells: {"group|layer|pos": donor}, pins: [{label, cells}], rival}
 const undoStack = [], redoStack = [];
 let asked = 0;            // sequence number of the latest request, to drop stale answers
+let promptEpoch = 0;      // counts prompt changes: a continuation of an earlier prompt is dropped
 window.explore = { answered: 0, latency: null };  // for tests and the benchmark
 
 // ---- state ----------------------------------------------------------------------------------
@@ -34,17 +35,26 @@ function encodeState(s) {
   if (s.id) p.set("id", s.id);
   const cells = cellsForApi(s.cells).map((c) => [c.donor, c.group, c.layer, c.positions]);
   if (cells.length) p.set("c", JSON.stringify(cells));
+  if (s.rival) p.set("v", s.rival);
+  if (s.pins.length) p.set("p", JSON.stringify(s.pins.map((pin) => [pin.label, cellsToList(pin.cells)])));
   return "#" + p.toString();
+}
+const cellsToList = (cells) => cellsForApi(cells).map((c) => [c.donor, c.group, c.layer, c.positions]);
+function cellsFromList(list) {
+  const cells = {};
+  for (const [donor, group, layer, positions] of list) for (const pos of positions) cells[cellKey(group, layer, pos)] = donor;
+  return cells;
 }
 function decodeState(hash) {
   const p = new URLSearchParams(hash.replace(/^#/, ""));
   if (!p.has("t")) return null;
   const s = { text: p.get("t"), target: p.get("y") || "", id: p.get("id") || null,
               donor: info.donors.includes(p.get("d")) ? p.get("d") : info.donors[0],
-              k: Math.max(1, Math.min(info.limits.max_top_k, Number(p.get("k")) || 5)), cells: {} };
+              k: Math.max(1, Math.min(info.limits.max_top_k, Number(p.get("k")) || 5)), cells: {},
+              pins: [], rival: p.get("v") || "" };
   try {
-    for (const [donor, group, layer, positions] of JSON.parse(p.get("c") || "[]"))
-      for (const pos of positions) s.cells[cellKey(group, layer, pos)] = donor;
+    s.cells = cellsFromList(JSON.parse(p.get("c") || "[]"));
+    s.pins = JSON.parse(p.get("p") || "[]").map(([label, list]) => ({ label: String(label), cells: cellsFromList(list) }));
   } catch (err) { showError("the address holds a selection this page cannot read; it was dropped"); }
   return s;
 }
@@ -54,9 +64,9 @@ function commit(next) {           // a change the user made: undoable, in the ad
   setState(next);
 }
 function setState(next) {
-  const promptChanged = !state || state.text !== next.text || state.target !== next.target;
+  const promptChanged = !state || state.text !== next.text || state.target !== next.target || state.id !== next.id;
   state = next;
-  if (promptChanged) map = null;
+  if (promptChanged) { map = null; promptEpoch += 1; $("continuations").replaceChildren(); }
   history.replaceState(null, "", encodeState(state));
   syncInputs();
   ask();
@@ -78,7 +88,9 @@ async function ask() {
   const mine = ++asked, start = performance.now();
   $("status").textContent = "…";
   try {
-    const data = await post("/api/predict", { prompt: promptBody(), cells: cellsForApi(state.cells), top_k: state.k });
+    const pins = state.pins.map((pin) => ({ label: pin.label, cells: cellsForApi(pin.cells) }));
+    const data = await post("/api/predict", { prompt: promptBody(), cells: cellsForApi(state.cells), top_k: state.k,
+                                              pins, competitor: state.rival });
     if (mine !== asked) return;
     view = data;
     showError(null);
@@ -111,10 +123,19 @@ function el(tag, attrs = {}, ...children) {
 }
 const donorClass = (donor) => `d${info.donors.indexOf(donor) % 6}`;
 
-function render() { renderGrid(); renderPredictions(); renderExport(); renderSelectors(); }
+function render() { renderTarget(); renderGrid(); renderPredictions(); renderCompare(); renderExport(); renderSelectors(); }
+
+const sizeText = (n) => (n >= 1e9 ? `${(n / 1e9).toFixed(2)}B` : n >= 1e6 ? `${(n / 1e6).toFixed(1)}M` : n >= 1e3 ? `${(n / 1e3).toFixed(1)}k` : String(n));
+function renderModels() {         // the header: the recipient, and each donor with its grid colour (the legend)
+  const m = info.models;
+  const donors = m.donors.map((d) => el("span", { class: "legend", "data-donor": d.name, title: d.source || d.name },
+    el("span", { class: `swatch ${donorClass(d.name)}` }), ` ${d.name} (${sizeText(d.parameters)})`));
+  $("models").replaceChildren(`recipient ${m.recipient.name} (${sizeText(m.recipient.parameters)} parameters, ${info.num_layers} layers) · donors:`, ...donors);
+}
 
 function renderGrid() {
   const table = $("grid");
+  const same = new Set((info.identical[state.donor] || []).map(([g, l]) => `${g}|${l === null ? "" : l}`));
   table.replaceChildren();
   table.classList.toggle("map", !!map);
   const cols = info.columns;
@@ -141,9 +162,11 @@ function renderGrid() {
     cols.forEach((c, i) => {
       const donor = state.cells[cellKey(c.group, c.layer, pos)];
       const first = i === 0 || cols[i - 1].group !== c.group;
-      const td = el("td", { class: "cell" + (first ? " gstart" : "") + (donor ? ` on ${donorClass(donor)}` : ""),
+      const unchanged = same.has(`${c.group}|${c.layer === null ? "" : c.layer}`);
+      const td = el("td", { class: "cell" + (first ? " gstart" : "") + (donor ? ` on ${donorClass(donor)}` : "") + (unchanged ? " same" : ""),
         "data-group": c.group, "data-layer": c.layer === null ? "" : c.layer, "data-pos": pos,
-        title: `${token.trim() || token} · ${c.group}${c.layer === null ? "" : " L" + c.layer}` + (donor ? ` · from ${donor}` : ""),
+        title: `${token.trim() || token} · ${c.group}${c.layer === null ? "" : " L" + c.layer}` + (donor ? ` · from ${donor}` : "")
+          + (unchanged ? ` · ${state.donor}'s weights here equal the recipient's: grafting them changes nothing` : ""),
         onclick: () => toggleCells([[c, pos]]) });
       if (map && scale > 0) {
         const v = map.values[pos][i], a = Math.min(1, Math.abs(v) / scale);
@@ -182,6 +205,77 @@ function renderPredictions() {
 
 // Probabilities to 4 decimals; a target's below 0.001 in 3 significant digits (rank 646 is not p 0).
 const shownProb = (p) => (p > 0 && p < 1e-3 ? p.toExponential(2) : p.toFixed(4));
+
+function renderTarget() {
+  const tokens = view.target_tokens || [];
+  $("target-tokens").textContent = tokens.length
+    ? `target tokens: ${tokens.map((t, i) => JSON.stringify(t) + (i === view.scored ? " (scored)" : "")).join(" · ")}` : "";
+  $("target-note").textContent = view.target_note || "";
+}
+
+// ---- the comparison -------------------------------------------------------------------------------
+const signed = (v) => (v >= 0 ? "+" : "") + v.toFixed(4);
+function compareRows(cmp) {       // [label, metric key, format] of each row of the table
+  const rows = [["p (first token)", "prob", shownProb], ["rank", "rank", String], ["log p", "logprob", (v) => v.toFixed(4)],
+    ["Δ log p vs recipient", "delta_logprob", signed]];
+  if (cmp.competitor) rows.push([`logit diff vs ${JSON.stringify(cmp.competitor.token)}`, "logit_diff", signed]);
+  rows.push(["log p (whole target)", "target_logprob", (v) => v.toFixed(4)], ["Δ log p (whole) vs recipient", "delta_target_logprob", signed]);
+  for (const d of cmp.donors) rows.push([`recovery of ${d}'s gain`, `recovery:${d}`, (v) => (v === null ? "–" : v.toFixed(4))]);
+  return rows;
+}
+const metricOf = (column, key) => (key.startsWith("recovery:") ? column.recovery[key.slice(9)] : column[key]);
+function renderCompare() {
+  const table = $("compare"), cmp = view.compare;
+  table.replaceChildren();
+  $("csv").disabled = $("json").disabled = !cmp;
+  if (!cmp) { table.append(el("tr", {}, el("td", { text: "the comparison scores the target: type a target" }))); return; }
+  let pin = 0;
+  const head = el("tr", {}, el("th", { class: "metric", text: "" }));
+  for (const c of cmp.columns) {
+    const th = el("th", { class: c.kind, "data-kind": c.kind }, c.kind === "donor" ? `donor ${c.name}` : c.name);
+    if (c.kind === "pin") {
+      const index = pin++;
+      th.append(el("button", { class: "load", text: "load", title: "put this graft on the grid", onclick: () => commit(withCells({ ...state.pins[index].cells })) }),
+        el("button", { class: "unpin", text: "✕", title: "unpin", onclick: () => commit({ ...state, pins: state.pins.filter((_, i) => i !== index) }) }));
+    }
+    head.append(th);
+  }
+  const body = el("tbody");
+  for (const [label, key, format] of compareRows(cmp)) {
+    const tr = el("tr", { "data-metric": key }, el("th", { class: "metric", text: label }));
+    cmp.columns.forEach((c, i) => tr.append(el("td", { class: c.kind, "data-col": i, text: format(metricOf(c, key)) })));
+    body.append(tr);
+  }
+  table.append(el("thead", {}, head), body);
+}
+function pinCurrent() {
+  const cells = Object.keys(state.cells).length, donors = [...new Set(Object.values(state.cells))];
+  const label = `#${state.pins.length + 1}: ${cells} cells` + (donors.length ? ` from ${donors.join("+")}` : "");
+  commit({ ...state, pins: [...state.pins, { label, cells: { ...state.cells } }] });
+}
+
+// ---- exports of the comparison ------------------------------------------------------------------------
+function comparisonJson() {
+  const cmp = view.compare;
+  let pin = 0;
+  const cells = (c) => (c.kind === "pin" ? cellsForApi(state.pins[pin++].cells) : c.kind === "current" ? cellsForApi(state.cells) : null);
+  return { prompt: state.text, target: state.target, prompt_id: state.id, target_tokens: view.target_tokens,
+           scored: view.scored, competitor: cmp.competitor, donors: cmp.donors,
+           columns: cmp.columns.map((c) => ({ ...c, cells: cells(c) })) };
+}
+function comparisonCsv() {
+  const cmp = view.compare, keys = ["prob", "rank", "logprob", "delta_logprob", "logit_diff", "target_logprob", "delta_target_logprob"];
+  const quote = (v) => (v === null || v === undefined ? "" : /[",\n\r]/.test(String(v)) ? `"${String(v).replace(/"/g, '""')}"` : String(v));
+  const header = ["prompt", "target", "competitor", "kind", "name", ...keys, ...cmp.donors.map((d) => `recovery_${d}`)];
+  const context = [state.text, state.target, cmp.competitor ? cmp.competitor.text : ""];  // rows of many prompts can be concatenated
+  const lines = cmp.columns.map((c) => [...context, c.kind, c.name, ...keys.map((k) => c[k]), ...cmp.donors.map((d) => c.recovery[d])].map(quote).join(","));
+  return [header.map(quote).join(","), ...lines].join("\n") + "\n";
+}
+function download(name, type, text) {
+  const a = el("a", { href: URL.createObjectURL(new Blob([text], { type })), download: name });
+  document.body.append(a); a.click(); a.remove();
+  setTimeout(() => URL.revokeObjectURL(a.href), 10_000);
+}
 
 function renderExport() {
   $("python").textContent = view.python;
@@ -234,23 +328,24 @@ function composed(on) {
 // ---- the rest of the page -----------------------------------------------------------------------
 function syncInputs() {
   $("text").value = state.text; $("target").value = state.target; $("dataset").value = state.id || "";
-  $("donor").value = state.donor; $("topk").value = state.k;
+  $("donor").value = state.donor; $("topk").value = state.k; $("rival").value = state.rival;
 }
 function promptFromInputs() {
   const text = $("text").value, target = $("target").value;
   const id = state.id && info.prompts.find((p) => p.id === state.id && p.text === text) ? state.id : null;
   if (text === state.text && target === state.target && id === state.id) return;
-  commit({ ...state, text, target, id, cells: {} });
+  commit({ ...state, text, target, id, cells: {}, pins: [] });
 }
 
 async function generate() {
-  const box = $("continuations");
+  const box = $("continuations"), epoch = promptEpoch, text = state.text;
   box.textContent = "…";
   try {
     const data = await post("/api/generate", { prompt: promptBody(), cells: cellsForApi(state.cells),
       max_new_tokens: Number($("new-tokens").value), generated: $("generated").value });
-    box.replaceChildren(...data.continuations.map((c) => el("div", { text: `${c.name.padEnd(10)} ${state.text}▸${c.text}` })));
-  } catch (err) { box.textContent = ""; showError(err.message); }
+    if (epoch !== promptEpoch) return;   // the prompt changed while it ran: its pane was cleared
+    box.replaceChildren(...data.continuations.map((c) => el("div", { text: `${c.name.padEnd(10)} ${text}▸${c.text}` })));
+  } catch (err) { if (epoch === promptEpoch) { box.textContent = ""; showError(err.message); } }
 }
 async function attribution() {
   $("status").textContent = "attributing…";
@@ -270,7 +365,7 @@ async function copy(button) {
 async function start() {
   const response = await fetch("/api/info");
   info = await response.json();
-  $("models").textContent = `${info.num_layers} layers · donors: ${info.donors.join(", ")}`;
+  renderModels();
   $("donor").replaceChildren(...info.donors.map((d) => el("option", { value: d, text: d })));
   $("dataset").append(...info.prompts.map((p) => el("option", { value: p.id, text: `${p.template}: ${p.text}` })));
   $("sel-layers").replaceChildren(...Object.keys(info.bands).map((b) => el("option", { value: b, text: b })));
@@ -279,7 +374,7 @@ async function start() {
 
   $("dataset").onchange = () => {
     const p = info.prompts.find((q) => q.id === $("dataset").value);
-    if (p) commit({ ...state, text: p.text, target: p.target, id: p.id, cells: {} });
+    if (p) commit({ ...state, text: p.text, target: p.target, id: p.id, cells: {}, pins: [] });
     else commit({ ...state, id: null });
   };
   $("apply").onclick = promptFromInputs;
@@ -296,6 +391,12 @@ async function start() {
     if (!(e.ctrlKey || e.metaKey) || e.key.toLowerCase() !== "z" || ["TEXTAREA", "INPUT"].includes(e.target.tagName)) return;
     e.preventDefault(); $(e.shiftKey ? "redo" : "undo").click();
   });
+  $("pin").onclick = pinCurrent;
+  const rival = () => { if ($("rival").value !== state.rival) commit({ ...state, rival: $("rival").value }); };
+  $("rival").addEventListener("change", rival);
+  $("rival").addEventListener("keydown", (e) => { if (e.key === "Enter") { e.preventDefault(); rival(); } });
+  $("csv").onclick = () => download("explore-comparison.csv", "text/csv", comparisonCsv());
+  $("json").onclick = () => download("explore-comparison.json", "application/json", JSON.stringify(comparisonJson(), null, 2));
   $("generate").onclick = generate;
   $("attribute").onclick = attribution;
   $("hide-map").onclick = () => { map = null; renderGrid(); };
@@ -303,7 +404,7 @@ async function start() {
 
   const first = info.prompts[0];
   setState(decodeState(location.hash) || { text: first ? first.text : "The capital of France is", target: first ? first.target : "",
-    id: first ? first.id : null, donor: info.donors[0], k: 5, cells: {} });
+    id: first ? first.id : null, donor: info.donors[0], k: 5, cells: {}, pins: [], rival: "" });
 }
 
 start().catch((err) => showError(`cannot start: ${err.message}`));

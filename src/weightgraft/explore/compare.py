@@ -1,0 +1,82 @@
+"""The comparison table: the target's scores under the recipient, each donor alone, the current
+graft and any pinned grafts, side by side, as the paper measures a condition.
+
+Each column is one row of a batch: the prompt followed by the target's tokens but the last,
+teacher-forced (as the runner scores a whole target: `experiments.metrics.score_rows`); the
+tokens after the grid's last row get that row's cells, as the runner gives them the last prompt
+token's grafts. First token: p, rank, log p and its change from the recipient, the logit difference
+against a competing answer; whole target: the sum of its tokens' log-probabilities; and the
+recovery of each donor's gain, (p_graft - p_recipient) / (p_donor - p_recipient), undefined (None)
+where the donor does not raise p.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from weightgraft.experiments.metrics import score_rows
+from weightgraft.explore.grid import Cells
+
+MAX_PINS = 64  # pinned grafts in one comparison
+
+
+@dataclass(frozen=True)
+class Pin:
+    """A pinned graft: its label (the page's) and its cells."""
+
+    label: str
+    cells: tuple[Cells, ...]
+
+
+def extend_cells(cells: Sequence[Cells], num_tokens: int, total: int) -> list[Cells]:
+    """The cells over a row of `total` tokens: teacher-forced tokens after the grid's `num_tokens`
+    get the cells of its last row."""
+    tail = tuple(range(num_tokens, total))
+    return [Cells(c.donor, c.group, c.layer, c.positions + tail if num_tokens - 1 in c.positions else c.positions) for c in cells]  # fmt: skip
+
+
+def score_columns(
+    logits: torch.Tensor, target_ids: list[int], scored: int, rival_id: int | None
+) -> list[dict[str, float | int | None]]:
+    """Scores of each row of `logits` [rows, len(target_ids), vocab] (the steps that score the
+    target's tokens)."""
+    rows = logits.shape[0]
+    scores = score_rows(logits, [0] * rows, [target_ids] * rows, [scored] * rows)
+    step = logits[:, scored].float()
+    logp = torch.log_softmax(step, -1)[:, target_ids[scored]]
+    diff = None if rival_id is None else (step[:, target_ids[scored]] - step[:, rival_id]).tolist()
+    return [
+        {
+            "prob": s["prob"],
+            "rank": s["rank"],
+            "logprob": float(logp[i]),
+            "logit_diff": None if diff is None else float(diff[i]),
+            "target_logprob": s["target_logprob"],
+        }
+        for i, s in enumerate(scores)
+    ]
+
+
+def recovery(p: float, p_recipient: float, p_donor: float) -> float | None:
+    """The share of the donor's gain in p that a graft recovers; None where the donor gains nothing."""
+    gain = p_donor - p_recipient
+    return (p - p_recipient) / gain if gain > 0 else None
+
+
+def with_changes(columns: list[dict], donors: Sequence[str]) -> list[dict]:
+    """Each column with its change from the recipient (the first column) and its recovery of each
+    donor's gain (the donors' columns follow the recipient's, in `donors`' order)."""
+    base = columns[0]
+    donor_p = {d: columns[1 + i]["prob"] for i, d in enumerate(donors)}
+    return [
+        {
+            **c,
+            "delta_logprob": c["logprob"] - base["logprob"],
+            "delta_target_logprob": c["target_logprob"] - base["target_logprob"],
+            "recovery": {d: recovery(c["prob"], base["prob"], p) for d, p in donor_p.items()},
+        }
+        for c in columns
+    ]
