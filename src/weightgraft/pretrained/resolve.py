@@ -68,6 +68,8 @@ def _target(name: str) -> tuple[Path, PretrainedModel | None]:
 
 def _convert(name: str, final: Path, model: PretrainedModel | None) -> None:
     require_gguf_reader()
+    if model is not None:
+        model.package_folder()  # a missing package is its one line, before any announcement
     where = f"{model.title}, {model.terms}" if model else "a GGUF file"
     print(f"weightgraft: converting {name} ({where}) once into {final}", file=sys.stderr, flush=True)
     with tempfile.TemporaryDirectory(dir=pretrained_home(), prefix=".assemble-") as scratch:
