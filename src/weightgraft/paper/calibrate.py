@@ -30,9 +30,9 @@ class Measured:
     tokens: int
     device: str
 
-    def finetune_seconds(self, steps: int, tokens_per_text: float) -> float:
-        """Steps at the measured batch, scaled to the texts' length (cost grows with tokens)."""
-        return steps * self.step_seconds * tokens_per_text / self.tokens
+    def finetune_seconds(self, steps: int, padded_tokens: float) -> float:
+        """Steps at the measured batch, scaled to a batch's padded length (cost grows with tokens)."""
+        return steps * self.step_seconds * padded_tokens / self.tokens
 
     def forward_seconds(self, rows: float, tokens_per_row: float) -> float:
         return rows * tokens_per_row * self.forward_token_seconds

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import random
 from dataclasses import dataclass
 
 from weightgraft.data.build import template_texts
@@ -34,32 +35,37 @@ class PlannedStep:
     seconds: float | None = None
 
 
-def _sample_lengths(job: Job) -> tuple[float, float, str]:
-    """Mean tokens of a training text and of an evaluation prompt, from a few generated facts:
-    counted by the model's tokenizer when it is on disk, else estimated at 4 characters a token."""
+def _padded(lengths: list[int], batch: int, seed: int) -> float:
+    """The mean length of a batch's longest text: every row of a batch is padded to it."""
+    rng = random.Random(seed)
+    draws = [max(rng.sample(lengths, min(batch, len(lengths)))) for _ in range(200)]
+    return sum(draws) / len(draws)
+
+
+def _sample_lengths(job: Job, batch: int) -> tuple[float, float, float, str]:
+    """Mean tokens of a training text and of an evaluation prompt, and a batch's padded length,
+    from a few generated facts: counted by the model's tokenizer when it is on disk, else
+    estimated at 4 characters a token."""
     pool = NamePool(job.options.seed)
     kind = job.sets[job.options.datasets[0]].kind
     facts = generate_facts({kind: 8}, job.options.seed, pool, known_film_facts(job.options.seed, pool))
     texts = template_texts(facts, job.options.seed, 2 * 11)
     prompts = [p.text for f in facts for p in eval_prompts_for(f, EVAL_TEMPLATES)]
     folder = model_dir(job.options.model)
+    lengths, note = None, "estimated at 4 characters per token"
     if folder is not None:
         try:
             from transformers import AutoTokenizer
 
             tok = AutoTokenizer.from_pretrained(folder, trust_remote_code=False)
-
-            def count(items):
-                return sum(len(ids) for ids in tok(items)["input_ids"]) / len(items)
-
-            return count(texts) + 1, count(prompts) + 1, "counted with the model's tokenizer"
+            lengths = [[len(ids) + 1 for ids in tok(items)["input_ids"]] for items in (texts, prompts)]
+            note = "counted with the model's tokenizer"
         except (OSError, ValueError):
             pass
-
-    def chars(items):
-        return sum(len(t) for t in items) / len(items) / 4
-
-    return chars(texts) + 1, chars(prompts) + 1, "estimated at 4 characters per token"
+    if lengths is None:
+        lengths = [[len(t) // 4 + 1 for t in items] for items in (texts, prompts)]
+    text, prompt = (sum(x) / len(x) for x in lengths)
+    return text, prompt, _padded(lengths[0], batch, job.options.seed), note
 
 
 def plan_steps(job: Job) -> tuple[list[PlannedStep], dict]:
@@ -67,11 +73,11 @@ def plan_steps(job: Job) -> tuple[list[PlannedStep], dict]:
     options = job.options
     device = resolve_device(options.device)
     size = estimate.model_size(options.model)
-    text_tokens, prompt_tokens, token_note = _sample_lengths(job)
     _, world = rank_and_world()
     config = finetune_config(options, device, size.max_length if size else 512)
+    text_tokens, prompt_tokens, padded, token_note = _sample_lengths(job, config.batch_size)
     folder = model_dir(options.model)
-    measured = calibrate.measure(folder, config.batch_size, round(text_tokens), device) if folder else None
+    measured = calibrate.measure(folder, config.batch_size, round(padded), device) if folder else None
     steps = [
         PlannedStep(
             "datasets", ", ".join(f"{k} ({s.kind}, {s.n_facts} facts, {s.purpose})" for k, s in job.sets.items())
@@ -87,7 +93,7 @@ def plan_steps(job: Job) -> tuple[list[PlannedStep], dict]:
         tokens = round(texts * text_tokens * config.epochs)
         if measured:  # the measured steps, plus each epoch's validation (top-k on held-out prompts)
             validation = min(config.max_validation_prompts or 10**9, _validation_prompts(data))
-            seconds = measured.finetune_seconds(optimizer_steps, text_tokens)
+            seconds = measured.finetune_seconds(optimizer_steps, padded)
             seconds += config.epochs * measured.forward_seconds(validation, prompt_tokens)
         else:
             seconds = estimate.finetune_seconds(size, optimizer_steps, tokens, device) if size else None
