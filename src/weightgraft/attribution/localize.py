@@ -29,12 +29,12 @@ from weightgraft.attribution.cells import donor_name
 from weightgraft.data.batching import right_pad
 from weightgraft.engine.graft import Graft
 from weightgraft.errors import UserError
+from weightgraft.experiments.vocabulary import DECISION_METRICS
 from weightgraft.reporting import statistics as st
 from weightgraft.reporting.localize_results import LOCALIZE_FILE, ChosenGroup, GraftCounts, LocalizeSummary
 
 # A group: (role, layer or None for a model-level component, component).
 Group = tuple[str, "int | None", str]
-METRICS = ("top5", "prob")
 
 
 class NoGainError(UserError, ValueError):
@@ -107,7 +107,7 @@ class LocalizeResult:
     agreement: dict = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     intervals: dict = field(default_factory=dict)  # name -> metric -> value, low, high (fact-clustered)
-    stop_on: tuple[str, ...] = METRICS  # the metrics whose recovery must reach the target
+    stop_on: tuple[str, ...] = DECISION_METRICS  # the metrics whose recovery must reach the target
 
     def ranking_table(self):
         import polars as pl
@@ -147,8 +147,8 @@ class LocalizeResult:
             stop_on=list(self.stop_on),
             reached=self.reached,
             chosen=[ChosenGroup(role=r, layer=layer, component=c) for r, layer, c in self.chosen],
-            recovery={m: at_k[f"recovery_{m}"] for m in METRICS} if at_k else None,
-            random_recovery_same_size={m: at_k[f"random_recovery_{m}"] for m in METRICS} if at_k else None,
+            recovery={m: at_k[f"recovery_{m}"] for m in DECISION_METRICS} if at_k else None,
+            random_recovery_same_size={m: at_k[f"random_recovery_{m}"] for m in DECISION_METRICS} if at_k else None,
             baselines=self.baselines,
             counts=GraftCounts(**self.counts),
             examples=len(self.examples),
@@ -200,7 +200,7 @@ def localize(
     seed: int = 0,
     progress: bool = False,
     donor: str | None = None,
-    stop_on: Sequence[str] = METRICS,
+    stop_on: Sequence[str] = DECISION_METRICS,
     grain: str = "component",
 ) -> LocalizeResult:
     """Rank (role, layer, component) groups by attribution and find the smallest top-k set whose
@@ -214,8 +214,8 @@ def localize(
     if not 0 < target <= 1:
         raise ValueError(f"target recovery must be in (0, 1], got {target}")
     stop_on = tuple(stop_on)
-    if not stop_on or any(m not in METRICS for m in stop_on):
-        raise ValueError(f"stop_on must name one or more of {list(METRICS)}, not {list(stop_on)}")
+    if not stop_on or any(m not in DECISION_METRICS for m in stop_on):
+        raise ValueError(f"stop_on must name one or more of {list(DECISION_METRICS)}, not {list(stop_on)}")
     examples = list(examples)
     seconds: dict[str, float] = {}
     start = time.perf_counter()
@@ -236,7 +236,7 @@ def localize(
     per_example = {"PRE": pre.pop("per_example"), "SFT": sft.pop("per_example"), "FE+LT": felt.pop("per_example")}
     baselines = {"PRE": pre, "SFT": sft, "FE+LT": felt}
     notes = []
-    gains = {m: sft[m] - pre[m] for m in METRICS}
+    gains = {m: sft[m] - pre[m] for m in DECISION_METRICS}
     for m, gain in gains.items():
         if gain <= 0:
             raise NoGainError(
@@ -244,7 +244,7 @@ def localize(
                 "on these prompts: there is no gain to localize; give the pretrained model as recipient and "
                 "its finetune as donor (not swapped), with the dataset the finetune learned"
             )
-    baselines["FE+LT"].update({f"recovery_{m}": (felt[m] - pre[m]) / gains[m] for m in METRICS})
+    baselines["FE+LT"].update({f"recovery_{m}": (felt[m] - pre[m]) / gains[m] for m in DECISION_METRICS})
 
     shuffled = list(groups)
     random.Random(seed).shuffle(shuffled)
@@ -261,9 +261,13 @@ def localize(
             for j, k in enumerate(part):
                 ours, rand = results[j], results[len(part) + j]
                 values[k] = (ours.pop("per_example"), rand.pop("per_example"))
-                entry = {"k": k, **{m: ours[m] for m in METRICS}, **{f"random_{m}": rand[m] for m in METRICS}}
-                entry.update({f"recovery_{m}": (ours[m] - pre[m]) / gains[m] for m in METRICS})
-                entry.update({f"random_recovery_{m}": (rand[m] - pre[m]) / gains[m] for m in METRICS})
+                entry = {
+                    "k": k,
+                    **{m: ours[m] for m in DECISION_METRICS},
+                    **{f"random_{m}": rand[m] for m in DECISION_METRICS},
+                }
+                entry.update({f"recovery_{m}": (ours[m] - pre[m]) / gains[m] for m in DECISION_METRICS})
+                entry.update({f"random_recovery_{m}": (rand[m] - pre[m]) / gains[m] for m in DECISION_METRICS})
                 curve[k] = entry
             if progress:
                 last = curve[part[-1]]
@@ -483,7 +487,7 @@ def recovery_intervals(
     counts = st.draw_fact_counts(n_facts, resamples, st.seed_for(seed, "localize"))
     names = [n for n in ("FE+LT", "chosen", "random") if n in per_example]
     out: dict = {}
-    for metric in METRICS:
+    for metric in DECISION_METRICS:
         columns = np.stack([per_example[n][metric] for n in ["PRE", "SFT", *names]], axis=1)
         sums, sizes = st.fact_sums(index, columns, n_facts)
         point, samples = st.clustered_means(counts, sums, sizes)

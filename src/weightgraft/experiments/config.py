@@ -57,8 +57,7 @@ from weightgraft.experiments.conditions import (
 )
 from weightgraft.experiments.preset_registry import ALL_PRESET_OPTIONS, SHAPE_OPTIONS, get_preset, presets_taking
 from weightgraft.experiments.roles import parse_positions
-from weightgraft.experiments.vocabulary import SUMMARY_METRICS as METRICS
-from weightgraft.experiments.vocabulary import Direction
+from weightgraft.experiments.vocabulary import SUMMARY_METRICS, Direction
 
 # The devices a run computes on (the message of E-config-09 names the same four forms).
 DEVICE_NAME = re.compile(r"cpu|mps|cuda(:[0-9]+)?")
@@ -154,8 +153,8 @@ class ExperimentSpec(BaseModel):
     @classmethod
     def _headline(cls, value: list[str]) -> list[str]:
         for metric in value:
-            if metric not in METRICS:
-                raise ValueError(f"unknown metric {metric!r}; known: {', '.join(METRICS)}")
+            if metric not in SUMMARY_METRICS:
+                raise ValueError(f"unknown metric {metric!r}; known: {', '.join(SUMMARY_METRICS)}")
         return value
 
     @model_validator(mode="after")

@@ -15,9 +15,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from weightgraft.experiments.vocabulary import DECISION_METRICS
 from weightgraft.reporting.summary import SummaryRow, by_condition
 
-METRICS = ("top5", "prob")
 REFERENCE_NAMES = {"recipient": ("PRE", "RECIPIENT"), "donor": ("SFT", "DONOR")}
 
 
@@ -39,7 +39,7 @@ class Estimate:
 Estimates = dict[str, Estimate]  # metric -> estimate
 
 
-def estimates(table: dict, name: str, metrics=METRICS) -> Estimates:
+def estimates(table: dict, name: str, metrics=DECISION_METRICS) -> Estimates:
     """A condition's estimates on `metrics` (undefined where the summary has no value)."""
     out = {}
     for metric in metrics:

@@ -16,11 +16,11 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
+from weightgraft.experiments.vocabulary import DECISION_METRICS, METRIC_WORDS  # noqa: E402
 from weightgraft.reporting.figure_files import save_figure  # noqa: E402
-from weightgraft.reporting.finer import METRICS, Curve, HeadMap, curves, head_maps  # noqa: E402
+from weightgraft.reporting.finer import Curve, HeadMap, curves, head_maps  # noqa: E402
 from weightgraft.reporting.summary import SummaryRow  # noqa: E402
 
-METRIC_NAMES = {"top5": "top-5", "prob": "probability"}
 REF_STYLES = {"recipient": ":", "donor": "--", "component": "-."}
 
 
@@ -54,7 +54,7 @@ def head_figure(grid: HeadMap, title: str) -> Figure:
     """Effect on top-5 and on probability against the recipient alone, then the complement's
     cost on top-5 (every head of the layer minus its complement, `HeadMap.cost`): side by side for a few
     heads, one above the other for many."""
-    panels = len(METRICS) + 1
+    panels = len(DECISION_METRICS) + 1
     width = 1.2 + 0.9 * len(grid.heads)
     height = 1.2 + 0.6 * len(grid.layers)
     stacked = len(grid.heads) > 8
@@ -62,14 +62,14 @@ def head_figure(grid: HeadMap, title: str) -> Figure:
     size = (1.0 + width, panels * height + 0.6) if stacked else (1.0 + panels * width, height + 0.6)
     fig, axes = plt.subplots(*shape, figsize=size, squeeze=False)
     axes = axes.reshape(-1)
-    for ax, metric in zip(axes, METRICS):
+    for ax, metric in zip(axes, DECISION_METRICS):
         _panel(
             ax,
             grid,
             grid.effect(metric),
             grid.effect(metric, "low"),
             grid.effect(metric, "high"),
-            f"{METRIC_NAMES[metric]} - recipient alone",
+            f"{METRIC_WORDS[metric]} - recipient alone",
         )
     _panel(
         axes[-1],
@@ -113,15 +113,15 @@ def _draw_curve(ax, curve: Curve, metric: str) -> None:
         ax.set_xlabel("rank of the change (log2 axis)")
     else:
         ax.set_xlabel("lambda: recipient + lambda x (donor - recipient)")
-    ax.set_ylabel(METRIC_NAMES[metric])
+    ax.set_ylabel(METRIC_WORDS[metric])
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
 
 
 def curve_figure(curve: Curve, title: str) -> Figure:
     """The curve on top-5 and on probability, side by side."""
-    fig, axes = plt.subplots(1, len(METRICS), figsize=(10, 3.8), squeeze=False)
-    for ax, metric in zip(axes[0], METRICS):
+    fig, axes = plt.subplots(1, len(DECISION_METRICS), figsize=(10, 3.8), squeeze=False)
+    for ax, metric in zip(axes[0], DECISION_METRICS):
         _draw_curve(ax, curve, metric)
     what = "by rank" if curve.kind == "rank" else "dose-response"
     fig.suptitle(f"{title}: {curve.series} {what} (weightgraft's extension)", fontsize=10)

@@ -7,9 +7,9 @@ the paper."""
 
 from __future__ import annotations
 
+from weightgraft.experiments.vocabulary import DECISION_METRICS, METRIC_WORDS
 from weightgraft.reporting.decision import Decision, Outcome, combine, decide
 from weightgraft.reporting.finer import (
-    METRICS,
     Controlled,
     Curve,
     Estimate,
@@ -24,7 +24,6 @@ from weightgraft.reporting.summary import SummaryRow
 EXTENSION_NOTE = (
     "*weightgraft's extension of the paper's analysis (grafts finer than a component), not a finding of the paper.*"
 )
-METRIC_NAMES = {"top5": "top-5", "prob": "probability"}
 COST_WORDS = (
     "The complement's cost: the component with every head in that layer (the scope a head and its "
     "complement make up; the donor alone where the run has no such row) minus the complement control, "
@@ -66,7 +65,7 @@ def judge(values: Estimates, reference: Estimates | None, direction: str = "at_l
     if reference is None:
         return Outcome.UNDEFINED, "no reference"
     decisions: dict[str, Decision] = {}
-    for metric in METRICS:
+    for metric in DECISION_METRICS:
         est, ref = values[metric], reference[metric]
         if not (est.defined and ref.defined):
             decisions[metric] = decide(float("nan"), float("nan"), float("nan"), 0.0, direction, 0)
@@ -133,7 +132,7 @@ def head_sentence(grid: HeadMap) -> str:
 def _ref_lines(curve: Curve) -> list[str]:
     return [
         f"| {ROLE_WORDS.get(role, role)} (`{values['top5'].condition}`) | "
-        + " | ".join(_ci(values[m].value, values[m].low, values[m].high) for m in METRICS)
+        + " | ".join(_ci(values[m].value, values[m].low, values[m].high) for m in DECISION_METRICS)
         + " | |"
         for role, values in curve.refs.items()
     ]
@@ -142,7 +141,7 @@ def _ref_lines(curve: Curve) -> list[str]:
 def _control_lines(point: Controlled, x) -> list[str]:
     return [
         f"| random control {i + 1} at {_x(x)} (`{draw['top5'].condition}`) | "
-        + " | ".join(_ci(draw[m].value, draw[m].low, draw[m].high) for m in METRICS)
+        + " | ".join(_ci(draw[m].value, draw[m].low, draw[m].high) for m in DECISION_METRICS)
         + " | |"
         for i, draw in enumerate(point.random)
     ]
@@ -153,11 +152,13 @@ def curve_table(curve: Curve, against: Estimates | None, against_words: str) -> 
     then its random controls and the references."""
     label = "rank" if curve.kind == "rank" else "lambda"
     lines = [
-        f"| {label} | " + " | ".join(f"{METRIC_NAMES[m]} [95% CI]" for m in METRICS) + f" | {against_words} |",
-        "|---|" + "---:|" * len(METRICS) + "---|",
+        f"| {label} | " + " | ".join(f"{METRIC_WORDS[m]} [95% CI]" for m in DECISION_METRICS) + f" | {against_words} |",
+        "|---|" + "---:|" * len(DECISION_METRICS) + "---|",
     ]
     for x, point in zip(curve.xs, curve.points):
-        cells = " | ".join(_ci(point.values[m].value, point.values[m].low, point.values[m].high) for m in METRICS)
+        cells = " | ".join(
+            _ci(point.values[m].value, point.values[m].low, point.values[m].high) for m in DECISION_METRICS
+        )
         verdict = "(the reference)" if point.values is against else judge(point.values, against)[0]
         lines.append(f"| {_x(x)} | {cells} | {verdict} |")
     for x, point in zip(curve.xs, curve.points):
@@ -195,7 +196,7 @@ def dose_sentence(curve: Curve) -> str:
     )
     one = next((p for x, p in zip(curve.xs, curve.points) if x == 1 and p.random), None)
     if one is not None:
-        means = {m: random_mean(one, m) for m in METRICS}
+        means = {m: random_mean(one, m) for m in DECISION_METRICS}
         if all(v is not None for v in means.values()):
             control = {m: Estimate("random controls' mean", v, v, v) for m, v in means.items()}
             text += f" At lambda = 1 against its random controls' mean: {judge(one.values, control)[0]}."

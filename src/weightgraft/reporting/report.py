@@ -17,7 +17,7 @@ import markdown
 from weightgraft.atomic import write_text_atomic
 from weightgraft.experiments.components import describe
 from weightgraft.experiments.records import read_state
-from weightgraft.experiments.vocabulary import CLEAN_SUFFIX, SAME_IN_BOTH, TABLE_METRICS
+from weightgraft.experiments.vocabulary import CLEAN_SUFFIX, METRIC_WORDS, SAME_IN_BOTH, SUMMARY_METRICS
 from weightgraft.reporting.decision import Outcome
 from weightgraft.reporting.finer import plain_row
 from weightgraft.reporting.finer_section import experiment_finer
@@ -27,7 +27,7 @@ from weightgraft.reporting.safe_html import escape_text, sanitize
 from weightgraft.reporting.statistics import ALL
 from weightgraft.reporting.study import Study
 from weightgraft.reporting.summary import ComparisonRow, RecoveryRow, RunSummary, SummaryRow, by_condition, pooled
-from weightgraft.reporting.verdict import METRIC_WORDS, MIN_GAP, Check, Verdict, definition_of
+from weightgraft.reporting.verdict import MIN_GAP, Check, Verdict, definition_of
 
 CSS = """body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;
 color:#222}table{border-collapse:collapse;font-size:13px;margin:1em 0}td,th{border:1px solid #ccc;
@@ -46,7 +46,7 @@ def _cell(row: SummaryRow | None, ci: bool = True) -> str:
 
 def experiment_table(summary: list[SummaryRow], state: dict, metrics=None, ci: bool = True) -> str:
     """Markdown table of one experiment over all templates: condition x metric (value [CI])."""
-    metrics = list(metrics or TABLE_METRICS)
+    metrics = list(metrics or SUMMARY_METRICS)
     rows = by_condition(summary, state["name"])
     head, rule = _definition_head(state)
     lines = [f"| condition |{head} n | " + " | ".join(metrics) + " |", f"|---|{rule}---:|" + "---:|" * len(metrics)]

@@ -30,13 +30,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from weightgraft.experiments.vocabulary import CLEAN_SUFFIX, HEADLINE_METRIC
+from weightgraft.experiments.vocabulary import CLEAN_SUFFIX, DECISION_METRICS, HEADLINE_METRIC, METRIC_WORDS
 from weightgraft.reporting.claims import Claim
 from weightgraft.reporting.decision import Decision, Outcome, combine, decide
 from weightgraft.reporting.statistics import ALL
 from weightgraft.reporting.summary import RecoveryRow, RunSummary, SummaryRow
 
-METRIC = HEADLINE_METRIC  # top-5, the paper's headline
 MIN_GAP = 0.10
 
 
@@ -63,16 +62,12 @@ class Verdict:
     clean: dict[str, Check] = field(default_factory=dict)
 
 
-INTERVAL_METRICS = ("top5", "prob")
-METRIC_WORDS = {"top5": "top-5", "prob": "probability", "top1": "top-1", "target_logprob": "target log-probability"}
-
-
 def summary_row(
     rows: list[SummaryRow],
     experiment: str,
     condition: str,
     template: str = ALL,
-    metric: str = METRIC,
+    metric: str = HEADLINE_METRIC,
     fact_kind: str = ALL,
 ) -> SummaryRow | None:
     """The summary row of one condition, group and metric, or None when the run has none."""
@@ -120,7 +115,7 @@ def by_points(claim: Claim, rows: list[SummaryRow]) -> Check | None:
         f"{claim.low} ({sign} {claim.threshold:.0%}{points}) {nums}.",
         claim,
         recovery,
-        {METRIC: point},
+        {HEADLINE_METRIC: point},
     )
 
 
@@ -164,13 +159,13 @@ def _interval_words(claim: Claim, d: Decision, r: RecoveryRow, metric: str) -> s
 def by_intervals(claim: Claim, recoveries: list[RecoveryRow]) -> Check | None:
     """The claim on its recovery intervals on top-5 and probability (see the module's docstring)."""
     rows = _recovery_rows(claim, recoveries)
-    if not all(m in rows for m in INTERVAL_METRICS):
+    if not all(m in rows for m in DECISION_METRICS):
         return None
-    decisions = {metric: _interval_decision(claim, rows[metric]) for metric in INTERVAL_METRICS}
+    decisions = {metric: _interval_decision(claim, rows[metric]) for metric in DECISION_METRICS}
     outcome, note = combine(decisions)
     parts = [_interval_words(claim, d, rows[metric], metric) for metric, d in decisions.items()]
     word = ">=" if claim.direction == "at_least" else "<="
-    first = rows[INTERVAL_METRICS[0]]
+    first = rows[DECISION_METRICS[0]]
     sentence = (
         f"Recovery of {claim.condition} between {claim.low} (0) and {claim.high} (1): "
         f"{'; '.join(parts)} (claim: {word} {claim.threshold:.2f}; 95% intervals over "
@@ -179,7 +174,7 @@ def by_intervals(claim: Claim, recoveries: list[RecoveryRow]) -> Check | None:
     )
     if outcome == Outcome.UNDEFINED:
         outcome = Outcome.INCONCLUSIVE
-    top = decisions[INTERVAL_METRICS[0]]
+    top = decisions[DECISION_METRICS[0]]
     recovery = None if top.outcome == Outcome.UNDEFINED else top.value
     return Check(claim.name, outcome, sentence, claim, recovery, decisions, by_intervals=True)
 
