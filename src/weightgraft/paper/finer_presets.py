@@ -100,7 +100,7 @@ def head_cells(num_layers: int, num_heads: int) -> list[dict]:
     return cells
 
 
-def layer_wholes(num_layers: int) -> list[dict]:
+def layer_whole_conditions(num_layers: int) -> list[dict]:
     """O (every head) at LT in each layer of the fourth quarter: a head cell with its complement."""
     return [
         _reference(
@@ -141,7 +141,7 @@ def finer_heads_o(max_examples=None, templates=None, num_layers=None, num_heads=
             "other head of O in that layer) as controls; O with every head, in the band and in each layer, "
             "as references",
             "b2a",
-            [*_baselines("B2A"), whole, *layer_wholes(num_layers), *head_cells(num_layers, num_heads)],
+            [*_baselines("B2A"), whole, *layer_whole_conditions(num_layers), *head_cells(num_layers, num_heads)],
             built_for={"num_layers": num_layers, "num_heads": num_heads},
             max_examples=max_examples,
             templates=templates,

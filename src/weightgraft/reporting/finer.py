@@ -68,7 +68,7 @@ def references(state: dict) -> dict[str, str]:
     return out
 
 
-def layer_wholes(state: dict, components: str) -> dict[int, str]:
+def layer_whole_names(state: dict, components: str) -> dict[int, str]:
     """layer -> the `reference: component` row of `components` in that one layer (every head):
     the scope a head and its complement make up."""
     return {
@@ -191,7 +191,7 @@ def head_maps(rows: list[SummaryRow], state: dict) -> list[HeadMap]:
                 sorted({c["meta"]["head"] for c in mine}),
                 {(c["meta"]["layer"], c["meta"]["head"]): controlled(table, c["name"], controls) for c in mine},
                 refs,
-                {layer: estimates(table, name) for layer, name in layer_wholes(state, comps).items()},
+                {layer: estimates(table, name) for layer, name in layer_whole_names(state, comps).items()},
             )
         )
     return out
