@@ -6,11 +6,14 @@ Each is resolved here and only here, so that every command answers them the same
   `WORLD_SIZE` and `LOCAL_RANK` that torchrun and `accelerate launch` set (0, 1, 0 without them);
 - home: `$WEIGHTGRAFT_HOME`, or `~/.cache/weightgraft` when it is unset or empty;
 - device: "auto" is the first CUDA GPU when torch sees one, else the CPU; any other name is kept;
+  the one check of a device name (`check_device`: cpu, cuda, cuda:N or mps, "auto" where the
+  caller allows it, and, when asked, present on this machine), whose ValueError each caller
+  raises as its own kind of error;
 - hashing: the sha256 of a file's bytes, and of a JSON-able object (keys sorted, anything else as
   its string).
 
-torch is imported only where a device must be resolved (inside `resolve_device`): data-only
-commands (`weightgraft data`) start without it. The module imports nothing from weightgraft.
+torch is imported only where a device must be resolved or looked for (inside `resolve_device`
+and `check_device`): data-only commands (`weightgraft data`) start without it. The module imports nothing from weightgraft.
 """
 
 from __future__ import annotations
@@ -18,11 +21,15 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
 HOME_VARIABLE = "WEIGHTGRAFT_HOME"
 AUTO = "auto"
+# The devices a model computes on (torch also knows `meta`, tensors without data, on which a run
+# would fail at its first model load).
+DEVICE_NAME = re.compile(r"cpu|mps|cuda(:[0-9]+)?")
 _BLOCK = 2**20  # files are hashed in 1 MiB blocks
 
 
@@ -76,6 +83,38 @@ def resolve_device(device: str) -> str:
     import torch  # here, not at the top: data-only commands start without torch
 
     return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def check_device(device: str, *, auto: bool = False, here: bool = False) -> str:
+    """`device` when it names a device a model computes on (cpu, cuda, cuda:N or mps; "auto" too
+    where `auto` allows it) and, with `here`, one this machine has (torch is imported then); a
+    ValueError saying why otherwise, which the caller raises as its own kind of error (a
+    command-line option's, a run config's, a UserError)."""
+    if not (DEVICE_NAME.fullmatch(device) or (auto and device == AUTO)):
+        forms = "auto, cpu, cuda, cuda:N or mps" if auto else "cpu, cuda, cuda:N or mps"
+        raise ValueError(f"{device!r} is not a device; use {forms}")
+    if here and device != AUTO:  # "auto" is always here: it resolves to what torch sees
+        _check_present(device)
+    return device
+
+
+def _check_present(device: str) -> None:
+    import torch  # here, not at the top: data-only commands start without torch
+
+    kind = torch.device(device)
+    if kind.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(
+                f"device: {device!r} asks for a GPU, but torch sees no CUDA device "
+                "here; use `device: cpu` (or --device cpu)"
+            )
+        if kind.index is not None and kind.index >= torch.cuda.device_count():
+            raise ValueError(
+                f"device: {device!r}, but there are only {torch.cuda.device_count()} "
+                f"CUDA device(s) (cuda:0..cuda:{torch.cuda.device_count() - 1})"
+            )
+    if kind.type == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(f"device: {device!r} is not available on this machine; use `device: cpu`")
 
 
 def sha256_file(path: str | Path) -> str:

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 from weightgraft import runtime
@@ -101,3 +102,17 @@ def test_the_data_command_starts_without_torch():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert "--facts-per-kind" in out.stdout
     assert out.stderr.strip().splitlines()[-1] == "no torch"
+
+
+def test_one_device_check_for_names_and_presence(monkeypatch):
+    assert runtime.check_device("cuda:3") == "cuda:3"  # a name only: not looked for
+    assert runtime.check_device("auto", auto=True, here=True) == "auto"
+    for name, forms in (("auto", "cpu, cuda"), ("meta", "cpu, cuda"), ("gpu", "cpu, cuda")):
+        with pytest.raises(ValueError, match=f"'{name}' is not a device; use {forms}"):
+            runtime.check_device(name)
+    with pytest.raises(ValueError, match="use auto, cpu"):
+        runtime.check_device("banana", auto=True)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ValueError, match="asks for a GPU, but torch sees no CUDA device"):
+        runtime.check_device("cuda", here=True)
+    assert runtime.check_device("cpu", here=True) == "cpu"

@@ -17,7 +17,6 @@ from __future__ import annotations
 import errno
 import importlib
 import os
-import re
 import sys
 from typing import Literal
 
@@ -28,6 +27,7 @@ from safetensors import SafetensorError
 from typer.core import TyperGroup
 
 from weightgraft.errors import UserError
+from weightgraft.runtime import check_device
 
 EXIT_USER_ERROR = 2
 DEVICE_HELP = "Device for every model: cpu, cuda, cuda:1, mps."
@@ -129,14 +129,13 @@ def user_message(err: BaseException) -> str | None:
     return None
 
 
-DEVICE_PATTERN = re.compile(r"auto|cpu|mps|cuda(:[0-9]+)?")
-
-
-def check_device(value: str) -> str:
-    """A typer callback: `--device` is auto, cpu, mps, cuda or cuda:N (checked as the line is read)."""
-    if not DEVICE_PATTERN.fullmatch(value):
-        raise typer.BadParameter(f"{value!r} is not a device; use auto, cpu, cuda, cuda:N or mps")
-    return value
+def check_device_option(value: str) -> str:
+    """A typer callback: `--device` is auto, cpu, mps, cuda or cuda:N (checked as the line is read,
+    by `runtime.check_device`)."""
+    try:
+        return check_device(value, auto=True)
+    except ValueError as err:
+        raise typer.BadParameter(str(err)) from None
 
 
 def check_positive(value: float | None) -> float | None:

@@ -7,7 +7,7 @@ from typing import Literal
 
 import typer
 
-from weightgraft.cli import DEVICE_HELP, DTYPE_HELP, Dtype, check_device
+from weightgraft.cli import DEVICE_HELP, DTYPE_HELP, Dtype, check_device_option
 from weightgraft.explore.launch import choose_models, open_session, parse_donors, refuse_unsafe_models, usable_device
 from weightgraft.explore.server import bind, serve
 
@@ -21,7 +21,7 @@ def explore_command(
     donors: list[str] = typer.Option([], "--donors", help="More donors by name: NAME=PATH (repeat the option)."),
     data: Path | None = typer.Option(None, help="A weightgraft dataset folder: its prompts, with roles, in the page."),
     home: str | None = typer.Option(None, help="Where built-in data and models are cached."),
-    device: str = typer.Option("cpu", callback=check_device, help=DEVICE_HELP),
+    device: str = typer.Option("cpu", callback=check_device_option, help=DEVICE_HELP),
     dtype: Dtype = typer.Option("float32", help=DTYPE_HELP),
     host: str = typer.Option("127.0.0.1", help="Address to listen on; anything but loopback opens it to your network."),
     port: int = typer.Option(8765, min=0, max=65535, help="Port (0: any free one)."),

@@ -13,7 +13,7 @@ import typer
 from rich.console import Console
 
 from weightgraft.attribution.experiment import ModelPair, SearchSettings
-from weightgraft.cli import check_device, check_share
+from weightgraft.cli import check_device_option, check_share
 from weightgraft.pipelines.localize import LocalizeOutcome, builtin_pair, localize_to_folder
 
 
@@ -49,7 +49,7 @@ def localize_command(
     ),
     batch_size: int = typer.Option(16, min=1, help="Prompts per attribution pass."),
     seed: int = typer.Option(0, help="Seed of the prompt choice and the random-order baseline."),
-    device: str = typer.Option("cpu", callback=check_device, help="cpu, cuda, cuda:1, mps."),
+    device: str = typer.Option("cpu", callback=check_device_option, help="cpu, cuda, cuda:1, mps."),
     dtype: Literal["float32", "bfloat16", "float16"] = typer.Option("float32", help="float32, bfloat16 or float16."),
     progress: bool = typer.Option(True, help="Print progress."),
     trust_remote_code: bool = typer.Option(

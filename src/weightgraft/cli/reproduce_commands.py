@@ -7,7 +7,7 @@ from typing import Literal
 
 import typer
 
-from weightgraft.cli import check_device, check_positive
+from weightgraft.cli import check_device_option, check_positive
 from weightgraft.paper.estimate import PAPER_MODELS
 from weightgraft.paper.reproduce_job import ReproduceOptions, plan_job
 from weightgraft.paper.reproduce_plan import describe_plan
@@ -30,7 +30,7 @@ def reproduce_command(
         f"Published numbers are shown for {', '.join(PAPER_MODELS)} (matched by name).",
     ),
     out: Path = typer.Option(..., "--out", help="Job folder; an existing one is resumed."),
-    device: str = typer.Option("auto", callback=check_device, help="auto, cpu, cuda, cuda:N or mps."),
+    device: str = typer.Option("auto", callback=check_device_option, help="auto, cpu, cuda, cuda:N or mps."),
     dtype: Literal["float32", "bfloat16", "float16"] = typer.Option(
         "float32", help="dtype of the preset runs: float32, bfloat16 or float16."
     ),

@@ -8,7 +8,7 @@ from typing import Literal
 
 import typer
 
-from weightgraft.cli import check_device, check_positive
+from weightgraft.cli import check_device_option, check_positive
 from weightgraft.training.average import average_weights
 from weightgraft.training.builtin import default_home, ensure_builtin, ship_pretrained
 from weightgraft.training.finetune import FinetuneConfig, finetune_from_files
@@ -59,7 +59,7 @@ def train(
     general_text: Path | None = typer.Option(
         None, help='JSONL of general text ({"text": ...}) or a dataset directory whose train.jsonl is general text.'
     ),
-    device: str = typer.Option("auto", callback=check_device, help="auto, cpu, cuda, cuda:N or mps."),
+    device: str = typer.Option("auto", callback=check_device_option, help="auto, cpu, cuda, cuda:N or mps."),
     seed: int = typer.Option(0),
     trust_remote_code: bool = typer.Option(False, help="Run model code from the hub (off by default)."),
     overwrite: bool = typer.Option(

@@ -58,9 +58,7 @@ from weightgraft.experiments.conditions import (
 from weightgraft.experiments.preset_registry import ALL_PRESET_OPTIONS, SHAPE_OPTIONS, get_preset, presets_taking
 from weightgraft.experiments.roles import parse_positions
 from weightgraft.experiments.vocabulary import SUMMARY_METRICS, Direction
-
-# The devices a run computes on (the message of E-config-09 names the same four forms).
-DEVICE_NAME = re.compile(r"cpu|mps|cuda(:[0-9]+)?")
+from weightgraft.runtime import check_device
 
 
 class ConfigError(UserError, ValueError):
@@ -320,11 +318,9 @@ class RunConfig(BaseModel):
     @field_validator("device")
     @classmethod
     def _device(cls, value: str) -> str:
-        # Only devices a run can compute on: torch also knows `meta` (tensors without data), on
-        # which a run would fail at its first model load and be recorded as interrupted.
-        if not DEVICE_NAME.fullmatch(value):
-            raise ValueError(f"{value!r} is not a device; use cpu, cuda, cuda:N or mps")
-        return value
+        # Only devices a run can compute on (not `meta`, on which a run would fail at its first
+        # model load and be recorded as interrupted); "auto" is the command line's, not a config's.
+        return check_device(value)
 
     @model_validator(mode="after")
     def _references(self) -> RunConfig:

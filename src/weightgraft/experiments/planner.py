@@ -29,11 +29,11 @@ from weightgraft.experiments.models import context_length
 from weightgraft.experiments.plan import ModelFacts, concrete_layers, experiment_conditions, select_examples
 from weightgraft.experiments.preflight import (
     check_datasets,
-    check_device,
     check_distinct_models,
     check_pairs,
     model_configs,
     planned_model,
+    require_device_here,
     used_models,
 )
 from weightgraft.experiments.records import Example
@@ -46,7 +46,7 @@ def build_plan(config: RunConfig, resources: Resources, shard: Shard | None = No
     config: a validated run config; resources: where tokenizers, prompts and fingerprints are
     read (and cached for the run); no weights are loaded. Raises UserError (DataError for a
     prompt that cannot be encoded) on anything the run would fail on."""
-    check_device(config.device)
+    require_device_here(config.device)
     used = used_models(config)
     configs = model_configs(config, used["keys"])
     check_pairs(used["pairs"], {k: c.get_text_config() for k, c in configs.items()}, config.allow_config_differences)

@@ -29,6 +29,7 @@ from weightgraft.experiments.plan import select_examples, ties_embeddings
 from weightgraft.experiments.run_plan import PlannedModel
 from weightgraft.model_identity import refuse_same_model
 from weightgraft.remote_code import refuse_remote_code
+from weightgraft.runtime import check_device
 
 # Config fields that set parameter shapes: models that differ here can never be grafted (the
 # engine compares the rest, such as head counts or RoPE settings, once the models are loaded).
@@ -67,21 +68,12 @@ def check_distinct_models(config: RunConfig, conditions: Mapping[str, list[Condi
         refuse_same_model(config.models[recipient], config.models[donor], fields, "graft", where)
 
 
-def check_device(device: str) -> None:
-    kind = torch.device(device)
-    if kind.type == "cuda":
-        if not torch.cuda.is_available():
-            raise UserError(
-                f"device: {device!r} asks for a GPU, but torch sees no CUDA device "
-                "here; use `device: cpu` (or --device cpu)"
-            )
-        if kind.index is not None and kind.index >= torch.cuda.device_count():
-            raise UserError(
-                f"device: {device!r}, but there are only {torch.cuda.device_count()} "
-                f"CUDA device(s) (cuda:0..cuda:{torch.cuda.device_count() - 1})"
-            )
-    if kind.type == "mps" and not torch.backends.mps.is_available():
-        raise UserError(f"device: {device!r} is not available on this machine; use `device: cpu`")
+def require_device_here(device: str) -> None:
+    """A UserError (E-preload-12) unless this machine has `device` (`runtime.check_device`)."""
+    try:
+        check_device(device, here=True)
+    except ValueError as err:
+        raise UserError(str(err)) from None
 
 
 def model_configs(config: RunConfig, keys: set[str]) -> dict[str, object]:

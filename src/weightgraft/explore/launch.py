@@ -9,7 +9,7 @@ from weightgraft.data.io import load_eval_prompts
 from weightgraft.engine.grafter import Grafter
 from weightgraft.errors import UserError
 from weightgraft.experiments.models import DTYPES, load_model, load_tokenizer
-from weightgraft.experiments.preflight import check_device
+from weightgraft.experiments.preflight import require_device_here
 from weightgraft.experiments.vocabulary import ModelRole
 from weightgraft.explore.session import ExploreSession, ModelNames, donors_from_mapping
 from weightgraft.model_identity import refuse_same_model
@@ -44,7 +44,7 @@ def usable_device(device: str) -> str:
     """`device` ("auto" resolved) when this machine has it; a UserError before anything is
     built or loaded otherwise (a model loads for seconds to minutes before torch would say)."""
     device = resolve_device(device)
-    check_device(device)
+    require_device_here(device)
     return device
 
 
