@@ -488,12 +488,13 @@ def test_screenshot_on_the_builtin_model(browser, tmp_path):
     `weightgraft explore` opens them, or the pretrained and relation models while the other
     finetunes are missing. Without them, on the tests' tiny world into a temporary folder (the
     README keeps the built-in picture)."""
-    from weightgraft.explore.launch import BUILTIN_DONORS, open_session
+    from weightgraft.experiments.vocabulary import BUILTIN_ROLE_FIELDS, ModelRole
+    from weightgraft.explore.launch import open_session
     from weightgraft.training.builtin import BUILTIN_VERSION, default_home
 
     models = default_home() / f"builtin-default-v{BUILTIN_VERSION}" / "models"
     folders = {"sft": "relation", "task": "task", "b2a": "relation_b2a", "freetext": "freetext"}
-    assert set(folders) == set(BUILTIN_DONORS)
+    assert set(folders) == set(BUILTIN_ROLE_FIELDS) - {ModelRole.PRE}
     cached = {name: str(models / f) for name, f in folders.items() if (models / f / "config.json").exists()}
     if (models / "pretrained" / "config.json").exists() and "sft" in cached:
         donors = cached if len(cached) == len(folders) else {"sft": cached["sft"]}

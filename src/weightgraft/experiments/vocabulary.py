@@ -157,3 +157,19 @@ class ModelRole(str, Enum):
     FREETEXT = "freetext"
 
     __str__ = str.__str__  # the value, in every Python (not "ModelRole.PRE")
+
+
+# The built-in model that plays each role: a field of `training.builtin.BuiltinArtifacts` (the one
+# map of roles to built-in models, for `demo`, `localize --builtin` and `explore`).
+BUILTIN_ROLE_FIELDS = {
+    ModelRole.PRE: "pretrained",
+    ModelRole.SFT: "relation_model",
+    ModelRole.TASK: "task_model",
+    ModelRole.B2A: "b2a_model",
+    ModelRole.FREETEXT: "freetext_model",
+}
+
+
+def builtin_role_models(artifacts) -> dict[ModelRole, str]:
+    """role -> the path of the built-in model that plays it (`artifacts`: a `BuiltinArtifacts`)."""
+    return {role: str(getattr(artifacts, field)) for role, field in BUILTIN_ROLE_FIELDS.items()}

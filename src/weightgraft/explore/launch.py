@@ -10,21 +10,12 @@ from weightgraft.engine.grafter import Grafter
 from weightgraft.errors import UserError
 from weightgraft.experiments.models import DTYPES, load_model, load_tokenizer
 from weightgraft.experiments.preflight import require_device_here
-from weightgraft.experiments.vocabulary import ModelRole
+from weightgraft.experiments.vocabulary import ModelRole, builtin_role_models
 from weightgraft.explore.session import ExploreSession, ModelNames, donors_from_mapping
 from weightgraft.model_identity import refuse_same_model
 from weightgraft.remote_code import refuse_remote_code
 from weightgraft.runtime import resolve_device
 from weightgraft.training.builtin import ensure_builtin
-
-# The built-in family as the explorer offers it: the pretrained model as recipient, each finetune
-# as a donor under its run-config key.
-BUILTIN_DONORS = {
-    ModelRole.SFT: "relation_model",
-    ModelRole.TASK: "task_model",
-    ModelRole.B2A: "b2a_model",
-    ModelRole.FREETEXT: "freetext_model",
-}
 
 
 def parse_donors(items: list[str]) -> dict[str, str]:
@@ -59,9 +50,12 @@ def refuse_unsafe_models(recipient: str, donors: dict[str, str], trust_remote_co
 
 
 def builtin_models(size: str, home: str | None, progress: bool) -> tuple[str, dict[str, str], Path]:
-    """The built-in recipient, donors and relation dataset (built or reused)."""
+    """The built-in family as the explorer offers it (built or reused): the pretrained model as
+    recipient, each finetune as a donor under its run-config key, and the relation dataset."""
     art = ensure_builtin(size=size, home=Path(home) if home else None, progress=progress)
-    return str(art.pretrained), {str(n): str(getattr(art, a)) for n, a in BUILTIN_DONORS.items()}, art.relation_data
+    models = builtin_role_models(art)
+    recipient = models.pop(ModelRole.PRE)
+    return recipient, {str(role): path for role, path in models.items()}, art.relation_data
 
 
 def choose_models(

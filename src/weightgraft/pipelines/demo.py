@@ -15,7 +15,7 @@ from transformers import AutoConfig
 from weightgraft.atomic import refuse_foreign
 from weightgraft.experiments.config import RunConfig, parse_config
 from weightgraft.experiments.records import RUN_MARKS
-from weightgraft.experiments.vocabulary import ModelRole
+from weightgraft.experiments.vocabulary import ModelRole, builtin_role_models
 from weightgraft.paper.organism import with_organism
 from weightgraft.paper.presets import PRESET_NAMES
 from weightgraft.paper.study import PAPER
@@ -57,20 +57,22 @@ def demo_config(
     `finer` adds the presets finer than a component (`paper.finer_presets`), shaped to the
     one-direction model."""
     cap = DEMO_EXAMPLES[size] if max_examples == -1 else max_examples
-    extra = finer_entries(b2a_model or str(artifacts.b2a_model), cap) if finer else []
+    given = {
+        ModelRole.PRE: recipient,
+        ModelRole.SFT: donor,
+        ModelRole.TASK: task_model,
+        ModelRole.B2A: b2a_model,
+        ModelRole.FREETEXT: freetext_model,
+    }
+    models = {role: given[role] or path for role, path in builtin_role_models(artifacts).items()}
+    extra = finer_entries(models[ModelRole.B2A], cap) if finer else []
     return parse_config(
         {
             "name": f"demo-{size}",
             "seed": 0,
             "device": device,
             "dtype": dtype,
-            "models": {
-                ModelRole.PRE: recipient or str(artifacts.pretrained),
-                ModelRole.SFT: donor or str(artifacts.relation_model),
-                ModelRole.B2A: b2a_model or str(artifacts.b2a_model),
-                ModelRole.TASK: task_model or str(artifacts.task_model),
-                ModelRole.FREETEXT: freetext_model or str(artifacts.freetext_model),
-            },
+            "models": models,
             "datasets": {
                 "relation": str(artifacts.relation_data),
                 "known": str(artifacts.known_data),

@@ -13,6 +13,7 @@ from weightgraft.attribution.experiment import ModelPair, SearchSettings, locali
 from weightgraft.attribution.localize import LocalizeResult
 from weightgraft.data.io import load_eval_prompts
 from weightgraft.errors import UserError
+from weightgraft.experiments.vocabulary import ModelRole, builtin_role_models
 from weightgraft.locking import folder_lock, lock_file
 from weightgraft.model_identity import refuse_same_model
 from weightgraft.remote_code import refuse_remote_code
@@ -35,8 +36,9 @@ def builtin_pair(
     reused) when `builtin` names a size; UserError naming what is missing otherwise."""
     if builtin is not None:
         art = ensure_builtin(size=builtin, home=home, progress=progress)
-        recipient = recipient or str(art.pretrained)
-        donor = donor or str(art.relation_model)
+        models = builtin_role_models(art)
+        recipient = recipient or models[ModelRole.PRE]
+        donor = donor or models[ModelRole.SFT]
         data = data or art.relation_data
     given = (("--recipient", recipient), ("--donor", donor), ("--data", data))
     missing = [name for name, value in given if value is None]
