@@ -37,7 +37,14 @@ from weightgraft.engine.controls import DIMENSIONS, ControlError, draw_sets
 from weightgraft.engine.graft import normal_units
 from weightgraft.experiments.components import describe, is_component_expr, parse_components
 from weightgraft.experiments.roles import NotApplicable, PositionExpr, parse_positions
-from weightgraft.experiments.vocabulary import ATOMS, AUTHORS_EVERY_WEIGHT, EVERY_WEIGHT, LAYER_BANDS, UNEMBEDDING
+from weightgraft.experiments.vocabulary import (
+    ATOMS,
+    AUTHORS_EVERY_WEIGHT,
+    EVERY_WEIGHT,
+    LAYER_BANDS,
+    UNEMBEDDING,
+    ConditionMethod,
+)
 
 LayerSpec = str | int | list[int]
 Unembedding = Literal["recipient", "donor"]
@@ -165,7 +172,7 @@ class ConditionSpec(BaseModel):
     grafts: list[GraftSpec] = []
     recipient: str | None = None  # model key; default: the experiment's
     donor: str | None = None
-    method: Literal["weights", "activations"] = "weights"
+    method: ConditionMethod = ConditionMethod.WEIGHTS
     description: str = ""
     # The definition this row belongs to, for experiments that compare the two (see
     # vocabulary: FIDELITIES); None: the experiment's own.
@@ -185,13 +192,13 @@ class ConditionSpec(BaseModel):
         vary, units = self.controls.vary, self.grafts[0].units()
         if vary in ("heads", "neurons") and (units is None or units[0] != vary):
             raise ControlError(f"condition {self.name!r}: cannot vary {vary}: its graft names no {vary}")
-        if self.method != "weights":
+        if self.method != ConditionMethod.WEIGHTS:
             raise ControlError(f"condition {self.name!r}: controls are for weight grafts (method: weights)")
         return self
 
     @model_validator(mode="after")
     def _activation_components(self) -> ConditionSpec:
-        if self.method == "activations":
+        if self.method == ConditionMethod.ACTIVATIONS:
             for graft in self.grafts:
                 if graft.heads is not None or graft.neurons is not None or graft.shape is not None:
                     raise ValueError(
@@ -296,7 +303,7 @@ class Condition:
     name: str
     recipient: str
     donor: str  # the default donor (activation patching's only one)
-    method: str
+    method: ConditionMethod
     grafts: list[ResolvedGraft]
     description: str = ""
     meta: dict = field(default_factory=dict)  # e.g. sweep coordinates, for plots
@@ -379,7 +386,7 @@ def resolve_condition(
         grafts.append(ResolvedGraft(parse_positions(component_at), component_layers, comps, donor))
         base = f"every weight at {component_base}, " if component_base else "nothing at FE; "
         desc = f"{base}{text} ({describe(comps)}) at {component_at} in layers {component_layers}"
-        return Condition(text, recipient, donor, "weights", grafts, desc, fidelity=fidelity or "")
+        return Condition(text, recipient, donor, ConditionMethod.WEIGHTS, grafts, desc, fidelity=fidelity or "")
     try:
         expr = parse_positions(text)
     except ValueError as err:
@@ -422,12 +429,14 @@ def _from_spec(item: ConditionSpec, recipient: str, donor: str, fidelity: Fideli
 def _baseline(text: str, recipient: str, donor: str, fidelity: Fidelity | None) -> Condition:
     """PRE/RECIPIENT (nothing grafted) or SFT/DONOR (every weight everywhere)."""
     if text in ("PRE", "RECIPIENT"):
-        return Condition(text, recipient, donor, "weights", [], BASELINE_NAMES["PRE"], fidelity=fidelity or "")
+        return Condition(
+            text, recipient, donor, ConditionMethod.WEIGHTS, [], BASELINE_NAMES["PRE"], fidelity=fidelity or ""
+        )
     return Condition(
         text,
         recipient,
         donor,
-        "weights",
+        ConditionMethod.WEIGHTS,
         [ResolvedGraft(parse_positions("ALL"), "all", ["all"], donor)],
         BASELINE_NAMES["SFT"],
         fidelity=fidelity or "",
@@ -445,7 +454,7 @@ def _position_condition(
             text,
             recipient,
             donor,
-            "weights",
+            ConditionMethod.WEIGHTS,
             [ResolvedGraft(expr, "all", [AUTHORS_EVERY_WEIGHT], donor), *head],
             f"every weight at {text} as the authors grafted it (the token embedding, not the position "
             "embedding; every layer); the unembedding the recipient's, except on a tied model where "
@@ -462,7 +471,7 @@ def _position_condition(
         text,
         recipient,
         donor,
-        "weights",
+        ConditionMethod.WEIGHTS,
         [ResolvedGraft(expr, "all", [EVERY_WEIGHT], donor), *head],
         f"every weight at {text} (embeddings included){head_words}",
         fidelity=fidelity or "",

@@ -19,6 +19,7 @@ from weightgraft.experiments.vocabulary import (
     ENGINE_MODEL_LEVEL,
     EVERY_WEIGHT,
     SAME_IN_BOTH,
+    ConditionMethod,
     Direction,
     author_band,
 )
@@ -202,7 +203,7 @@ def experiment_conditions(exp: ExperimentSpec, num_layers: int, model: ModelFact
                             name=f"{at} {band} {comps}",
                             recipient=exp.recipient,
                             donor=exp.donor,
-                            method="weights",
+                            method=ConditionMethod.WEIGHTS,
                             grafts=grafts,
                             description=f"{comps} at {at} in layers {band}{extra}",
                             meta={"sweep_at": at, "band": band, "components": comps},

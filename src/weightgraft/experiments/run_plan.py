@@ -29,6 +29,7 @@ from weightgraft.experiments.config import ExperimentSpec, RunConfig, parse_conf
 from weightgraft.experiments.plan import concrete_layers
 from weightgraft.experiments.records import Example, slug
 from weightgraft.experiments.roles import parse_positions
+from weightgraft.experiments.vocabulary import ConditionMethod
 from weightgraft.runtime import sha256_json
 
 Shard = tuple[int, int]
@@ -263,7 +264,7 @@ def condition_from_json(body: dict) -> Condition:
         name=body["name"],
         recipient=body["recipient"],
         donor=body["donor"],
-        method=body["method"],
+        method=ConditionMethod(body["method"]),
         grafts=[graft_from_json(g) for g in body["grafts"]],
         description=body["description"],
         meta=dict(body["meta"]),

@@ -143,6 +143,18 @@ DECISION_METRICS = ("top5", "prob")
 METRIC_WORDS = {"top5": "top-5", "prob": "probability", "top1": "top-1", "target_logprob": "target log-probability"}
 
 
+# ---- methods -------------------------------------------------------------------------------
+class ConditionMethod(str, Enum):
+    """How a condition brings in the donor: its weights, grafted through the engine (`weights`),
+    or its residual stream after each grafted block, patched in (`activations`). A `str` enum:
+    configs and files hold the plain values, which compare equal to the members."""
+
+    WEIGHTS = "weights"
+    ACTIVATIONS = "activations"
+
+    __str__ = str.__str__  # the value, in every Python (not "ConditionMethod.WEIGHTS")
+
+
 # ---- model roles -----------------------------------------------------------------------------
 class ModelRole(str, Enum):
     """The run-config keys of the built-in family's models, by the part each plays: the

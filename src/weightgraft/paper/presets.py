@@ -54,6 +54,7 @@ from weightgraft.experiments.vocabulary import (
     CLEAN_SUFFIX,
     EVERY_WEIGHT,
     PAPER_COMPONENT_SETS,
+    ConditionMethod,
 )
 
 TITLE_TEMPLATES = ["paper_3"]  # the only sentence with a movie title (FE -> M -> LT)
@@ -383,8 +384,12 @@ def activation_patching(max_examples=None, templates=None) -> list[dict]:
     for positions in PATCH_POSITIONS:
         for layers in PATCH_LAYERS:
             graft = GraftSpec(positions=positions, layers=layers, components="BLOCKS")
-            for method, label in (("weights", "graft"), ("activations", "patch")):
-                what = "weights of every block" if method == "weights" else "residual stream after every block"
+            for method, label in ((ConditionMethod.WEIGHTS, "graft"), (ConditionMethod.ACTIVATIONS, "patch")):
+                what = (
+                    "weights of every block"
+                    if method == ConditionMethod.WEIGHTS
+                    else "residual stream after every block"
+                )
                 conditions.append(
                     ConditionSpec(
                         name=f"{label} {positions} @{layers}",

@@ -9,6 +9,7 @@ from weightgraft.experiments.conditions import Condition
 from weightgraft.experiments.methods.activations import ActivationPatching
 from weightgraft.experiments.methods.base import ChunkMethod, Row
 from weightgraft.experiments.methods.weights import WeightGrafting, engine_graft
+from weightgraft.experiments.vocabulary import ConditionMethod
 
 if TYPE_CHECKING:
     from weightgraft.experiments.execute import Resources
@@ -26,7 +27,7 @@ def method_for(
     `donor_sources`; a chunk whose conditions differ only in shape reads several shaped donors
     of one model in one pass)."""
     device = resources.config.device
-    if condition.method == "weights":
+    if condition.method == ConditionMethod.WEIGHTS:
         donors = donors or condition.donor_sources
         grafter = resources.grafter(condition.recipient, donors)
         return WeightGrafting(grafter, donors, tied, pad, device)
