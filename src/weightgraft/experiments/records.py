@@ -363,13 +363,23 @@ def stored_experiments(out: Path) -> list[list]:
     return found
 
 
+def _experiment_names(experiments: list) -> list[str]:
+    """The names a config's experiments go by (a preset or localize item without a name: its
+    preset's or its own), sorted: what a run folder's files are named after."""
+    names = []
+    for item in experiments:
+        named = item.get("name") or item.get("preset") or item.get("localize") if isinstance(item, dict) else None
+        names.append(str(named) if named else json.dumps(item, sort_keys=True))
+    return sorted(names)
+
+
 def replace_other_run(out: Path, config, overwrite: bool) -> None:
-    """A run folder holds one config's run. Another config (other experiments) is refused, or,
-    with `overwrite`, the old run's files are deleted first: none of them is left orphaned
-    beside the new run's report. Changes that keep the experiments (models, batching, device)
-    resume as before."""
-    current = config.model_dump(mode="json")["experiments"]
-    if all(stored == current for stored in stored_experiments(out)):
+    """A run folder holds one config's run. Another config (other experiments, whose files the
+    new run would leave orphaned beside its report) is refused, or, with `overwrite`, the old
+    run's files are deleted first. Changes that keep the experiments (models, batching, device,
+    an edited condition, which the runner recomputes alone) resume as before."""
+    current = _experiment_names(config.model_dump(mode="json")["experiments"])
+    if all(_experiment_names(stored) == current for stored in stored_experiments(out)):
         return
     if not overwrite:
         raise OutputExistsError(
