@@ -56,7 +56,9 @@ def measure(folder: Path, batch: int, tokens: int, device: str, steps: int = 3) 
     from weightgraft.training.finetune import quiet_loading
 
     with quiet_loading():
-        model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32, use_safetensors=True)
+        model = AutoModelForCausalLM.from_pretrained(
+            str(folder), dtype=torch.float32, use_safetensors=True, trust_remote_code=False
+        )
     model.to(device).train()
     vocab = model.get_input_embeddings().weight.shape[0]
     generator = torch.Generator().manual_seed(0)
