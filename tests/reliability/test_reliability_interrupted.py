@@ -216,3 +216,24 @@ def test_localize_command_cut_off_writes_everything_on_the_next_call(world, tmp_
     assert sorted(p.name for p in out.iterdir() if not p.name.startswith(".")) == names
     for name in ("ranking.parquet", "curve.parquet", "cells.parquet"):
         assert (out / name).read_bytes() == (clean / name).read_bytes(), name
+
+
+def test_a_failed_localize_item_leaves_the_run_unfinished_not_complete(world, tmp_path):
+    """Issue 31, item 6: a `localize:` item that fails (here: the donor is the pretrained model
+    and the recipient its finetune, so there is no gain to localize) must not leave run.json
+    saying "complete" while no report exists; the next call resumes and finishes."""
+    from weightgraft.errors import UserError
+
+    swapped = [*EXPERIMENTS[:2], {**EXPERIMENTS[2], "recipient": "gain", "donor": "pre"}]
+    models, data, _ = world
+    bad = parse_config({**base_config(models, data, swapped), "bootstrap": 20})
+    out = tmp_path / "run"
+    with pytest.raises(UserError, match="does not improve"):
+        run_all(bad, out, progress=False)
+    body = json.loads((out / "run.json").read_text())
+    assert body["status"] == "interrupted" and body["sessions"][-1]["status"] == "interrupted"
+    assert body["unfinished"].startswith("localize loc: the donor does not improve")
+    assert not (out / "report.md").exists() and not (out / "summary.csv").exists()
+    run_all(config(world), out, progress=False)  # the same experiments, the localize item fixed
+    assert json.loads((out / "run.json").read_text())["status"] == "complete"
+    assert (out / "report.md").is_file()

@@ -407,3 +407,19 @@ def previous_sessions(out: Path, shard: tuple[int, int] | None = None) -> list:
 
 def write_run_json(out: Path, body: dict, shard: tuple[int, int] | None = None) -> None:
     write_text_atomic(run_json_file(out, shard), json.dumps(body, indent=2))
+
+
+def mark_unfinished(out: Path, step: str, error: BaseException) -> None:
+    """A step after the experiments (a `localize:` item) failed: run.json must not say
+    "complete" while the run has no report. It reads `interrupted` (the next call resumes: the
+    experiments are reused, the failed step runs again) and names the step and its error."""
+    path = run_json_file(out)
+    try:
+        body = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return  # no record to correct: the runner writes a fresh one next time
+    reason = f"{step}: {str(error).splitlines()[0] if str(error) else type(error).__name__}"
+    body.update(status="interrupted", unfinished=reason)
+    if body.get("sessions"):
+        body["sessions"][-1].update(status="interrupted", unfinished=reason)
+    write_run_json(out, body)

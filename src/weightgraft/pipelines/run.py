@@ -18,7 +18,7 @@ import torch.distributed as dist
 from weightgraft.attribution.experiment import run_localize
 from weightgraft.errors import UserError
 from weightgraft.experiments.config import RunConfig, parse_config
-from weightgraft.experiments.records import replace_other_run, run_folder
+from weightgraft.experiments.records import mark_unfinished, replace_other_run, run_folder
 from weightgraft.experiments.runner import RunResult, run_experiments
 from weightgraft.experiments.shards import merge_shards, shard_from_env
 from weightgraft.paper.finer_presets import FINER_PRESETS  # noqa: F401  (registers weightgraft's finer presets)
@@ -71,7 +71,11 @@ def run_all(
         if shard is not None:
             return RunOutcome(result, [])
         for spec in config.localizations():
-            run_localize(config, spec, out, progress=progress)
+            try:
+                run_localize(config, spec, out, progress=progress)
+            except BaseException as err:
+                mark_unfinished(out, f"localize {spec.localize}", err)
+                raise
         return RunOutcome(result, summarize(config, out, report, study))
 
 
