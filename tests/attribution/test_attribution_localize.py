@@ -9,6 +9,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
+from tiny_model_fixtures import tiny_llama
 from tiny_world import build_tokenizer, make_prompts
 from weightgraft import Graft, Grafter
 from weightgraft.attribution import attribute, encode_role_examples, exact_cell_effects, localize, spearman
@@ -17,24 +18,7 @@ from weightgraft.cli import _register_all, app
 
 
 def _llama(seed: int, vocab: int):
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    config = LlamaConfig(
-        vocab_size=vocab,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-        tie_word_embeddings=False,
-        bos_token_id=1,
-        pad_token_id=0,
-        eos_token_id=None,
-    )
-    config._attn_implementation = "eager"
-    torch.manual_seed(seed)
-    return LlamaForCausalLM(config).eval()
+    return tiny_llama(vocab, seed)
 
 
 @pytest.fixture(scope="module")

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 import tiny_world
+from tiny_model_fixtures import tiny_llama
 from tokenizer_fixtures import byte_level_bpe, sentencepiece_unigram
 from weightgraft.engine.grafter import Grafter
 from weightgraft.explore.server import ServerThread
@@ -30,20 +31,7 @@ def _as_bytes(shown: str) -> bytes:
 
 
 def _tiny_llama(vocab: int, seed: int):
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(seed)
-    config = LlamaConfig(
-        vocab_size=vocab,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-        tie_word_embeddings=False,
-    )
-    return LlamaForCausalLM(config).eval()
+    return tiny_llama(vocab, seed)
 
 
 @pytest.fixture(scope="module")

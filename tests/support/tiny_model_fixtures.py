@@ -158,3 +158,24 @@ def make_pair(arch: str, seed: int = 0, **overrides):
 
 def num_layers(model) -> int:
     return model.config.get_text_config().num_hidden_layers
+
+
+def tiny_llama(vocab: int, seed: int, max_positions: int = 64):
+    """A 2-layer Llama of width 32 over a tokenizer's own vocabulary (BOS 1, padding 0, no EOS),
+    seeded, in eval mode with eager attention: for tests that bring their own tokenizer."""
+    config = hf.LlamaConfig(
+        vocab_size=vocab,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=max_positions,
+        tie_word_embeddings=False,
+        bos_token_id=1,
+        pad_token_id=0,
+        eos_token_id=None,
+    )
+    config._attn_implementation = "eager"
+    torch.manual_seed(seed)
+    return hf.LlamaForCausalLM(config).eval()
