@@ -3,7 +3,8 @@
 weightgraft's one resume mechanism for the steps of a pipeline (the built-in models' build and
 `weightgraft reproduce`). A step is done when its record exists, the sha256 of its inputs (data
 manifests, model fingerprints, the step's own config) equals the one recorded, and every output
-it recorded still exists. A done step is never redone; a step whose inputs changed is redone.
+it recorded still exists with the sha256 it was written with (checked when its size or mtime
+moved; a damaged output makes the step run again). A done step is never redone; a step whose inputs changed is redone.
 The file is replaced atomically after each step, so a job killed between steps resumes at the
 first step not recorded, and a step killed halfway leaves no record (its outputs are written
 atomically by the step itself). Only the main process (rank 0) writes.
@@ -19,7 +20,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from weightgraft.atomic import write_text_atomic
-from weightgraft.runtime import sha256_json
+from weightgraft.runtime import sha256_file, sha256_json
 
 # What a step's `build` returns: (outputs to record, paths that must exist for the step to be done).
 Built = tuple[dict, list[Path]]
@@ -30,6 +31,22 @@ Announce = Callable[[str, str, dict | None], None]
 
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _file_facts(path: Path) -> dict:
+    stat = path.stat()
+    return {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "sha256": sha256_file(path)}
+
+
+def _unchanged(path: Path, facts: dict) -> bool:
+    """An output file is still what its step wrote: there, of its size and (when its mtime
+    moved) of its sha256. A damaged output makes its step run again, never used."""
+    if not path.is_file():
+        return False
+    stat = path.stat()
+    if stat.st_size != facts.get("size"):
+        return False
+    return stat.st_mtime_ns == facts.get("mtime_ns") or sha256_file(path) == facts.get("sha256")
 
 
 class Ledger:
@@ -62,6 +79,11 @@ class Ledger:
             return str(path)
         return os.path.relpath(os.path.abspath(path), os.path.abspath(self.base))
 
+    def _facts(self, path: Path) -> dict[str, dict]:
+        """{stored path: size, mtime, sha256} of an output file, or of every file in an output folder."""
+        files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+        return {self._stored(f): _file_facts(f) for f in files}
+
     def _resolved(self, stored: str) -> Path:
         return Path(stored) if self.base is None else self.base / stored
 
@@ -69,7 +91,10 @@ class Ledger:
         record = self.record_of(name)
         if record is None or record.get("inputs_sha256") != sha256_json(inputs):
             return False
-        return all(self._resolved(p).exists() for p in record.get("paths", []))
+        if not all(self._resolved(p).exists() for p in record.get("paths", [])):
+            return False
+        hashes = record.get("hashes", {})  # absent in records written before hashes were kept
+        return all(_unchanged(self._resolved(key), facts) for key, facts in hashes.items())
 
     def reuse(self, name: str) -> dict:
         self.session["reused"].append(name)
@@ -82,6 +107,7 @@ class Ledger:
             "inputs_sha256": sha256_json(inputs),
             "outputs": outputs,
             "paths": [self._stored(p) for p in paths],
+            "hashes": {key: facts for p in paths for key, facts in self._facts(Path(p)).items()},
             "seconds": round(time.time() - started, 1) if started is not None else None,
             "finished": _now(),
         }

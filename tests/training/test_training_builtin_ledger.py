@@ -6,6 +6,7 @@ adopted, and a build killed between steps goes on at the first step not recorded
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -170,3 +171,19 @@ def test_averaged_models_are_built_from_member_steps_that_resume_one_by_one(tmp_
     shutil.rmtree(art.relation_model)
     assert set(ensure_builtin("tiny", home=home, progress=False).seconds) == {"relation model"}
     assert torch.equal(load_file(art.relation_model / "model.safetensors")[name], averaged[name])
+
+
+def test_a_damaged_output_makes_its_step_run_again(tmp_path):
+    """Issue 31: every file a step reuses is checked against the sha256 recorded when it was
+    written; a changed byte (same size, new mtime) or a removed file inside the folder rebuilds."""
+    a = Writer(tmp_path / "a", "one")
+    assert run(tmp_path, step("a", a, {})) is not None
+    assert run(tmp_path, step("a", a, {})) is None and a.calls == 1
+    value = a.folder / "value.txt"
+    value.write_text("onE")  # same size, other bytes
+    assert run(tmp_path, step("a", a, {})) is not None and a.calls == 2
+    assert value.read_text() == "one"
+    os.utime(value, ns=(1, 1))  # only the mtime moved: the bytes are checked, and they match
+    assert run(tmp_path, step("a", a, {})) is None and a.calls == 2
+    value.unlink()
+    assert run(tmp_path, step("a", a, {})) is not None and a.calls == 3
