@@ -411,15 +411,14 @@ def write_run_json(out: Path, body: dict, shard: tuple[int, int] | None = None) 
 
 def mark_unfinished(out: Path, step: str, error: BaseException) -> None:
     """A step after the experiments (a `localize:` item) failed: run.json must not say
-    "complete" while the run has no report. It reads `interrupted` (the next call resumes: the
-    experiments are reused, the failed step runs again) and names the step and its error."""
+    "complete" while the run has no report. Its status reads `interrupted` (the next call
+    resumes: the experiments are reused, the failed step runs again) and names the step and its
+    error; the runner's own session keeps the status it ended with."""
     path = run_json_file(out)
     try:
         body = json.loads(path.read_text())
     except (OSError, ValueError):
         return  # no record to correct: the runner writes a fresh one next time
     reason = f"{step}: {str(error).splitlines()[0] if str(error) else type(error).__name__}"
-    body.update(status="interrupted", unfinished=reason)
-    if body.get("sessions"):
-        body["sessions"][-1].update(status="interrupted", unfinished=reason)
+    body.update(status="interrupted", unfinished=reason)  # the runner's session stays as it ended
     write_run_json(out, body)
