@@ -58,7 +58,7 @@ def _kill_during_first_finetune(model: Path, out: Path) -> None:
     )
     deadline = time.time() + 600
     try:
-        while not list(checkpoints.glob("checkpoint-*/trainer_state.json")):
+        while not list(checkpoints.glob("checkpoint-*/weightgraft-checkpoint.json")):  # sealed: resumable
             if proc.poll() is not None:
                 raise AssertionError(
                     f"the job ended before a checkpoint was saved:\n{proc.stderr.read().decode()[-3000:]}"

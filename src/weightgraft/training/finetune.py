@@ -40,6 +40,7 @@ from weightgraft.pretrained import as_local
 from weightgraft.remote_code import refuse_remote_code
 from weightgraft.runtime import is_main_process, resolve_device
 from weightgraft.training import TRAINING_RECORD
+from weightgraft.training.checkpoints import SealCheckpoints, last_complete_checkpoint
 from weightgraft.training.evaluate import topk_accuracy
 from weightgraft.training.lengths import check_lengths
 
@@ -141,19 +142,6 @@ class _AccuracyTrainer(Trainer):
         self.log(metrics)
         self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, metrics)
         return metrics
-
-
-def last_complete_checkpoint(folder: Path) -> str | None:
-    """The newest `checkpoint-N` whose trainer_state.json (Trainer writes it last) exists: a
-    process killed while saving leaves an incomplete folder that must not be resumed from."""
-    complete = [
-        p
-        for p in Path(folder).glob("checkpoint-*")
-        if p.name.split("-")[-1].isdigit() and (p / "trainer_state.json").is_file()
-    ]
-    if not complete:
-        return None
-    return str(max(complete, key=lambda p: int(p.name.split("-")[-1])))
 
 
 @contextmanager
@@ -382,7 +370,11 @@ def _trainer(net, tokenizer, args, data: _TrainingData, config: FinetuneConfig, 
         eval_tokenizer=tokenizer,
         k=config.eval_k,
         keep_best=not checkpoints,
-        callbacks=[_EarlyStopping(config.early_stopping_patience)] if config.early_stopping_patience else None,
+        callbacks=[
+            *([SealCheckpoints()] if checkpoints else []),
+            *([_EarlyStopping(config.early_stopping_patience)] if config.early_stopping_patience else []),
+        ]
+        or None,
     )
     if args.disable_tqdm:
         trainer.remove_callback(PrinterCallback)
