@@ -202,3 +202,29 @@ def test_attribution_grid_sums_the_cells(session):
     assert values[:, column].tolist() == pytest.approx(direct.cells[0, :, 2, ffn].sum(-1).tolist(), abs=1e-5)
     with pytest.raises(ExploreError, match="target"):
         session.attribute(session.encode("Ada Brook stars"), "task")
+
+
+def test_a_click_with_a_target_runs_one_grafted_pass_for_predictions_and_comparison(session, monkeypatch):
+    """The prediction's logits are the first target step's of the comparison's row (a position
+    sees only what comes before it), so one grafted pass serves both: on a real model a pass is
+    most of a click's time. The comparison's current column equals a pass of its own."""
+    encoded = session.encode(PROMPT.text, PROMPT.target, PROMPT.id)
+    n = len(encoded.input_ids)
+    column = session.grid.columns[-1]
+    cells = [Cells(DONORS[0], column.group, column.layer, (n - 1,))]
+    session.predict(encoded, [], top_k=5)  # opening the prompt: the models alone, cached once
+    session.compare(encoded, [], ())
+    passes = []
+    for name in ("logits", "last_logits"):
+        real = getattr(session.grafter, name)
+        monkeypatch.setattr(session.grafter, name, lambda *a, _real=real, _name=name, **k: passes.append(_name) or _real(*a, **k))  # fmt: skip
+    predicted = session.predict(encoded, cells, top_k=5)
+    compared = session.compare(encoded, cells, ())
+    assert passes == ["logits"]
+    monkeypatch.undo()
+    alone = session.grafter.last_logits(torch.tensor([encoded.input_ids]), grafts=session.grafts(encoded, cells))[0]
+    probs = torch.softmax(alone.float(), -1)
+    shown, ids = _graft_probs(predicted)
+    assert torch.allclose(shown, probs[ids], atol=1e-6)
+    current = next(c for c in compared["columns"] if c["kind"] == "current")
+    assert current["prob"] == pytest.approx(float(probs[encoded.target_id]), abs=1e-6)

@@ -37,6 +37,7 @@ MAX_LISTED_PROMPTS = 5000  # dataset prompts offered in the page's menu (any of 
 NAMED_POSITIONS = ("FE", "M", "R", "LT", "FE+LT", "(FE+LT)^C", "FE^C", "LT^C", "FE+M+LT", "M+LT", "other", "ALL")
 _BASELINE_CACHE = 64
 _COLUMN_CACHE = 1024
+_LOGITS_CACHE = 4  # [target tokens, vocab] each: the last few grafts' target steps
 
 
 class ExploreError(UserError, ValueError):
@@ -96,6 +97,7 @@ class ExploreSession:
         self._baselines: OrderedDict[tuple[int, ...], list[torch.Tensor]] = OrderedDict()
         self._same: dict[str, list[list]] | None = None  # donor -> identical columns, once asked
         self._columns: OrderedDict[tuple, dict] = OrderedDict()  # a comparison's scores per row and graft
+        self._logits: OrderedDict[tuple, torch.Tensor] = OrderedDict()  # the current graft's target steps
 
     @contextmanager
     def _running(self):
@@ -231,7 +233,12 @@ class ExploreSession:
         ids = torch.tensor([encoded.input_ids])
         with self._running():
             baselines = self._baseline_logits(ids)
-            current = self.grafter.last_logits(ids, grafts=grafts)[0] if grafts else baselines[0]
+            if not grafts:
+                current = baselines[0]
+            elif encoded.target_id is not None:  # one pass serves the predictions and the comparison
+                current = self._row_logits(encoded, cells)[len(encoded.input_ids) - encoded.prompt_len]
+            else:
+                current = self.grafter.last_logits(ids, grafts=grafts)[0]
         names = ["recipient", *self.grid.donors]
         rows = [self._scored(name, logits, encoded, top_k) for name, logits in zip(names, baselines)]
         rows.append(self._scored("graft", current, encoded, top_k))
@@ -349,11 +356,29 @@ class ExploreSession:
             )
         return other.target_id
 
+    def _row_logits(self, encoded: Encoded, cells: Sequence[Cells]) -> torch.Tensor:
+        """Logits [target tokens, vocab] of the steps that score the target, for the prompt with
+        the target teacher-forced under `cells` (their last row carried onto the target): the
+        first of them are also the prediction's (a position sees only what comes before it)."""
+        row = encoded.input_ids[: encoded.prompt_len] + encoded.target_ids[:-1]
+        grafts = self.grid.to_grafts(extend_cells(self.grid.check(cells, len(encoded.input_ids)), len(encoded.input_ids), len(row)))  # fmt: skip
+        key = (tuple(row), repr(grafts or None))
+        if key not in self._logits:
+            ids = torch.tensor([row])
+            self._logits[key] = self.grafter.logits(ids, row_grafts=[grafts or None], logits_to_keep=len(encoded.target_ids))[0]  # fmt: skip
+            while len(self._logits) > _LOGITS_CACHE:
+                self._logits.popitem(last=False)
+        return self._logits[key]
+
     def _scored_rows(self, row: list[int], encoded: Encoded, rival: int | None, grafts: list) -> list[dict]:
         """Each selection's scores on `row`, from the cache or in one batch (the recipient's and
         the pinned grafts' stay the same while a click changes the current graft)."""
         keys = [(tuple(row), encoded.scored, rival, repr(g)) for g in grafts]
         with self._running():  # the cache too is shared by the server's threads
+            for i, key in enumerate(keys):  # a column whose logits a prediction just computed
+                known = self._logits.get((tuple(row), repr(grafts[i])))
+                if key not in self._columns and known is not None:
+                    self._columns[key] = score_columns(known[None], encoded.target_ids, encoded.scored, rival)[0]
             missing = [i for i, k in enumerate(keys) if k not in self._columns]
             if missing:
                 ids = torch.tensor([row]).expand(len(missing), -1)
