@@ -20,7 +20,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from weightgraft.atomic import write_text_atomic
-from weightgraft.runtime import sha256_file, sha256_json
+from weightgraft.runtime import file_facts, file_unchanged, sha256_json
 
 # What a step's `build` returns: (outputs to record, paths that must exist for the step to be done).
 Built = tuple[dict, list[Path]]
@@ -31,22 +31,6 @@ Announce = Callable[[str, str, dict | None], None]
 
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
-
-
-def _file_facts(path: Path) -> dict:
-    stat = path.stat()
-    return {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "sha256": sha256_file(path)}
-
-
-def _unchanged(path: Path, facts: dict) -> bool:
-    """An output file is still what its step wrote: there, of its size and (when its mtime
-    moved) of its sha256. A damaged output makes its step run again, never used."""
-    if not path.is_file():
-        return False
-    stat = path.stat()
-    if stat.st_size != facts.get("size"):
-        return False
-    return stat.st_mtime_ns == facts.get("mtime_ns") or sha256_file(path) == facts.get("sha256")
 
 
 class Ledger:
@@ -82,7 +66,7 @@ class Ledger:
     def _facts(self, path: Path) -> dict[str, dict]:
         """{stored path: size, mtime, sha256} of an output file, or of every file in an output folder."""
         files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
-        return {self._stored(f): _file_facts(f) for f in files}
+        return {self._stored(f): file_facts(f) for f in files}
 
     def _resolved(self, stored: str) -> Path:
         return Path(stored) if self.base is None else self.base / stored
@@ -94,7 +78,7 @@ class Ledger:
         if not all(self._resolved(p).exists() for p in record.get("paths", [])):
             return False
         hashes = record.get("hashes", {})  # absent in records written before hashes were kept
-        return all(_unchanged(self._resolved(key), facts) for key, facts in hashes.items())
+        return all(file_unchanged(self._resolved(key), facts) for key, facts in hashes.items())
 
     def reuse(self, name: str) -> dict:
         self.session["reused"].append(name)

@@ -126,6 +126,24 @@ def sha256_file(path: str | Path) -> str:
     return digest.hexdigest()
 
 
+def file_facts(path: Path) -> dict:
+    """What a file was when it was written: size, mtime and sha256 (see `file_unchanged`)."""
+    stat = path.stat()
+    return {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "sha256": sha256_file(path)}
+
+
+def file_unchanged(path: Path, facts: dict) -> bool:
+    """A file is still the bytes `file_facts` recorded: there, of its size and, when its mtime
+    moved, of its sha256 (an unmoved mtime and size are taken as unchanged: hashing gigabytes on
+    every reuse would cost more than the check is worth)."""
+    if not path.is_file():
+        return False
+    stat = path.stat()
+    if stat.st_size != facts.get("size"):
+        return False
+    return stat.st_mtime_ns == facts.get("mtime_ns") or sha256_file(path) == facts.get("sha256")
+
+
 def sha256_json(obj) -> str:
     """sha256 of a JSON-able object written with sorted keys (paths and other objects as strings)."""
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()

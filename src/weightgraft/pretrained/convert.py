@@ -15,7 +15,7 @@ from pathlib import Path
 
 from weightgraft._version import __version__
 from weightgraft.atomic import atomic_directory, write_json
-from weightgraft.runtime import sha256_file
+from weightgraft.runtime import file_facts, sha256_file
 
 CONVERSION_RECORD = "weightgraft-conversion.json"
 CONVERTER_VERSION = 1  # bump when the folder's contents would change for the same GGUF
@@ -47,14 +47,9 @@ def _serialisable_copy(model):
     return fresh.eval()
 
 
-def file_facts(folder: Path) -> dict[str, dict]:
+def folder_facts(folder: Path) -> dict[str, dict]:
     """{name: size, mtime and sha256} of every file in `folder` but the record itself."""
-    facts = {}
-    for path in sorted(folder.iterdir()):
-        if path.is_file() and path.name != CONVERSION_RECORD:
-            stat = path.stat()
-            facts[path.name] = {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "sha256": sha256_file(path)}
-    return facts
+    return {p.name: file_facts(p) for p in sorted(folder.iterdir()) if p.is_file() and p.name != CONVERSION_RECORD}
 
 
 def convert_gguf(gguf: Path, final: Path, source: dict) -> Path:
@@ -70,7 +65,7 @@ def convert_gguf(gguf: Path, final: Path, source: dict) -> Path:
             "source": dict(source, gguf_file=gguf.name, gguf_sha256=sha256_file(gguf)),
             "seconds": round(time.time() - start, 1),
         }
-        record["files"] = file_facts(tmp)  # mtimes survive the folder's rename into place
+        record["files"] = folder_facts(tmp)  # mtimes survive the folder's rename into place
         write_json(tmp / CONVERSION_RECORD, record)
     return final
 

@@ -16,7 +16,7 @@ from weightgraft.errors import UserError
 from weightgraft.locking import waiting_lock
 from weightgraft.pretrained.catalog import CATALOG, PretrainedModel, require_gguf_reader
 from weightgraft.pretrained.convert import CONVERTER_VERSION, convert_gguf, read_record
-from weightgraft.runtime import home, sha256_file
+from weightgraft.runtime import file_unchanged, home, sha256_file
 
 _resolved: dict[tuple, Path] = {}  # (name, the GGUF file's stat) -> folder, hashed once per process
 
@@ -40,13 +40,7 @@ def intact(folder: Path) -> bool:
         check_whole(folder)
     except IncompleteFolderError:
         return False
-    for name, facts in record["files"].items():
-        path = folder / name
-        if not path.is_file() or path.stat().st_size != facts.get("size"):
-            return False
-        if path.stat().st_mtime_ns != facts.get("mtime_ns") and sha256_file(path) != facts.get("sha256"):
-            return False
-    return True
+    return all(file_unchanged(folder / name, facts) for name, facts in record["files"].items())
 
 
 def _gguf_file(name: str) -> Path:
