@@ -127,6 +127,7 @@ class Grafter:
         self._units: dict[str, UnitSpec] | None = None
         self._unit_columns: dict[tuple[int, frozenset], tuple[torch.Tensor | None, torch.Tensor | None]] = {}
         self._lm_head_path = self.adapter.model_level.get("lm_head", "")
+        self._cache_name = cache_argument(recipient)  # read once, not on every pass
         # For layer sharing: the masks (all donors') of what acts before layer 0, and of each layer.
         every = [(d * len(self.keys) + k, key) for d in range(len(self.donors)) for k, key in enumerate(self.keys)]
         self._keys_before = [i for i, (layer, comp) in every if layer is None and comp in BEFORE_THE_LAYERS]
@@ -566,7 +567,7 @@ class Grafter:
         hooks.current = self._splices(chunk, hooks.paths, keep, groups) if splices is None else splices
         if shared is not None:
             shared.groups = list(groups)
-        name = cache_argument(self.recipient)
+        name = self._cache_name
         out = self.recipient(
             input_ids=ids,
             attention_mask=mask,

@@ -16,29 +16,24 @@ from transformers import TrainerCallback
 
 from weightgraft.atomic import write_json
 from weightgraft.errors import warn
-from weightgraft.runtime import sha256_file
+from weightgraft.runtime import file_facts, file_unchanged
 
 CHECKPOINT_RECORD = "weightgraft-checkpoint.json"
 
 
 def seal_checkpoint(folder: Path) -> None:
-    """Record every file of a saved checkpoint with its size and sha256 (written last)."""
+    """Record every file of a saved checkpoint with its size, mtime and sha256 (written last)."""
     files = sorted(p for p in Path(folder).rglob("*") if p.is_file() and p.name != CHECKPOINT_RECORD)
-    record = {str(p.relative_to(folder)): {"size": p.stat().st_size, "sha256": sha256_file(p)} for p in files}
-    write_json(Path(folder) / CHECKPOINT_RECORD, {"files": record})
+    write_json(Path(folder) / CHECKPOINT_RECORD, {"files": {str(p.relative_to(folder)): file_facts(p) for p in files}})
 
 
 def intact_checkpoint(folder: Path) -> bool:
-    """Every file the checkpoint's record lists is there with its size and sha256."""
+    """Every file the checkpoint's record lists is still the bytes it recorded (`file_unchanged`)."""
     try:
         record = json.loads((folder / CHECKPOINT_RECORD).read_text(encoding="utf-8"))["files"]
-    except (OSError, ValueError, KeyError, TypeError):
+        return all(file_unchanged(folder / name, facts) for name, facts in record.items())
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return False
-    for name, facts in record.items():
-        path = folder / name
-        if not path.is_file() or path.stat().st_size != facts.get("size") or sha256_file(path) != facts.get("sha256"):
-            return False
-    return True
 
 
 def last_complete_checkpoint(folder: Path) -> str | None:
