@@ -35,16 +35,26 @@ class PlannedStep:
     seconds: float | None = None
 
 
-def _padded(lengths: list[int], batch: int, seed: int) -> float:
-    """The mean length of a batch's longest text: every row of a batch is padded to it."""
+def _padded(lengths: list[int], batch: int, seed: int, texts: int, grouped: bool) -> float:
+    """The mean length of a batch's longest text, to which every row of the batch is padded:
+    of random batches, or of the batches transformers' length-grouped sampler forms from `texts`
+    texts (lengths drawn from the sample)."""
     rng = random.Random(seed)
-    draws = [max(rng.sample(lengths, min(batch, len(lengths)))) for _ in range(200)]
-    return sum(draws) / len(draws)
+    if not grouped:
+        draws = [max(rng.sample(lengths, min(batch, len(lengths)))) for _ in range(200)]
+        return sum(draws) / len(draws)
+    import torch
+    from transformers.trainer_pt_utils import get_length_grouped_indices
+
+    drawn = [rng.choice(lengths) for _ in range(texts)]
+    order = get_length_grouped_indices(drawn, batch, generator=torch.Generator().manual_seed(seed))
+    maxima = [max(drawn[i] for i in order[start : start + batch]) for start in range(0, texts, batch)]
+    return sum(maxima) / len(maxima)
 
 
-def _sample_lengths(job: Job, batch: int) -> tuple[float, float, float, str]:
-    """Mean tokens of a training text and of an evaluation prompt, and a batch's padded length,
-    from a few generated facts: counted by the model's tokenizer when it is on disk, else
+def _sample_lengths(job: Job) -> tuple[list[int], float, float, str]:
+    """Tokens of sample training texts, their mean and an evaluation prompt's mean, from a few
+    generated facts: counted by the model's tokenizer when it is on disk, else
     estimated at 4 characters a token."""
     pool = NamePool(job.options.seed)
     kind = job.sets[job.options.datasets[0]].kind
@@ -65,7 +75,7 @@ def _sample_lengths(job: Job, batch: int) -> tuple[float, float, float, str]:
     if lengths is None:
         lengths = [[len(t) // 4 + 1 for t in items] for items in (texts, prompts)]
     text, prompt = (sum(x) / len(x) for x in lengths)
-    return text, prompt, _padded(lengths[0], batch, job.options.seed), note
+    return lengths[0], text, prompt, note
 
 
 def plan_steps(job: Job) -> tuple[list[PlannedStep], dict]:
@@ -75,25 +85,29 @@ def plan_steps(job: Job) -> tuple[list[PlannedStep], dict]:
     size = estimate.model_size(options.model)
     _, world = rank_and_world()
     config = finetune_config(options, device, size.max_length if size else 512)
-    text_tokens, prompt_tokens, padded, token_note = _sample_lengths(job, config.batch_size)
+    text_lengths, text_tokens, prompt_tokens, token_note = _sample_lengths(job)
+    texts_by_finetune = {name: _finetune_texts(job, ft, config) for name, ft in job.finetunes.items()}
+    padded = {
+        name: _padded(text_lengths, config.batch_size, options.seed, texts, config.group_by_length)
+        for name, texts in texts_by_finetune.items()
+    }
     folder = model_dir(options.model)
-    measured = calibrate.measure(folder, config.batch_size, round(padded), device) if folder else None
+    measure_at = round(max(padded.values(), default=text_tokens))
+    measured = calibrate.measure(folder, config.batch_size, measure_at, device) if folder else None
     steps = [
         PlannedStep(
             "datasets", ", ".join(f"{k} ({s.kind}, {s.n_facts} facts, {s.purpose})" for k, s in job.sets.items())
         )
     ]
     total = 0.0
-    for ft in job.finetunes.values():
+    for name, ft in job.finetunes.items():
         data = job.sets[ft.dataset]
-        texts = data.n_facts * data.texts_per_fact
-        if config.mix_ratio:
-            texts += round(config.mix_ratio / (1 - config.mix_ratio) * texts)
+        texts = texts_by_finetune[name]
         optimizer_steps = math.ceil(texts / (config.batch_size * world)) * config.epochs
         tokens = round(texts * text_tokens * config.epochs)
         if measured:  # the measured steps, plus each epoch's validation (top-k on held-out prompts)
             validation = min(config.max_validation_prompts or 10**9, _validation_prompts(data))
-            seconds = measured.finetune_seconds(optimizer_steps, padded)
+            seconds = measured.finetune_seconds(optimizer_steps, padded[name])
             seconds += config.epochs * measured.forward_seconds(validation, prompt_tokens)
         else:
             seconds = estimate.finetune_seconds(size, optimizer_steps, tokens, device) if size else None
@@ -123,6 +137,15 @@ def plan_steps(job: Job) -> tuple[list[PlannedStep], dict]:
         "measured": measured,
     }
     return steps, facts
+
+
+def _finetune_texts(job: Job, ft, config) -> int:
+    """Training texts of one finetune: its dataset's, plus the general text mixed in."""
+    data = job.sets[ft.dataset]
+    texts = data.n_facts * data.texts_per_fact
+    if config.mix_ratio:
+        texts += round(config.mix_ratio / (1 - config.mix_ratio) * texts)
+    return texts
 
 
 def _validation_prompts(data) -> int:

@@ -118,6 +118,11 @@ def deviations_section(job: Job, steps: dict) -> list[str]:
         lines.append(
             f"- Finetuning precision {', '.join(sorted(precisions))} (the paper: fp16 mixed precision on a GPU)."
         )
+    if setting.get("group_by_length"):
+        lines.append(
+            "- Batches group texts of similar length (transformers' length-grouped sampler, for "
+            "speed; the paper: random batches)."
+        )
     if options.max_examples is not None:
         lines.append(f"- At most {options.max_examples} prompts scored per experiment (the paper: all).")
     if not lines[2:]:
