@@ -1,4 +1,4 @@
-"""The explorer's web app (ASGI, Starlette): the page, its assets, and four JSON endpoints.
+"""The explorer's web app (ASGI, Starlette): the page, its assets, and its JSON endpoints.
 
 Safe by construction: no endpoint takes a path, a model name or code; the page's static files are
 the package's own; bodies are capped in size before they are read whole; every request is
@@ -29,7 +29,7 @@ from starlette.staticfiles import StaticFiles
 from weightgraft.errors import UserError
 from weightgraft.explore.compare import Pin
 from weightgraft.explore.grid import Cells
-from weightgraft.explore.schema import AttributeIn, GenerateIn, PredictIn, PromptIn
+from weightgraft.explore.schema import AttributeIn, ExactIn, GenerateIn, PredictIn, PromptIn
 from weightgraft.explore.session import ExploreSession
 
 STATIC = Path(__file__).parent / "static"
@@ -94,6 +94,9 @@ def create_app(session: ExploreSession, allowed_hosts: list[str] | None = None) 
     def attribute(req: AttributeIn) -> dict:
         return session.attribute(encoded(req.prompt), req.donor, req.method)
 
+    def exact(req: ExactIn) -> dict:
+        return session.exact(encoded(req.prompt), req.donor, _cells(req.cells))
+
     async def not_found(request: Request, exc: HTTPException) -> Response:
         return JSONResponse({"error": f"{exc.status_code}: {exc.detail}"}, status_code=exc.status_code)
 
@@ -103,6 +106,7 @@ def create_app(session: ExploreSession, allowed_hosts: list[str] | None = None) 
         Route("/api/predict", endpoint(PredictIn, predict), methods=["POST"]),
         Route("/api/generate", endpoint(GenerateIn, generate), methods=["POST"]),
         Route("/api/attribute", endpoint(AttributeIn, attribute), methods=["POST"]),
+        Route("/api/exact", endpoint(ExactIn, exact), methods=["POST"]),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
     hosts = allowed_hosts or ["127.0.0.1", "localhost", "[::1]"]

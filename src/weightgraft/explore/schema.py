@@ -59,3 +59,9 @@ class AttributeIn(_Strict):
     prompt: PromptIn
     donor: str = Field(max_length=64)
     method: Literal["gradient", "integrated"] = "gradient"
+
+
+class ExactIn(_Strict):
+    prompt: PromptIn
+    donor: str = Field(max_length=64)
+    cells: list[CellsIn] = Field(default_factory=list, max_length=MAX_CELL_ENTRIES)  # the current graft

@@ -9,6 +9,7 @@ bad one changes nothing. Model calls are serialised by a lock: the models are sh
 from __future__ import annotations
 
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from contextlib import contextmanager
@@ -24,6 +25,7 @@ from weightgraft.engine.grafter import Grafter
 from weightgraft.errors import UserError
 from weightgraft.experiments.roles import NotApplicable, parse_positions
 from weightgraft.explore.compare import MAX_PINS, Pin, extend_cells, score_columns, with_changes
+from weightgraft.explore.effects import agreement, leave_one_out_effects, single_cell_effects
 from weightgraft.explore.export import condition_yaml, python_code
 from weightgraft.explore.grid import Cells, Grid
 from weightgraft.explore.tokens import token_text
@@ -471,6 +473,42 @@ class ExploreSession:
             "recipient": float(result.metric_recipient[0]),
             "donor_everywhere": float(result.metric_donor[0]),
             "sum": float(grid.sum()),
+        }
+
+    # --- exact effects --------------------------------------------------------------------------
+    def exact(self, encoded: Encoded, donor: str, cells: Sequence[Cells] = ()) -> dict:
+        """The exact effect map for one donor (`explore.effects`): every cell grafted alone, each
+        cell of the current graft left out of it, and the first-order map's error against it."""
+        if encoded.target_id is None:
+            raise ExploreError("the exact map scores the target: give a target")
+        if donor not in self.grid.donors:
+            raise ExploreError(f"unknown donor {donor!r}; this session's donors are {self.grid.donors}")
+        checked = self.grid.check(cells, len(encoded.input_ids))
+        identical = {(group, layer) for group, layer in self._identical()[donor]}
+        start = time.perf_counter()
+        with self._running():
+            single = single_cell_effects(
+                self.grafter, self.grid, encoded.input_ids, encoded.target_id, donor, identical
+            )
+            left_out = (
+                leave_one_out_effects(self.grafter, self.grid, encoded.input_ids, encoded.target_id, checked)
+                if checked
+                else None
+            )
+        seconds = time.perf_counter() - start
+        estimate = self.attribute(encoded, donor, "gradient")
+        return {
+            "donor": donor,
+            "metric": "target log-probability change",
+            "values": [[round(float(v), 6) for v in row] for row in single.values],
+            "ran": single.ran.tolist(),
+            "rows": single.rows,
+            "seconds": round(seconds, 3),
+            "leave_one_out": left_out,
+            "first_order": {
+                "method": estimate["method"],
+                **agreement(torch.tensor(estimate["values"]), single.values, single.ran),
+            },
         }
 
 

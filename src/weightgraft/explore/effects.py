@@ -1,0 +1,122 @@
+"""The exact effect map: every cell of the grid grafted alone, for real, and every cell of the
+current graft left out of it, each a row of one batched engine pass.
+
+The attribution map is a first-order estimate (one gradient, or a few along a path); this is
+what it estimates. A cell's effect is the change in the target's log-probability at the scoring
+step. Cells whose result is known without a pass are not run: a column whose donor weights equal
+the recipient's bit for bit changes nothing, and the final norm and unembedding change the scored
+logits only at the scoring position (0 elsewhere, exactly).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from weightgraft.engine.grafter import Grafter
+from weightgraft.explore.grid import Cells, Column, Grid
+
+ROWS_PER_PASS = 64  # grafted rows per engine call: the rows of one prompt share its prefix
+
+
+@dataclass
+class EffectMap:
+    """[positions, columns] effects (target log-probability change) and which were run."""
+
+    values: torch.Tensor
+    ran: torch.Tensor  # bool: False where the value is known to be 0 without a pass
+    rows: int  # rows the engine ran
+
+
+def _target_logprobs(grafter: Grafter, ids: list[int], target: int, rows: Sequence[list | None]) -> torch.Tensor:
+    """The target's log-probability at the last position under each row's grafts."""
+    out = []
+    tensor = torch.tensor([ids])
+    for start in range(0, len(rows), ROWS_PER_PASS):
+        chunk = list(rows[start : start + ROWS_PER_PASS])
+        logits = grafter.last_logits(tensor.expand(len(chunk), -1), row_grafts=chunk)
+        out.append(torch.log_softmax(logits.float(), -1)[:, target])
+    return torch.cat(out) if out else torch.zeros(0)
+
+
+def _is_zero(grid: Grid, column: Column, position: int, n: int, identical: set[tuple]) -> bool:
+    """A cell whose graft cannot move the scored logits (see the module's docstring)."""
+    return (column.group, column.layer) in identical or (column.group == "HEAD" and position != n - 1)
+
+
+def single_cell_effects(
+    grafter: Grafter, grid: Grid, ids: list[int], target: int, donor: str, identical: set[tuple]
+) -> EffectMap:
+    """logp(cell grafted alone from `donor`) - logp(recipient), for every cell of the grid;
+    `identical`: the (group, layer) columns where `donor` equals the recipient."""
+    n = len(ids)
+    cells = [
+        (p, j) for p in range(n) for j, column in enumerate(grid.columns) if not _is_zero(grid, column, p, n, identical)
+    ]
+    rows: list[list | None] = [None]
+    for p, j in cells:
+        column = grid.columns[j]
+        rows.append(grid.to_grafts([Cells(donor, column.group, column.layer, (p,))]))
+    logprobs = _target_logprobs(grafter, ids, target, rows)
+    values = torch.zeros(n, len(grid.columns))
+    ran = torch.zeros(n, len(grid.columns), dtype=torch.bool)
+    for (p, j), value in zip(cells, logprobs[1:] - logprobs[0]):
+        values[p, j] = value
+        ran[p, j] = True
+    return EffectMap(values, ran, len(rows))
+
+
+def _split(cells: Sequence[Cells]) -> list[tuple[Cells, int]]:
+    """The current graft as single cells: (its column's Cells, one position)."""
+    return [(c, p) for c in cells for p in sorted(set(c.positions))]
+
+
+def _without(cells: Sequence[Cells], left_out: tuple[Cells, int]) -> list[Cells]:
+    column, position = left_out
+    out = []
+    for c in cells:
+        if (c.donor, c.group, c.layer) == (column.donor, column.group, column.layer):
+            c = Cells(c.donor, c.group, c.layer, tuple(p for p in c.positions if p != position))
+        if c.positions:
+            out.append(c)
+    return out
+
+
+def leave_one_out_effects(grafter: Grafter, grid: Grid, ids: list[int], target: int, cells: Sequence[Cells]) -> dict:
+    """logp(current graft) - logp(current graft without the cell), for each cell of the graft:
+    what that cell adds given all the others (cells of one column and position from two donors
+    cannot occur: the grid refuses them)."""
+    singles = _split(cells)
+    rows = [grid.to_grafts(list(cells)) or None] + [grid.to_grafts(_without(cells, s)) or None for s in singles]
+    logprobs = _target_logprobs(grafter, ids, target, rows)
+    column_index = {(c.group, c.layer): j for j, c in enumerate(grid.columns)}
+    effects = [
+        {
+            "donor": c.donor,
+            "position": p,
+            "column": column_index[(c.group, c.layer)],
+            "effect": float(logprobs[0] - value),
+        }
+        for (c, p), value in zip(singles, logprobs[1:])
+    ]
+    return {"current_logprob": float(logprobs[0]), "cells": effects, "rows": len(rows)}
+
+
+def agreement(estimate: torch.Tensor, exact: torch.Tensor, ran: torch.Tensor) -> dict:
+    """How far a first-order map is from the exact one, over the cells that were run: the largest
+    and the mean absolute error, and the Pearson correlation (None when either side is constant)."""
+    a, b = estimate[ran].double(), exact[ran].double()
+    if a.numel() == 0:
+        return {"cells": 0, "max_abs_error": 0.0, "mean_abs_error": 0.0, "correlation": None}
+    error = (a - b).abs()
+    correlation = None
+    if a.numel() > 1 and a.std() > 0 and b.std() > 0:
+        correlation = float(torch.corrcoef(torch.stack([a, b]))[0, 1])
+    return {
+        "cells": int(a.numel()),
+        "max_abs_error": float(error.max()),
+        "mean_abs_error": float(error.mean()),
+        "correlation": correlation,
+    }

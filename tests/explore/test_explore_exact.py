@@ -1,0 +1,133 @@
+"""The explorer's exact effect map against the independent reference grafter: every single-cell
+effect it runs, the cells it does not run (known to be 0), each cell left out of a graft, the
+first-order map's error, and the endpoint over a real socket."""
+
+from __future__ import annotations
+
+import json
+import random
+import urllib.error
+import urllib.request
+
+import pytest
+import torch
+
+import tiny_world
+from exp_fixtures import ReferenceGrafter, RefGraft
+from explore_fixtures import DONORS, LLAMA_GROUPS, open_world_session, world
+from weightgraft.experiments.models import load_model
+from weightgraft.explore.grid import Cells
+from weightgraft.explore.server import ServerThread
+from weightgraft.explore.session import ExploreError
+
+PROMPT = tiny_world.make_prompts()[2]  # paper_3: FE, R, M and LT all present
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory):
+    return tmp_path_factory.mktemp("explore-exact")
+
+
+@pytest.fixture(scope="module")
+def session(root):
+    return open_world_session(root)
+
+
+@pytest.fixture(scope="module")
+def reference(root):
+    paths, _ = world(root)
+    return ReferenceGrafter(
+        load_model(paths["pre"], "cpu", "float32"), {d: load_model(paths[d], "cpu", "float32") for d in DONORS}
+    )
+
+
+def _reference_logprob(reference, ids: list[int], target: int, cells: list[tuple[str, str, int | None, int]]) -> float:
+    """The target's log-probability with each (donor, group, layer, position) grafted by the reference."""
+    n = len(ids)
+    grafts = [
+        RefGraft([i == p for i in range(n)], "all" if layer is None else [layer], LLAMA_GROUPS[group], donor)
+        for donor, group, layer, p in cells
+    ]
+    logits = reference.logits(torch.tensor([ids]), grafts=grafts)[0, -1]
+    return float(torch.log_softmax(logits.float(), -1)[target])
+
+
+@pytest.mark.parametrize("donor", DONORS)
+def test_every_single_cell_effect_equals_the_reference(session, reference, donor):
+    encoded = session.encode(PROMPT.text, PROMPT.target, PROMPT.id)
+    ids, target = encoded.input_ids, encoded.target_id
+    out = session.exact(encoded, donor)
+    values, ran = torch.tensor(out["values"]), torch.tensor(out["ran"])
+    n, columns = len(ids), session.grid.columns
+    assert values.shape == (n, len(columns)) and out["rows"] == int(ran.sum()) + 1
+    base = _reference_logprob(reference, ids, target, [])
+    cells = [(p, j) for p in range(n) for j in range(len(columns))]
+    for p, j in random.Random(donor).sample(cells, 40) + [(n - 1, len(columns) - 1)]:
+        column = columns[j]
+        expected = _reference_logprob(reference, ids, target, [(donor, column.group, column.layer, p)]) - base
+        assert float(values[p, j]) == pytest.approx(expected, abs=2e-5), (p, column)
+        if not ran[p, j]:  # skipped: an identical column, or the head away from the scored position
+            assert expected == pytest.approx(0.0, abs=1e-6) and float(values[p, j]) == 0.0
+    assert bool(ran.any()) and not bool(ran.all())
+    head = next(j for j, c in enumerate(columns) if c.group == "HEAD")
+    assert not bool(ran[: n - 1, head].any())
+
+
+def test_leave_one_out_equals_the_reference(session, reference):
+    encoded = session.encode(PROMPT.text, PROMPT.target, PROMPT.id)
+    ids, target, n = encoded.input_ids, encoded.target_id, len(encoded.input_ids)
+    current = [Cells("sft", "FFN", 1, (1, n - 1)), Cells("task", "O", 3, (n - 1,)), Cells("sft", "EMB", None, (0,))]
+    out = session.exact(encoded, "sft", current)["leave_one_out"]
+    single = [("sft", "FFN", 1, 1), ("sft", "FFN", 1, n - 1), ("task", "O", 3, n - 1), ("sft", "EMB", None, 0)]
+    whole = _reference_logprob(reference, ids, target, single)
+    assert out["current_logprob"] == pytest.approx(whole, abs=2e-5)
+    assert len(out["cells"]) == len(single)
+    columns = session.grid.columns
+    for cell in out["cells"]:
+        column = columns[cell["column"]]
+        left = (cell["donor"], column.group, column.layer, cell["position"])
+        assert left in single
+        rest = [c for c in single if c != left]
+        expected = whole - _reference_logprob(reference, ids, target, rest)
+        assert cell["effect"] == pytest.approx(expected, abs=2e-5), left
+
+
+def test_the_first_order_error_is_measured_against_the_exact_map(session):
+    encoded = session.encode(PROMPT.text, PROMPT.target, PROMPT.id)
+    out = session.exact(encoded, "task")
+    estimate = torch.tensor(session.attribute(encoded, "task", "gradient")["values"])
+    exact, ran = torch.tensor(out["values"]), torch.tensor(out["ran"])
+    error = (estimate[ran] - exact[ran]).abs()
+    first = out["first_order"]
+    assert first["cells"] == int(ran.sum())
+    assert first["max_abs_error"] == pytest.approx(float(error.max()), abs=1e-5)
+    assert first["mean_abs_error"] == pytest.approx(float(error.mean()), abs=1e-5)
+    assert first["correlation"] == pytest.approx(float(torch.corrcoef(torch.stack([estimate[ran], exact[ran]]))[0, 1]), abs=1e-4)  # fmt: skip
+
+
+def test_exact_refuses_what_it_cannot_score(session):
+    with pytest.raises(ExploreError, match="target"):
+        session.exact(session.encode("Ada Brook stars"), "task")
+    encoded = session.encode(PROMPT.text, PROMPT.target, PROMPT.id)
+    with pytest.raises(ExploreError, match="unknown donor"):
+        session.exact(encoded, "nobody")
+
+
+def test_the_exact_endpoint(root):
+    session = open_world_session(root)
+    server = ServerThread(session)
+    url = server.start()
+    try:
+        prompt = {"text": PROMPT.text, "target": PROMPT.target, "prompt_id": PROMPT.id}
+        body = json.dumps({"prompt": prompt, "donor": "sft", "cells": []}).encode()
+        request = urllib.request.Request(url + "api/exact", data=body, method="POST")
+        with urllib.request.urlopen(request, timeout=60) as response:
+            data = json.loads(response.read())
+        direct = session.exact(session.encode(PROMPT.text, PROMPT.target, PROMPT.id), "sft")
+        assert data["values"] == direct["values"] and data["leave_one_out"] is None
+        bad = json.dumps({"prompt": prompt, "donor": "nobody"}).encode()
+        with pytest.raises(urllib.error.HTTPError) as err:
+            urllib.request.urlopen(urllib.request.Request(url + "api/exact", data=bad, method="POST"), timeout=60)
+        assert err.value.code == 400 and "unknown donor" in json.loads(err.value.read())["error"]
+    finally:
+        server.stop()
