@@ -113,7 +113,7 @@ def test_exact_refuses_what_it_cannot_score(session):
         session.exact(encoded, "nobody")
 
 
-def test_the_exact_endpoint(root):
+def test_the_exact_and_lens_endpoints(root):
     session = open_world_session(root)
     server = ServerThread(session)
     url = server.start()
@@ -125,9 +125,61 @@ def test_the_exact_endpoint(root):
             data = json.loads(response.read())
         direct = session.exact(session.encode(PROMPT.text, PROMPT.target, PROMPT.id), "sft")
         assert data["values"] == direct["values"] and data["leave_one_out"] is None
+        body = json.dumps({"prompt": prompt, "cells": []}).encode()
+        with urllib.request.urlopen(
+            urllib.request.Request(url + "api/lens", data=body, method="POST"), timeout=60
+        ) as r:
+            lens = json.loads(r.read())
+        assert lens == session.lens(session.encode(PROMPT.text, PROMPT.target, PROMPT.id))
         bad = json.dumps({"prompt": prompt, "donor": "nobody"}).encode()
         with pytest.raises(urllib.error.HTTPError) as err:
             urllib.request.urlopen(urllib.request.Request(url + "api/exact", data=bad, method="POST"), timeout=60)
         assert err.value.code == 400 and "unknown donor" in json.loads(err.value.read())["error"]
     finally:
         server.stop()
+
+
+def _reference_lens(reference, ids: list[int], target: int, grafts) -> tuple[list[float], float]:
+    """Per block, the target's log-probability read from the reference grafter's residual stream
+    at the last position through the recipient's plain norm and head; and the row's own output."""
+    model = reference.recipient
+    kept = {}
+    handles = [
+        block.register_forward_hook(
+            lambda _m, _a, out, i=i: kept.__setitem__(i, (out[0] if isinstance(out, tuple) else out)[0, -1].clone())
+        )  # fmt: skip
+        for i, block in enumerate(model.model.layers)
+    ]
+    try:
+        logits = reference.logits(torch.tensor([ids]), grafts=grafts)[0, -1]
+    finally:
+        for handle in handles:
+            handle.remove()
+    with torch.no_grad():
+        lens = [float(torch.log_softmax(model.lm_head(model.model.norm(kept[i])), -1)[target]) for i in sorted(kept)]
+    return lens, float(torch.log_softmax(logits.float(), -1)[target])
+
+
+def test_the_logit_lens_equals_the_reference(session, reference):
+    encoded = session.encode(PROMPT.text, PROMPT.target, PROMPT.id)
+    ids, target, n = encoded.input_ids, encoded.target_id, len(encoded.input_ids)
+    current = [Cells("sft", "FFN", 2, (n - 1,)), Cells("task", "O", 1, (1, n - 1))]
+    out = session.lens(encoded, current)
+    assert [line["name"] for line in out["lines"]] == ["recipient", *DONORS, "graft"]
+    everywhere = lambda d: [RefGraft([True] * n, "all", ["all"], d)]  # noqa: E731
+    graft_cells = [("sft", "FFN", 2, n - 1), ("task", "O", 1, 1), ("task", "O", 1, n - 1)]
+    ref_grafts = [
+        RefGraft([i == p for i in range(n)], [layer], LLAMA_GROUPS[group], donor)
+        for donor, group, layer, p in graft_cells
+    ]
+    for line, grafts in zip(out["lines"], [[], everywhere("sft"), everywhere("task"), ref_grafts]):
+        lens, output = _reference_lens(reference, ids, target, grafts)
+        assert len(line["logprob"]) == len(lens) == session.grid.num_layers
+        assert line["logprob"] == pytest.approx(lens, abs=2e-5), line["name"]
+        assert line["output_logprob"] == pytest.approx(output, abs=2e-5), line["name"]
+        assert all(r >= 1 for r in line["rank"])
+    recipient = out["lines"][0]
+    assert recipient["logprob"][-1] == pytest.approx(recipient["output_logprob"], abs=1e-5)
+    assert out["lines"][3]["logprob"] != out["lines"][0]["logprob"]  # the graft moves the stream
+    with pytest.raises(ExploreError, match="target"):
+        session.lens(session.encode("Ada Brook stars"))

@@ -29,7 +29,7 @@ from starlette.staticfiles import StaticFiles
 from weightgraft.errors import UserError
 from weightgraft.explore.compare import Pin
 from weightgraft.explore.grid import Cells
-from weightgraft.explore.schema import AttributeIn, ExactIn, GenerateIn, PredictIn, PromptIn
+from weightgraft.explore.schema import AttributeIn, ExactIn, GenerateIn, LensIn, PredictIn, PromptIn
 from weightgraft.explore.session import ExploreSession
 
 STATIC = Path(__file__).parent / "static"
@@ -97,6 +97,9 @@ def create_app(session: ExploreSession, allowed_hosts: list[str] | None = None) 
     def exact(req: ExactIn) -> dict:
         return session.exact(encoded(req.prompt), req.donor, _cells(req.cells))
 
+    def lens(req: LensIn) -> dict:
+        return session.lens(encoded(req.prompt), _cells(req.cells))
+
     async def not_found(request: Request, exc: HTTPException) -> Response:
         return JSONResponse({"error": f"{exc.status_code}: {exc.detail}"}, status_code=exc.status_code)
 
@@ -107,6 +110,7 @@ def create_app(session: ExploreSession, allowed_hosts: list[str] | None = None) 
         Route("/api/generate", endpoint(GenerateIn, generate), methods=["POST"]),
         Route("/api/attribute", endpoint(AttributeIn, attribute), methods=["POST"]),
         Route("/api/exact", endpoint(ExactIn, exact), methods=["POST"]),
+        Route("/api/lens", endpoint(LensIn, lens), methods=["POST"]),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
     hosts = allowed_hosts or ["127.0.0.1", "localhost", "[::1]"]

@@ -65,3 +65,8 @@ class ExactIn(_Strict):
     prompt: PromptIn
     donor: str = Field(max_length=64)
     cells: list[CellsIn] = Field(default_factory=list, max_length=MAX_CELL_ENTRIES)  # the current graft
+
+
+class LensIn(_Strict):
+    prompt: PromptIn
+    cells: list[CellsIn] = Field(default_factory=list, max_length=MAX_CELL_ENTRIES)

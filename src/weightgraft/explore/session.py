@@ -28,6 +28,7 @@ from weightgraft.explore.compare import MAX_PINS, Pin, extend_cells, score_colum
 from weightgraft.explore.effects import agreement, leave_one_out_effects, single_cell_effects
 from weightgraft.explore.export import condition_yaml, python_code
 from weightgraft.explore.grid import Cells, Grid
+from weightgraft.explore.lens import logit_lens
 from weightgraft.explore.tokens import token_text
 
 # Bounds on what one request may ask for (the grid is tokens x columns).
@@ -509,6 +510,32 @@ class ExploreSession:
                 "method": estimate["method"],
                 **agreement(torch.tensor(estimate["values"]), single.values, single.ran),
             },
+        }
+
+    # --- inside the model -----------------------------------------------------------------------
+    def lens(self, encoded: Encoded, cells: Sequence[Cells] = ()) -> dict:
+        """The logit lens (`explore.lens`) of the recipient, each donor alone and the current graft:
+        the target's log-probability and rank after every block, read through the recipient's head."""
+        if encoded.target_id is None:
+            raise ExploreError("the logit lens follows the target: give a target")
+        grafts = self.grafts(encoded, cells)
+        names = ["recipient", *self.grid.donors, "graft"]
+        rows = [None, *([Graft("all", "all", "all", donor=d)] for d in self.grid.donors), grafts or None]
+        with self._running():
+            lines = logit_lens(self.grafter, encoded.input_ids, encoded.target_id, rows)
+        return {
+            "readout": "the recipient's final norm and unembedding",
+            "layers": self.grid.num_layers,
+            "lines": [
+                {
+                    "name": name,
+                    "logprob": [round(v, 6) for v in lines["logprob"][i]],
+                    "rank": lines["rank"][i],
+                    "output_logprob": round(lines["output_logprob"][i], 6),
+                    "output_rank": lines["output_rank"][i],
+                }
+                for i, name in enumerate(names)
+            ],
         }
 
 
