@@ -183,3 +183,34 @@ def test_the_logit_lens_equals_the_reference(session, reference):
     assert out["lines"][3]["logprob"] != out["lines"][0]["logprob"]  # the graft moves the stream
     with pytest.raises(ExploreError, match="target"):
         session.lens(session.encode("Ada Brook stars"))
+
+
+def test_a_long_map_takes_the_model_lock_per_pass_and_gives_way_to_a_newer_one(session, monkeypatch):
+    """Clicks wait for one pass of the map, not the whole map; an older map request stops once a
+    newer one has come (the page shows only the newest)."""
+    import math
+
+    import weightgraft.explore.effects as effects
+
+    encoded = session.encode(PROMPT.text, PROMPT.target, PROMPT.id)
+    whole = session.exact(encoded, "task")
+    monkeypatch.setattr(effects, "ROWS_PER_PASS", 8)
+    entered = []
+    running = session._running
+
+    def counting():
+        entered.append(1)
+        return running()
+
+    monkeypatch.setattr(session, "_running", counting)
+    again = session.exact(encoded, "task")
+    for row, expected in zip(again["values"], whole["values"]):  # other batches: float round-off
+        assert row == pytest.approx(expected, abs=1e-5)
+    passes = math.ceil(again["rows"] / 8)
+    attribution = 1  # the first-order map, one call
+    assert len(entered) == passes + attribution
+    older = session._latest_only("exact")
+    session._latest_only("exact")  # a newer request of the same kind
+    with pytest.raises(ExploreError, match="replaced by a newer"):
+        with older():
+            pass

@@ -10,7 +10,8 @@ logits only at the scoring position (0 elsewhere, exactly).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 
 import torch
@@ -19,6 +20,7 @@ from weightgraft.engine.grafter import Grafter
 from weightgraft.explore.grid import Cells, Column, Grid
 
 ROWS_PER_PASS = 64  # grafted rows per engine call: the rows of one prompt share its prefix
+Running = Callable[[], AbstractContextManager]
 
 
 @dataclass
@@ -30,13 +32,18 @@ class EffectMap:
     rows: int  # rows the engine ran
 
 
-def _target_logprobs(grafter: Grafter, ids: list[int], target: int, rows: Sequence[list | None]) -> torch.Tensor:
-    """The target's log-probability at the last position under each row's grafts."""
+def _target_logprobs(
+    grafter: Grafter, ids: list[int], target: int, rows: Sequence[list | None], running: Running = nullcontext
+) -> torch.Tensor:
+    """The target's log-probability at the last position under each row's grafts. Each pass of
+    ROWS_PER_PASS rows runs inside its own `running()` (the explorer's model lock), so that a
+    click waits for one pass, not for the whole map; `running` may also refuse to go on."""
     out = []
     tensor = torch.tensor([ids])
     for start in range(0, len(rows), ROWS_PER_PASS):
         chunk = list(rows[start : start + ROWS_PER_PASS])
-        logits = grafter.last_logits(tensor.expand(len(chunk), -1), row_grafts=chunk)
+        with running():
+            logits = grafter.last_logits(tensor.expand(len(chunk), -1), row_grafts=chunk)
         out.append(torch.log_softmax(logits.float(), -1)[:, target])
     return torch.cat(out) if out else torch.zeros(0)
 
@@ -47,7 +54,13 @@ def _is_zero(grid: Grid, column: Column, position: int, n: int, identical: set[t
 
 
 def single_cell_effects(
-    grafter: Grafter, grid: Grid, ids: list[int], target: int, donor: str, identical: set[tuple]
+    grafter: Grafter,
+    grid: Grid,
+    ids: list[int],
+    target: int,
+    donor: str,
+    identical: set[tuple],
+    running: Running = nullcontext,
 ) -> EffectMap:
     """logp(cell grafted alone from `donor`) - logp(recipient), for every cell of the grid;
     `identical`: the (group, layer) columns where `donor` equals the recipient."""
@@ -59,7 +72,7 @@ def single_cell_effects(
     for p, j in cells:
         column = grid.columns[j]
         rows.append(grid.to_grafts([Cells(donor, column.group, column.layer, (p,))]))
-    logprobs = _target_logprobs(grafter, ids, target, rows)
+    logprobs = _target_logprobs(grafter, ids, target, rows, running)
     values = torch.zeros(n, len(grid.columns))
     ran = torch.zeros(n, len(grid.columns), dtype=torch.bool)
     for (p, j), value in zip(cells, logprobs[1:] - logprobs[0]):
@@ -84,13 +97,15 @@ def _without(cells: Sequence[Cells], left_out: tuple[Cells, int]) -> list[Cells]
     return out
 
 
-def leave_one_out_effects(grafter: Grafter, grid: Grid, ids: list[int], target: int, cells: Sequence[Cells]) -> dict:
+def leave_one_out_effects(
+    grafter: Grafter, grid: Grid, ids: list[int], target: int, cells: Sequence[Cells], running: Running = nullcontext
+) -> dict:
     """logp(current graft) - logp(current graft without the cell), for each cell of the graft:
     what that cell adds given all the others (cells of one column and position from two donors
     cannot occur: the grid refuses them)."""
     singles = _split(cells)
     rows = [grid.to_grafts(list(cells)) or None] + [grid.to_grafts(_without(cells, s)) or None for s in singles]
-    logprobs = _target_logprobs(grafter, ids, target, rows)
+    logprobs = _target_logprobs(grafter, ids, target, rows, running)
     column_index = {(c.group, c.layer): j for j, c in enumerate(grid.columns)}
     effects = [
         {

@@ -101,6 +101,7 @@ class ExploreSession:
         self._same: dict[str, list[list]] | None = None  # donor -> identical columns, once asked
         self._columns: OrderedDict[tuple, dict] = OrderedDict()  # a comparison's scores per row and graft
         self._logits: OrderedDict[tuple, torch.Tensor] = OrderedDict()  # the current graft's target steps
+        self._tickets: dict[str, int] = {}  # per kind of long request, the newest one's number
 
     @contextmanager
     def _running(self):
@@ -110,6 +111,22 @@ class ExploreSession:
             if self.threads is not None and torch.get_num_threads() != self.threads:
                 torch.set_num_threads(self.threads)
             yield
+
+    def _latest_only(self, kind: str):
+        """The model lock for one pass of a long request of `kind`, which gives up (an
+        ExploreError) once a newer request of the same kind has come: the page wants only the
+        newest, and clicks get the lock between passes."""
+        with self._lock:
+            ticket = self._tickets[kind] = self._tickets.get(kind, 0) + 1
+
+        @contextmanager
+        def running():
+            with self._running():
+                if self._tickets[kind] != ticket:
+                    raise ExploreError(f"this {kind} request was replaced by a newer one")
+                yield
+
+        return running
 
     # --- what the page needs first ----------------------------------------------------------------
     def info(self) -> dict:
@@ -487,15 +504,15 @@ class ExploreSession:
         checked = self.grid.check(cells, len(encoded.input_ids))
         identical = {(group, layer) for group, layer in self._identical()[donor]}
         start = time.perf_counter()
-        with self._running():
-            single = single_cell_effects(
-                self.grafter, self.grid, encoded.input_ids, encoded.target_id, donor, identical
-            )
-            left_out = (
-                leave_one_out_effects(self.grafter, self.grid, encoded.input_ids, encoded.target_id, checked)
-                if checked
-                else None
-            )
+        running = self._latest_only("exact")
+        single = single_cell_effects(
+            self.grafter, self.grid, encoded.input_ids, encoded.target_id, donor, identical, running
+        )
+        left_out = (
+            leave_one_out_effects(self.grafter, self.grid, encoded.input_ids, encoded.target_id, checked, running)
+            if checked
+            else None
+        )
         seconds = time.perf_counter() - start
         estimate = self.attribute(encoded, donor, "gradient")
         return {
