@@ -29,7 +29,7 @@ from starlette.staticfiles import StaticFiles
 from weightgraft.errors import UserError
 from weightgraft.explore.compare import Pin
 from weightgraft.explore.grid import Cells
-from weightgraft.explore.schema import AttributeIn, ExactIn, GenerateIn, LensIn, PredictIn, PromptIn
+from weightgraft.explore.schema import AttributeIn, ExactIn, GenerateIn, LensIn, ManyIn, PredictIn, PromptIn
 from weightgraft.explore.session import ExploreSession
 
 STATIC = Path(__file__).parent / "static"
@@ -100,6 +100,9 @@ def create_app(session: ExploreSession, allowed_hosts: list[str] | None = None) 
     def lens(req: LensIn) -> dict:
         return session.lens(encoded(req.prompt), _cells(req.cells))
 
+    def many(req: ManyIn) -> dict:
+        return session.many(encoded(req.prompt), _cells(req.cells), req.count, req.template)
+
     async def not_found(request: Request, exc: HTTPException) -> Response:
         return JSONResponse({"error": f"{exc.status_code}: {exc.detail}"}, status_code=exc.status_code)
 
@@ -111,6 +114,7 @@ def create_app(session: ExploreSession, allowed_hosts: list[str] | None = None) 
         Route("/api/attribute", endpoint(AttributeIn, attribute), methods=["POST"]),
         Route("/api/exact", endpoint(ExactIn, exact), methods=["POST"]),
         Route("/api/lens", endpoint(LensIn, lens), methods=["POST"]),
+        Route("/api/many", endpoint(ManyIn, many), methods=["POST"]),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
     hosts = allowed_hosts or ["127.0.0.1", "localhost", "[::1]"]

@@ -70,7 +70,7 @@ def condition_yaml(
     grafts: Sequence[Graft], role_positions: dict[str, list[int]], num_tokens: int, has_roles: bool
 ) -> tuple[str | None, str]:
     """The grafts as one condition of a run config (YAML), or None and the reason there is none."""
-    expressions = _role_expressions(role_positions, num_tokens, has_roles)
+    expressions = role_expressions(role_positions, num_tokens, has_roles)
     specs = []
     for graft in grafts:
         positions = tuple(sorted(graft.positions))
@@ -96,7 +96,7 @@ def condition_yaml(
     return text, note
 
 
-def _role_expressions(role_positions: dict[str, list[int]], n: int, has_roles: bool) -> dict[tuple[int, ...], str]:
+def role_expressions(role_positions: dict[str, list[int]], n: int, has_roles: bool) -> dict[tuple[int, ...], str]:
     """Position set -> the shortest role expression that selects it on this prompt."""
     atoms = ROLE_ATOMS if has_roles else ("LT",)
     sets: dict[str, set[int]] = {}

@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from weightgraft.explore.compare import MAX_PINS
+from weightgraft.explore.many import MAX_PROMPTS
 from weightgraft.explore.session import MAX_NEW_TOKENS, MAX_TOKENS, MAX_TOP_K
 
 MAX_TEXT_CHARS = 4000  # characters of a prompt (its tokens are bounded separately)
@@ -70,3 +71,10 @@ class ExactIn(_Strict):
 class LensIn(_Strict):
     prompt: PromptIn
     cells: list[CellsIn] = Field(default_factory=list, max_length=MAX_CELL_ENTRIES)
+
+
+class ManyIn(_Strict):
+    prompt: PromptIn
+    cells: list[CellsIn] = Field(default_factory=list, max_length=MAX_CELL_ENTRIES)
+    count: int = Field(100, ge=1, le=MAX_PROMPTS)
+    template: str | None = Field(None, max_length=200)

@@ -26,9 +26,10 @@ from weightgraft.errors import UserError
 from weightgraft.experiments.roles import NotApplicable, parse_positions
 from weightgraft.explore.compare import MAX_PINS, Pin, extend_cells, score_columns, with_changes
 from weightgraft.explore.effects import agreement, leave_one_out_effects, single_cell_effects
-from weightgraft.explore.export import condition_yaml, python_code
+from weightgraft.explore.export import condition_yaml, python_code, role_expressions
 from weightgraft.explore.grid import Cells, Grid
 from weightgraft.explore.lens import logit_lens
+from weightgraft.explore.many import MAX_PROMPTS, RoleGraft, chosen_prompts, score_prompts
 from weightgraft.explore.tokens import token_text
 
 # Bounds on what one request may ask for (the grid is tokens x columns).
@@ -553,6 +554,47 @@ class ExploreSession:
                 }
                 for i, name in enumerate(names)
             ],
+        }
+
+    # --- many prompts ---------------------------------------------------------------------------
+    def many(self, encoded: Encoded, cells: Sequence[Cells], count: int = 100, template: str | None = None) -> dict:
+        """The current graft over `count` dataset prompts (of one template, when given), its
+        positions read as roles (`explore.many`): top-5 with intervals and the donors' gain recovered."""
+        if not 1 <= count <= MAX_PROMPTS:
+            raise ExploreError(f"count must be in 1..{MAX_PROMPTS}, not {count}")
+        if not self.prompts:
+            raise ExploreError("this explorer has no dataset prompts; start it with --data")
+        templates = sorted({p.template_id for p in self.prompts.values()})
+        if template is not None and template not in templates:
+            raise ExploreError(f"unknown template {template!r}; this dataset's are {templates}")
+        n = len(encoded.input_ids)
+        expressions = role_expressions(encoded.role_positions, n, encoded.roles is not None)
+        role_grafts = []
+        for graft in self.grafts(encoded, cells):
+            positions = tuple(sorted(graft.positions))
+            if positions not in expressions:
+                raise ExploreError(
+                    f"positions {list(positions)} are not a union of this prompt's roles (or its "
+                    "complement), so they mean nothing on other prompts; select roles (FE, M, R, LT, other)"
+                    + ("" if encoded.roles is not None else ", on a dataset prompt, whose tokens have roles")
+                )
+            role_grafts.append(RoleGraft(expressions[positions], graft))
+        prompts = chosen_prompts(list(self.prompts.values()), count, template, seed=0)
+        scored = []
+        for prompt in prompts:
+            e = self.encode(prompt.text, prompt.target, prompt.id)
+            scored.append((prompt, e.input_ids, e.role_positions, e.target_id))
+
+        def last_logits(ids: list[int], rows: list) -> torch.Tensor:
+            with self._running():  # a prompt at a time: clicks get the lock in between
+                return self.grafter.last_logits(torch.tensor([ids]).expand(len(rows), -1), row_grafts=rows)
+
+        out = score_prompts(last_logits, scored, role_grafts, self.grid.donors)
+        return {
+            **out,
+            "positions": [g.positions for g in role_grafts],
+            "template": template,
+            "asked": count,
         }
 
 

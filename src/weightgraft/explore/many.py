@@ -1,0 +1,114 @@
+"""The current graft over many dataset prompts, with the interval the reports use.
+
+A graft drawn on one prompt names token positions; to ask the same question of other prompts its
+positions are read as the role expression that selects them (FE, LT, (FE+LT)^C, ...: the run
+config's language, `export.role_expressions`), and the layers, components and donors are kept.
+Each prompt is scored as the runner scores it (the target's first token that carries content,
+top-5), for the recipient, each donor alone and the graft; accuracies get a bootstrap interval
+that resamples facts (a fact's prompts move together), and each donor's gain recovered by the
+graft the paper's recovery with its interval (`reporting.statistics`).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from weightgraft.data.schema import EvalPrompt
+from weightgraft.engine.graft import Graft
+from weightgraft.experiments.roles import NotApplicable, parse_positions
+from weightgraft.reporting.statistics import (
+    clustered_means,
+    draw_fact_counts,
+    fact_index,
+    fact_sums,
+    interval_of,
+    recovery,
+)
+
+MAX_PROMPTS = 400  # prompts one request may score (a few seconds on a real model's CPU)
+RESAMPLES = 1000
+TOP_K = 5
+
+
+@dataclass(frozen=True)
+class RoleGraft:
+    """A graft with its positions as a role expression, for any prompt of the dataset."""
+
+    positions: str
+    graft: Graft
+
+    def on(self, role_positions: dict[str, list[int]], n: int) -> Graft:
+        positions = parse_positions(self.positions).evaluate(role_positions, n)
+        return Graft(positions, self.graft.layers, list(self.graft.components), self.graft.donor)
+
+
+def chosen_prompts(prompts: Sequence[EvalPrompt], count: int, template: str | None, seed: int) -> list[EvalPrompt]:
+    """`count` prompts (of one template, when given), drawn by `seed`, in the dataset's order."""
+    pool = [p for p in prompts if template is None or p.template_id == template]
+    picked = set(random.Random(seed).sample(range(len(pool)), min(count, len(pool))))
+    return [p for i, p in enumerate(pool) if i in picked]
+
+
+def _interval(index: np.ndarray, values: np.ndarray, counts: np.ndarray) -> tuple[float, np.ndarray, float, float]:
+    """Mean of per-prompt values, its resamples and percentile interval, facts resampled."""
+    sums, sizes = fact_sums(index, values, counts.shape[1])
+    point, samples = clustered_means(counts, sums[:, None], sizes[:, None])
+    low, high = interval_of(samples[:, 0])
+    return float(point[0]), samples[:, 0], low, high
+
+
+def score_prompts(
+    last_logits: Callable[[list[int], list], torch.Tensor],
+    encoded_prompts: Sequence[tuple[EvalPrompt, list[int], dict[str, list[int]], int]],
+    role_grafts: Sequence[RoleGraft],
+    donors: Sequence[str],
+    seed: int = 0,
+) -> dict:
+    """Top-5 hits of the recipient, each donor alone and the graft on each prompt, summarized.
+
+    `encoded_prompts`: (prompt, scoring ids, role positions, scored token id) each;
+    `last_logits(ids, rows)`: the last position's logits for each row's grafts."""
+    names = ["recipient", *donors, "graft"]
+    hits: list[list[float]] = []
+    facts: list[str] = []
+    skipped: dict[str, int] = {}
+    for prompt, ids, roles, target in encoded_prompts:
+        try:
+            graft = [g.on(roles, len(ids)) for g in role_grafts]
+        except NotApplicable as err:  # a prompt without a role the graft names
+            skipped[str(err)] = skipped.get(str(err), 0) + 1
+            continue
+        rows = [None, *([Graft("all", "all", "all", donor=d)] for d in donors), graft or None]
+        logits = last_logits(ids, rows)
+        top = logits.float().topk(TOP_K, dim=-1).indices
+        hits.append([float((top[r] == target).any()) for r in range(len(rows))])
+        facts.append(prompt.fact_id)
+    if not hits:
+        return {"prompts": 0, "skipped": skipped, "columns": []}
+    values = np.asarray(hits)
+    _, index = fact_index(facts)
+    counts = draw_fact_counts(int(index.max()) + 1, RESAMPLES, seed)
+    stats = [_interval(index, values[:, k], counts) for k in range(len(names))]
+    columns = [{"name": n, "top5": s[0], "low": s[2], "high": s[3]} for n, s in zip(names, stats)]
+    graft_point, graft_samples = stats[-1][0], stats[-1][1]
+    base_point, base_samples = stats[0][0], stats[0][1]
+    for k, donor in enumerate(donors, start=1):
+        r = recovery(graft_point, base_point, stats[k][0], graft_samples, base_samples, stats[k][1])
+        columns[-1].setdefault("recovery", {})[donor] = {
+            "value": None if not r.defined else r.value,
+            "low": None if not r.defined else r.low,
+            "high": None if not r.defined else r.high,
+            "reason": r.reason,
+        }
+    return {
+        "prompts": len(hits),
+        "facts": int(index.max()) + 1,
+        "skipped": skipped,
+        "columns": columns,
+        "interval": f"95% percentile bootstrap over facts ({RESAMPLES} resamples)",
+    }

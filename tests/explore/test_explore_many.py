@@ -1,0 +1,100 @@
+"""The current graft over many dataset prompts: each prompt's top-5 hits against the independent
+reference grafter, the summary's means, intervals and recovery against a direct computation,
+and the refusals (positions that are no roles, unknown templates, bad counts)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import tiny_world
+from exp_fixtures import ReferenceGrafter, RefGraft
+from explore_fixtures import DONORS, LLAMA_GROUPS, open_world_session, world
+from weightgraft.data.encode import encode_prompt
+from weightgraft.experiments.models import load_model
+from weightgraft.explore.grid import Cells
+from weightgraft.explore.session import ExploreError
+
+PROMPTS = tiny_world.make_prompts()
+PROMPT = PROMPTS[2]
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory):
+    return tmp_path_factory.mktemp("explore-many")
+
+
+@pytest.fixture(scope="module")
+def session(root):
+    return open_world_session(root)
+
+
+@pytest.fixture(scope="module")
+def reference(root):
+    paths, _ = world(root)
+    return ReferenceGrafter(
+        load_model(paths["pre"], "cpu", "float32"), {d: load_model(paths[d], "cpu", "float32") for d in DONORS}
+    )
+
+
+def _hits(reference, tokenizer, prompt) -> list[float]:
+    """Recipient, each donor alone, and FFN of layers 1-2 from sft at the last token, by the reference."""
+    enc = encode_prompt(tokenizer, prompt)
+    ids, n = enc.scoring_ids, len(enc.scoring_ids)
+    last = [i == n - 1 for i in range(n)]
+    rows = [
+        [],
+        *([RefGraft([True] * n, "all", ["all"], d)] for d in DONORS),
+        [RefGraft(last, [1, 2], LLAMA_GROUPS["FFN"], "sft")],
+    ]
+    out = []
+    for grafts in rows:
+        logits = reference.logits(torch.tensor([ids]), grafts=grafts)[0, -1]
+        out.append(float((logits.topk(5).indices == enc.scored_id).any()))
+    return out
+
+
+def test_many_prompts_equal_the_reference_prompt_by_prompt(session, reference):
+    encoded = session.encode(PROMPT.text, PROMPT.target, PROMPT.id)
+    n = len(encoded.input_ids)
+    cells = [Cells("sft", "FFN", 1, (n - 1,)), Cells("sft", "FFN", 2, (n - 1,))]
+    out = session.many(encoded, cells, count=len(PROMPTS))
+    assert out["positions"] == ["LT"] and out["prompts"] == len(PROMPTS) and out["skipped"] == {}
+    hits = np.array([_hits(reference, session.tokenizer, p) for p in PROMPTS])
+    assert hits[:, 1].mean() > hits[:, 0].mean()  # the donor knows facts the recipient does not
+    names = [c["name"] for c in out["columns"]]
+    assert names == ["recipient", *DONORS, "graft"]
+    for k, column in enumerate(out["columns"]):
+        assert column["top5"] == pytest.approx(hits[:, k].mean()), column["name"]
+        assert column["low"] <= column["top5"] + 1e-12 and column["top5"] <= column["high"] + 1e-12
+    assert out["facts"] == len({p.fact_id for p in PROMPTS})
+    base, graft = hits[:, 0].mean(), hits[:, -1].mean()
+    for k, donor in enumerate(DONORS, start=1):
+        rec = out["columns"][-1]["recovery"][donor]
+        full = hits[:, k].mean()
+        if rec["value"] is not None:
+            assert rec["value"] == pytest.approx((graft - base) / (full - base))
+            assert rec["low"] <= rec["value"] <= rec["high"]
+        else:
+            assert "includes 0" in rec["reason"] or full == base
+
+
+def test_a_template_and_a_count_choose_the_prompts(session):
+    encoded = session.encode(PROMPT.text, PROMPT.target, PROMPT.id)
+    out = session.many(encoded, [], count=50, template="paper_1")
+    assert out["prompts"] == sum(p.template_id == "paper_1" for p in PROMPTS) and out["positions"] == []
+    assert session.many(encoded, [], count=5)["prompts"] == 5
+    with pytest.raises(ExploreError, match="unknown template"):
+        session.many(encoded, [], template="nope")
+    with pytest.raises(ExploreError, match="count must be"):
+        session.many(encoded, [], count=0)
+
+
+def test_positions_that_are_no_roles_are_refused(session):
+    encoded = session.encode(PROMPT.text, PROMPT.target, PROMPT.id)
+    # the first token alone is part of FE, not a whole role
+    fe = encoded.role_positions["first_entity"]
+    assert len(fe) > 1
+    with pytest.raises(ExploreError, match="not a union of this prompt's roles"):
+        session.many(encoded, [Cells("sft", "O", 0, (fe[0],))])
