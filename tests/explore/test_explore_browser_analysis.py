@@ -1,0 +1,138 @@
+"""The explorer's slower analyses in a real browser (Debian's Chromium, driven by Playwright): the
+exact effect map equals single-cell grafts computed here with the library's Grafter, the logit
+lens draws a line per model with the ranks the library gives, and the graft over many prompts
+shows the top-5 accuracies computed here prompt by prompt."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+import tiny_world
+from explore_fixtures import DONORS, open_world_session, world
+from weightgraft.data.encode import encode_prompt
+from weightgraft.engine.graft import Graft
+from weightgraft.engine.grafter import Grafter
+from weightgraft.experiments.models import load_model, load_tokenizer
+from weightgraft.explore.grid import LAYER_GROUPS, MODEL_GROUPS
+from weightgraft.explore.server import ServerThread
+
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking"]
+pytestmark = pytest.mark.skipif(
+    not os.path.exists(CHROMIUM) and os.environ.get("CI") != "true",
+    reason=f"no {CHROMIUM}: install Debian's chromium (`make env` does, as root)",
+)
+PROMPTS = tiny_world.make_prompts()
+PROMPT = PROMPTS[0]  # the page opens on the dataset's first prompt
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory):
+    return tmp_path_factory.mktemp("explore-browser-analysis")
+
+
+@pytest.fixture(scope="module")
+def served(root):
+    server = ServerThread(open_world_session(root))
+    yield server.start()
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def grafter(root):
+    paths, _ = world(root)
+    return Grafter(
+        load_model(paths["pre"], "cpu", "float32"), donors={d: load_model(paths[d], "cpu", "float32") for d in DONORS}
+    )
+
+
+@pytest.fixture(scope="module")
+def tokenizer(root):
+    paths, _ = world(root)
+    return load_tokenizer(paths["pre"])
+
+
+@pytest.fixture
+def page(root, served):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        page = browser.new_page(viewport={"width": 1300, "height": 1000})
+        errors: list[str] = []
+        page.on("pageerror", lambda err: errors.append(str(err)))
+        page.goto(served)
+        page.wait_for_function("window.explore && window.explore.answered >= 1", timeout=30_000)
+        yield page
+        browser.close()
+        assert not errors, errors
+
+
+def _logprob(grafter, ids: list[int], target: int, grafts: list[Graft]) -> float:
+    logits = grafter.last_logits(torch.tensor([ids]), grafts=grafts)[0]
+    return float(torch.log_softmax(logits.float(), -1)[target])
+
+
+def test_the_exact_map_equals_single_cell_grafts(page, grafter, tokenizer):
+    page.select_option("#donor", "sft")
+    page.click("#exact")
+    page.wait_for_function("document.querySelector('#exact-status').textContent.includes('rows in')", timeout=60_000)
+    values = page.evaluate("map.values")
+    columns = page.evaluate("info.columns")
+    enc = encode_prompt(tokenizer, PROMPT)
+    ids, target = enc.scoring_ids, enc.scored_id
+    base = _logprob(grafter, ids, target, [])
+    n = len(ids)
+    groups = {**MODEL_GROUPS, **LAYER_GROUPS}
+    have = set(grafter.components)
+    checked = 0
+    for j, column in enumerate(columns):
+        if column["layer"] not in (None, 1, 3):
+            continue
+        for p in (0, n - 1):
+            comps = [c for c in groups[column["group"]] if c in have]
+            layers = [0] if column["layer"] is None else [column["layer"]]
+            graft = Graft([p], layers, comps, donor="sft")
+            expected = _logprob(grafter, ids, target, [graft]) - base
+            assert values[p][j] == pytest.approx(expected, abs=2e-5), (column, p)
+            checked += 1
+    assert checked >= 20
+    legend = page.locator("#exact-info").text_content()
+    assert "sft grafted in that cell alone" in legend and "correlation" in legend
+    assert page.locator("#exact-info .scale").count() == 1
+    assert page.locator("td.cell[style*='background']").count() > 0
+
+
+def test_the_logit_lens_draws_a_line_per_model(page, grafter, tokenizer):
+    page.click("#quick button[data-sel='FE+LT']")
+    page.wait_for_function("window.explore.answered >= 2", timeout=30_000)
+    page.click("#lens-button")
+    page.wait_for_selector("#lens-plot polyline", timeout=30_000)
+    names = page.locator("#lens-plot polyline").evaluate_all("(ls) => ls.map((l) => l.dataset.name)")
+    assert names == ["recipient", *DONORS, "graft"]
+    rows = page.locator("#lens-table tr").all_text_contents()
+    enc = encode_prompt(tokenizer, PROMPT)
+    logits = grafter.last_logits(torch.tensor([enc.scoring_ids]))[0]
+    rank = int((logits > logits[enc.scored_id]).sum()) + 1
+    recipient = next(r for r in rows if r.startswith("recipient"))
+    assert recipient.endswith(f"{rank}, {float(torch.log_softmax(logits.float(), -1)[enc.scored_id]):.3f}")
+
+
+def test_many_prompts_show_the_accuracies_computed_here(page, grafter, tokenizer):
+    page.fill("#many-count", str(len(PROMPTS)))
+    page.click("#many-button")
+    page.wait_for_selector("#many-table", timeout=60_000)
+    cells = page.locator("#many-table tr >> nth=1").locator("td").all_text_contents()
+    hits = []
+    for prompt in PROMPTS:
+        enc = encode_prompt(tokenizer, prompt)
+        rows = [None, *(Graft("all", "all", "all", donor=d) for d in DONORS)]
+        logits = grafter.last_logits(torch.tensor([enc.scoring_ids]).expand(len(rows), -1), row_grafts=rows)
+        hits.append([float((row.topk(5).indices == enc.scored_id).any()) for row in logits])
+    means = torch.tensor(hits).mean(0)
+    for k in range(len(DONORS) + 1):
+        assert cells[k].startswith(f"{float(means[k]):.3f} ["), (k, cells[k])
+    assert f"{len(PROMPTS)} prompts" in page.locator("#many").text_content()
