@@ -5,6 +5,7 @@ shows the top-5 accuracies computed here prompt by prompt."""
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -136,3 +137,41 @@ def test_many_prompts_show_the_accuracies_computed_here(page, grafter, tokenizer
     for k in range(len(DONORS) + 1):
         assert cells[k].startswith(f"{float(means[k]):.3f} ["), (k, cells[k])
     assert f"{len(PROMPTS)} prompts" in page.locator("#many").text_content()
+
+
+def test_a_session_saved_to_a_file_opens_again_with_its_history(page, tmp_path):
+    page.click("#quick button[data-sel='FE+LT']")
+    page.wait_for_function("window.explore.answered >= 2", timeout=30_000)
+    page.click("#pin")
+    page.wait_for_function("window.explore.answered >= 3", timeout=30_000)
+    page.click("#quick button[data-sel='LT']")
+    page.wait_for_function("window.explore.answered >= 4", timeout=30_000)
+    cells, pins = page.locator("td.cell.on").count(), page.locator("#compare th.pin").count()
+    assert cells > 0 and pins == 1
+    with page.expect_download() as download:
+        page.click("#save-session")
+    saved = tmp_path / "session.json"
+    download.value.save_as(saved)
+    data = json.loads(saved.read_text())
+    assert data["kind"] == "weightgraft-explore-session" and data["models"]["recipient"]["name"]
+    assert len(data["history"]["undo"]) == 3
+
+    page.click("#clear")
+    page.wait_for_function("window.explore.answered >= 5", timeout=30_000)
+    page.select_option("#dataset", PROMPTS[3].id)  # another prompt: pins cleared
+    page.wait_for_function("window.explore.answered >= 6", timeout=30_000)
+    assert page.locator("td.cell.on").count() == 0 and page.locator("#compare th.pin").count() == 0
+    page.set_input_files("#open-session", str(saved))
+    page.wait_for_function("window.explore.answered >= 7", timeout=30_000)
+    assert page.locator("td.cell.on").count() == cells and page.locator("#compare th.pin").count() == 1
+    assert page.input_value("#text") == PROMPT.text
+    page.click("#undo")  # the saved history: back to FE+LT
+    page.wait_for_function("window.explore.answered >= 8", timeout=30_000)
+    assert page.locator("td.cell.on").count() != cells
+
+    data["models"]["recipient"]["name"] = "another-model"
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps(data))
+    page.set_input_files("#open-session", str(other))
+    page.wait_for_function("document.querySelector('#error').textContent.includes('another-model')", timeout=10_000)
+    assert "start it with those" in page.locator("#error").text_content()
