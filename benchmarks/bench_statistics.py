@@ -18,7 +18,7 @@ import polars as pl
 
 from weightgraft.experiments.metrics import bootstrap_many, example_metric
 from weightgraft.experiments.vocabulary import SUMMARY_METRICS
-from weightgraft.reporting.statistics import experiment_stats, interval_rows, recovery_rows
+from weightgraft.reporting.experiment_stats import experiment_stats, interval_rows, recovery_rows
 
 FACTS, PROMPTS, CONDITIONS, RESAMPLES = 100, 14, 40, 2000
 TEMPLATES = ["t1", "t2", "t3", "t4"]

@@ -16,7 +16,7 @@ from weightgraft.data.build import build_dataset, split_by_kind, split_disjoint
 from weightgraft.data.facts import generate_facts, known_film_facts
 from weightgraft.data.family import Member, write_family
 from weightgraft.data.names import NamePool
-from weightgraft.training import builtin
+from weightgraft.training import builtin, builtin_specs
 
 
 def files_of(folder: Path) -> dict[str, bytes]:
@@ -67,7 +67,7 @@ def test_the_cli_family_matches_build_dataset_called_directly(tmp_path, family_c
 
 
 def test_the_builtin_family_matches_build_dataset_called_directly(tmp_path, family_calls):
-    spec = builtin.SPECS["tiny"]
+    spec = builtin_specs.SPECS["tiny"]
     world = builtin.build_world(spec)
     art = builtin.builtin_artifacts("tiny", tmp_path / "home")
     builtin._write_sets(spec, art, SimpleNamespace(get=lambda: world))

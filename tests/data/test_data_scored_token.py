@@ -61,9 +61,9 @@ def _prompt(name: str) -> EvalPrompt:
 
 @lru_cache(maxsize=1)
 def _builtin():
-    from weightgraft.training import builtin
+    from weightgraft.training import builtin, builtin_specs
 
-    spec = builtin.SPECS["default"]
+    spec = builtin_specs.SPECS["default"]
     return builtin.pretraining_tokenizer(spec, builtin.build_world(spec))
 
 

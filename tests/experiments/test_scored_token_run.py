@@ -36,9 +36,9 @@ EXPERIMENT = {
 
 @lru_cache(maxsize=1)
 def _tokenizer():
-    from weightgraft.training import builtin
+    from weightgraft.training import builtin, builtin_specs
 
-    spec = builtin.SPECS["default"]
+    spec = builtin_specs.SPECS["default"]
     return builtin.pretraining_tokenizer(spec, builtin.build_world(spec))
 
 

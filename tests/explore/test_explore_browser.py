@@ -490,7 +490,8 @@ def test_screenshot_on_the_builtin_model(browser, tmp_path):
     README keeps the built-in picture)."""
     from weightgraft.experiments.vocabulary import BUILTIN_ROLE_FIELDS, ModelRole
     from weightgraft.explore.launch import open_session
-    from weightgraft.training.builtin import BUILTIN_VERSION, default_home
+    from weightgraft.training.builtin import default_home
+    from weightgraft.training.builtin_specs import BUILTIN_VERSION
 
     models = default_home() / f"builtin-default-v{BUILTIN_VERSION}" / "models"
     folders = {"sft": "relation", "task": "task", "b2a": "relation_b2a", "freetext": "freetext"}

@@ -199,7 +199,7 @@ def test_verdict_thresholds():
 
 
 def test_verdict_is_decided_on_the_authors_rows_and_names_a_different_clean_outcome():
-    from weightgraft.reporting.report import verdict_section
+    from weightgraft.reporting.verdict_section import verdict_section
 
     summary = _summary(
         {

@@ -8,15 +8,14 @@ import numpy as np
 import polars as pl
 import pytest
 
+from weightgraft.reporting.experiment_stats import experiment_stats, interval_rows
 from weightgraft.reporting.statistics import (
     ALL,
     clustered_means,
     clustered_median,
     draw_fact_counts,
-    experiment_stats,
     fact_index,
     fact_sums,
-    interval_rows,
     percentile_interval,
 )
 

@@ -10,13 +10,12 @@ import numpy as np
 import polars as pl
 import pytest
 
+from weightgraft.reporting.experiment_stats import experiment_stats, recovery_rows
 from weightgraft.reporting.statistics import (
     ALL,
     draw_fact_counts,
-    experiment_stats,
     paired_test,
     recovery,
-    recovery_rows,
     sign_flip_p_value,
 )
 

@@ -18,7 +18,7 @@ import torch
 from training_fixtures import tiny_artifacts, tiny_home
 from weightgraft.atomic import atomic_directory
 from weightgraft.ledger import Ledger
-from weightgraft.training import builtin
+from weightgraft.training import builtin, builtin_specs
 from weightgraft.training.builtin import BuildStep, ensure_builtin, run_step
 
 
@@ -38,7 +38,7 @@ class Writer:
 
 def run(root: Path, step: BuildStep) -> float | None:
     ledger = Ledger(root / "provenance.json", {"test": True}, base=root)
-    return run_step(ledger, step, builtin._WorldOnce(builtin.SPECS["tiny"]), "tiny", progress=False)
+    return run_step(ledger, step, builtin._WorldOnce(builtin_specs.SPECS["tiny"]), "tiny", progress=False)
 
 
 def step(name: str, writer: Writer, recipe: dict, after: tuple[str, ...] = ()) -> BuildStep:
@@ -136,7 +136,9 @@ def test_a_cache_built_before_the_ledger_is_adopted_with_the_fingerprints_a_buil
     assert ensure_builtin("tiny", home=home, progress=False).seconds == {}
     adopted = json.loads((art.root / "provenance.json").read_text())["steps"]
     assert (
-        set(adopted) == set(built) == {s.name for s in builtin.builtin_steps(builtin.SPECS["tiny"], art, False, True)}
+        set(adopted)
+        == set(built)
+        == {s.name for s in builtin.builtin_steps(builtin_specs.SPECS["tiny"], art, False, True)}
     )
     for name, record in adopted.items():
         assert record["seconds"] is None
@@ -154,7 +156,7 @@ def test_averaged_models_are_built_from_member_steps_that_resume_one_by_one(tmp_
 
     home, art = copy_of_tiny(tmp_path)
     single = load_file(art.relation_model / "model.safetensors")
-    monkeypatch.setitem(builtin.SPECS, "tiny", replace(builtin.SPECS["tiny"], averaged_seeds=2))
+    monkeypatch.setitem(builtin_specs.SPECS, "tiny", replace(builtin_specs.SPECS["tiny"], averaged_seeds=2))
     built = ensure_builtin("tiny", home=home, progress=False)
     assert set(built.seconds) == {
         f"{model}{member}"

@@ -11,7 +11,7 @@ import torch
 from training_fixtures import tiny_artifacts
 from weightgraft.atomic import OWNED_RECORD
 from weightgraft.runtime import sha256_folder
-from weightgraft.training import builtin, shipped
+from weightgraft.training import builtin, builtin_specs, shipped
 from weightgraft.training.pretrain import make_model, pack_documents, train_steps
 
 # The training record says where the weights came from (shipped or pretrained here), and the
@@ -20,7 +20,7 @@ SKIP = (builtin.TRAINING_RECORD, OWNED_RECORD)
 
 
 def _recipe(art) -> dict:
-    steps = builtin.builtin_steps(builtin.SPECS[art.size], art, False, False)
+    steps = builtin.builtin_steps(builtin_specs.SPECS[art.size], art, False, False)
     return next(s for s in steps if s.name == "pretrained model").recipe
 
 
@@ -55,7 +55,7 @@ def test_shipped_weights_are_ignored_for_another_recipe_or_when_damaged(tmp_path
 
 def test_first_steps_digest_follows_the_weights():
     """The reproduction check's digest: the same run gives the same digest, one step more another."""
-    spec = builtin.SPECS["tiny"]
+    spec = builtin_specs.SPECS["tiny"]
     world = builtin.build_world(spec)
     tokenizer = builtin.pretraining_tokenizer(spec, world)
     blocks = pack_documents(builtin.pretraining_documents(spec, world), tokenizer, spec.pretrain.block_size)
@@ -81,7 +81,7 @@ def test_the_shipped_default_weights_are_what_the_recipe_makes():
     assert shipped.find_shipped("default", _recipe(art)) is not None
     torch.manual_seed(1)  # the models must not depend on the global generator
     steps = record["first_steps"]
-    remade, one_more = builtin.first_steps_models(builtin.SPECS["default"], [steps, steps + 1])
+    remade, one_more = builtin.first_steps_models(builtin_specs.SPECS["default"], [steps, steps + 1])
     reference = record["first_steps_probe"]
     assert shipped.probe_distance(shipped.state_probe(remade), reference) <= shipped.PROBE_TOLERANCE
     assert shipped.probe_distance(shipped.state_probe(one_more), reference) > 5 * shipped.PROBE_TOLERANCE
@@ -125,6 +125,6 @@ def test_pretrain_ship_to_writes_the_pretrained_weights_and_their_record(tmp_pat
     assert weights.read_bytes() == (art.pretrained / shipped.WEIGHTS_FILE).read_bytes()
     record = shipped.read_record("tiny", tmp_path)
     assert record["recipe"] == _recipe(art) and record["first_steps"] == shipped.FIRST_STEPS
-    (first,) = builtin.first_steps_models(builtin.SPECS["tiny"])
+    (first,) = builtin.first_steps_models(builtin_specs.SPECS["tiny"])
     assert record["first_steps_sha256"] == shipped.state_sha256(first)
     assert shipped.probe_distance(shipped.state_probe(first), record["first_steps_probe"]) == 0

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Literal
 
+import polars as pl
 import torch
 from torch import nn
 
@@ -106,8 +107,6 @@ class Attribution:
         """Tidy polars table, one line per real cell: row, position, layer (null for model-level
         components), component, effect, and role (FE, M, R, LT, other) when `roles` gives each
         row's role positions (keyed by paper or dataset role names)."""
-        import polars as pl
-
         batch = len(self.lengths)
         for name, given in (("roles", roles), ("tokens", tokens), ("row_ids", row_ids)):
             if given is not None and len(given) != batch:
@@ -177,12 +176,7 @@ def attribute(
     `grain="head"` also scores every head of q, k, v, o, and `grain="neuron"` every neuron of
     gate, up, down (`Attribution.units`).
     """
-    if grain not in GRAINS:
-        raise ValueError(f"grain must be one of {list(GRAINS)}, not {grain!r}")
-    if method not in tuple(AttributionMethod):
-        raise ValueError(f"method must be 'gradient' or 'integrated', not {method!r}")
-    if method == AttributionMethod.INTEGRATED and steps < 1:
-        raise ValueError(f"integrated attribution needs steps >= 1, got {steps}")
+    _check_settings(grain, method, steps)
     recipient = grafter.recipient
     source = donor_source(grafter, donor)
     device = next(recipient.parameters()).device
@@ -243,6 +237,16 @@ def attribute(
 
 
 # --- internals --------------------------------------------------------------------------------
+def _check_settings(grain: str, method: str, steps: int) -> None:
+    """Refuse a grain, method or step count `attribute` has no meaning for, before any work."""
+    if grain not in GRAINS:
+        raise ValueError(f"grain must be one of {list(GRAINS)}, not {grain!r}")
+    if method not in tuple(AttributionMethod):
+        raise ValueError(f"method must be 'gradient' or 'integrated', not {method!r}")
+    if method == AttributionMethod.INTEGRATED and steps < 1:
+        raise ValueError(f"integrated attribution needs steps >= 1, got {steps}")
+
+
 def _prepare(input_ids, attention_mask, device) -> tuple[torch.Tensor, torch.Tensor]:
     ids = torch.as_tensor(input_ids, device=device).long()
     ids = ids[None] if ids.dim() == 1 else ids
@@ -350,6 +354,23 @@ def _effects_at(
     finally:
         for handle in handles:
             handle.remove()
+    effects, unit_effects = _products(recipient, donor_modules, layout, ids, grads, deltas, inputs, units)
+    return effects, values.detach(), unit_effects
+
+
+def _products(
+    recipient,
+    donor_modules: dict[str, nn.Module],
+    layout: CellLayout,
+    ids: torch.Tensor,
+    grads: Sequence[torch.Tensor | None],
+    deltas: dict[str, torch.Tensor],
+    inputs: dict[str, torch.Tensor],
+    units: dict,
+) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
+    """<gradient, donor(x) - recipient(x)> of each hooked module's output, summed per engine key
+    ([num_keys, batch, seq], at least float32) and per unit of the keys in `units` (through the
+    module's input columns for input-side units): `_effects_at`'s products, once its pass is done."""
     batch, seq = ids.shape
     dtype = torch.promote_types(grads[0].dtype if grads and grads[0] is not None else torch.float32, torch.float32)
     effects = torch.zeros(len(layout.keys), batch, seq, dtype=dtype, device=ids.device)
@@ -376,7 +397,7 @@ def _effects_at(
             if spec is not None:
                 per_column = through_inputs if spec.side == "in" else part
                 unit_effects[key_index] = per_column.reshape(batch, seq, spec.count, spec.width).sum(-1).cpu()
-    return effects, values.detach(), unit_effects
+    return effects, unit_effects
 
 
 def _input_products(recipient, path: str, donor_module: nn.Module, x: torch.Tensor, grad: torch.Tensor):

@@ -20,21 +20,24 @@ import random
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
+import polars as pl
 import torch
 
+from weightgraft.atomic import write_text_atomic
+from weightgraft.attribution import plots
 from weightgraft.attribution.attribute import GRAINS, PAPER_ROLES, Attribution, attribute, position_roles
 from weightgraft.attribution.cells import donor_name
+from weightgraft.attribution.groups import Group, parse_label, rank_groups
 from weightgraft.data.batching import right_pad
+from weightgraft.data.encode import encode_scored_prompt
 from weightgraft.engine.graft import Graft
 from weightgraft.errors import UserError
 from weightgraft.experiments.vocabulary import DECISION_METRICS
 from weightgraft.reporting import statistics as st
 from weightgraft.reporting.localize_results import LOCALIZE_FILE, ChosenGroup, GraftCounts, LocalizeSummary
-
-# A group: (role, layer or None for a model-level component, component).
-Group = tuple[str, "int | None", str]
 
 
 class NoGainError(UserError, ValueError):
@@ -62,8 +65,6 @@ class RoleExample:
 
 def encode_role_examples(tokenizer, prompts) -> list[RoleExample]:
     """EvalPrompts of a weightgraft dataset -> Examples (roles from the prompts' character spans)."""
-    from weightgraft.data.encode import encode_scored_prompt
-
     out = []
     for prompt in prompts:
         enc = encode_scored_prompt(tokenizer, prompt)
@@ -110,8 +111,6 @@ class LocalizeResult:
     stop_on: tuple[str, ...] = DECISION_METRICS  # the metrics whose recovery must reach the target
 
     def ranking_table(self):
-        import polars as pl
-
         return pl.DataFrame(
             {
                 "rank": list(range(1, len(self.groups) + 1)),
@@ -126,8 +125,6 @@ class LocalizeResult:
 
     def cell_table(self):
         """Every example's every cell: example_id, position, token, role, layer, component, effect."""
-        import polars as pl
-
         frames, start = [], 0
         for attr in self.attributions:
             rows = self.examples[start : start + len(attr.lengths)]
@@ -160,13 +157,6 @@ class LocalizeResult:
 
     def save(self, folder) -> dict[str, str]:
         """localize.json, ranking/curve/cells parquet, and the pictures; returns name -> path."""
-        from pathlib import Path
-
-        import polars as pl
-
-        from weightgraft.atomic import write_text_atomic
-        from weightgraft.attribution import plots
-
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         written = {
@@ -207,15 +197,7 @@ def localize(
     exact graft recovers `target` of the SFT gain on top-5 and on probability. With several
     donors, `donor` names the one to localize (SFT is that donor everywhere). `grain="head"` or
     `"neuron"` searches over single heads or neurons (groups `(role, layer, "o#3")`)."""
-    if grain not in GRAINS:
-        raise ValueError(f"grain must be one of {list(GRAINS)}, not {grain!r}")
-    if not examples:
-        raise ValueError("localize needs at least one example")
-    if not 0 < target <= 1:
-        raise ValueError(f"target recovery must be in (0, 1], got {target}")
-    stop_on = tuple(stop_on)
-    if not stop_on or any(m not in DECISION_METRICS for m in stop_on):
-        raise ValueError(f"stop_on must name one or more of {list(DECISION_METRICS)}, not {list(stop_on)}")
+    stop_on = _checked_stop_on(examples, target, stop_on, grain)
     examples = list(examples)
     seconds: dict[str, float] = {}
     start = time.perf_counter()
@@ -225,17 +207,72 @@ def localize(
         for i in range(0, len(examples), batch_size)
     ]
     seconds["attribute"] = time.perf_counter() - start
-    groups, scores = _rank_groups(attributions, examples)
+    groups, scores = rank_groups(attributions, examples)
     if max_groups is not None:
         groups, scores = groups[:max_groups], scores[:max_groups]
 
     start = time.perf_counter()
+    per_example, baselines, gains = _baselines(grafter, examples, name, batch_size)
+    notes = []
+    chosen_k, curve, values = _search(
+        grafter, examples, groups, name, baselines["PRE"], gains, seed=seed, target=target, stop_on=stop_on,
+        batch_size=batch_size, sizes_per_pass=sizes_per_pass, dense_sizes=dense_sizes, progress=progress,
+    )  # fmt: skip
+    curve = [curve[k] for k in sorted(curve)]
+    if chosen_k is not None:
+        per_example["chosen"], per_example["random"] = values[chosen_k]
+    seconds["search"] = time.perf_counter() - start
+    reached = chosen_k is not None
+    chosen = groups[:chosen_k] if reached else []
+    if not reached:
+        notes.append(
+            f"no top-k set of the {len(groups)} groups reached {target:.0%} recovery on {' and '.join(stop_on)}"
+        )
+    intervals, note = recovery_intervals(examples, per_example, seed)
+    notes.append(note)
+    counts = _counts(grafter, examples, chosen)
+    return LocalizeResult(
+        method,
+        target,
+        groups,
+        scores,
+        chosen,
+        reached,
+        curve,
+        baselines,
+        counts,
+        attributions,
+        examples,
+        seconds,
+        notes=notes,
+        intervals=intervals,
+        stop_on=stop_on,
+    )
+
+
+# --- internals --------------------------------------------------------------------------------
+def _checked_stop_on(examples: Sequence[RoleExample], target: float, stop_on: Sequence[str], grain: str) -> tuple:
+    """`stop_on` as a tuple, after refusing arguments the search cannot run with."""
+    if grain not in GRAINS:
+        raise ValueError(f"grain must be one of {list(GRAINS)}, not {grain!r}")
+    if not examples:
+        raise ValueError("localize needs at least one example")
+    if not 0 < target <= 1:
+        raise ValueError(f"target recovery must be in (0, 1], got {target}")
+    stop_on = tuple(stop_on)
+    if not stop_on or any(m not in DECISION_METRICS for m in stop_on):
+        raise ValueError(f"stop_on must name one or more of {list(DECISION_METRICS)}, not {list(stop_on)}")
+    return stop_on
+
+
+def _baselines(grafter, examples: list[RoleExample], name: str, batch_size: int) -> tuple[dict, dict, dict]:
+    """PRE, SFT and FE+LT on the examples: (their per-example values, their means with FE+LT's
+    recovery, the gain SFT - PRE per decision metric); refused when the donor gains nothing."""
     everything = [[Graft(donor=name)] for _ in examples]
     fe_lt = [[Graft(e.roles.get("FE", []) + e.roles.get("LT", []), donor=name)] for e in examples]
     (pre, sft, felt) = _evaluate(grafter, examples, [[[] for _ in examples], everything, fe_lt], batch_size)
     per_example = {"PRE": pre.pop("per_example"), "SFT": sft.pop("per_example"), "FE+LT": felt.pop("per_example")}
     baselines = {"PRE": pre, "SFT": sft, "FE+LT": felt}
-    notes = []
     gains = {m: sft[m] - pre[m] for m in DECISION_METRICS}
     for m, gain in gains.items():
         if gain <= 0:
@@ -245,7 +282,27 @@ def localize(
                 "its finetune as donor (not swapped), with the dataset the finetune learned"
             )
     baselines["FE+LT"].update({f"recovery_{m}": (felt[m] - pre[m]) / gains[m] for m in DECISION_METRICS})
+    return per_example, baselines, gains
 
+
+def _search(
+    grafter,
+    examples: list[RoleExample],
+    groups: list,
+    name: str,
+    pre: dict,
+    gains: dict,
+    *,
+    seed: int,
+    target: float,
+    stop_on: tuple,
+    batch_size: int,
+    sizes_per_pass: int,
+    dense_sizes: int,
+    progress: bool,
+) -> tuple[int | None, dict[int, dict], dict[int, tuple[dict, dict]]]:
+    """The smallest top-k set reaching `target` on every `stop_on` metric (None: none did), with
+    each measured size's curve entry and its per-example values (top-k and random-k alike)."""
     shuffled = list(groups)
     random.Random(seed).shuffle(shuffled)
     curve: dict[int, dict] = {}
@@ -289,39 +346,9 @@ def localize(
         below = max([k for k in curve if k < chosen_k], default=0)
         if chosen_k - below > 1:
             chosen_k = measure(list(range(below + 1, chosen_k))) or chosen_k
-    curve = [curve[k] for k in sorted(curve)]
-    if chosen_k is not None:
-        per_example["chosen"], per_example["random"] = values[chosen_k]
-    seconds["search"] = time.perf_counter() - start
-    reached = chosen_k is not None
-    chosen = groups[:chosen_k] if reached else []
-    if not reached:
-        notes.append(
-            f"no top-k set of the {len(groups)} groups reached {target:.0%} recovery on {' and '.join(stop_on)}"
-        )
-    intervals, note = recovery_intervals(examples, per_example, seed)
-    notes.append(note)
-    counts = _counts(grafter, examples, chosen)
-    return LocalizeResult(
-        method,
-        target,
-        groups,
-        scores,
-        chosen,
-        reached,
-        curve,
-        baselines,
-        counts,
-        attributions,
-        examples,
-        seconds,
-        notes=notes,
-        intervals=intervals,
-        stop_on=stop_on,
-    )
+    return chosen_k, curve, values
 
 
-# --- internals --------------------------------------------------------------------------------
 def _size_schedule(count: int, dense: int) -> list[int]:
     """1..dense, then each size a quarter above the previous, ending at `count` (every group)."""
     sizes = list(range(1, min(dense, count) + 1))
@@ -344,65 +371,6 @@ def _attribute_batch(
         donor=donor,
         grain=grain,
     )
-
-
-def unit_label(component: str, unit: int) -> str:
-    """The group label of one head or neuron: `o#3`."""
-    return f"{component}#{unit}"
-
-
-def parse_label(label: str) -> tuple[str, int | None]:
-    """(component, unit or None) of a group's component label."""
-    comp, _, unit = label.partition("#")
-    return comp, (int(unit) if unit else None)
-
-
-def _rank_groups(attributions: list[Attribution], examples: list[RoleExample]) -> tuple[list[Group], list[float]]:
-    """Mean over prompts of each group's attribution summed over the role's positions."""
-    first = attributions[0]
-    num_layers, comps, model_comps = first.cells.shape[2], first.layer_components, first.model_components
-    layer_total = torch.zeros(len(PAPER_ROLES), num_layers, len(comps), dtype=torch.float64)
-    model_total = torch.zeros(len(PAPER_ROLES), len(model_comps), dtype=torch.float64)
-    present = torch.zeros(len(PAPER_ROLES), dtype=torch.bool)
-    index = 0
-    for attr in attributions:
-        for b, length in enumerate(attr.lengths):
-            example = examples[index]
-            index += 1
-            onehot = torch.zeros(len(PAPER_ROLES), length, dtype=torch.float64)
-            for r, role in enumerate(PAPER_ROLES):
-                onehot[r, example.roles.get(role, [])] = 1.0
-            present |= onehot.sum(1) > 0
-            layer_total += torch.einsum("rp,plc->rlc", onehot, attr.cells[b, :length].double())
-            model_total += onehot @ attr.model_level[b, :length].double()
-    # Components split into units: role x layer x unit totals, in place of the component's.
-    unit_total: dict[str, torch.Tensor] = {}
-    index = 0
-    for attr in attributions:
-        for b, length in enumerate(attr.lengths):
-            example = examples[index]
-            index += 1
-            for comp, values in attr.units.items():
-                onehot = torch.zeros(len(PAPER_ROLES), length, dtype=torch.float64)
-                for r, role in enumerate(PAPER_ROLES):
-                    onehot[r, example.roles.get(role, [])] = 1.0
-                add = torch.einsum("rp,plu->rlu", onehot, values[b, :length].double())
-                unit_total[comp] = unit_total[comp] + add if comp in unit_total else add
-    scored: list[tuple[float, Group]] = []
-    n = len(examples)
-    for r, role in enumerate(PAPER_ROLES):
-        if not present[r]:
-            continue
-        scored += [(float(model_total[r, c]) / n, (role, None, comp)) for c, comp in enumerate(model_comps)]
-        for layer in range(num_layers):
-            for c, comp in enumerate(comps):
-                if comp not in unit_total:
-                    scored.append((float(layer_total[r, layer, c]) / n, (role, layer, comp)))
-                    continue
-                totals = unit_total[comp][r, layer]
-                scored += [(float(totals[u]) / n, (role, layer, unit_label(comp, u))) for u in range(len(totals))]
-    scored.sort(key=lambda item: -item[0])  # stable: ties keep role, layer, component order
-    return [g for _, g in scored], [s for s, _ in scored]
 
 
 def _grafts_for(example: RoleExample, groups: Sequence[Group], donor: str | None = None) -> list[Graft]:

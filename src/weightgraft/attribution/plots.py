@@ -7,12 +7,15 @@ import html
 from pathlib import Path
 
 import numpy as np
+import polars as pl
 
 from weightgraft.adapters.base import PER_LAYER
 from weightgraft.attribution.attribute import PAPER_ROLES
 
 
 def _pyplot():
+    """pyplot on the Agg backend, imported only when a picture is drawn: matplotlib is a heavy
+    import that `localize` without pictures never needs, and the backend must be set before pyplot loads."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -152,8 +155,6 @@ def token_view(cells, examples, chosen: set, path: Path, max_examples: int = 40)
     """HTML: each prompt's tokens on a background coloured by the summed attribution of all its
     cells (red carries the finetuned answer, blue works against it); tokens whose role is in the
     minimal set are underlined."""
-    import polars as pl
-
     totals = cells.group_by(["example_id", "position"]).agg(pl.col("effect").sum().alias("total"))
     by_key = {(e, p): t for e, p, t in totals.iter_rows()}
     chosen_roles = {role for role, _, _ in chosen}

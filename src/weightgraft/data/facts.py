@@ -99,20 +99,7 @@ def generate_facts(
     forbidden: set[str] = frozenset(),
 ) -> list[RelationFact]:
     """New facts (never true in `known`), interleaved by kind so any prefix mixes the kinds."""
-    for kind in counts:
-        if kind not in GENERATED_KINDS:
-            raise ValueError(f"cannot generate facts of kind {kind!r}; choose from {GENERATED_KINDS}")
-    most = max_fake_fake_facts(pool)
-    if counts.get("fake_fake", 0) > most:
-        raise DataError(
-            f"{counts['fake_fake']} fake_fake facts asked for, but our name lists give at most {most} "
-            "(two fake actors with first names of their own per fact); ask for at most that"
-        )
-    if counts.get("real_shuffled", 0) > len(known):
-        raise DataError(
-            f"{counts['real_shuffled']} real_shuffled facts asked for, but there are only {len(known)} "
-            "known films to shuffle; ask for at most that"
-        )
+    _check_counts(counts, pool, known)
     rng = random.Random(f"facts-{seed}")
     taken = set(forbidden)
     for fact in known:
@@ -162,6 +149,29 @@ def generate_facts(
                 )
             )
         by_kind[kind] = made
+    return _interleaved(counts, by_kind)
+
+
+def _check_counts(counts: dict[FactKind, int], pool: NamePool, known: Sequence[RelationFact]) -> None:
+    """Refuse kinds that cannot be generated and counts the name lists or known films cannot give."""
+    for kind in counts:
+        if kind not in GENERATED_KINDS:
+            raise ValueError(f"cannot generate facts of kind {kind!r}; choose from {GENERATED_KINDS}")
+    most = max_fake_fake_facts(pool)
+    if counts.get("fake_fake", 0) > most:
+        raise DataError(
+            f"{counts['fake_fake']} fake_fake facts asked for, but our name lists give at most {most} "
+            "(two fake actors with first names of their own per fact); ask for at most that"
+        )
+    if counts.get("real_shuffled", 0) > len(known):
+        raise DataError(
+            f"{counts['real_shuffled']} real_shuffled facts asked for, but there are only {len(known)} "
+            "known films to shuffle; ask for at most that"
+        )
+
+
+def _interleaved(counts: dict[FactKind, int], by_kind: dict[str, list[RelationFact]]) -> list[RelationFact]:
+    """One fact of each kind in turn (in `counts`' order), so any prefix mixes the kinds."""
     facts = []
     for index in range(max(counts.values(), default=0)):
         for kind in counts:

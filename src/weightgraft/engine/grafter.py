@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import inspect
 import weakref
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, field
 from typing import Literal
 
-import numpy as np
 import torch
 from torch import nn
 
@@ -19,10 +16,20 @@ from weightgraft.adapters.coverage import uncovered_parameters
 from weightgraft.donors import DonorSource, as_donor_source
 from weightgraft.donors.placement import execution_device
 from weightgraft.engine.compat import check_compatible
+from weightgraft.engine.decoding import cache_argument, check_generation_settings, eos_id_set, next_token
 from weightgraft.engine.graft import Graft, Key, as_graft_list
+from weightgraft.engine.graft_masks import (
+    GraftMasks,
+    mask_classes,
+    refuse_overlaps,
+    resolve_partials,
+    row_graft_lists,
+)
 from weightgraft.engine.hooks import Splice, SpliceHooks
+from weightgraft.engine.inputs import prepare_inputs
 from weightgraft.engine.layer_sharing import BEFORE_THE_LAYERS, LayerGroups, SharedLayers, plan_layer_groups
 from weightgraft.engine.sharing import plan_segments
+from weightgraft.engine.splice_plan import plan_splices
 from weightgraft.engine.units import UnitSpec, check_units, unit_specs
 
 RowGrafts = Sequence[Graft | Sequence[Graft] | None]
@@ -32,44 +39,6 @@ LAYER_SHARING_ATTENTION = (None, "eager", "sdpa", "flash_attention_2", "flash_at
 
 # The name a donor passed as `Grafter(recipient, donor)` goes by.
 DEFAULT_DONOR_NAME = "donor"
-
-
-# A partial key of one call: (donor index, key index, the heads or neurons grafted there).
-Partial = tuple[int, int, frozenset]
-
-
-@dataclass
-class GraftMasks:
-    """Where each donor's (layer, component) keys are grafted in one call.
-
-    Index d * num_keys + k of `masks` is key k from donor d, grafted whole. The masks after those,
-    one per entry of `partials`, say where a key is grafted for some of its heads or neurons only.
-    Keys of one class have equal masks (class -1: grafted nowhere), so per-mask work is done once
-    per class.
-    """
-
-    masks: torch.Tensor  # bool [num_donors * num_keys + len(partials), batch, seq], on the model's device
-    classes: list[int]
-    partials: list[Partial] = field(default_factory=list)
-
-    def chunk(self, rows: torch.Tensor, start: int, end: int) -> GraftMasks:
-        """The masks of some rows over positions [start, end); equal masks stay equal."""
-        return GraftMasks(self.masks[:, rows, start:end], self.classes, self.partials)
-
-    def last_column(self) -> GraftMasks:
-        return GraftMasks(self.masks[:, :, -1:], self.classes, self.partials)
-
-    def nothing_at_last_column(self) -> GraftMasks:
-        return GraftMasks(torch.zeros_like(self.masks[:, :, -1:]), [-1] * len(self.classes), self.partials)
-
-
-def _mask_classes(masks: torch.Tensor) -> list[int]:
-    """For each key's [batch, seq] mask (on the CPU), a class shared by exactly the equal masks;
-    -1 for masks with nothing grafted. Hashing packed bytes costs a few ms for 300 keys x 32k tokens."""
-    packed = np.packbits(masks.flatten(1).numpy(), axis=1)
-    grafted = masks.flatten(1).any(-1).tolist()
-    seen: dict[bytes, int] = {}
-    return [seen.setdefault(row.tobytes(), len(seen)) if on else -1 for row, on in zip(packed, grafted)]
 
 
 class Grafter:
@@ -219,7 +188,7 @@ class Grafter:
         """
         if isinstance(logits_to_keep, bool) or not isinstance(logits_to_keep, int) or logits_to_keep < 0:
             raise ValueError(f"logits_to_keep must be an int >= 0 (0: every position), not {logits_to_keep!r}")
-        ids, mask = self._prepare(input_ids, attention_mask)
+        ids, mask = prepare_inputs(input_ids, attention_mask, self.device)
         grafted = self._graft_masks(grafts, row_grafts, mask)
         return self._forward(ids, mask, grafted, keep=min(logits_to_keep, ids.shape[1]))
 
@@ -231,7 +200,7 @@ class Grafter:
         attention_mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Logits `[batch, vocab]` at each row's last real token: the next-token prediction."""
-        ids, mask = self._prepare(input_ids, attention_mask)
+        ids, mask = prepare_inputs(input_ids, attention_mask, self.device)
         grafted = self._graft_masks(grafts, row_grafts, mask)
         left_aligned = bool(mask[:, -1].all())
         logits = self._forward(ids, mask, grafted, keep=1 if left_aligned else 0)
@@ -262,13 +231,13 @@ class Grafter:
         Generated tokens get nothing grafted (`generated="none"`, the recipient computes them), or
         the same grafts as their row's last prompt token (`generated="last"`).
         """
-        _check_generation_settings(max_new_tokens, do_sample, temperature, top_k, top_p, generated)
-        ids, mask = self._prepare(input_ids, attention_mask)
+        check_generation_settings(max_new_tokens, do_sample, temperature, top_k, top_p, generated)
+        ids, mask = prepare_inputs(input_ids, attention_mask, self.device)
         if not bool(mask[:, -1].all()):
             raise ValueError("generate needs left-padded prompts: set tokenizer.padding_side = 'left'")
         grafted = self._graft_masks(grafts, row_grafts, mask)
         step = grafted.last_column() if generated == "last" else grafted.nothing_at_last_column()
-        eos = _as_id_set(eos_token_id if eos_token_id is not None else self._config_eos())
+        eos = eos_id_set(eos_token_id if eos_token_id is not None else self._config_eos())
         pad = pad_token_id if pad_token_id is not None else (min(eos) if eos else 0)
         eos_ids = torch.tensor(sorted(eos), dtype=torch.long, device=ids.device)
         done = torch.zeros(ids.shape[0], dtype=torch.bool, device=ids.device)
@@ -277,7 +246,7 @@ class Grafter:
             logits, cache = self._pass(hooks, ids, mask, grafted, None, keep=1)
             step_splices = self._splices(step, hooks.paths, keep=1)  # the same for every step
             for _ in range(max_new_tokens):
-                token = _next_token(logits[:, -1].float(), do_sample, temperature, top_k, top_p, generator)
+                token = next_token(logits[:, -1].float(), do_sample, temperature, top_k, top_p, generator)
                 token = torch.where(done, torch.full_like(token, pad), token)
                 out = torch.cat([out, token[:, None]], dim=1)
                 done |= torch.isin(token, eos_ids)
@@ -287,44 +256,7 @@ class Grafter:
                 logits, cache = self._pass(hooks, token[:, None], mask, step, cache, keep=1, splices=step_splices)
         return out
 
-    # --- input handling -----------------------------------------------------------------------
-    def _prepare(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        ids = torch.as_tensor(input_ids, device=self.device)
-        if ids.dtype == torch.bool or ids.is_floating_point() or ids.is_complex():
-            raise TypeError(
-                f"input_ids must be integer token ids, got dtype {ids.dtype}; pass the tokenizer's "
-                "input_ids (torch.long), not embeddings or probabilities"
-            )
-        if ids.dim() == 1:
-            ids = ids[None]
-        if ids.dim() != 2:
-            raise ValueError(f"input_ids must be [batch, seq], got shape {tuple(ids.shape)}")
-        mask = torch.ones_like(ids) if attention_mask is None else torch.as_tensor(attention_mask, device=self.device)
-        if mask.dim() == 1:
-            mask = mask[None]
-        if mask.shape != ids.shape:
-            raise ValueError(f"attention_mask {tuple(mask.shape)} does not match input_ids {tuple(ids.shape)}")
-        if bool(((mask != 0) & (mask != 1)).any()):
-            odd = sorted({float(v) for v in mask[(mask != 0) & (mask != 1)].flatten()[:5].tolist()})
-            raise ValueError(
-                f"attention_mask must hold only 0 (padding) and 1 (real token), found {odd}; "
-                "pass the tokenizer's attention_mask"
-            )
-        if bool((mask.sum(-1) == 0).any()):
-            raise ValueError("a row has no real tokens (its attention_mask is all zeros)")
-        return ids.long(), mask.long()
-
-    def _row_graft_lists(self, grafts, row_grafts, batch: int) -> list[list[Graft]]:
-        if grafts is not None and row_grafts is not None:
-            raise ValueError("pass either grafts (for every row) or row_grafts (one entry per row), not both")
-        if row_grafts is None:
-            return [as_graft_list(grafts)] * batch
-        if len(row_grafts) != batch:
-            raise ValueError(f"row_grafts has {len(row_grafts)} entries for a batch of {batch} rows")
-        return [as_graft_list(g) for g in row_grafts]
-
+    # --- where each graft goes ----------------------------------------------------------------
     def _keys_of(self, graft: Graft) -> torch.Tensor:
         """Bool [num_keys]: which (layer, component) keys a graft covers (cached per Graft)."""
         selected = self._graft_keys.get(graft)
@@ -376,7 +308,7 @@ class Grafter:
     def _graft_masks(self, grafts, row_grafts, mask: torch.Tensor) -> GraftMasks:
         """Where each (layer, component) computes with each donor, for every row and position."""
         batch, seq = mask.shape
-        per_row = self._row_graft_lists(grafts, row_grafts, batch)
+        per_row = row_graft_lists(grafts, row_grafts, batch)
         num_keys = len(self.keys)
         out = torch.zeros(len(self.donors) * num_keys, batch, seq, dtype=torch.bool)
         real_positions = [row.nonzero().squeeze(-1) for row in mask.cpu()]
@@ -396,54 +328,17 @@ class Grafter:
                 for k in keys.tolist():
                     where = partial.setdefault((d, k), {}).setdefault(units, torch.zeros(batch, seq, dtype=torch.bool))
                     where[b, positions] = True
-        partials, partial_masks = self._resolve_partials(partial, out, num_keys)
+        partials, partial_masks = resolve_partials(partial, out, num_keys, lambda k: self.units[self.keys[k][1]].count)
         if len(self.donors) > 1:
             anywhere = out.clone()
             for (d, k, _), where in zip(partials, partial_masks):
                 anywhere[d * num_keys + k] |= where
-            self._refuse_overlaps(anywhere.view(len(self.donors), num_keys, batch, seq), real_positions)
+            refuse_overlaps(
+                anywhere.view(len(self.donors), num_keys, batch, seq), real_positions, self.keys, self.donor_names
+            )
         if partials:
             out = torch.cat([out, torch.stack(partial_masks)])
-        return GraftMasks(out.to(mask.device), _mask_classes(out), partials)
-
-    def _resolve_partials(
-        self, partial: dict[tuple[int, int], dict[frozenset, torch.Tensor]], whole: torch.Tensor, num_keys: int
-    ) -> tuple[list[Partial], list[torch.Tensor]]:
-        """One mask per (donor, key, unit set) actually grafted: grafts that meet at a position
-        take the union of their units; a union of every unit, or a key also grafted whole there,
-        is the whole key (marked in `whole`)."""
-        partials: list[Partial] = []
-        masks: list[torch.Tensor] = []
-        for (d, k), by_units in partial.items():
-            index = d * num_keys + k
-            count = self.units[self.keys[k][1]].count
-            combos = _unions(by_units)
-            for units, where in combos.items():
-                if len(units) == count:
-                    whole[index] |= where
-            for units, where in combos.items():
-                where = where & ~whole[index]
-                if len(units) < count and bool(where.any()):
-                    partials.append((d, k, units))
-                    masks.append(where)
-        return partials, masks
-
-    def _refuse_overlaps(self, per_donor: torch.Tensor, real_positions: list[torch.Tensor]) -> None:
-        """Two donors for one (row, position, layer, component) would be a silent choice: refuse."""
-        clashes = (per_donor.sum(0) > 1).nonzero()
-        if clashes.numel() == 0:
-            return
-        k, b, s = (int(v) for v in clashes[0])
-        layer, component = self.keys[k]
-        names = [self.donor_names[d] for d in per_donor[:, k, b, s].nonzero().flatten().tolist()]
-        position = int((real_positions[b] == s).nonzero()[0])
-        where = f"layer {layer}, " if layer is not None else ""
-        raise ValueError(
-            f"grafts of row {b} give position {position} (counting real tokens), {where}component "
-            f"{component!r} to more than one donor: {names}"
-            f"{f' ({len(clashes) - 1} more such overlaps)' if len(clashes) > 1 else ''}; "
-            "each (position, layer, component) of a row can come from one donor only"
-        )
+        return GraftMasks(out.to(mask.device), mask_classes(out), partials)
 
     # --- running --------------------------------------------------------------------------------
     def _module_targets(self) -> dict[str, list[tuple[int, torch.Tensor | None]]]:
@@ -499,63 +394,13 @@ class Grafter:
     def _splices(
         self, chunk: GraftMasks, paths: list[str], keep: int, groups: Sequence[LayerGroups] = ()
     ) -> dict[str, list[Splice]]:
-        """Per hooked module, this chunk's splices: for each donor, the output rows (and columns)
-        it replaces. Fused parts that one donor grafts at the same rows merge into one splice.
-        A module in a layer that runs on shared rows (`groups`) gets those rows' splices too.
-
-        The bookkeeping happens here, once per chunk, so that the hooks only index: row indices
-        are computed once per class of equal masks (usually a handful), not once per module.
-        """
-        num_keys = len(self.keys)
-        batch, seq = chunk.masks.shape[1:]
-        found: dict[tuple, torch.Tensor] = {}
-
-        def rows_of(index: int, last: int, layer: int | None = None) -> torch.Tensor:
-            """Flat rows grafted by key `index` within the last `last` positions (0: all), among
-            the representatives of `layer`'s shared rows when given."""
-            key = (chunk.classes[index], last, layer)
-            if key not in found:
-                mask = chunk.masks[index, :, -last:] if last else chunk.masks[index]
-                if layer is not None:
-                    mask = mask[groups[layer].representatives]
-                found[key] = mask.reshape(-1).nonzero().squeeze(-1)
-            return found[key]
-
-        plan: dict[str, list[Splice]] = {}
-        for path in paths:
-            targets = self._targets[path]
-            # With logits_to_keep=N the unembedding sees only each row's last N positions.
-            tail = keep > 0 and path == self._lm_head_path
-            splices: list[Splice] = []
-            for d in range(len(self.donors)):
-                served = [(d * num_keys + k, cols) for k, cols in targets if chunk.classes[d * num_keys + k] >= 0]
-                if not served:
-                    continue
-                if len(served) == len(targets) and len({chunk.classes[i] for i, _ in served}) == 1:
-                    served = [(served[0][0], None)]  # every part at the same rows: the whole output
-                for index, cols in served:
-                    rows = {(batch, seq): rows_of(index, 0)}
-                    if tail:
-                        rows[(batch, keep)] = rows_of(index, keep)
-                    layer = self._path_layer[path]
-                    if layer is not None and layer < len(groups):
-                        rows[(len(groups[layer].representatives), seq)] = rows_of(index, 0, layer)
-                    if any(r.numel() for r in rows.values()):
-                        splices.append(Splice(rows, cols, d))
-            base = len(self.donors) * num_keys
-            for i, (d, k, units) in enumerate(chunk.partials):
-                if chunk.classes[base + i] < 0 or self._key_target[k][0] != path:
-                    continue
-                rows = {(batch, seq): rows_of(base + i, 0)}
-                layer = self._path_layer[path]
-                if layer is not None and layer < len(groups):
-                    rows[(len(groups[layer].representatives), seq)] = rows_of(base + i, 0, layer)
-                if any(r.numel() for r in rows.values()):
-                    out_cols, in_cols = self._partial_columns(k, units)
-                    splices.append(Splice(rows, out_cols, d, in_cols))
-            if splices:
-                plan[path] = splices
-        return plan
+        """This chunk's splices per hooked module (`splice_plan.plan_splices`), on this Grafter's
+        modules and donors."""
+        return plan_splices(
+            chunk, paths, keep, groups, num_keys=len(self.keys), num_donors=len(self.donors), targets=self._targets,
+            key_target=self._key_target, path_layer=self._path_layer, lm_head_path=self._lm_head_path,
+            partial_columns=self._partial_columns,
+        )  # fmt: skip
 
     def _pass(
         self, hooks: SpliceHooks, ids, mask, chunk: GraftMasks, cache, keep: int, splices=None, shared=None, groups=()
@@ -628,19 +473,6 @@ class Grafter:
         return eos if eos is not None else getattr(self.recipient.config, "eos_token_id", None)
 
 
-def _unions(by_units: dict[frozenset, torch.Tensor]) -> dict[frozenset, torch.Tensor]:
-    """Where each union of unit sets applies: a position reached by several grafts of one key
-    takes the union of their units (usually none are; those few are done one by one)."""
-    if len(by_units) == 1:
-        return dict(by_units)
-    reach = torch.stack(list(by_units.values())).sum(0)
-    combos = {units: where & (reach == 1) for units, where in by_units.items()}
-    for b, s in (reach > 1).nonzero().tolist():
-        union = frozenset().union(*(units for units, where in by_units.items() if where[b, s]))
-        combos.setdefault(union, torch.zeros_like(reach, dtype=torch.bool))[b, s] = True
-    return combos
-
-
 def _named_donors(
     donor: object | None, donors: Mapping[str, object] | None, recipient: nn.Module
 ) -> dict[str, DonorSource]:
@@ -659,48 +491,3 @@ def _named_donors(
     if bad:
         raise ValueError(f"donor names must be non-empty strings, got {bad}")
     return {name: as_donor_source(model, recipient) for name, model in donors.items()}
-
-
-def _as_id_set(eos) -> set[int]:
-    if eos is None:
-        return set()
-    return {int(eos)} if isinstance(eos, int) else {int(e) for e in eos}
-
-
-def _check_generation_settings(max_new_tokens, do_sample, temperature, top_k, top_p, generated) -> None:
-    """Refuse settings that would fail later or mean nothing, before any work is done."""
-    if generated not in ("none", "last"):
-        raise ValueError(f"generated must be 'none' or 'last', not {generated!r}")
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
-        raise ValueError(f"max_new_tokens must be an int >= 0, not {max_new_tokens!r}")
-    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k <= 0):
-        raise ValueError(f"top_k must be a positive int (or None for no top-k filter), not {top_k!r}")
-    if top_p is not None and not 0 < top_p <= 1:
-        raise ValueError(f"top_p must be in (0, 1] (or None for no nucleus filter), not {top_p!r}")
-    if do_sample and not temperature > 0:
-        raise ValueError(
-            f"temperature must be > 0 when sampling, not {temperature!r}; use do_sample=False for greedy decoding"
-        )
-
-
-def _next_token(logits: torch.Tensor, do_sample: bool, temperature: float, top_k, top_p, generator) -> torch.Tensor:
-    if not do_sample:
-        return logits.argmax(-1)
-    logits = logits / temperature
-    if top_k is not None:
-        kth = torch.topk(logits, min(top_k, logits.shape[-1])).values[:, -1:]
-        logits = logits.masked_fill(logits < kth, float("-inf"))
-    if top_p is not None:
-        sorted_logits, order = torch.sort(logits, descending=True)
-        cumulative = sorted_logits.softmax(-1).cumsum(-1)
-        drop_sorted = cumulative - sorted_logits.softmax(-1) >= top_p  # keep the token that crosses top_p
-        drop = torch.zeros_like(drop_sorted).scatter(1, order, drop_sorted)
-        logits = logits.masked_fill(drop, float("-inf"))
-    probs = logits.softmax(-1)
-    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
-
-
-def cache_argument(model: nn.Module) -> str:
-    """The name a model's forward takes its KV cache by: transformers 5.x renamed
-    `past_key_values` to `cache` (and warns on the old name) at a minor release, and we support both."""
-    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"

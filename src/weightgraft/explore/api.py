@@ -53,31 +53,6 @@ def create_app(session: ExploreSession, allowed_hosts: list[str] | None = None) 
     async def info(_: Request) -> Response:
         return JSONResponse(session.info())
 
-    def endpoint(model: type[BaseModel], work: Callable[[BaseModel], dict]):
-        async def handle(request: Request) -> Response:
-            try:
-                body = await _read_body(request)
-                try:
-                    data = json.loads(body)
-                except (ValueError, UnicodeDecodeError) as err:
-                    raise BadRequest(f"the request body is not JSON ({err})") from None
-                except RecursionError:  # `[[[[...` thousands deep: no request of the page nests past 4
-                    raise BadRequest("the request body is nested too deeply to be one of the page's requests") from None
-                try:
-                    parsed = model.model_validate(data)
-                except ValidationError as err:
-                    raise BadRequest(_validation_message(err), 422) from None
-                return JSONResponse(await run_in_threadpool(work, parsed))
-            except BadRequest as err:
-                return JSONResponse({"error": str(err)}, status_code=err.status)
-            except (UserError, ValueError) as err:  # the session's and the engine's input errors
-                return JSONResponse({"error": str(err).splitlines()[0] if str(err) else type(err).__name__}, 400)
-            except Exception as err:  # noqa: BLE001 - never a traceback to the page, never a dead server
-                log.error("explore: unexpected error on %s\n%s", request.url.path, traceback.format_exc())
-                return JSONResponse({"error": f"internal error ({type(err).__name__}); see the server's log"}, 500)
-
-        return handle
-
     def encoded(prompt: PromptIn):
         return session.encode(prompt.text, prompt.target, prompt.prompt_id)
 
@@ -103,26 +78,57 @@ def create_app(session: ExploreSession, allowed_hosts: list[str] | None = None) 
     def many(req: ManyIn) -> dict:
         return session.many(encoded(req.prompt), _cells(req.cells), req.count, req.template)
 
-    async def not_found(request: Request, exc: HTTPException) -> Response:
-        return JSONResponse({"error": f"{exc.status_code}: {exc.detail}"}, status_code=exc.status_code)
-
     routes = [
         Route("/", page),
         Route("/api/info", info),
-        Route("/api/predict", endpoint(PredictIn, predict), methods=["POST"]),
-        Route("/api/generate", endpoint(GenerateIn, generate), methods=["POST"]),
-        Route("/api/attribute", endpoint(AttributeIn, attribute), methods=["POST"]),
-        Route("/api/exact", endpoint(ExactIn, exact), methods=["POST"]),
-        Route("/api/lens", endpoint(LensIn, lens), methods=["POST"]),
-        Route("/api/many", endpoint(ManyIn, many), methods=["POST"]),
+        Route("/api/predict", json_endpoint(PredictIn, predict), methods=["POST"]),
+        Route("/api/generate", json_endpoint(GenerateIn, generate), methods=["POST"]),
+        Route("/api/attribute", json_endpoint(AttributeIn, attribute), methods=["POST"]),
+        Route("/api/exact", json_endpoint(ExactIn, exact), methods=["POST"]),
+        Route("/api/lens", json_endpoint(LensIn, lens), methods=["POST"]),
+        Route("/api/many", json_endpoint(ManyIn, many), methods=["POST"]),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
     hosts = allowed_hosts or ["127.0.0.1", "localhost", "[::1]"]
     return Starlette(
         routes=routes,
         middleware=[Middleware(TrustedHostMiddleware, allowed_hosts=hosts)],
-        exception_handlers={HTTPException: not_found},
+        exception_handlers={HTTPException: _not_found},
     )
+
+
+def json_endpoint(model: type[BaseModel], work: Callable[[BaseModel], dict]):
+    """A POST handler: the body read (capped), parsed as JSON and validated as `model`, `work` run
+    on it in a thread; every failure a JSON `{"error": ...}` with its status, never a traceback."""
+
+    async def handle(request: Request) -> Response:
+        try:
+            body = await _read_body(request)
+            try:
+                data = json.loads(body)
+            except (ValueError, UnicodeDecodeError) as err:
+                raise BadRequest(f"the request body is not JSON ({err})") from None
+            except RecursionError:  # `[[[[...` thousands deep: no request of the page nests past 4
+                raise BadRequest("the request body is nested too deeply to be one of the page's requests") from None
+            try:
+                parsed = model.model_validate(data)
+            except ValidationError as err:
+                raise BadRequest(_validation_message(err), 422) from None
+            return JSONResponse(await run_in_threadpool(work, parsed))
+        except BadRequest as err:
+            return JSONResponse({"error": str(err)}, status_code=err.status)
+        except (UserError, ValueError) as err:  # the session's and the engine's input errors
+            return JSONResponse({"error": str(err).splitlines()[0] if str(err) else type(err).__name__}, 400)
+        except Exception as err:  # noqa: BLE001 - never a traceback to the page, never a dead server
+            log.error("explore: unexpected error on %s\n%s", request.url.path, traceback.format_exc())
+            return JSONResponse({"error": f"internal error ({type(err).__name__}); see the server's log"}, 500)
+
+    return handle
+
+
+async def _not_found(request: Request, exc: HTTPException) -> Response:
+    """An unknown path or method, as JSON like every other error."""
+    return JSONResponse({"error": f"{exc.status_code}: {exc.detail}"}, status_code=exc.status_code)
 
 
 async def _read_body(request: Request) -> bytes:

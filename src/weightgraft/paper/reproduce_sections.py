@@ -13,9 +13,9 @@ from weightgraft.experiments.config import parse_config
 from weightgraft.paper.estimate import paper_model_name
 from weightgraft.paper.reproduce_job import PAPER_BATCH, PAPER_EPOCHS, PAPER_FACTS, SETTINGS, Job
 from weightgraft.paper.study import PAPER
-from weightgraft.reporting.report import verdict_section
 from weightgraft.reporting.summary import build_summary
 from weightgraft.reporting.verdict import check_pattern
+from weightgraft.reporting.verdict_section import verdict_section
 
 # Plain facts of the world that any pretrained model of the paper's size answers: finetuning on
 # fake movies should leave them alone (weightgraft's own prompts; the answer's first token scored).

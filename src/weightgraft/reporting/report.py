@@ -1,5 +1,5 @@
 """report.md and report.html: the verdict on a study's claims (the caller's `Study`; the
-paper's is `weightgraft.paper.study.PAPER`), the study's deviations, one section per experiment
+paper's is `weightgraft.paper.study.PAPER`; its section is `verdict_section.py`'s), the study's deviations, one section per experiment
 (description, layers used, plots, table with 95% intervals, per-template and per-fact-kind
 tables, the study's own tables such as the paper's published numbers beside this model's,
 not-applicable notes, the conditions' grafts), and provenance (models with hashes, datasets with
@@ -17,8 +17,7 @@ import markdown
 from weightgraft.atomic import write_text_atomic
 from weightgraft.experiments.components import describe
 from weightgraft.experiments.records import read_state
-from weightgraft.experiments.vocabulary import CLEAN_SUFFIX, METRIC_WORDS, SAME_IN_BOTH, SUMMARY_METRICS
-from weightgraft.reporting.decision import Outcome
+from weightgraft.experiments.vocabulary import CLEAN_SUFFIX, METRIC_WORDS, SUMMARY_METRICS
 from weightgraft.reporting.finer import plain_row
 from weightgraft.reporting.finer_section import experiment_finer
 from weightgraft.reporting.localize_section import localize_section
@@ -26,8 +25,9 @@ from weightgraft.reporting.plots import plot_experiment
 from weightgraft.reporting.safe_html import escape_text, sanitize
 from weightgraft.reporting.statistics import ALL
 from weightgraft.reporting.study import Study
-from weightgraft.reporting.summary import ComparisonRow, RecoveryRow, RunSummary, SummaryRow, by_condition, pooled
-from weightgraft.reporting.verdict import MIN_GAP, Check, Verdict, definition_of
+from weightgraft.reporting.summary import RecoveryRow, RunSummary, SummaryRow, by_condition, pooled
+from weightgraft.reporting.verdict import Verdict
+from weightgraft.reporting.verdict_section import interval_text, verdict_section
 
 CSS = """body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;
 color:#222}table{border-collapse:collapse;font-size:13px;margin:1em 0}td,th{border:1px solid #ccc;
@@ -209,65 +209,6 @@ def _conditions_legend(state: dict) -> str:
     return "\n".join(lines)
 
 
-def _interval(value, low, high, digits: int = 2) -> str:
-    if value is None:
-        return "undefined"
-    if low is None or high is None:
-        return f"{value:.{digits}f}"
-    return f"{value:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"
-
-
-def verdict_table(checks: list[Check]) -> list[str]:
-    """One row per claim decided by intervals: recovery on each metric, outcome, facts."""
-    decided = [c for c in checks if c.by_intervals]
-    if not decided:
-        return []
-    metrics = list(decided[0].decisions)
-    lines = [
-        "| claim | outcome | "
-        + " | ".join(f"recovery, {METRIC_WORDS.get(m, m)} [95% CI]" for m in metrics)
-        + " | claimed | facts | facts to settle |",
-        "|---|---|" + "---:|" * len(metrics) + "---|---:|---:|",
-    ]
-    for check in decided:
-        d = check.decisions[metrics[0]]
-        word = ">=" if d.direction == "at_least" else "<="
-        needed = [
-            x.facts_needed
-            for x in check.decisions.values()
-            if x.outcome == Outcome.INCONCLUSIVE and x.facts_needed is not None
-        ]
-        lines.append(
-            f"| {check.name} | {check.outcome} | "
-            + " | ".join(check.decisions[m].interval() for m in metrics)
-            + f" | {word} {d.threshold:.2f} | {d.n_facts} | "
-            + (f"~{max(needed):,}" if needed else "")
-            + " |"
-        )
-    return lines
-
-
-def paired_tests_table(comparisons: list[ComparisonRow]) -> list[str]:
-    """Paired tests of the pairwise claims: difference with its interval, d_z, p-value."""
-    if not comparisons:
-        return []
-    lines = [
-        "| comparison (A vs B) | metric | A - B [95% CI] | d_z | p (sign-flip over facts) | facts | prompts |",
-        "|---|---|---:|---:|---:|---:|---:|",
-    ]
-    for r in comparisons:
-        p = r["p_value"]
-        p_text = "n/a" if p is None else (f"{p:.2g}" + (" (exact)" if r["exact"] else ""))
-        d_z = "n/a" if r["effect_size"] is None else f"{r['effect_size']:.2f}"
-        lines.append(
-            f"| {escape_text(r['a'])} vs {escape_text(r['b'])} (`{r['experiment']}`) | "
-            f"{METRIC_WORDS.get(r['metric'], r['metric'])} | "
-            f"{_interval(r['difference'], r['ci_low'], r['ci_high'], 3)} | {d_z} | "
-            f"{p_text} | {r['n_facts']} | {r['n']} |"
-        )
-    return lines
-
-
 def recovery_tables(recovery: list[RecoveryRow], name: str) -> list[str]:
     """Per reference pair of an experiment: every condition's recovery over all templates."""
     rows = [r for r in recovery if r["experiment"] == name and r["template"] == ALL and r.get("fact_kind", ALL) == ALL]
@@ -290,111 +231,13 @@ def recovery_tables(recovery: list[RecoveryRow], name: str) -> list[str]:
             lines.append(
                 f"| {escape_text(cond)} | "
                 + " | ".join(
-                    _interval(c["recovery"], c["ci_low"], c["ci_high"]) if c["defined"] else "undefined"
+                    interval_text(c["recovery"], c["ci_low"], c["ci_high"]) if c["defined"] else "undefined"
                     for c in (cells[(cond, m)] for m in metrics)
                 )
                 + " |"
             )
         lines += ["", "</details>", ""]
     return lines
-
-
-def _setting(summary: list[SummaryRow], check: Check) -> str:
-    """In which definition a claim was decided, from its condition's label."""
-    label = definition_of(summary, check.claim.experiment, check.claim.condition)
-    if label in ("authors", SAME_IN_BOTH):
-        extra = " (the clean definition computes it alike)" if label == SAME_IN_BOTH else ""
-        return f"Decided on the authors' definition, the paper's own setting{extra}."
-    if label == "clean":
-        return "Decided on the clean definition: this run has no authors' rows for it (`fidelity: clean`)."
-    return ""
-
-
-def _check_notes(check: Check, summary: RunSummary, clean_check: Check | None, study: Study) -> list[str]:
-    """The lines under a claim: its setting, a different clean outcome, the missing part."""
-    notes = [_setting(summary.rows, check)] if check.claim else []
-    if clean_check is not None:
-        if clean_check.by_intervals:
-            value = next(iter(clean_check.decisions.values())).interval()
-        else:
-            value = "undefined" if clean_check.recovery is None else f"{clean_check.recovery:.2f}"
-        verb = "is inconclusive" if clean_check.outcome == Outcome.INCONCLUSIVE else clean_check.outcome
-        notes.append(
-            f"In the clean definition (`{clean_check.claim.condition}`) it {verb} instead: recovery {value} on top-5."
-        )
-    missing = study.explain(check, summary.recoveries)
-    if missing:
-        notes.append(f"What this run's rows show: {missing}")
-    return [n for n in notes if n]
-
-
-def verdict_section(summary: RunSummary, verdict: Verdict, study: Study) -> list[str]:
-    """The verdict's table, one line per claim with its notes, what each claim means and the
-    rule that decided it, then the paired tests; nothing when no claim could be decided."""
-    checks = verdict.checks
-    if not checks:
-        return []
-    lines = ["## Does the paper's pattern appear?", ""]
-    table = verdict_table(checks)
-    if table:
-        lines += table + [""]
-    for check in checks:
-        lines.append(f"- **{check.name}: {check.outcome}.** {check.sentence}")
-        lines += [f"  - {line}" for line in _check_notes(check, summary, verdict.clean.get(check.name), study)]
-    lines += [
-        "",
-        "Each claim: recovery = (condition - low) / (high - low) over every "
-        "template of its experiment, against a threshold:",
-        "",
-    ]
-    for check in checks:
-        c = check.claim
-        word = ">=" if c.direction == "at_least" else "<="
-        lines.append(
-            f"- {c.name}: {c.meaning}; recovery of `{c.condition}` between "
-            f"`{c.low}` (0) and `{c.high}` (1) {word} {c.threshold:.0%}."
-        )
-    return lines + _rule_words(bool(table)) + _paired_tests_block(summary.comparisons)
-
-
-def _rule_words(by_intervals: bool) -> list[str]:
-    """How the claims above were decided, in words."""
-    if not by_intervals:
-        return [
-            "",
-            f"A reference gap under {MIN_GAP:.2f} is inconclusive. Point estimates "
-            "only: read the intervals in the tables below.",
-            "",
-        ]
-    return [
-        "",
-        "A claim appears when the recovery's whole 95% interval is on the claimed "
-        "side of the threshold, does not appear when it is wholly on the other side, "
-        "and is inconclusive when it straddles the threshold, when top-5 and "
-        "probability disagree, or when the recovery is undefined (the reference gap's "
-        "interval includes 0, or the gap is negative: no gain to share out). Intervals resample facts (all prompts of a fact "
-        "together), one resample set per experiment shared by all its conditions. "
-        "'Facts to settle': the interval half-width scaled by sqrt(n/n') until it "
-        "clears the threshold, the estimate held fixed.",
-        "",
-    ]
-
-
-def _paired_tests_block(comparisons: list[ComparisonRow]) -> list[str]:
-    """The paired tests' table with its legend (nothing without tests)."""
-    tests = paired_tests_table(comparisons)
-    if not tests:
-        return []
-    return [
-        "### Paired tests of the pairwise claims",
-        "",
-        *tests,
-        "",
-        "d_z: the mean of per-fact mean differences over their standard deviation. "
-        "p: two-sided sign-flip permutation test over facts (each fact's difference keeps "
-        "or flips its sign under the null).",
-        "",
-    ]
 
 
 def session_line(session: dict) -> str:

@@ -38,14 +38,8 @@ import polars as pl
 from weightgraft.atomic import write_text_atomic
 from weightgraft.experiments.records import read_condition, read_state
 from weightgraft.reporting.claims import Claim, ClaimSet
-from weightgraft.reporting.statistics import (
-    ALL,
-    ExperimentStats,
-    experiment_stats,
-    interval_rows,
-    recovery_rows,
-    seed_for,
-)
+from weightgraft.reporting.experiment_stats import ExperimentStats, experiment_stats, interval_rows, recovery_rows
+from weightgraft.reporting.statistics import ALL, seed_for
 
 
 class SummaryRow(TypedDict):
