@@ -16,6 +16,7 @@ import tiny_world
 from exp_fixtures import ReferenceGrafter, RefGraft
 from explore_fixtures import DONORS, LLAMA_GROUPS, open_world_session, world
 from weightgraft.experiments.models import load_model
+from weightgraft.explore import analyses
 from weightgraft.explore.grid import Cells
 from weightgraft.explore.server import ServerThread
 from weightgraft.explore.session import ExploreError
@@ -56,7 +57,7 @@ def _reference_logprob(reference, ids: list[int], target: int, cells: list[tuple
 def test_every_single_cell_effect_equals_the_reference(session, reference, donor):
     encoded = session.encode(PROMPT.text, PROMPT.target, PROMPT.id)
     ids, target = encoded.input_ids, encoded.target_id
-    out = session.exact(encoded, donor)
+    out = analyses.exact_map(session, encoded, donor)
     values, ran = torch.tensor(out["values"]), torch.tensor(out["ran"])
     n, columns = len(ids), session.grid.columns
     assert values.shape == (n, len(columns)) and out["rows"] == int(ran.sum()) + 1
@@ -77,7 +78,7 @@ def test_leave_one_out_equals_the_reference(session, reference):
     encoded = session.encode(PROMPT.text, PROMPT.target, PROMPT.id)
     ids, target, n = encoded.input_ids, encoded.target_id, len(encoded.input_ids)
     current = [Cells("sft", "FFN", 1, (1, n - 1)), Cells("task", "O", 3, (n - 1,)), Cells("sft", "EMB", None, (0,))]
-    out = session.exact(encoded, "sft", current)["leave_one_out"]
+    out = analyses.exact_map(session, encoded, "sft", current)["leave_one_out"]
     single = [("sft", "FFN", 1, 1), ("sft", "FFN", 1, n - 1), ("task", "O", 3, n - 1), ("sft", "EMB", None, 0)]
     whole = _reference_logprob(reference, ids, target, single)
     assert out["current_logprob"] == pytest.approx(whole, abs=2e-5)
@@ -94,7 +95,7 @@ def test_leave_one_out_equals_the_reference(session, reference):
 
 def test_the_first_order_error_is_measured_against_the_exact_map(session):
     encoded = session.encode(PROMPT.text, PROMPT.target, PROMPT.id)
-    out = session.exact(encoded, "task")
+    out = analyses.exact_map(session, encoded, "task")
     estimate = torch.tensor(session.attribute(encoded, "task", "gradient")["values"])
     exact, ran = torch.tensor(out["values"]), torch.tensor(out["ran"])
     error = (estimate[ran] - exact[ran]).abs()
@@ -107,10 +108,10 @@ def test_the_first_order_error_is_measured_against_the_exact_map(session):
 
 def test_exact_refuses_what_it_cannot_score(session):
     with pytest.raises(ExploreError, match="target"):
-        session.exact(session.encode("Ada Brook stars"), "task")
+        analyses.exact_map(session, session.encode("Ada Brook stars"), "task")
     encoded = session.encode(PROMPT.text, PROMPT.target, PROMPT.id)
     with pytest.raises(ExploreError, match="unknown donor"):
-        session.exact(encoded, "nobody")
+        analyses.exact_map(session, encoded, "nobody")
 
 
 def test_the_exact_and_lens_endpoints(root):
@@ -123,14 +124,14 @@ def test_the_exact_and_lens_endpoints(root):
         request = urllib.request.Request(url + "api/exact", data=body, method="POST")
         with urllib.request.urlopen(request, timeout=60) as response:
             data = json.loads(response.read())
-        direct = session.exact(session.encode(PROMPT.text, PROMPT.target, PROMPT.id), "sft")
+        direct = analyses.exact_map(session, session.encode(PROMPT.text, PROMPT.target, PROMPT.id), "sft")
         assert data["values"] == direct["values"] and data["leave_one_out"] is None
         body = json.dumps({"prompt": prompt, "cells": []}).encode()
         with urllib.request.urlopen(
             urllib.request.Request(url + "api/lens", data=body, method="POST"), timeout=60
         ) as r:
             lens = json.loads(r.read())
-        assert lens == session.lens(session.encode(PROMPT.text, PROMPT.target, PROMPT.id))
+        assert lens == analyses.lens(session, session.encode(PROMPT.text, PROMPT.target, PROMPT.id))
         bad = json.dumps({"prompt": prompt, "donor": "nobody"}).encode()
         with pytest.raises(urllib.error.HTTPError) as err:
             urllib.request.urlopen(urllib.request.Request(url + "api/exact", data=bad, method="POST"), timeout=60)
@@ -164,7 +165,7 @@ def test_the_logit_lens_equals_the_reference(session, reference):
     encoded = session.encode(PROMPT.text, PROMPT.target, PROMPT.id)
     ids, target, n = encoded.input_ids, encoded.target_id, len(encoded.input_ids)
     current = [Cells("sft", "FFN", 2, (n - 1,)), Cells("task", "O", 1, (1, n - 1))]
-    out = session.lens(encoded, current)
+    out = analyses.lens(session, encoded, current)
     assert [line["name"] for line in out["lines"]] == ["recipient", *DONORS, "graft"]
     everywhere = lambda d: [RefGraft([True] * n, "all", ["all"], d)]  # noqa: E731
     graft_cells = [("sft", "FFN", 2, n - 1), ("task", "O", 1, 1), ("task", "O", 1, n - 1)]
@@ -182,7 +183,7 @@ def test_the_logit_lens_equals_the_reference(session, reference):
     assert recipient["logprob"][-1] == pytest.approx(recipient["output_logprob"], abs=1e-5)
     assert out["lines"][3]["logprob"] != out["lines"][0]["logprob"]  # the graft moves the stream
     with pytest.raises(ExploreError, match="target"):
-        session.lens(session.encode("Ada Brook stars"))
+        analyses.lens(session, session.encode("Ada Brook stars"))
 
 
 def test_a_long_map_takes_the_model_lock_per_pass_and_gives_way_to_a_newer_one(session, monkeypatch):
@@ -193,24 +194,24 @@ def test_a_long_map_takes_the_model_lock_per_pass_and_gives_way_to_a_newer_one(s
     import weightgraft.explore.effects as effects
 
     encoded = session.encode(PROMPT.text, PROMPT.target, PROMPT.id)
-    whole = session.exact(encoded, "task")
+    whole = analyses.exact_map(session, encoded, "task")
     monkeypatch.setattr(effects, "ROWS_PER_PASS", 8)
     entered = []
-    running = session._running
+    running = session.running
 
     def counting():
         entered.append(1)
         return running()
 
-    monkeypatch.setattr(session, "_running", counting)
-    again = session.exact(encoded, "task")
+    monkeypatch.setattr(session, "running", counting)
+    again = analyses.exact_map(session, encoded, "task")
     for row, expected in zip(again["values"], whole["values"]):  # other batches: float round-off
         assert row == pytest.approx(expected, abs=1e-5)
     passes = math.ceil(again["rows"] / 8)
     attribution = 1  # the first-order map, one call
     assert len(entered) == passes + attribution
-    older = session._latest_only("exact")
-    session._latest_only("exact")  # a newer request of the same kind
+    older = session.latest_only("exact")
+    session.latest_only("exact")  # a newer request of the same kind
     with pytest.raises(ExploreError, match="replaced by a newer"):
         with older():
             pass

@@ -13,6 +13,7 @@ from exp_fixtures import ReferenceGrafter, RefGraft
 from explore_fixtures import DONORS, LLAMA_GROUPS, open_world_session, world
 from weightgraft.data.encode import encode_prompt
 from weightgraft.experiments.models import load_model
+from weightgraft.explore import analyses
 from weightgraft.explore.grid import Cells
 from weightgraft.explore.session import ExploreError
 
@@ -59,7 +60,7 @@ def test_many_prompts_equal_the_reference_prompt_by_prompt(session, reference):
     encoded = session.encode(PROMPT.text, PROMPT.target, PROMPT.id)
     n = len(encoded.input_ids)
     cells = [Cells("sft", "FFN", 1, (n - 1,)), Cells("sft", "FFN", 2, (n - 1,))]
-    out = session.many(encoded, cells, count=len(PROMPTS))
+    out = analyses.many_prompts(session, encoded, cells, count=len(PROMPTS))
     assert out["positions"] == ["LT"] and out["prompts"] == len(PROMPTS) and out["skipped"] == {}
     hits = np.array([_hits(reference, session.tokenizer, p) for p in PROMPTS])
     assert hits[:, 1].mean() > hits[:, 0].mean()  # the donor knows facts the recipient does not
@@ -82,13 +83,13 @@ def test_many_prompts_equal_the_reference_prompt_by_prompt(session, reference):
 
 def test_a_template_and_a_count_choose_the_prompts(session):
     encoded = session.encode(PROMPT.text, PROMPT.target, PROMPT.id)
-    out = session.many(encoded, [], count=50, template="paper_1")
+    out = analyses.many_prompts(session, encoded, [], count=50, template="paper_1")
     assert out["prompts"] == sum(p.template_id == "paper_1" for p in PROMPTS) and out["positions"] == []
-    assert session.many(encoded, [], count=5)["prompts"] == 5
+    assert analyses.many_prompts(session, encoded, [], count=5)["prompts"] == 5
     with pytest.raises(ExploreError, match="unknown template"):
-        session.many(encoded, [], template="nope")
+        analyses.many_prompts(session, encoded, [], template="nope")
     with pytest.raises(ExploreError, match="count must be"):
-        session.many(encoded, [], count=0)
+        analyses.many_prompts(session, encoded, [], count=0)
 
 
 def test_positions_that_are_no_roles_are_refused(session):
@@ -97,4 +98,4 @@ def test_positions_that_are_no_roles_are_refused(session):
     fe = encoded.role_positions["first_entity"]
     assert len(fe) > 1
     with pytest.raises(ExploreError, match="not a union of this prompt's roles"):
-        session.many(encoded, [Cells("sft", "O", 0, (fe[0],))])
+        analyses.many_prompts(session, encoded, [Cells("sft", "O", 0, (fe[0],))])

@@ -13,7 +13,8 @@ from safetensors.torch import load_file
 
 from tiny_model_fixtures import make_model
 from training_fixtures import tiny_artifacts
-from weightgraft.training.finetune import FinetuneConfig, finetune, labelled_loss
+from weightgraft.training.batches import labelled_loss
+from weightgraft.training.finetune import FinetuneConfig, finetune
 
 ARCHS = ["llama", "gpt2", "gpt_neox", "gemma2", "gemma3_text"]
 

@@ -27,6 +27,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from weightgraft.errors import UserError
+from weightgraft.explore import analyses
 from weightgraft.explore.compare import Pin
 from weightgraft.explore.grid import Cells
 from weightgraft.explore.schema import AttributeIn, ExactIn, GenerateIn, LensIn, ManyIn, PredictIn, PromptIn
@@ -70,13 +71,13 @@ def create_app(session: ExploreSession, allowed_hosts: list[str] | None = None) 
         return session.attribute(encoded(req.prompt), req.donor, req.method)
 
     def exact(req: ExactIn) -> dict:
-        return session.exact(encoded(req.prompt), req.donor, _cells(req.cells))
+        return analyses.exact_map(session, encoded(req.prompt), req.donor, _cells(req.cells))
 
     def lens(req: LensIn) -> dict:
-        return session.lens(encoded(req.prompt), _cells(req.cells))
+        return analyses.lens(session, encoded(req.prompt), _cells(req.cells))
 
     def many(req: ManyIn) -> dict:
-        return session.many(encoded(req.prompt), _cells(req.cells), req.count, req.template)
+        return analyses.many_prompts(session, encoded(req.prompt), _cells(req.cells), req.count, req.template)
 
     routes = [
         Route("/", page),

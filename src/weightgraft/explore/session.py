@@ -9,7 +9,6 @@ bad one changes nothing. Model calls are serialised by a lock: the models are sh
 from __future__ import annotations
 
 import threading
-import time
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from contextlib import contextmanager
@@ -25,11 +24,8 @@ from weightgraft.engine.grafter import Grafter
 from weightgraft.errors import UserError
 from weightgraft.experiments.roles import NotApplicable, parse_positions
 from weightgraft.explore.compare import MAX_PINS, Pin, extend_cells, score_columns, with_changes
-from weightgraft.explore.effects import agreement, leave_one_out_effects, single_cell_effects
-from weightgraft.explore.export import condition_yaml, python_code, role_expressions
+from weightgraft.explore.export import condition_yaml, python_code
 from weightgraft.explore.grid import Cells, Grid
-from weightgraft.explore.lens import logit_lens
-from weightgraft.explore.many import MAX_PROMPTS, RoleGraft, chosen_prompts, score_prompts
 from weightgraft.explore.tokens import token_text
 
 # Bounds on what one request may ask for (the grid is tokens x columns).
@@ -105,7 +101,7 @@ class ExploreSession:
         self._tickets: dict[str, int] = {}  # per kind of long request, the newest one's number
 
     @contextmanager
-    def _running(self):
+    def running(self):
         """One model call at a time, with `threads` torch threads in whichever server thread runs it
         (on a small model one thread answers fastest: more threads wait on each other)."""
         with self._lock:
@@ -113,16 +109,15 @@ class ExploreSession:
                 torch.set_num_threads(self.threads)
             yield
 
-    def _latest_only(self, kind: str):
-        """The model lock for one pass of a long request of `kind`, which gives up (an
-        ExploreError) once a newer request of the same kind has come: the page wants only the
-        newest, and clicks get the lock between passes."""
+    def latest_only(self, kind: str):
+        """The model lock for one pass of a long request of `kind`; it gives up once a newer request
+        of that kind has come (the page wants only the newest). Clicks get the lock between passes."""
         with self._lock:
             ticket = self._tickets[kind] = self._tickets.get(kind, 0) + 1
 
         @contextmanager
         def running():
-            with self._running():
+            with self.running():
                 if self._tickets[kind] != ticket:
                     raise ExploreError(f"this {kind} request was replaced by a newer one")
                 yield
@@ -138,15 +133,15 @@ class ExploreSession:
                 for p in list(self.prompts.values())[:MAX_LISTED_PROMPTS]
             ],
             "limits": {"max_tokens": self.max_tokens, "max_top_k": MAX_TOP_K, "max_new_tokens": MAX_NEW_TOKENS},
-            "identical": self._identical(),
+            "identical": self.identical_columns(),
             "models": self._models(),
         }
 
-    def _identical(self) -> dict[str, list[list]]:
+    def identical_columns(self) -> dict[str, list[list]]:
         """Per donor, the grid's columns [group, layer] where its weights equal the recipient's bit for
         bit (a click there cannot change anything); computed once."""
         if self._same is None:
-            with self._running():
+            with self.running():
                 same = {d: set(self.grafter.identical_keys(d)) for d in self.grid.donors}
             self._same = {
                 d: [
@@ -252,7 +247,7 @@ class ExploreSession:
             raise ExploreError(f"top_k must be in 1..{MAX_TOP_K}, not {top_k}")
         grafts = self.grafts(encoded, cells)
         ids = torch.tensor([encoded.input_ids])
-        with self._running():
+        with self.running():
             baselines = self._baseline_logits(ids)
             if not grafts:
                 current = baselines[0]
@@ -395,7 +390,7 @@ class ExploreSession:
         """Each selection's scores on `row`, from the cache or in one batch (the recipient's and
         the pinned grafts' stay the same while a click changes the current graft)."""
         keys = [(tuple(row), encoded.scored, rival, repr(g)) for g in grafts]
-        with self._running():  # the cache too is shared by the server's threads
+        with self.running():  # the cache too is shared by the server's threads
             for i, key in enumerate(keys):  # a column whose logits a prediction just computed
                 known = self._logits.get((tuple(row), repr(grafts[i])))
                 if key not in self._columns and known is not None:
@@ -432,7 +427,7 @@ class ExploreSession:
         ids = torch.tensor([encoded.input_ids])
         rows = [None, *(Graft("all", "all", "all", donor=d) for d in self.grid.donors)]
         settings = dict(max_new_tokens=max_new_tokens, do_sample=False, eos_token_id=self._eos())
-        with self._running():
+        with self.running():
             # A donor alone carries its every-position graft to the generated tokens.
             base = self.grafter.generate(ids.expand(len(rows), -1), row_grafts=rows, generated="last", **settings)
             mine = self.grafter.generate(ids, grafts=grafts, generated=generated, **settings)
@@ -462,7 +457,7 @@ class ExploreSession:
             raise ExploreError(f"unknown donor {donor!r}; this session's donors are {self.grid.donors}")
         if method not in tuple(AttributionMethod):
             raise ExploreError(f"method must be gradient or integrated, not {method!r}")
-        with self._running():
+        with self.running():
             result = attribute(
                 self.grafter,
                 torch.tensor([encoded.input_ids]),
@@ -492,109 +487,6 @@ class ExploreSession:
             "recipient": float(result.metric_recipient[0]),
             "donor_everywhere": float(result.metric_donor[0]),
             "sum": float(grid.sum()),
-        }
-
-    # --- exact effects --------------------------------------------------------------------------
-    def exact(self, encoded: Encoded, donor: str, cells: Sequence[Cells] = ()) -> dict:
-        """The exact effect map for one donor (`explore.effects`): every cell grafted alone, each
-        cell of the current graft left out of it, and the first-order map's error against it."""
-        if encoded.target_id is None:
-            raise ExploreError("the exact map scores the target: give a target")
-        if donor not in self.grid.donors:
-            raise ExploreError(f"unknown donor {donor!r}; this session's donors are {self.grid.donors}")
-        checked = self.grid.check(cells, len(encoded.input_ids))
-        identical = {(group, layer) for group, layer in self._identical()[donor]}
-        start = time.perf_counter()
-        running = self._latest_only("exact")
-        single = single_cell_effects(
-            self.grafter, self.grid, encoded.input_ids, encoded.target_id, donor, identical, running
-        )
-        left_out = (
-            leave_one_out_effects(self.grafter, self.grid, encoded.input_ids, encoded.target_id, checked, running)
-            if checked
-            else None
-        )
-        seconds = time.perf_counter() - start
-        estimate = self.attribute(encoded, donor, "gradient")
-        return {
-            "donor": donor,
-            "metric": "target log-probability change",
-            "values": [[round(float(v), 6) for v in row] for row in single.values],
-            "ran": single.ran.tolist(),
-            "rows": single.rows,
-            "seconds": round(seconds, 3),
-            "leave_one_out": left_out,
-            "first_order": {
-                "method": estimate["method"],
-                **agreement(torch.tensor(estimate["values"]), single.values, single.ran),
-            },
-        }
-
-    # --- inside the model -----------------------------------------------------------------------
-    def lens(self, encoded: Encoded, cells: Sequence[Cells] = ()) -> dict:
-        """The logit lens (`explore.lens`) of the recipient, each donor alone and the current graft:
-        the target's log-probability and rank after every block, read through the recipient's head."""
-        if encoded.target_id is None:
-            raise ExploreError("the logit lens follows the target: give a target")
-        grafts = self.grafts(encoded, cells)
-        names = ["recipient", *self.grid.donors, "graft"]
-        rows = [None, *([Graft("all", "all", "all", donor=d)] for d in self.grid.donors), grafts or None]
-        with self._running():
-            lines = logit_lens(self.grafter, encoded.input_ids, encoded.target_id, rows)
-        return {
-            "readout": "the recipient's final norm and unembedding",
-            "layers": self.grid.num_layers,
-            "lines": [
-                {
-                    "name": name,
-                    "logprob": [round(v, 6) for v in lines["logprob"][i]],
-                    "rank": lines["rank"][i],
-                    "output_logprob": round(lines["output_logprob"][i], 6),
-                    "output_rank": lines["output_rank"][i],
-                }
-                for i, name in enumerate(names)
-            ],
-        }
-
-    # --- many prompts ---------------------------------------------------------------------------
-    def many(self, encoded: Encoded, cells: Sequence[Cells], count: int = 100, template: str | None = None) -> dict:
-        """The current graft over `count` dataset prompts (of one template, when given), its
-        positions read as roles (`explore.many`): top-5 with intervals and the donors' gain recovered."""
-        if not 1 <= count <= MAX_PROMPTS:
-            raise ExploreError(f"count must be in 1..{MAX_PROMPTS}, not {count}")
-        if not self.prompts:
-            raise ExploreError("this explorer has no dataset prompts; start it with --data")
-        templates = sorted({p.template_id for p in self.prompts.values()})
-        if template is not None and template not in templates:
-            raise ExploreError(f"unknown template {template!r}; this dataset's are {templates}")
-        n = len(encoded.input_ids)
-        expressions = role_expressions(encoded.role_positions, n, encoded.roles is not None)
-        role_grafts = []
-        for graft in self.grafts(encoded, cells):
-            positions = tuple(sorted(graft.positions))
-            if positions not in expressions:
-                raise ExploreError(
-                    f"positions {list(positions)} are not a union of this prompt's roles (or its "
-                    "complement), so they mean nothing on other prompts; select roles (FE, M, R, LT, other)"
-                    + ("" if encoded.roles is not None else ", on a dataset prompt, whose tokens have roles")
-                )
-            role_grafts.append(RoleGraft(expressions[positions], graft))
-        prompts = chosen_prompts(list(self.prompts.values()), count, template, seed=0)
-        scored = []
-        for prompt in prompts:
-            e = self.encode(prompt.text, prompt.target, prompt.id)
-            scored.append((prompt, e.input_ids, e.role_positions, e.target_id))
-
-        def last_logits(ids: list[int], rows: list) -> torch.Tensor:
-            with self._running():  # a prompt at a time: clicks get the lock in between
-                return self.grafter.last_logits(torch.tensor([ids]).expand(len(rows), -1), row_grafts=rows)
-
-        out = score_prompts(last_logits, scored, role_grafts, self.grid.donors)
-        return {
-            **out,
-            "positions": [g.positions for g in role_grafts],
-            "template": template,
-            "asked": count,
         }
 
 

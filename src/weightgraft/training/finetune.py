@@ -33,13 +33,13 @@ from transformers import (
 )
 
 from weightgraft.atomic import atomic_directory, check_whole, refuse_nonempty, remove_entry, write_json
-from weightgraft.data.batching import right_pad
 from weightgraft.data.errors import DataError
 from weightgraft.data.io import load_eval_prompts, load_manifest, load_train_texts, read_user_articles
 from weightgraft.pretrained import as_local
 from weightgraft.remote_code import refuse_remote_code
 from weightgraft.runtime import is_main_process, resolve_device
 from weightgraft.training import TRAINING_RECORD
+from weightgraft.training.batches import PadCollator, TextDataset, encode_texts, labelled_loss
 from weightgraft.training.checkpoints import SealCheckpoints, last_complete_checkpoint
 from weightgraft.training.evaluate import topk_accuracy
 from weightgraft.training.lengths import check_lengths
@@ -84,29 +84,6 @@ class FinetuneResult:
     best_accuracy: float
     history: list[float] = field(default_factory=list)
     seconds: float = 0.0
-
-
-class _TextDataset(torch.utils.data.Dataset):
-    def __init__(self, rows: list[list[int]]):
-        self.rows = rows
-
-    def __len__(self) -> int:
-        return len(self.rows)
-
-    def __getitem__(self, index: int) -> dict:
-        return {"input_ids": self.rows[index]}
-
-
-class _PadCollator:
-    """Right-pads a batch; padding gets label -100 so it adds nothing to the loss."""
-
-    def __init__(self, pad_id: int):
-        self.pad_id = pad_id
-
-    def __call__(self, examples: list[dict]) -> dict:
-        ids, mask = right_pad([e["input_ids"] for e in examples], self.pad_id)
-        labels = ids.masked_fill(mask == 0, -100)
-        return {"input_ids": ids, "attention_mask": mask, "labels": labels}
 
 
 class _EarlyStopping(EarlyStoppingCallback):
@@ -168,26 +145,6 @@ class _AccuracyTrainer(Trainer):
         return metrics
 
 
-def labelled_loss(model, inputs: dict, num_items_in_batch=None):
-    """Next-token cross-entropy over the positions whose label is not -100, with the unembedding
-    applied to those positions' hidden states only (a pre-hook hands it just them, so whatever
-    the model does after it, such as Gemma's logit soft-capping, still applies). Summed and divided
-    by `num_items_in_batch` when Trainer counts it, else averaged: as transformers' own loss."""
-    targets = inputs["labels"][:, 1:]
-    labelled = targets != -100
-    head = getattr(model, "module", model).get_output_embeddings()
-    handle = head.register_forward_pre_hook(lambda _module, args: (args[0][:, :-1][labelled].unsqueeze(0),))
-    try:
-        outputs = model(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"])
-    finally:
-        handle.remove()
-    logits = outputs.logits[0].float()
-    if num_items_in_batch is None:
-        return torch.nn.functional.cross_entropy(logits, targets[labelled]), outputs
-    summed = torch.nn.functional.cross_entropy(logits, targets[labelled], reduction="sum")
-    return summed / num_items_in_batch, outputs
-
-
 @contextmanager
 def _scratch_directory():
     with tempfile.TemporaryDirectory(prefix="weightgraft-rank-") as tmp:
@@ -199,16 +156,6 @@ def _resolve_device(device: str) -> str:
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise DataError(f"--device {device} asked for, but no CUDA GPU is visible; use --device cpu")
     return device
-
-
-def _encode_texts(tokenizer, texts: list[str], max_length: int) -> list[list[int]]:
-    rows = []
-    for ids in tokenizer(texts, add_special_tokens=True)["input_ids"]:
-        ids = list(ids)
-        if tokenizer.eos_token_id is not None:
-            ids.append(tokenizer.eos_token_id)
-        rows.append(ids[:max_length])
-    return rows
 
 
 @contextmanager
@@ -334,7 +281,7 @@ class _TrainingData:
     train_texts: list[str]
     n_general: int
     validation: list
-    dataset: _TextDataset
+    dataset: TextDataset
 
 
 def _training_data(tokenizer, net, data_dir: Path, config: FinetuneConfig, general_texts) -> _TrainingData:
@@ -348,7 +295,7 @@ def _training_data(tokenizer, net, data_dir: Path, config: FinetuneConfig, gener
     if config.max_validation_prompts is not None and len(validation) > config.max_validation_prompts:
         validation = random.Random(f"val-{config.seed}").sample(validation, config.max_validation_prompts)
     check_lengths(tokenizer, net.config, train_texts, validation, config.max_length, data_dir)
-    dataset = _TextDataset(_encode_texts(tokenizer, mixed, config.max_length))
+    dataset = TextDataset(encode_texts(tokenizer, mixed, config.max_length))
     return _TrainingData(train_texts, n_general, validation, dataset)
 
 
@@ -410,7 +357,7 @@ def _trainer(net, tokenizer, args, data: _TrainingData, config: FinetuneConfig, 
         args=args,
         train_dataset=data.dataset,
         eval_dataset=data.dataset,
-        data_collator=_PadCollator(tokenizer.pad_token_id),
+        data_collator=PadCollator(tokenizer.pad_token_id),
         validation=data.validation,
         eval_tokenizer=tokenizer,
         k=config.eval_k,

@@ -1,0 +1,127 @@
+"""The explorer's slower analyses of the current graft, on an `ExploreSession`: the exact effect
+map (`effects`), the logit lens (`lens`) and the graft over many dataset prompts (`many`).
+
+Each checks its request, runs under the session's model lock (the exact map and the many-prompt
+scoring a pass or a prompt at a time, so that clicks are not held up) and returns what the page
+draws. Kept apart from the session, which answers the clicks.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+import torch
+
+from weightgraft.engine.graft import Graft
+from weightgraft.explore.effects import agreement, leave_one_out_effects, single_cell_effects
+from weightgraft.explore.export import role_expressions
+from weightgraft.explore.grid import Cells
+from weightgraft.explore.lens import logit_lens
+from weightgraft.explore.many import MAX_PROMPTS, RoleGraft, chosen_prompts, score_prompts
+from weightgraft.explore.session import Encoded, ExploreError, ExploreSession
+
+
+def exact_map(session: ExploreSession, encoded: Encoded, donor: str, cells: Sequence[Cells] = ()) -> dict:
+    """The exact effect map for one donor (`explore.effects`): every cell grafted alone, each
+    cell of the current graft left out of it, and the first-order map's error against it."""
+    if encoded.target_id is None:
+        raise ExploreError("the exact map scores the target: give a target")
+    if donor not in session.grid.donors:
+        raise ExploreError(f"unknown donor {donor!r}; this session's donors are {session.grid.donors}")
+    checked = session.grid.check(cells, len(encoded.input_ids))
+    identical = {(group, layer) for group, layer in session.identical_columns()[donor]}
+    start = time.perf_counter()
+    running = session.latest_only("exact")
+    single = single_cell_effects(
+        session.grafter, session.grid, encoded.input_ids, encoded.target_id, donor, identical, running
+    )
+    left_out = (
+        leave_one_out_effects(session.grafter, session.grid, encoded.input_ids, encoded.target_id, checked, running)
+        if checked
+        else None
+    )
+    seconds = time.perf_counter() - start
+    estimate = session.attribute(encoded, donor, "gradient")
+    return {
+        "donor": donor,
+        "metric": "target log-probability change",
+        "values": [[round(float(v), 6) for v in row] for row in single.values],
+        "ran": single.ran.tolist(),
+        "rows": single.rows,
+        "seconds": round(seconds, 3),
+        "leave_one_out": left_out,
+        "first_order": {
+            "method": estimate["method"],
+            **agreement(torch.tensor(estimate["values"]), single.values, single.ran),
+        },
+    }
+
+
+def lens(session: ExploreSession, encoded: Encoded, cells: Sequence[Cells] = ()) -> dict:
+    """The logit lens (`explore.lens`) of the recipient, each donor alone and the current graft:
+    the target's log-probability and rank after every block, read through the recipient's head."""
+    if encoded.target_id is None:
+        raise ExploreError("the logit lens follows the target: give a target")
+    grafts = session.grafts(encoded, cells)
+    names = ["recipient", *session.grid.donors, "graft"]
+    rows = [None, *([Graft("all", "all", "all", donor=d)] for d in session.grid.donors), grafts or None]
+    with session.running():
+        lines = logit_lens(session.grafter, encoded.input_ids, encoded.target_id, rows)
+    return {
+        "readout": "the recipient's final norm and unembedding",
+        "layers": session.grid.num_layers,
+        "lines": [
+            {
+                "name": name,
+                "logprob": [round(v, 6) for v in lines["logprob"][i]],
+                "rank": lines["rank"][i],
+                "output_logprob": round(lines["output_logprob"][i], 6),
+                "output_rank": lines["output_rank"][i],
+            }
+            for i, name in enumerate(names)
+        ],
+    }
+
+
+def many_prompts(
+    session: ExploreSession, encoded: Encoded, cells: Sequence[Cells], count: int = 100, template: str | None = None
+) -> dict:
+    """The current graft over `count` dataset prompts (of one template, when given), its
+    positions read as roles (`explore.many`): top-5 with intervals and the donors' gain recovered."""
+    if not 1 <= count <= MAX_PROMPTS:
+        raise ExploreError(f"count must be in 1..{MAX_PROMPTS}, not {count}")
+    if not session.prompts:
+        raise ExploreError("this explorer has no dataset prompts; start it with --data")
+    templates = sorted({p.template_id for p in session.prompts.values()})
+    if template is not None and template not in templates:
+        raise ExploreError(f"unknown template {template!r}; this dataset's are {templates}")
+    n = len(encoded.input_ids)
+    expressions = role_expressions(encoded.role_positions, n, encoded.roles is not None)
+    role_grafts = []
+    for graft in session.grafts(encoded, cells):
+        positions = tuple(sorted(graft.positions))
+        if positions not in expressions:
+            raise ExploreError(
+                f"positions {list(positions)} are not a union of this prompt's roles (or its "
+                "complement), so they mean nothing on other prompts; select roles (FE, M, R, LT, other)"
+                + ("" if encoded.roles is not None else ", on a dataset prompt, whose tokens have roles")
+            )
+        role_grafts.append(RoleGraft(expressions[positions], graft))
+    prompts = chosen_prompts(list(session.prompts.values()), count, template, seed=0)
+    scored = []
+    for prompt in prompts:
+        e = session.encode(prompt.text, prompt.target, prompt.id)
+        scored.append((prompt, e.input_ids, e.role_positions, e.target_id))
+
+    def last_logits(ids: list[int], rows: list) -> torch.Tensor:
+        with session.running():  # a prompt at a time: clicks get the lock in between
+            return session.grafter.last_logits(torch.tensor([ids]).expand(len(rows), -1), row_grafts=rows)
+
+    out = score_prompts(last_logits, scored, role_grafts, session.grid.donors)
+    return {
+        **out,
+        "positions": [g.positions for g in role_grafts],
+        "template": template,
+        "asked": count,
+    }
