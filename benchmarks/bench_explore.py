@@ -118,6 +118,10 @@ def http_session(url: str, session, prompts, clicks: int, seed: int) -> tuple[li
 # (its Server-Timing header); the answer's JSON parse; the page's DOM work (render); and the
 # browser's style, layout and paint up to the next frame (paint).
 PARTS = ("fetch", "read", "work", "json", "parse", "render", "paint")
+NEXT_FRAME = """() => { window.nextFrame = new Promise((resolve, reject) => {
+    document.addEventListener("explore-framed", resolve, { once: true });
+    setTimeout(() => reject(new Error("no answer drawn in 60 s")), 60000);
+}); }"""
 
 
 def browser_session(url: str, clicks: int, seed: int) -> tuple[list[float], list[float], dict[str, list[float]]]:
@@ -138,15 +142,16 @@ def browser_session(url: str, clicks: int, seed: int) -> tuple[list[float], list
         page.wait_for_function("window.explore.framed >= 2", timeout=60_000)
         cells, rows, cols = page.locator("td.cell"), page.locator("th.tok"), page.locator("th.col")
         for i in range(clicks):
-            done = page.evaluate("window.explore.framed")
+            # Waited for by the page's event, not by polling (Playwright's polls every frame): on 2
+            # cores a poll takes CPU from the server's torch threads, which then wait on each other.
+            page.evaluate(NEXT_FRAME)
             if i % 10 == 8:
                 rows.nth(rng.randrange(rows.count())).click()
             elif i % 10 == 9:
                 cols.nth(rng.randrange(cols.count())).click()
             else:
                 cells.nth(rng.randrange(cells.count())).click()
-            # Polled every 50 ms, not every frame: the waiting takes less of the 2 cores the click needs.
-            page.wait_for_function(f"window.explore.framed > {done}", timeout=60_000, polling=50)
+            page.evaluate("window.nextFrame")
             timed = page.evaluate(
                 "({rendered: window.explore.latency, painted: window.explore.painted, ...window.explore.timings})"
             )

@@ -443,8 +443,12 @@ def test_a_click_redraws_only_its_cells_and_the_grid_reads_as_a_fresh_page(serve
     _answered(page, 4)
     page.click("th.tok >> nth=2")
     _answered(page, 5)
+    page.evaluate("() => { window.framed = new Promise((r) => document.addEventListener('explore-framed', r)); }")
     page.click("th.col >> nth=7")
     _answered(page, 6)
+    page.evaluate("window.framed")  # the benchmark's signal: the answer is on screen, its parts timed
+    parts = page.evaluate("window.explore.timings")
+    assert {"fetch", "read", "work", "json", "parse", "render", "paint"} <= set(parts)
     cell = page.locator("td.cell[data-group='FFN'][data-layer='1'][data-pos='2']")
     assert "on d1" in cell.get_attribute("class") and "from task" in cell.get_attribute("title")
     before_map = page.evaluate(_GRID)
