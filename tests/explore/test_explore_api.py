@@ -152,6 +152,17 @@ def test_an_unexpected_error_is_one_line_and_the_server_goes_on(served, monkeypa
     _still_answers(url)
 
 
+def test_answers_say_what_the_server_spent(served):
+    """The Server-Timing header splits a click's time: reading the request, the model work, the JSON."""
+    url, _ = served
+    request = urllib.request.Request(url + "api/predict", data=json.dumps(GOOD).encode(), method="POST")
+    request.add_header("Content-Type", "application/json")
+    with urllib.request.urlopen(request, timeout=30) as response:
+        timing = response.headers["Server-Timing"]
+    parts = dict(part.strip().split(";dur=") for part in timing.split(","))
+    assert set(parts) == {"read", "work", "json"} and all(float(v) >= 0 for v in parts.values())
+
+
 def test_generate_and_attribute_endpoints(served):
     url, _ = served
     status, data = _post(url, "/api/generate", json.dumps({**GOOD, "max_new_tokens": 3}).encode())

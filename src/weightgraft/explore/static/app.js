@@ -11,7 +11,7 @@ let state = null;         // {text, target, id, donor, k, cells: {"group|layer|p
 const undoStack = [], redoStack = [];
 let asked = 0;            // sequence number of the latest request, to drop stale answers
 let promptEpoch = 0;      // counts prompt changes: a continuation of an earlier prompt is dropped
-window.explore = { answered: 0, latency: null };  // for tests and the benchmark
+window.explore = { answered: 0, latency: null, painted: null, framed: 0, timings: null };  // for tests and the benchmark
 
 // ---- state ----------------------------------------------------------------------------------
 const cellKey = (group, layer, pos) => `${group}|${layer === null ? "" : layer}|${pos}`;
@@ -74,13 +74,14 @@ function setState(next) {
 const withCells = (cells) => ({ ...state, cells });
 
 // ---- talking to the server --------------------------------------------------------------------
-async function post(path, body) {
-  const response = await fetch(path, { method: "POST", headers: { "Content-Type": "application/json" },
-                                       body: JSON.stringify(body) });
+async function answerOf(response) {  // the JSON of an answer, or an Error with its message
   let data;
   try { data = await response.json(); } catch (err) { data = { error: `the server answered ${response.status}` }; }
   if (!response.ok) throw new Error(data.error || `the server answered ${response.status}`);
   return data;
+}
+async function post(path, body) {
+  return answerOf(await fetch(path, { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body) }));
 }
 const promptBody = () => ({ text: state.text, target: state.target, prompt_id: state.id });
 
@@ -89,15 +90,29 @@ async function ask() {
   $("status").textContent = "…";
   try {
     const pins = state.pins.map((pin) => ({ label: pin.label, cells: cellsForApi(pin.cells) }));
-    const data = await post("/api/predict", { prompt: promptBody(), cells: cellsForApi(state.cells), top_k: state.k,
-                                              pins, competitor: state.rival });
+    const response = await fetch("/api/predict", { method: "POST", headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({ prompt: promptBody(), cells: cellsForApi(state.cells), top_k: state.k, pins, competitor: state.rival }) });
+    const fetched = performance.now();
+    const data = await answerOf(response);
     if (mine !== asked) return;
+    const parsed = performance.now();
     view = data;
     showError(null);
     render();
-    const ms = performance.now() - start;
+    const rendered = performance.now(), ms = rendered - start;
     window.explore.latency = ms;
     $("status").textContent = `answered in ${ms.toFixed(0)} ms`;
+    // Where the time went, for the benchmark: the server's answer, its JSON, the page's DOM work,
+    // and the browser's style, layout and paint up to the next frame shown.
+    const timings = { fetch: fetched - start, ...serverTiming(response), parse: parsed - fetched, render: rendered - parsed };
+    window.explore.timings = timings;
+    requestAnimationFrame(() => setTimeout(() => {
+      if (mine !== asked) return;
+      timings.paint = performance.now() - rendered;
+      window.explore.painted = performance.now() - start;
+      window.explore.framed += 1;
+      document.dispatchEvent(new Event("explore-framed"));  // a waiter needs no polling, which takes CPU from the click
+    }, 0));
   } catch (err) {
     if (mine !== asked) return;
     showError(err.message);
@@ -105,6 +120,11 @@ async function ask() {
   } finally {
     if (mine === asked) window.explore.answered += 1;
   }
+}
+function serverTiming(response) {  // {read, work, json}: the server's own ms, from its Server-Timing header
+  const out = {};
+  for (const m of (response.headers.get("Server-Timing") || "").matchAll(/(\w+);dur=([\d.]+)/g)) out[m[1]] = Number(m[2]);
+  return out;
 }
 function showError(message) {
   $("error").hidden = !message;
@@ -133,51 +153,75 @@ function renderModels() {         // the header: the recipient, and each donor w
   $("models").replaceChildren(`recipient ${m.recipient.name} (${sizeText(m.recipient.parameters)} parameters, ${info.num_layers} layers) · donors:`, ...donors);
 }
 
-function renderGrid() {
-  const table = $("grid");
-  const same = new Set((info.identical[state.donor] || []).map(([g, l]) => `${g}|${l === null ? "" : l}`));
-  table.replaceChildren();
-  table.classList.toggle("map", !!map);
+// The grid is built once per prompt (its tokens and roles); a click then changes only the cells
+// whose look changed (class, title, map colour), not ~2000 rebuilt cells and their layout. Its
+// clicks are handled once, on the table, by the cell's indices.
+let grid = null;                  // {tokens, tds: [[td]], shown: [[string]]} of the table drawn now
+function buildGrid(table) {
   const cols = info.columns;
+  const first = (i) => i === 0 || cols[i - 1].group !== cols[i].group;
   const groupRow = el("tr", {}, el("th", { text: "token" }));
   const layerRow = el("tr", {}, el("th", { text: "" }));
   cols.forEach((c, i) => {
-    const first = i === 0 || cols[i - 1].group !== c.group;
-    if (first) {
-      const span = cols.filter((d) => d.group === c.group).length;
-      groupRow.append(el("th", { colspan: span, class: "gstart", text: c.group }));
-    }
-    layerRow.append(el("th", { class: "col" + (first ? " gstart" : ""), text: c.layer === null ? "·" : String(c.layer),
-      title: `${c.group}${c.layer === null ? "" : " layer " + c.layer}: every position`, onclick: () => toggleColumn(c) }));
+    if (first(i)) groupRow.append(el("th", { colspan: cols.filter((d) => d.group === c.group).length, class: "gstart", text: c.group }));
+    layerRow.append(el("th", { class: "col" + (first(i) ? " gstart" : ""), text: c.layer === null ? "·" : String(c.layer),
+      title: `${c.group}${c.layer === null ? "" : " layer " + c.layer}: every position`, "data-col": i }));
   });
-  table.append(el("thead", {}, groupRow, layerRow));
-  const body = el("tbody");
+  const body = el("tbody"), tds = [], shown = [];
+  view.tokens.forEach((token, pos) => {
+    const role = view.roles ? view.roles[pos] : null;
+    const tr = el("tr", {}, el("th", { class: "tok", title: `position ${pos}: every column`, "data-pos": pos },
+      role ? el("span", { class: `role ${role}`, text: role }) : null, token));
+    const row = cols.map((c, i) => el("td", { class: "cell" + (first(i) ? " gstart" : ""), "data-group": c.group,
+      "data-layer": c.layer === null ? "" : c.layer, "data-pos": pos, "data-col": i }));
+    tr.append(...row);
+    body.append(tr);
+    tds.push(row);
+    shown.push(row.map(() => null));
+  });
+  table.replaceChildren(el("thead", {}, groupRow, layerRow), body);
+  return { tokens: view.tokens, roles: view.roles, tds, shown };
+}
+function gridClick(event) {
+  const target = event.target.closest("td.cell, th.tok, th.col");
+  if (!target) return;
+  const d = target.dataset;
+  if (target.matches("td.cell")) toggleCells([[info.columns[Number(d.col)], Number(d.pos)]]);
+  else if (target.matches("th.tok")) toggleRow(Number(d.pos));
+  else toggleColumn(info.columns[Number(d.col)]);
+}
+const sameList = (a, b) => a === b || (!!a && !!b && a.length === b.length && a.every((x, i) => x === b[i]));
+
+function renderGrid() {
+  const table = $("grid");
+  if (!grid || !sameList(grid.tokens, view.tokens) || !sameList(grid.roles, view.roles)) grid = buildGrid(table);
+  const same = new Set((info.identical[state.donor] || []).map(([g, l]) => `${g}|${l === null ? "" : l}`));
+  table.classList.toggle("map", !!map);
+  const cols = info.columns;
+  const unchanged = cols.map((c) => same.has(`${c.group}|${c.layer === null ? "" : c.layer}`));
+  const base = cols.map((c, i) => "cell" + (i === 0 || cols[i - 1].group !== c.group ? " gstart" : ""));
   let scale = 0;
   if (map) for (const row of map.values) for (const v of row) scale = Math.max(scale, Math.abs(v));
   view.tokens.forEach((token, pos) => {
-    const role = view.roles ? view.roles[pos] : null;
-    const head = el("th", { class: "tok", title: `position ${pos}: every column`, onclick: () => toggleRow(pos) },
-      role ? el("span", { class: `role ${role}`, text: role }) : null, token);
-    const tr = el("tr", {}, head);
+    const tds = grid.tds[pos], shown = grid.shown[pos];
     cols.forEach((c, i) => {
       const donor = state.cells[cellKey(c.group, c.layer, pos)];
-      const first = i === 0 || cols[i - 1].group !== c.group;
-      const unchanged = same.has(`${c.group}|${c.layer === null ? "" : c.layer}`);
-      const td = el("td", { class: "cell" + (first ? " gstart" : "") + (donor ? ` on ${donorClass(donor)}` : "") + (unchanged ? " same" : ""),
-        "data-group": c.group, "data-layer": c.layer === null ? "" : c.layer, "data-pos": pos,
-        title: `${token.trim() || token} · ${c.group}${c.layer === null ? "" : " L" + c.layer}` + (donor ? ` · from ${donor}` : "")
-          + (unchanged ? ` · ${state.donor}'s weights here equal the recipient's: grafting them changes nothing` : ""),
-        onclick: () => toggleCells([[c, pos]]) });
-      if (map && scale > 0) {
-        const v = map.values[pos][i], a = Math.min(1, Math.abs(v) / scale);
+      const v = map && scale > 0 ? map.values[pos][i] : null;
+      const look = `${donor || ""}|${unchanged[i] ? state.donor : ""}|${v}|${scale}`;  // the title names the donor
+      if (shown[i] === look) return;
+      shown[i] = look;
+      const td = tds[i];
+      td.className = base[i] + (donor ? ` on ${donorClass(donor)}` : "") + (unchanged[i] ? " same" : "");
+      let title = `${token.trim() || token} · ${c.group}${c.layer === null ? "" : " L" + c.layer}` + (donor ? ` · from ${donor}` : "")
+        + (unchanged[i] ? ` · ${state.donor}'s weights here equal the recipient's: grafting them changes nothing` : "");
+      if (v !== null) {
+        const a = Math.min(1, Math.abs(v) / scale);
         td.style.backgroundColor = v >= 0 ? `rgba(40,160,60,${a})` : `rgba(200,40,40,${a})`;
-        td.title += ` · attribution ${v.toPrecision(3)}`;
-      }
-      tr.append(td);
+        title += ` · attribution ${v.toPrecision(3)}`;
+      } else td.style.backgroundColor = "";
+      td.title = title;
     });
-    body.append(tr);
   });
-  table.append(body);
   $("map-legend").hidden = !map;
   if (map) $("map-legend").textContent = `Attribution from ${map.donor} (${map.method}): each cell's estimated change of the
     target's log-probability if it alone were grafted (green raises it, red lowers it). Sum ${map.sum.toFixed(3)};
@@ -277,13 +321,18 @@ function download(name, type, text) {
   setTimeout(() => URL.revokeObjectURL(a.href), 10_000);
 }
 
+const setText = (id, text) => { if ($(id).textContent !== text) $(id).textContent = text; };  // unchanged text: no relayout
 function renderExport() {
-  $("python").textContent = view.python;
-  $("condition").textContent = view.condition || "(none)";
-  $("condition-note").textContent = view.condition_note || "";
+  setText("python", view.python);
+  setText("condition", view.condition || "(none)");
+  setText("condition-note", view.condition_note || "");
 }
 
+let selectorsShown = null;         // the selections the buttons and menu were drawn for
 function renderSelectors() {
+  const drawn = JSON.stringify(view.selections);
+  if (drawn === selectorsShown) return;
+  selectorsShown = drawn;
   const quick = $("quick");
   quick.replaceChildren();
   for (const name of ["FE", "LT", "FE+LT", "(FE+LT)^C", "FE^C", "LT^C"]) {
@@ -400,6 +449,7 @@ async function start() {
   $("generate").onclick = generate;
   $("attribute").onclick = attribution;
   $("hide-map").onclick = () => { map = null; renderGrid(); };
+  $("grid").addEventListener("click", gridClick);
   for (const b of document.querySelectorAll("button.copy")) b.onclick = () => copy(b);
 
   const first = info.prompts[0];
