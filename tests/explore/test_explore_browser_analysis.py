@@ -105,6 +105,10 @@ def test_the_exact_map_equals_single_cell_grafts(page, grafter, tokenizer):
     assert "sft grafted in that cell alone" in legend and "correlation" in legend
     assert page.locator("#exact-info .scale").count() == 1
     assert page.locator("td.cell[style*='background']").count() > 0
+    assert page.locator("#map-legend").text_content().strip().startswith("Exact effects from sft")
+    page.select_option("#dataset", PROMPTS[3].id)  # a new prompt: the old prompt's map and analyses go
+    page.wait_for_function("window.explore.answered >= 2", timeout=30_000)
+    assert page.locator("#exact-info").text_content() == "" and page.locator("#map-legend").is_hidden()
 
 
 def test_the_logit_lens_draws_a_line_per_model(page, grafter, tokenizer):

@@ -66,7 +66,10 @@ function commit(next) {           // a change the user made: undoable, in the ad
 function setState(next) {
   const promptChanged = !state || state.text !== next.text || state.target !== next.target || state.id !== next.id;
   state = next;
-  if (promptChanged) { map = null; promptEpoch += 1; $("continuations").replaceChildren(); }
+  if (promptChanged) {
+    map = null; promptEpoch += 1; $("continuations").replaceChildren();
+    for (const id of ["exact-info", "lens", "many"]) $(id).replaceChildren();  // the analyses of the old prompt
+  }
   history.replaceState(null, "", encodeState(state));
   syncInputs();
   ask();
@@ -217,13 +220,16 @@ function renderGrid() {
       if (v !== null) {
         const a = Math.min(1, Math.abs(v) / scale);
         td.style.backgroundColor = v >= 0 ? `rgba(40,160,60,${a})` : `rgba(200,40,40,${a})`;
-        title += ` · attribution ${v.toPrecision(3)}`;
+        title += ` · ${map.method === "exact" ? "exact effect" : "attribution"} ${v.toPrecision(3)}`;
       } else td.style.backgroundColor = "";
       td.title = title;
     });
   });
   $("map-legend").hidden = !map;
-  if (map) $("map-legend").textContent = `Attribution from ${map.donor} (${map.method}): each cell's estimated change of the
+  if (map && map.method === "exact") $("map-legend").textContent = `Exact effects from ${map.donor}: each cell's measured
+    change of the target's log-probability when it alone is grafted (green raises it, red lowers it); the scale and the
+    first-order map's error are below the analyses' buttons.`;
+  else if (map) $("map-legend").textContent = `Attribution from ${map.donor} (${map.method}): each cell's estimated change of the
     target's log-probability if it alone were grafted (green raises it, red lowers it). Sum ${map.sum.toFixed(3)};
     the donor everywhere changes it by ${(map.donor_everywhere - map.recipient).toFixed(3)}.`;
 }
