@@ -15,7 +15,7 @@ import torch
 
 from weightgraft.engine.graft import Graft
 from weightgraft.explore.effects import agreement, leave_one_out_effects, single_cell_effects
-from weightgraft.explore.export import role_expressions
+from weightgraft.explore.export import NotRoles, graft_roles
 from weightgraft.explore.grid import Cells
 from weightgraft.explore.lens import logit_lens
 from weightgraft.explore.many import MAX_PROMPTS, RoleGraft, chosen_prompts, score_prompts
@@ -96,18 +96,15 @@ def many_prompts(
     templates = sorted({p.template_id for p in session.prompts.values()})
     if template is not None and template not in templates:
         raise ExploreError(f"unknown template {template!r}; this dataset's are {templates}")
-    n = len(encoded.input_ids)
-    expressions = role_expressions(encoded.role_positions, n, encoded.roles is not None)
-    role_grafts = []
-    for graft in session.grafts(encoded, cells):
-        positions = tuple(sorted(graft.positions))
-        if positions not in expressions:
-            raise ExploreError(
-                f"positions {list(positions)} are not a union of this prompt's roles (or its "
-                "complement), so they mean nothing on other prompts; select roles (FE, M, R, LT, other)"
-                + ("" if encoded.roles is not None else ", on a dataset prompt, whose tokens have roles")
-            )
-        role_grafts.append(RoleGraft(expressions[positions], graft))
+    grafts = session.grafts(encoded, cells)
+    try:
+        roles = graft_roles(grafts, encoded.role_positions, len(encoded.input_ids), encoded.roles is not None)
+    except NotRoles as err:
+        raise ExploreError(
+            f"{err}, so they mean nothing on other prompts; select roles (FE, M, R, LT, other)"
+            + ("" if encoded.roles is not None else ", on a dataset prompt, whose tokens have roles")
+        ) from None
+    role_grafts = [RoleGraft(role, graft) for role, graft in zip(roles, grafts)]
     prompts = chosen_prompts(list(session.prompts.values()), count, template, seed=0)
     scored = []
     for prompt in prompts:

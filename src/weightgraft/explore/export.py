@@ -66,28 +66,44 @@ def graft_source(graft: Graft) -> str:
     return f"Graft(positions={list(graft.positions)!r}, layers={graft.layers!r}, components={list(graft.components)!r}{donor})"
 
 
+class NotRoles(ValueError):
+    """A graft's positions that no role expression selects on this prompt."""
+
+    def __init__(self, positions: tuple[int, ...]):
+        super().__init__(f"positions {list(positions)} are not a union of this prompt's roles (or its complement)")
+        self.positions = positions
+
+
+def graft_roles(
+    grafts: Sequence[Graft], role_positions: dict[str, list[int]], num_tokens: int, has_roles: bool
+) -> list[str]:
+    """Each graft's positions as the role expression that selects them on this prompt (what a
+    run config, or another prompt, understands); NotRoles for the first that has none."""
+    expressions = _role_expressions(role_positions, num_tokens, has_roles)
+    out = []
+    for graft in grafts:
+        positions = tuple(sorted(graft.positions))
+        if positions not in expressions:
+            raise NotRoles(positions)
+        out.append(expressions[positions])
+    return out
+
+
 def condition_yaml(
     grafts: Sequence[Graft], role_positions: dict[str, list[int]], num_tokens: int, has_roles: bool
 ) -> tuple[str | None, str]:
     """The grafts as one condition of a run config (YAML), or None and the reason there is none."""
-    expressions = role_expressions(role_positions, num_tokens, has_roles)
-    specs = []
-    for graft in grafts:
-        positions = tuple(sorted(graft.positions))
-        if positions not in expressions:
-            return None, (
-                f"positions {list(positions)} are not a union of this prompt's roles (or its complement): "
-                "a run config names positions by role (FE, M, R, LT, other); use the Python form"
-                + ("" if has_roles else ", or pick a dataset prompt, whose tokens have roles")
-            )
-        specs.append(
-            {
-                "positions": expressions[positions],
-                "layers": graft.layers,
-                "components": list(graft.components),
-                "donor": graft.donor,
-            }
+    try:
+        roles = graft_roles(grafts, role_positions, num_tokens, has_roles)
+    except NotRoles as err:
+        return None, (
+            f"{err}: a run config names positions by role (FE, M, R, LT, other); use the Python form"
+            + ("" if has_roles else ", or pick a dataset prompt, whose tokens have roles")
         )
+    specs = [
+        {"positions": role, "layers": graft.layers, "components": list(graft.components), "donor": graft.donor}
+        for role, graft in zip(roles, grafts)
+    ]
     if not specs:
         return "- PRE  # nothing grafted: the recipient alone\n", ""
     condition = [{"name": CONDITION_NAME, "grafts": specs}]
@@ -96,7 +112,7 @@ def condition_yaml(
     return text, note
 
 
-def role_expressions(role_positions: dict[str, list[int]], n: int, has_roles: bool) -> dict[tuple[int, ...], str]:
+def _role_expressions(role_positions: dict[str, list[int]], n: int, has_roles: bool) -> dict[tuple[int, ...], str]:
     """Position set -> the shortest role expression that selects it on this prompt."""
     atoms = ROLE_ATOMS if has_roles else ("LT",)
     sets: dict[str, set[int]] = {}
