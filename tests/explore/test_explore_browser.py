@@ -14,13 +14,13 @@ import csv
 import functools
 import io
 import json
-import os
 from pathlib import Path
 
 import pytest
 import torch
 
 import tiny_world
+from browser_fixtures import ARGS, CHROMIUM, needs_chromium
 from explore_fixtures import DONORS, EVERY_WEIGHT, open_world_session, world
 from weightgraft.data.encode import encode_prompt
 from weightgraft.engine.graft import Graft
@@ -28,25 +28,9 @@ from weightgraft.engine.grafter import Grafter
 from weightgraft.experiments.models import load_model, load_tokenizer
 from weightgraft.explore.server import ServerThread
 
-CHROMIUM = "/usr/bin/chromium"
-ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "explore.png"
 
-# Skipped on a developer's machine without Chromium; in CI (CI=true) a missing browser is a failure,
-# so that the browser tests can never pass there by not running.
-pytestmark = pytest.mark.skipif(
-    not os.path.exists(CHROMIUM) and os.environ.get("CI") != "true",
-    reason=f"no {CHROMIUM}: install Debian's chromium (`make env` does, as root)",
-)
+pytestmark = needs_chromium
 PROMPT = tiny_world.make_prompts()[0]  # the page opens on the dataset's first prompt (paper_1)
 
 

@@ -6,12 +6,12 @@ shows the top-5 accuracies computed here prompt by prompt."""
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 import torch
 
 import tiny_world
+from browser_fixtures import ARGS, CHROMIUM, needs_chromium
 from explore_fixtures import DONORS, open_world_session, world
 from weightgraft.data.encode import encode_prompt
 from weightgraft.engine.graft import Graft
@@ -20,12 +20,7 @@ from weightgraft.experiments.models import load_model, load_tokenizer
 from weightgraft.explore.grid import LAYER_GROUPS, MODEL_GROUPS
 from weightgraft.explore.server import ServerThread
 
-CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking"]
-pytestmark = pytest.mark.skipif(
-    not os.path.exists(CHROMIUM) and os.environ.get("CI") != "true",
-    reason=f"no {CHROMIUM}: install Debian's chromium (`make env` does, as root)",
-)
+pytestmark = needs_chromium
 PROMPTS = tiny_world.make_prompts()
 PROMPT = PROMPTS[0]  # the page opens on the dataset's first prompt
 

@@ -9,10 +9,9 @@ import pytest
 import torch
 
 import tiny_world
-from exp_fixtures import ReferenceGrafter, RefGraft
-from explore_fixtures import DONORS, LLAMA_GROUPS, open_world_session, world
+from exp_fixtures import RefGraft
+from explore_fixtures import DONORS, LLAMA_GROUPS, open_world_session, world_reference
 from weightgraft.data.encode import encode_prompt
-from weightgraft.experiments.models import load_model
 from weightgraft.explore import analyses
 from weightgraft.explore.grid import Cells
 from weightgraft.explore.session import ExploreError
@@ -33,10 +32,7 @@ def session(root):
 
 @pytest.fixture(scope="module")
 def reference(root):
-    paths, _ = world(root)
-    return ReferenceGrafter(
-        load_model(paths["pre"], "cpu", "float32"), {d: load_model(paths[d], "cpu", "float32") for d in DONORS}
-    )
+    return world_reference(root)
 
 
 def _hits(reference, tokenizer, prompt) -> list[float]:

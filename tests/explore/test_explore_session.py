@@ -11,8 +11,8 @@ import torch
 import yaml
 
 import tiny_world
-from exp_fixtures import ReferenceGrafter, RefGraft
-from explore_fixtures import DONORS, EVERY_WEIGHT, LLAMA_GROUPS, open_world_session, world
+from exp_fixtures import RefGraft
+from explore_fixtures import DONORS, EVERY_WEIGHT, LLAMA_GROUPS, open_world_session, world, world_reference
 from weightgraft.data.encode import encode_prompt
 from weightgraft.experiments.conditions import ConditionSpec, resolve_condition
 from weightgraft.experiments.models import load_model
@@ -34,10 +34,7 @@ def session(root):
 
 @pytest.fixture(scope="module")
 def reference(root):
-    paths, _ = world(root)
-    return ReferenceGrafter(
-        load_model(paths["pre"], "cpu", "float32"), {d: load_model(paths[d], "cpu", "float32") for d in DONORS}
-    )
+    return world_reference(root)
 
 
 def _graft_probs(result) -> torch.Tensor:

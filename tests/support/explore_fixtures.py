@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 
 import tiny_world
-from exp_fixtures import build_models
+from exp_fixtures import ReferenceGrafter, build_models
 
 DONORS = ("sft", "task")
 # The grid's groups in Llama's engine components, written out here (not asked of weightgraft).
@@ -39,3 +39,13 @@ def open_world_session(root: Path):
 
     paths, data = world(root)
     return open_session(paths["pre"], {d: paths[d] for d in DONORS}, data)
+
+
+def world_reference(root: Path) -> ReferenceGrafter:
+    """The independent reference grafter on the world's models: the recipient and both donors."""
+    from weightgraft.experiments.models import load_model
+
+    paths, _ = world(root)
+    return ReferenceGrafter(
+        load_model(paths["pre"], "cpu", "float32"), {d: load_model(paths[d], "cpu", "float32") for d in DONORS}
+    )
