@@ -169,4 +169,4 @@ def _validation_message(err: ValidationError) -> str:
 
 
 def _cells(cells) -> list[Cells]:
-    return [Cells(c.donor, c.group, c.layer, tuple(c.positions)) for c in cells]
+    return [Cells(c.donor, c.group, c.layer, tuple(c.positions), c.head) for c in cells]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -90,8 +90,8 @@ def _without(cells: Sequence[Cells], left_out: tuple[Cells, int]) -> list[Cells]
     column, position = left_out
     out = []
     for c in cells:
-        if (c.donor, c.group, c.layer) == (column.donor, column.group, column.layer):
-            c = Cells(c.donor, c.group, c.layer, tuple(p for p in c.positions if p != position))
+        if (c.donor, c.group, c.layer, c.head) == (column.donor, column.group, column.layer, column.head):
+            c = replace(c, positions=tuple(p for p in c.positions if p != position))
         if c.positions:
             out.append(c)
     return out
@@ -112,6 +112,7 @@ def leave_one_out_effects(
             "donor": c.donor,
             "position": p,
             "column": column_index[(c.group, c.layer)],
+            "head": c.head,
             "effect": float(logprobs[0] - value),
         }
         for (c, p), value in zip(singles, logprobs[1:])

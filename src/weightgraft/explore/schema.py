@@ -32,6 +32,7 @@ class CellsIn(_Strict):
     group: str = Field(max_length=16)
     layer: int | None = Field(None, ge=0, le=10_000)
     positions: list[int] = Field(max_length=MAX_TOKENS)
+    head: int | None = Field(None, ge=-10_000, le=10_000)  # one head of O or ATTN (the grid checks the range)
 
 
 class PinIn(_Strict):

@@ -91,7 +91,7 @@ class ExploreSession:
         self.names = names
         context = getattr(grafter.recipient.config, "max_position_embeddings", None) or max_tokens
         self.max_tokens = min(max_tokens, int(context))
-        self.grid = Grid(grafter.components, grafter.num_layers, grafter.donor_names)
+        self.grid = Grid.of(grafter)
         self.threads = threads
         self._lock = threading.Lock()
         self._baselines: OrderedDict[tuple[int, ...], list[torch.Tensor]] = OrderedDict()
