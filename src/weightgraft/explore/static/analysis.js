@@ -41,7 +41,7 @@ function renderExactInfo(data) {
     const cols = info.columns;
     const list = data.leave_one_out.cells.map((c) => {
       const col = cols[c.column];
-      return el("li", { text: `${view.tokens[c.position]} · ${col.group}${col.layer === null ? "" : " L" + col.layer} (${c.donor}): ${c.effect >= 0 ? "+" : ""}${c.effect.toFixed(4)}` });
+      return el("li", { text: `${view.tokens[c.position]} · ${columnName({ ...col, head: c.head })} (${c.donor}): ${c.effect >= 0 ? "+" : ""}${c.effect.toFixed(4)}` });
     });
     rows.push(el("p", { text: `Leave one out of the current graft (log p ${data.leave_one_out.current_logprob.toFixed(4)}): what each cell adds given the others` }),
       el("ul", { id: "leave-one-out" }, ...list));
