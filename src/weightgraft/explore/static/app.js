@@ -532,9 +532,13 @@ async function start() {
   $("grid").addEventListener("click", gridClick);
   $("heads").hidden = !info.heads;
   $("heads").onclick = () => toggleHeads([...Array(info.num_layers).keys()]);
-  if (info.heads) $("heads-hint").textContent = `+ on a layer of O or ATTN splits them into heads (${info.heads.query} query heads, ${info.heads.kv} key-value heads):
-    O's head h is what head h writes; ATTN's head h is q head h with the key-value head it reads (k and v head h // ${info.heads.query / info.heads.kv}).
-    A half-filled cell has some of its heads grafted.`;
+  if (info.heads) {
+    const { query, kv } = info.heads;
+    const attn = kv === query ? "ATTN's head h is q, k and v head h" : `ATTN's head h is q head h with the key-value head it reads
+      (k and v head h // ${query / kv}, shared by ${query / kv} query heads)`;
+    $("heads-hint").textContent = `+ on a layer of O or ATTN splits them into heads (${query} query heads, ${kv} key-value heads):
+      O's head h is what head h writes; ${attn}. A half-filled cell has some of its heads grafted.`;
+  }
   for (const b of document.querySelectorAll("button.copy")) b.onclick = () => copy(b);
 
   const first = info.prompts[0];
