@@ -99,7 +99,9 @@ def take(url: str, out: Path, split_layer: int) -> dict[str, int]:
         _answered(page, 9)
         page.click("#exact")
         page.wait_for_function("document.querySelector('#exact-info').textContent.length > 0", timeout=600_000)
-        sizes["explore_exact.png"] = _shot(page, out / "explore_exact.png", ("#grid", "#map-legend"), ("#exact", "#exact-info"))
+        sizes["explore_exact.png"] = _shot(
+            page, out / "explore_exact.png", ("#grid", "#map-legend"), ("#exact", "#exact-info")
+        )
         browser.close()
     return sizes
 
@@ -109,7 +111,9 @@ def main() -> None:
     parser.add_argument("--size", default="default", choices=["default", "tiny"])
     parser.add_argument("--home", default=None, help="the built-in models' cache (default: weightgraft's)")
     parser.add_argument("--out", type=Path, default=ROOT / "docs")
-    parser.add_argument("--split-layer", type=int, default=None, help="the layer split into heads (default: the middle)")
+    parser.add_argument(
+        "--split-layer", type=int, default=None, help="the layer split into heads (default: the middle)"
+    )
     args = parser.parse_args()
     recipient, donors, data = builtin_models(args.size, args.home, progress=True)
     session = open_session(recipient, donors, data, threads=2)
