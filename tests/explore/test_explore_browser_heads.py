@@ -164,3 +164,21 @@ def test_all_heads_split_pin_and_saved_session(served, page, grafter, root, tmp_
     _answered(page, 5)
     assert page.locator("th.col.head").count() == 2 * HEADS * LAYERS
     assert page.locator("td.cell.on[data-head='1'][data-group='ATTN']").count() == len(ids)
+
+
+def test_the_maps_colour_the_head_cells(served, page):
+    page.goto(served)
+    _answered(page, 1)
+    page.locator("button.hx[data-layer='2']").first.click()
+    page.click("#attribute")
+    page.wait_for_selector("#map-legend:not([hidden])", timeout=60_000)
+    head_cells = page.locator("td.cell[data-head]")
+    titles = head_cells.evaluate_all("(tds) => tds.map((td) => td.title)")
+    assert titles and all("attribution" in t for t in titles)
+    page.click("#exact")
+    page.wait_for_function("document.querySelector('#exact-info').textContent.length > 0", timeout=60_000)
+    titles = head_cells.evaluate_all("(tds) => tds.map((td) => td.title)")
+    assert all("exact effect" in t for t in titles)
+    page.locator("button.hx[data-layer='1']").first.click()  # split after the map ran: no values there
+    unrun = page.locator("td.cell[data-head][data-layer='1']").evaluate_all("(tds) => tds.map((td) => td.title)")
+    assert unrun and not any("exact effect" in t for t in unrun)

@@ -184,3 +184,38 @@ def test_out_of_range_heads_over_http(session):
             assert "heads=[3]" in json.loads(response.read())["python"]
     finally:
         server.stop()
+
+
+def test_the_attribution_map_scores_each_head_cell(session):
+    """O's heads sum to O's cell (Llama's o has no bias); ATTN's head h is q's unit h with k's and
+    v's unit of the key-value head it reads, as `attribute(grain="head")` gives them."""
+    from weightgraft.attribution.attribute import attribute
+
+    encoded = session.encode(PROMPT.text, PROMPT.target, PROMPT.id)
+    out = session.attribute(encoded, "task")
+    n = len(encoded.input_ids)
+    o_columns = [j for j, c in enumerate(session.grid.columns) if c.group == "O"]
+    heads = torch.tensor(out["heads"]["O"])  # [position, layer, head]
+    assert heads.shape == (n, 4, HEADS)
+    assert torch.allclose(heads.sum(-1), torch.tensor(out["values"])[:, o_columns], atol=1e-4)
+    ids = torch.tensor([encoded.input_ids])
+    direct = attribute(session.grafter, ids, [encoded.target_id], steps=8, donor="task", grain="head").units
+    p, layer, h = n - 1, 2, 3
+    expected = sum(float(direct[c][0, p, layer, unit]) for c, unit in (("q", h), ("k", h // 2), ("v", h // 2)))
+    assert out["heads"]["ATTN"][p][layer][h] == pytest.approx(expected, abs=1e-5)
+
+
+def test_the_exact_map_runs_the_heads_of_split_layers(session):
+    from weightgraft.explore import analyses
+
+    encoded = session.encode(PROMPT.text, PROMPT.target, PROMPT.id)
+    out = analyses.exact_map(session, encoded, "sft", [], head_layers=[1])
+    ids = torch.tensor([encoded.input_ids])
+    base = torch.log_softmax(session.grafter.last_logits(ids)[0].float(), -1)[encoded.target_id]
+    for group, comps, p, h in (("O", [("o", 2)], 3, 2), ("ATTN", [("q", 1), ("k", 0), ("v", 0)], 5, 1)):
+        grafts = [Graft([p], [1], [c], "sft", heads=[unit]) for c, unit in comps]
+        logp = torch.log_softmax(session.grafter.last_logits(ids, grafts=grafts)[0].float(), -1)[encoded.target_id]
+        assert out["heads"][group][p][1][h] == pytest.approx(float(logp - base), abs=1e-5)
+        assert out["heads"][group][p][0][h] is None  # layer 0 was not split: not run
+    with pytest.raises(ValueError, match="0..3"):
+        analyses.exact_map(session, encoded, "sft", [], head_layers=[7])

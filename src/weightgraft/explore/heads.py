@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import torch
+
 from weightgraft.engine.graft import Graft
 from weightgraft.engine.units import UnitError
 
@@ -110,3 +112,30 @@ def head_grafts(
             spec = "all" if layers == list(range(num_layers)) else layers
             grafts.append(Graft(list(positions), spec, list(names), donor, heads=list(heads)))
     return grafts
+
+
+def head_values(per_component: dict[str, torch.Tensor], members: dict[str, Sequence[str]], counts: HeadCounts) -> dict:
+    """Per head cell, the sum of what its components' heads score: {group: [position][layer][head]}
+    from {component: [position, layer, head]} (k and v indexed by key-value head)."""
+    out = {}
+    kv = [counts.kv_of(h) for h in range(counts.query)]
+    for group in HEAD_GROUPS:
+        names = members.get(group, ())
+        if not names or any(c not in per_component for c in names):
+            continue
+        out[group] = nested(sum(per_component[c][..., kv] if c in ("k", "v") else per_component[c] for c in names))
+    return out
+
+
+def nested(values: torch.Tensor) -> list:
+    """[position, layer, head] as lists for the page, rounded; NaN (not run) as None."""
+    return [[[None if v != v else round(v, 6) for v in heads] for heads in layers] for layers in values.tolist()]
+
+
+def head_attribution(units: dict[str, torch.Tensor], grid, n: int) -> dict | None:
+    """The attribution of each head cell (grafted alone, to first order): the sum of its
+    components' head units (`Attribution.units`; ATTN's head h: q's unit h with k's and v's unit
+    of the key-value head it reads). None without heads."""
+    if grid.heads is None or not units:
+        return None
+    return head_values({c: u[0, :n] for c, u in units.items()}, grid.layer_groups, grid.heads) or None

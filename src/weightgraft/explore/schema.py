@@ -67,6 +67,7 @@ class ExactIn(_Strict):
     prompt: PromptIn
     donor: str = Field(max_length=64)
     cells: list[CellsIn] = Field(default_factory=list, max_length=MAX_CELL_ENTRIES)  # the current graft
+    heads: list[int] = Field(default_factory=list, max_length=1024)  # layers whose heads are run too
 
 
 class LensIn(_Strict):

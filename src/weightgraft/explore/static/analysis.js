@@ -13,7 +13,7 @@ async function exactMap() {
   const mine = ++analysisAsked.exact, epoch = promptEpoch;
   analysisStatus("exact", "running every cell…");
   try {
-    const data = await post("/api/exact", { prompt: promptBody(), donor: state.donor, cells: cellsForApi(state.cells) });
+    const data = await post("/api/exact", { prompt: promptBody(), donor: state.donor, cells: cellsForApi(state.cells), heads: state.heads });
     if (mine !== analysisAsked.exact || epoch !== promptEpoch) return;
     map = { ...data, method: "exact", sum: data.values.flat().reduce((a, b) => a + b, 0) };
     renderGrid();

@@ -250,6 +250,11 @@ function partial() {              // "group|layer|pos" -> donor, of whole cells 
   }
   return out;
 }
+function mapValue(c, pos) {       // a cell's value on the map; a head's where the map has it (else null)
+  if (c.head === null) return map.values[pos][c.index];
+  const v = map.heads && map.heads[c.group] ? map.heads[c.group][pos][c.layer][c.head] : null;
+  return v === undefined ? null : v;
+}
 function renderGrid() {
   const table = $("grid");
   if (!grid || !sameList(grid.tokens, view.tokens) || !sameList(grid.roles, view.roles) || grid.heads !== state.heads.join(","))
@@ -267,7 +272,7 @@ function renderGrid() {
     cols.forEach((c, i) => {
       const donor = state.cells[cellKey(c.group, c.layer, pos, c.head)];
       const some = c.head === null && !donor ? part[cellKey(c.group, c.layer, pos)] : undefined;
-      const v = map && scale > 0 && c.head === null ? map.values[pos][c.index] : null;
+      const v = map && scale > 0 ? mapValue(c, pos) : null;
       const look = `${donor || ""}|${some || ""}|${unchanged[i] ? state.donor : ""}|${v}|${scale}`;  // the title names the donor
       if (shown[i] === look) return;
       shown[i] = look;
