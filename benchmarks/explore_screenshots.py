@@ -2,11 +2,12 @@
 (built or reused, as `weightgraft explore` opens them), so they can be made again after the page
 changes rather than drawn by hand:
 
-- docs/explore.png: FE+LT grafted from the relation model, one layer split into its heads with
-  single heads grafted, and the attribution map;
+- docs/explore.png: FE+LT grafted from the relation model, one layer split into its heads, only
+  two heads of its O kept at the last token, and the attribution map;
 - docs/explore_compare.png: pinned grafts compared (probability, rank, recovery), with a
   competing answer;
-- docs/explore_exact.png: the exact effect map over the grid, beside the first-order map's error;
+- docs/explore_exact.png: the exact effect map over the grid (the split layer's heads too),
+  beside the first-order map's error;
 - docs/explore_lens.png: the logit lens of the recipient, each donor and the current graft.
 
 Each is cropped to its panel, 1280 px wide at most, and stored with a 256-colour palette (the
@@ -70,17 +71,14 @@ def take(url: str, out: Path, split_layer: int) -> dict[str, int]:
         page = browser.new_page(viewport={"width": WIDTH, "height": 900})
         page.goto(url)
         _answered(page, 1)
-        page.click("button[data-sel='FE+LT']")
-        _answered(page, 2)
-        page.click("#pin")
-        _answered(page, 3)
-        page.click("button[data-sel='LT']")
-        _answered(page, 4)
-        page.click("#pin")
-        _answered(page, 5)
+        for i, condition in enumerate(("LT", "FE+LT")):  # each pinned
+            page.click(f"button[data-sel='{condition}']")
+            _answered(page, 2 + 2 * i)
+            page.click("#pin")
+            _answered(page, 3 + 2 * i)
         page.locator(f"button.hx[data-layer='{split_layer}']").first.click()
         last = page.locator("th.tok").count() - 1
-        for i, head in enumerate((0, 2)):  # LT, but only two heads of O at the split layer
+        for i, head in enumerate((0, 2)):  # FE+LT, but only two heads of O at the split layer at LT
             page.click(f"td.cell[data-group='O'][data-layer='{split_layer}'][data-head='{head}'][data-pos='{last}']")
             _answered(page, 6 + i)
         rival = page.evaluate("view.predictions[0].top.find((t) => t.id !== view.target_id).token")
@@ -94,7 +92,6 @@ def take(url: str, out: Path, split_layer: int) -> dict[str, int]:
         page.click("#lens-button")
         page.wait_for_selector("#lens-plot", timeout=120_000)
         sizes["explore_lens.png"] = _shot(page, out / "explore_lens.png", ("#lens-button", "#lens"), width=720)
-        page.locator(f"button.hx[data-layer='{split_layer}']").first.click()  # joined again
         page.click("#clear")  # the map of single cells alone, without the current graft's leave-one-out list
         _answered(page, 9)
         page.click("#exact")

@@ -219,3 +219,16 @@ def test_the_exact_map_runs_the_heads_of_split_layers(session):
         assert out["heads"][group][p][0][h] is None  # layer 0 was not split: not run
     with pytest.raises(ValueError, match="0..3"):
         analyses.exact_map(session, encoded, "sft", [], head_layers=[7])
+
+
+def test_head_cells_score_over_many_prompts_as_roles(session):
+    """The graft over other prompts keeps its heads: its role graft is the same Graft with heads."""
+    from weightgraft.explore import analyses
+    from weightgraft.explore.many import RoleGraft
+
+    encoded = session.encode(PROMPT.text, PROMPT.target, PROMPT.id)
+    fe_lt = tuple(encoded.selections["FE+LT"])
+    out = analyses.many_prompts(session, encoded, [Cells("sft", "O", 3, fe_lt, head=1)], count=4)
+    assert out["positions"] == ["FE+LT"] and out["prompts"] == 4
+    role = RoleGraft("LT", Graft([0], [3], ["o"], "sft", heads=[1]))
+    assert role.on({"last_token": [4]}, 5).heads == [1]

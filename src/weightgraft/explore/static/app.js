@@ -519,8 +519,9 @@ async function start() {
   $("sel-add").onclick = () => composed(true);
   $("sel-remove").onclick = () => composed(false);
   $("clear").onclick = () => commit(withCells({}));
-  $("undo").onclick = () => { if (undoStack.length) { redoStack.push(state); setState(undoStack.pop()); } };
-  $("redo").onclick = () => { if (redoStack.length) { undoStack.push(state); setState(redoStack.pop()); } };
+  // Undo and redo change the grafts, not which layers are split into heads (a view).
+  $("undo").onclick = () => { if (undoStack.length) { redoStack.push(state); setState({ ...undoStack.pop(), heads: state.heads }); } };
+  $("redo").onclick = () => { if (redoStack.length) { undoStack.push(state); setState({ ...redoStack.pop(), heads: state.heads }); } };
   document.addEventListener("keydown", (e) => {
     if (!(e.ctrlKey || e.metaKey) || e.key.toLowerCase() !== "z" || ["TEXTAREA", "INPUT"].includes(e.target.tagName)) return;
     e.preventDefault(); $(e.shiftKey ? "redo" : "undo").click();
