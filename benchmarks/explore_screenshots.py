@@ -61,45 +61,57 @@ def _shot(page, out: Path, *parts: tuple[str, str], width: int = WIDTH) -> int:
     return save_small(buffer.getvalue(), out)
 
 
-def take(url: str, out: Path, split_layer: int) -> dict[str, int]:
-    """The four pictures of the page served at `url`, into `out`; their sizes in bytes."""
-    from playwright.sync_api import sync_playwright
+def take(url: str, out: Path, split_layer: int, browser=None) -> dict[str, int]:
+    """The four pictures of the page served at `url`, into `out`; their sizes in bytes. `browser`:
+    a Playwright Chromium already open (else one is started here)."""
+    if browser is None:
+        from playwright.sync_api import sync_playwright
 
+        with sync_playwright() as playwright:
+            chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+            try:
+                return take(url, out, split_layer, chromium)
+            finally:
+                chromium.close()
+    context = browser.new_context(viewport={"width": WIDTH, "height": 900})
+    try:
+        return _play(context.new_page(), url, out, split_layer)
+    finally:
+        context.close()
+
+
+def _play(page, url: str, out: Path, split_layer: int) -> dict[str, int]:
+    """The clicks a person makes, with a picture at each step worth showing."""
     sizes = {}
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        page = browser.new_page(viewport={"width": WIDTH, "height": 900})
-        page.goto(url)
-        _answered(page, 1)
-        for i, condition in enumerate(("LT", "FE+LT")):  # each pinned
-            page.click(f"button[data-sel='{condition}']")
-            _answered(page, 2 + 2 * i)
-            page.click("#pin")
-            _answered(page, 3 + 2 * i)
-        page.locator(f"button.hx[data-layer='{split_layer}']").first.click()
-        last = page.locator("th.tok").count() - 1
-        for i, head in enumerate((0, 2)):  # FE+LT, but only two heads of O at the split layer at LT
-            page.click(f"td.cell[data-group='O'][data-layer='{split_layer}'][data-head='{head}'][data-pos='{last}']")
-            _answered(page, 6 + i)
-        rival = page.evaluate("view.predictions[0].top.find((t) => t.id !== view.target_id).token")
-        page.fill("#rival", rival)
-        page.press("#rival", "Enter")
-        _answered(page, 8)
-        sizes["explore_compare.png"] = _shot(page, out / "explore_compare.png", ("#compare-box", "#compare-box"))
-        page.click("#attribute")
-        page.wait_for_selector("#map-legend:not([hidden])", timeout=120_000)
-        sizes["explore.png"] = _shot(page, out / "explore.png", ("header", "#predictions"))
-        page.click("#lens-button")
-        page.wait_for_selector("#lens-plot", timeout=120_000)
-        sizes["explore_lens.png"] = _shot(page, out / "explore_lens.png", ("#lens-button", "#lens"), width=720)
-        page.click("#clear")  # the map of single cells alone, without the current graft's leave-one-out list
-        _answered(page, 9)
-        page.click("#exact")
-        page.wait_for_function("document.querySelector('#exact-info').textContent.length > 0", timeout=600_000)
-        sizes["explore_exact.png"] = _shot(
-            page, out / "explore_exact.png", ("#grid", "#map-legend"), ("#exact", "#exact-info")
-        )
-        browser.close()
+    page.goto(url)
+    _answered(page, 1)
+    for i, condition in enumerate(("LT", "FE+LT")):  # each pinned
+        page.click(f"button[data-sel='{condition}']")
+        _answered(page, 2 + 2 * i)
+        page.click("#pin")
+        _answered(page, 3 + 2 * i)
+    page.locator(f"button.hx[data-layer='{split_layer}']").first.click()
+    last = page.locator("th.tok").count() - 1
+    for i, head in enumerate((0, 2)):  # FE+LT, but only two heads of O at the split layer at LT
+        page.click(f"td.cell[data-group='O'][data-layer='{split_layer}'][data-head='{head}'][data-pos='{last}']")
+        _answered(page, 6 + i)
+    rival = page.evaluate("view.predictions[0].top.find((t) => t.id !== view.target_id).token")
+    page.fill("#rival", rival)
+    page.press("#rival", "Enter")
+    _answered(page, 8)
+    sizes["explore_compare.png"] = _shot(page, out / "explore_compare.png", ("#compare-box", "#compare-box"))
+    page.click("#attribute")
+    page.wait_for_selector("#map-legend:not([hidden])", timeout=120_000)
+    sizes["explore.png"] = _shot(page, out / "explore.png", ("header", "#predictions"))
+    page.click("#lens-button")
+    page.wait_for_selector("#lens-plot", timeout=120_000)
+    sizes["explore_lens.png"] = _shot(page, out / "explore_lens.png", ("#lens-button", "#lens"), width=720)
+    page.click("#clear")  # the map of single cells alone, without the current graft's leave-one-out list
+    _answered(page, 9)
+    page.click("#exact")
+    page.wait_for_function("document.querySelector('#exact-info').textContent.length > 0", timeout=600_000)
+    exact = _shot(page, out / "explore_exact.png", ("#grid", "#map-legend"), ("#exact", "#exact-info"))
+    sizes["explore_exact.png"] = exact
     return sizes
 
 

@@ -518,7 +518,7 @@ def test_malformed_and_oversized_requests_leave_the_page_working(served, page):
     assert page.locator("#error").is_hidden() and _cells_on(page) == 17
 
 
-def test_the_readme_pictures_script_on_the_builtin_model(tmp_path):
+def test_the_readme_pictures_script_on_the_builtin_model(browser, tmp_path):
     """benchmarks/explore_screenshots.py (which makes docs/explore*.png) runs to the end and keeps
     each picture small: on the built-in default models when they are cached (all of them, as
     `weightgraft explore` opens them, or the pretrained and relation models while the other
@@ -543,7 +543,7 @@ def test_the_readme_pictures_script_on_the_builtin_model(tmp_path):
     server = ServerThread(session)
     url = server.start()
     try:
-        sizes = script.take(url, tmp_path, split_layer=1)
+        sizes = script.take(url, tmp_path, split_layer=1, browser=browser)
     finally:
         server.stop()
     assert set(sizes) == {"explore.png", "explore_compare.png", "explore_exact.png", "explore_lens.png"}
