@@ -127,6 +127,11 @@ def test_split_a_layer_click_heads_and_the_numbers_are_the_librarys(served, page
     _answered(page, 4)
     assert _graft_probs(page) == _library_probs(grafter, ids, [*grafts[1:], Graft([lt], [1], ["o"], "sft")])
     assert page.locator("td.cell.part").count() == 1
+    # Undo brings the heads back, and leaves the layers split as they are (a view, not a graft).
+    page.locator("button.hx[data-layer='1']").first.click()
+    page.click("#undo")
+    _answered(page, 5)
+    assert _graft_probs(page) == expected and page.locator("th.col.head").count() == split
 
 
 def test_all_heads_split_pin_and_saved_session(served, page, grafter, root, tmp_path):
