@@ -20,7 +20,7 @@ from explore_fixtures import open_world_session, world
 from weightgraft.engine.graft import Graft
 from weightgraft.experiments.conditions import ConditionSpec, resolve_condition
 from weightgraft.experiments.models import load_model
-from weightgraft.explore.grid import Cells, GridError
+from weightgraft.explore.grid import Cells, Grid, GridError
 from weightgraft.explore.server import ServerThread
 
 PROMPT = tiny_world.make_prompts()[2]  # paper_3: FE, R, M and LT all present
@@ -232,3 +232,25 @@ def test_head_cells_score_over_many_prompts_as_roles(session):
     assert out["positions"] == ["FE+LT"] and out["prompts"] == 4
     role = RoleGraft("LT", Graft([0], [3], ["o"], "sft", heads=[1]))
     assert role.on({"last_token": [4]}, 5).heads == [1]
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "gpt_neox", "llama", "gemma2", "qwen3", "phi3"])
+def test_every_architecture_splits_into_heads(arch):
+    """Fused projections (GPT-2's c_attn, NeoX's query_key_value, Phi-3's qkv_proj) too: the grid
+    reads the head counts, and a head cell runs as the library's Graft with heads."""
+    from tiny_model_fixtures import make_model
+    from weightgraft.engine.grafter import Grafter
+
+    grafter = Grafter(make_model(arch, 0), make_model(arch, 1))
+    grid = Grid.of(grafter)
+    assert grid.heads is not None and grid.describe()["heads"]["groups"] == {
+        "ATTN": grid.heads.query,
+        "O": grid.heads.query,
+    }
+    last = grid.heads.query - 1
+    cells = [Cells("donor", "O", 0, (1,), head=0), Cells("donor", "ATTN", 0, (2,), head=last)]
+    grafts = grid.to_grafts(grid.check(cells, 4))
+    direct = [Graft([1], [0], ["o"], "donor", heads=[0]), Graft([2], [0], ["q"], "donor", heads=[last])]
+    direct.append(Graft([2], [0], ["k", "v"], "donor", heads=[grid.heads.kv_of(last)]))
+    ids = torch.tensor([[1, 2, 3, 4]])
+    assert torch.allclose(grafter.last_logits(ids, grafts=grafts), grafter.last_logits(ids, grafts=direct), atol=1e-6)
