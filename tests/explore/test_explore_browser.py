@@ -5,13 +5,14 @@ tool downloads itself.
 On the tests' tiny world: load the page, click FE+LT and compare the probabilities shown with
 `Grafter.last_logits` of the same graft, built here from the dataset's spans; ungraft a cell;
 undo and redo; reopen the address; run the Python the page shows; bad input shows a message.
-A screenshot of the page on the built-in model (when it is cached) goes to docs/explore.png.
+The script that takes the README's pictures (benchmarks/explore_screenshots.py) runs to the end.
 """
 
 from __future__ import annotations
 
 import csv
 import functools
+import importlib.util
 import io
 import json
 from pathlib import Path
@@ -28,7 +29,7 @@ from weightgraft.engine.grafter import Grafter
 from weightgraft.experiments.models import load_model, load_tokenizer
 from weightgraft.explore.server import ServerThread
 
-SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "explore.png"
+SCREENSHOTS = Path(__file__).resolve().parents[2] / "benchmarks" / "explore_screenshots.py"
 
 pytestmark = needs_chromium
 PROMPT = tiny_world.make_prompts()[0]  # the page opens on the dataset's first prompt (paper_1)
@@ -517,16 +518,19 @@ def test_malformed_and_oversized_requests_leave_the_page_working(served, page):
     assert page.locator("#error").is_hidden() and _cells_on(page) == 17
 
 
-def test_screenshot_on_the_builtin_model(browser, tmp_path):
-    """docs/explore.png, taken on the built-in default models when they are cached: all of them, as
+def test_the_readme_pictures_script_on_the_builtin_model(browser, tmp_path):
+    """benchmarks/explore_screenshots.py (which makes docs/explore*.png) runs to the end and keeps
+    each picture small: on the built-in default models when they are cached (all of them, as
     `weightgraft explore` opens them, or the pretrained and relation models while the other
-    finetunes are missing. Without them, on the tests' tiny world into a temporary folder (the
-    README keeps the built-in picture)."""
+    finetunes are missing), else on the tests' tiny world; into a temporary folder either way."""
     from weightgraft.experiments.vocabulary import BUILTIN_ROLE_FIELDS, ModelRole
     from weightgraft.explore.launch import open_session
     from weightgraft.training.builtin import default_home
     from weightgraft.training.builtin_specs import BUILTIN_VERSION
 
+    spec = importlib.util.spec_from_file_location("explore_screenshots", SCREENSHOTS)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
     models = default_home() / f"builtin-default-v{BUILTIN_VERSION}" / "models"
     folders = {"sft": "relation", "task": "task", "b2a": "relation_b2a", "freetext": "freetext"}
     assert set(folders) == set(BUILTIN_ROLE_FIELDS) - {ModelRole.PRE}
@@ -534,23 +538,13 @@ def test_screenshot_on_the_builtin_model(browser, tmp_path):
     if (models / "pretrained" / "config.json").exists() and "sft" in cached:
         donors = cached if len(cached) == len(folders) else {"sft": cached["sft"]}
         session = open_session(str(models / "pretrained"), donors, models.parent / "data" / "relation")
-        out = SCREENSHOT
     else:
-        session = open_world_session(tmp_path)
-        out = tmp_path / "explore.png"
+        session = open_world_session(tmp_path / "world")
     server = ServerThread(session)
     url = server.start()
     try:
-        context = browser.new_context(viewport={"width": 1400, "height": 900})
-        page = context.new_page()
-        page.goto(url)
-        _answered(page, 1)
-        page.click("button[data-sel='FE+LT']")
-        _answered(page, 2)
-        page.click("#attribute")
-        page.wait_for_selector("#map-legend:not([hidden])", timeout=60_000)
-        page.screenshot(path=str(out), full_page=True)
-        context.close()
+        sizes = script.take(url, tmp_path, split_layer=1, browser=browser)
     finally:
         server.stop()
-    assert out.stat().st_size > 10_000
+    assert set(sizes) == {"explore.png", "explore_compare.png", "explore_exact.png", "explore_lens.png"}
+    assert all(10_000 < size < 200_000 for size in sizes.values()), sizes

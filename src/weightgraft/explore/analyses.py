@@ -14,22 +14,31 @@ from collections.abc import Sequence
 import torch
 
 from weightgraft.engine.graft import Graft
-from weightgraft.explore.effects import agreement, leave_one_out_effects, single_cell_effects
+from weightgraft.explore.effects import agreement, leave_one_out_effects, single_cell_effects, single_head_effects
 from weightgraft.explore.export import NotRoles, graft_roles
 from weightgraft.explore.grid import Cells
+from weightgraft.explore.heads import nested
 from weightgraft.explore.lens import logit_lens
 from weightgraft.explore.many import MAX_PROMPTS, RoleGraft, chosen_prompts, score_prompts
 from weightgraft.explore.session import Encoded, ExploreError, ExploreSession
 
 
-def exact_map(session: ExploreSession, encoded: Encoded, donor: str, cells: Sequence[Cells] = ()) -> dict:
-    """The exact effect map for one donor (`explore.effects`): every cell grafted alone, each
-    cell of the current graft left out of it, and the first-order map's error against it."""
+def exact_map(
+    session: ExploreSession, encoded: Encoded, donor: str, cells: Sequence[Cells] = (), head_layers: Sequence[int] = ()
+) -> dict:
+    """The exact effect map for one donor (`explore.effects`): every cell grafted alone (and
+    every head of O and ATTN at `head_layers`), each cell of the current graft left out of it, and
+    the first-order map's error against it."""
     if encoded.target_id is None:
         raise ExploreError("the exact map scores the target: give a target")
     if donor not in session.grid.donors:
         raise ExploreError(f"unknown donor {donor!r}; this session's donors are {session.grid.donors}")
     checked = session.grid.check(cells, len(encoded.input_ids))
+    head_layers = sorted(set(head_layers))
+    if head_layers and session.grid.heads is None:
+        raise ExploreError("this model's heads cannot be told apart, so the exact map has no heads")
+    if head_layers and not 0 <= head_layers[0] <= head_layers[-1] < session.grid.num_layers:
+        raise ExploreError(f"layers split into heads must be in 0..{session.grid.num_layers - 1}, not {head_layers}")
     identical = {(group, layer) for group, layer in session.identical_columns()[donor]}
     start = time.perf_counter()
     running = session.latest_only("exact")
@@ -41,6 +50,13 @@ def exact_map(session: ExploreSession, encoded: Encoded, donor: str, cells: Sequ
         if checked
         else None
     )
+    heads, head_rows = (
+        single_head_effects(
+            session.grafter, session.grid, encoded.input_ids, encoded.target_id, donor, identical, head_layers, running
+        )  # fmt: skip
+        if head_layers
+        else ({}, 0)
+    )
     seconds = time.perf_counter() - start
     estimate = session.attribute(encoded, donor, "gradient")
     return {
@@ -48,7 +64,8 @@ def exact_map(session: ExploreSession, encoded: Encoded, donor: str, cells: Sequ
         "metric": "target log-probability change",
         "values": [[round(float(v), 6) for v in row] for row in single.values],
         "ran": single.ran.tolist(),
-        "rows": single.rows,
+        "rows": single.rows + head_rows,
+        "heads": {group: nested(values) for group, values in heads.items()} or None,
         "seconds": round(seconds, 3),
         "leave_one_out": left_out,
         "first_order": {

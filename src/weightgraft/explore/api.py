@@ -72,7 +72,7 @@ def create_app(session: ExploreSession, allowed_hosts: list[str] | None = None) 
         return session.attribute(encoded(req.prompt), req.donor, req.method)
 
     def exact(req: ExactIn) -> dict:
-        return analyses.exact_map(session, encoded(req.prompt), req.donor, _cells(req.cells))
+        return analyses.exact_map(session, encoded(req.prompt), req.donor, _cells(req.cells), req.heads)
 
     def lens(req: LensIn) -> dict:
         return analyses.lens(session, encoded(req.prompt), _cells(req.cells))
@@ -169,4 +169,4 @@ def _validation_message(err: ValidationError) -> str:
 
 
 def _cells(cells) -> list[Cells]:
-    return [Cells(c.donor, c.group, c.layer, tuple(c.positions)) for c in cells]
+    return [Cells(c.donor, c.group, c.layer, tuple(c.positions), c.head) for c in cells]

@@ -13,7 +13,7 @@ where the donor does not raise p.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -35,7 +35,7 @@ def extend_cells(cells: Sequence[Cells], num_tokens: int, total: int) -> list[Ce
     """The cells over a row of `total` tokens: teacher-forced tokens after the grid's `num_tokens`
     get the cells of its last row."""
     tail = tuple(range(num_tokens, total))
-    return [Cells(c.donor, c.group, c.layer, c.positions + tail if num_tokens - 1 in c.positions else c.positions) for c in cells]  # fmt: skip
+    return [replace(c, positions=c.positions + tail) if num_tokens - 1 in c.positions else c for c in cells]
 
 
 def score_columns(

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
 from weightgraft.engine.grafter import Grafter
 from weightgraft.explore.grid import Cells, Column, Grid
+from weightgraft.explore.heads import HEAD_GROUPS
 
 ROWS_PER_PASS = 64  # grafted rows per engine call: the rows of one prompt share its prefix
 Running = Callable[[], AbstractContextManager]
@@ -81,6 +82,35 @@ def single_cell_effects(
     return EffectMap(values, ran, len(rows))
 
 
+def single_head_effects(
+    grafter: Grafter,
+    grid: Grid,
+    ids: list[int],
+    target: int,
+    donor: str,
+    identical: set[tuple],
+    layers: Sequence[int],
+    running: Running = nullcontext,
+) -> tuple[dict[str, torch.Tensor], int]:
+    """logp(head cell grafted alone from `donor`) - logp(recipient) for every head of O and ATTN
+    at `layers` (those the page has split), {group: [position, layer, head]}, NaN at other layers;
+    and the rows run."""
+    n, groups = len(ids), [g for g in HEAD_GROUPS if g in grid.layer_groups]
+    out = {g: torch.full((n, grid.num_layers, grid.heads.query), float("nan")) for g in groups}
+    cells = []
+    for g, layer in ((g, layer) for g in groups for layer in layers):
+        if (g, layer) in identical:
+            out[g][:, layer] = 0.0
+        else:
+            cells += [(g, layer, h, p) for h in range(grid.heads.query) for p in range(n)]
+    rows: list[list | None] = [None]
+    rows += [grid.to_grafts([Cells(donor, g, layer, (p,), head=h)]) for g, layer, h, p in cells]
+    logprobs = _target_logprobs(grafter, ids, target, rows, running)
+    for (g, layer, h, p), value in zip(cells, logprobs[1:] - logprobs[0]):
+        out[g][p, layer, h] = value
+    return out, len(rows)
+
+
 def _split(cells: Sequence[Cells]) -> list[tuple[Cells, int]]:
     """The current graft as single cells: (its column's Cells, one position)."""
     return [(c, p) for c in cells for p in sorted(set(c.positions))]
@@ -90,8 +120,8 @@ def _without(cells: Sequence[Cells], left_out: tuple[Cells, int]) -> list[Cells]
     column, position = left_out
     out = []
     for c in cells:
-        if (c.donor, c.group, c.layer) == (column.donor, column.group, column.layer):
-            c = Cells(c.donor, c.group, c.layer, tuple(p for p in c.positions if p != position))
+        if (c.donor, c.group, c.layer, c.head) == (column.donor, column.group, column.layer, column.head):
+            c = replace(c, positions=tuple(p for p in c.positions if p != position))
         if c.positions:
             out.append(c)
     return out
@@ -112,6 +142,7 @@ def leave_one_out_effects(
             "donor": c.donor,
             "position": p,
             "column": column_index[(c.group, c.layer)],
+            "head": c.head,
             "effect": float(logprobs[0] - value),
         }
         for (c, p), value in zip(singles, logprobs[1:])

@@ -63,6 +63,7 @@ def python_code(
 
 def graft_source(graft: Graft) -> str:
     donor = "" if graft.donor is None else f", donor={graft.donor!r}"
+    donor += "" if graft.heads is None else f", heads={list(graft.heads)!r}"
     return f"Graft(positions={list(graft.positions)!r}, layers={graft.layers!r}, components={list(graft.components)!r}{donor})"
 
 
@@ -102,6 +103,7 @@ def condition_yaml(
         )
     specs = [
         {"positions": role, "layers": graft.layers, "components": list(graft.components), "donor": graft.donor}
+        | ({} if graft.heads is None else {"heads": list(graft.heads)})
         for role, graft in zip(roles, grafts)
     ]
     if not specs:

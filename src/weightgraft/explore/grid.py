@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from weightgraft.engine.graft import Graft
 from weightgraft.errors import UserError
 from weightgraft.experiments.vocabulary import author_band
+from weightgraft.explore.heads import HeadCounts, check_head, head_counts, head_grafts
 
 # Component groups of the grid, in the paper's names (ATTN is q, k, v without o). Each keeps the
 # members a model has; a group with none is left out.
@@ -61,24 +62,29 @@ class Column:
 
 @dataclass(frozen=True)
 class Cells:
-    """Grafted cells of one column from one donor, at `positions` (real-token indices)."""
+    """Grafted cells of one column from one donor, at `positions` (real-token indices); `head`:
+    only that attention head of the column (O and ATTN, see `explore.heads`)."""
 
     donor: str
     group: str
     layer: int | None
     positions: tuple[int, ...]
+    head: int | None = None
 
 
 class GridError(UserError, ValueError):
     """A selection that does not fit the grid (unknown group or donor, a position or layer out of
-    range, a cell given two donors)."""
+    range, a head the model does not have, a cell given two donors)."""
 
 
 class Grid:
     """The columns and groups of one model, and selections on it."""
 
-    def __init__(self, components: Sequence[str], num_layers: int, donors: Sequence[str]):
+    def __init__(
+        self, components: Sequence[str], num_layers: int, donors: Sequence[str], heads: HeadCounts | None = None
+    ):
         have = set(components)
+        self.heads = heads
         self.num_layers = num_layers
         self.donors = list(donors)
         self.layer_groups = {g: [c for c in m if c in have] for g, m in LAYER_GROUPS.items()}
@@ -90,6 +96,11 @@ class Grid:
         columns += [Column(g, layer) for g in self.layer_groups for layer in range(num_layers)]
         columns += [Column("HEAD", None)] if "HEAD" in self.model_groups else []
         self.columns = columns
+
+    @classmethod
+    def of(cls, grafter) -> Grid:
+        """The grid of a Grafter's models, with their heads where the config counts them."""
+        return cls(grafter.components, grafter.num_layers, grafter.donor_names, head_counts(grafter))
 
     def members(self, group: str) -> list[str]:
         return self.layer_groups.get(group) or self.model_groups[group]
@@ -115,24 +126,24 @@ class Grid:
             "bands": self.bands(),
             "component_sets": self.component_sets(),
             "donors": self.donors,
+            "heads": self._heads_view(),
         }
+
+    def _heads_view(self) -> dict | None:
+        """Head counts, and the columns that split into heads (None: the model has no heads)."""
+        if self.heads is None:
+            return None
+        view = self.heads.describe()
+        view["groups"] = {g: n for g, n in view["groups"].items() if g in self.layer_groups}
+        return view if view["groups"] else None
 
     # --- selections ---------------------------------------------------------------------------
     def check(self, cells: Sequence[Cells], num_tokens: int) -> list[Cells]:
-        """The cells, checked against the grid and a prompt of `num_tokens` tokens; one donor per cell."""
+        """The cells, checked against the grid and a prompt of `num_tokens` tokens; one donor per
+        cell (its heads included: the engine takes one donor per position, layer and component)."""
         owner: dict[tuple[str, int | None, int], str] = {}
         for c in cells:
-            if c.donor not in self.donors:
-                raise GridError(f"unknown donor {c.donor!r}; this session's donors are {self.donors}")
-            if c.group in self.model_groups:
-                if c.layer is not None:
-                    raise GridError(f"group {c.group} has no layers; give layer null")
-            elif c.group in self.layer_groups:
-                if c.layer is None or not 0 <= c.layer < self.num_layers:
-                    raise GridError(f"group {c.group} needs a layer in 0..{self.num_layers - 1}, not {c.layer}")
-            else:
-                known = [*self.model_groups, *self.layer_groups]
-                raise GridError(f"unknown component group {c.group!r}; use one of {known}")
+            self._check_column(c)
             for p in c.positions:
                 if not 0 <= p < num_tokens:
                     raise GridError(f"position {p} is outside the prompt's {num_tokens} tokens")
@@ -141,6 +152,23 @@ class Grid:
                     where = f"{c.group}" + ("" if c.layer is None else f" layer {c.layer}")
                     raise GridError(f"cell {where}, position {p} is given to two donors ({other}, {c.donor})")
         return list(cells)
+
+    def _check_column(self, c: Cells) -> None:
+        if c.donor not in self.donors:
+            raise GridError(f"unknown donor {c.donor!r}; this session's donors are {self.donors}")
+        if c.group in self.model_groups:
+            if c.layer is not None:
+                raise GridError(f"group {c.group} has no layers; give layer null")
+        elif c.group in self.layer_groups:
+            if c.layer is None or not 0 <= c.layer < self.num_layers:
+                raise GridError(f"group {c.group} needs a layer in 0..{self.num_layers - 1}, not {c.layer}")
+        else:
+            known = [*self.model_groups, *self.layer_groups]
+            raise GridError(f"unknown component group {c.group!r}; use one of {known}")
+        if c.head is not None:
+            why = check_head(c.group, c.head, self.heads, "" if c.layer is None else f" layer {c.layer}")
+            if why is not None:
+                raise GridError(why)
 
     def to_grafts(self, cells: Sequence[Cells]) -> list[Graft]:
         """The fewest Grafts (up to this grouping) covering exactly these cells.
@@ -152,8 +180,14 @@ class Grid:
         by_layer: dict[tuple[str, tuple[int, ...]], dict[int, set[str]]] = {}
         model: dict[tuple[str, tuple[int, ...]], set[str]] = {}
         merged: dict[tuple[str, str, int | None], set[int]] = {}
+        heads: dict[tuple[str, str, int, int], set[int]] = {}
         for c in cells:
-            merged.setdefault((c.donor, c.group, c.layer), set()).update(c.positions)
+            if c.head is None:
+                merged.setdefault((c.donor, c.group, c.layer), set()).update(c.positions)
+        for c in cells:  # a head of a cell grafted whole is in it already
+            if c.head is not None and c.layer is not None:
+                whole = merged.get((c.donor, c.group, c.layer), set())
+                heads.setdefault((c.donor, c.group, c.layer, c.head), set()).update(set(c.positions) - whole)
         for (donor, group, layer), positions in merged.items():
             if not positions:
                 continue
@@ -175,6 +209,8 @@ class Grid:
                 extra = ()
             if extra:
                 grafts.append(Graft(list(positions), "all", list(extra), donor))
+        if heads and self.heads is not None:
+            grafts += head_grafts(heads, self.layer_groups, self.heads, self.order, self.donors, self.num_layers)
         return grafts
 
     def _ordered(self, comps: set[str]) -> tuple[str, ...]:

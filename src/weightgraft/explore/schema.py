@@ -32,6 +32,7 @@ class CellsIn(_Strict):
     group: str = Field(max_length=16)
     layer: int | None = Field(None, ge=0, le=10_000)
     positions: list[int] = Field(max_length=MAX_TOKENS)
+    head: int | None = Field(None, ge=-10_000, le=10_000)  # one head of O or ATTN (the grid checks the range)
 
 
 class PinIn(_Strict):
@@ -66,6 +67,7 @@ class ExactIn(_Strict):
     prompt: PromptIn
     donor: str = Field(max_length=64)
     cells: list[CellsIn] = Field(default_factory=list, max_length=MAX_CELL_ENTRIES)  # the current graft
+    heads: list[int] = Field(default_factory=list, max_length=1024)  # layers whose heads are run too
 
 
 class LensIn(_Strict):

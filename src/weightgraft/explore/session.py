@@ -26,6 +26,7 @@ from weightgraft.experiments.roles import NotApplicable, parse_positions
 from weightgraft.explore.compare import MAX_PINS, Pin, extend_cells, score_columns, with_changes
 from weightgraft.explore.export import condition_yaml, python_code
 from weightgraft.explore.grid import Cells, Grid
+from weightgraft.explore.heads import head_attribution
 from weightgraft.explore.tokens import token_text
 
 # Bounds on what one request may ask for (the grid is tokens x columns).
@@ -91,7 +92,7 @@ class ExploreSession:
         self.names = names
         context = getattr(grafter.recipient.config, "max_position_embeddings", None) or max_tokens
         self.max_tokens = min(max_tokens, int(context))
-        self.grid = Grid(grafter.components, grafter.num_layers, grafter.donor_names)
+        self.grid = Grid.of(grafter)
         self.threads = threads
         self._lock = threading.Lock()
         self._baselines: OrderedDict[tuple[int, ...], list[torch.Tensor]] = OrderedDict()
@@ -458,14 +459,8 @@ class ExploreSession:
         if method not in tuple(AttributionMethod):
             raise ExploreError(f"method must be gradient or integrated, not {method!r}")
         with self.running():
-            result = attribute(
-                self.grafter,
-                torch.tensor([encoded.input_ids]),
-                [encoded.target_id],
-                method=method,
-                steps=8,
-                donor=donor,
-            )
+            ids, grain = torch.tensor([encoded.input_ids]), "head" if self.grid.heads else "component"
+            result = attribute(self.grafter, ids, [encoded.target_id], method=method, steps=8, donor=donor, grain=grain)
         n = len(encoded.input_ids)
         layer_index = {c: i for i, c in enumerate(result.layer_components)}
         model_index = {c: i for i, c in enumerate(result.model_components)}
@@ -484,6 +479,7 @@ class ExploreSession:
             "method": method,
             "metric": "target log-probability",
             "values": [[round(float(v), 6) for v in row] for row in grid],
+            "heads": head_attribution(result.units, self.grid, n),
             "recipient": float(result.metric_recipient[0]),
             "donor_everywhere": float(result.metric_donor[0]),
             "sum": float(grid.sum()),

@@ -13,7 +13,7 @@ async function exactMap() {
   const mine = ++analysisAsked.exact, epoch = promptEpoch;
   analysisStatus("exact", "running every cell…");
   try {
-    const data = await post("/api/exact", { prompt: promptBody(), donor: state.donor, cells: cellsForApi(state.cells) });
+    const data = await post("/api/exact", { prompt: promptBody(), donor: state.donor, cells: cellsForApi(state.cells), heads: state.heads });
     if (mine !== analysisAsked.exact || epoch !== promptEpoch) return;
     map = { ...data, method: "exact", sum: data.values.flat().reduce((a, b) => a + b, 0) };
     renderGrid();
@@ -41,7 +41,7 @@ function renderExactInfo(data) {
     const cols = info.columns;
     const list = data.leave_one_out.cells.map((c) => {
       const col = cols[c.column];
-      return el("li", { text: `${view.tokens[c.position]} · ${col.group}${col.layer === null ? "" : " L" + col.layer} (${c.donor}): ${c.effect >= 0 ? "+" : ""}${c.effect.toFixed(4)}` });
+      return el("li", { text: `${view.tokens[c.position]} · ${columnName({ ...col, head: c.head })} (${c.donor}): ${c.effect >= 0 ? "+" : ""}${c.effect.toFixed(4)}` });
     });
     rows.push(el("p", { text: `Leave one out of the current graft (log p ${data.leave_one_out.current_logprob.toFixed(4)}): what each cell adds given the others` }),
       el("ul", { id: "leave-one-out" }, ...list));
@@ -62,12 +62,12 @@ async function logitLens() {
 }
 
 function drawLens(data) {
-  const ns = "http://www.w3.org/2000/svg", w = 560, h = 220, pad = 36;
+  const ns = "http://www.w3.org/2000/svg", w = 560, h = 220, pad = 36, right = 76;  // room on the right for the names
   const svg = document.createElementNS(ns, "svg");
   svg.setAttribute("viewBox", `0 0 ${w} ${h}`); svg.setAttribute("id", "lens-plot"); svg.setAttribute("role", "img");
   const all = data.lines.flatMap((l) => l.logprob);
   const low = Math.min(...all), high = Math.max(0, ...all), n = data.layers;
-  const x = (i) => pad + (n === 1 ? 0 : (i * (w - 2 * pad)) / (n - 1));
+  const x = (i) => pad + (n === 1 ? 0 : (i * (w - pad - right)) / (n - 1));
   const y = (v) => h - pad - ((v - low) / (high - low || 1)) * (h - 2 * pad);
   const add = (tag, attrs, text) => {
     const node = document.createElementNS(ns, tag);
@@ -75,17 +75,17 @@ function drawLens(data) {
     if (text !== undefined) node.textContent = text;
     svg.append(node); return node;
   };
-  add("line", { x1: pad, y1: h - pad, x2: w - pad, y2: h - pad, stroke: "#999" });
+  add("line", { x1: pad, y1: h - pad, x2: w - right, y2: h - pad, stroke: "#999" });
   add("line", { x1: pad, y1: pad, x2: pad, y2: h - pad, stroke: "#999" });
   add("text", { x: pad, y: h - 8, "font-size": 11 }, "block 0");
-  add("text", { x: w - pad - 40, y: h - 8, "font-size": 11 }, `block ${n - 1}`);
+  add("text", { x: w - right - 40, y: h - 8, "font-size": 11 }, `block ${n - 1}`);
   add("text", { x: 2, y: pad - 8, "font-size": 11 }, `log p(target) ${high.toFixed(1)}`);
   add("text", { x: 2, y: h - pad + 14, "font-size": 11 }, low.toFixed(1));
   data.lines.forEach((line, k) => {
     const colour = LENS_COLOURS[k % LENS_COLOURS.length];
     const points = line.logprob.map((v, i) => `${x(i)},${y(v)}`).join(" ");
     add("polyline", { points, fill: "none", stroke: colour, "stroke-width": 2, "data-name": line.name });
-    add("text", { x: w - pad + 2, y: y(line.logprob[n - 1]) + 4 * (k - 1), "font-size": 10, fill: colour }, line.name);
+    add("text", { x: w - right + 4, y: y(line.logprob[n - 1]) + 4 * (k - 1), "font-size": 10, fill: colour }, line.name);
   });
   const table = el("table", { id: "lens-table" },
     el("tr", {}, el("th", { text: "" }), el("th", { text: "rank after each block" }), el("th", { text: "output: rank, log p" })),

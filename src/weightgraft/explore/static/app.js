@@ -7,24 +7,26 @@ const $ = (id) => document.getElementById(id);
 let info = null;          // /api/info: grid columns, groups, bands, component sets, donors, prompts
 let view = null;          // the last /api/predict answer: tokens, roles, selections, predictions
 let map = null;           // the attribution map shown over the grid, or null
-let state = null;         // {text, target, id, donor, k, cells: {"group|layer|pos": donor}, pins: [{label, cells}], rival}
+let state = null;         // {text, target, id, donor, k, cells: {"group|layer|pos": donor}, pins: [{label, cells}], rival,
+                          //  heads: [layers whose O and ATTN columns are split into heads]}; a head cell is "group.head|layer|pos"
 const undoStack = [], redoStack = [];
 let asked = 0;            // sequence number of the latest request, to drop stale answers
 let promptEpoch = 0;      // counts prompt changes: a continuation of an earlier prompt is dropped
 window.explore = { answered: 0, latency: null, painted: null, framed: 0, timings: null };  // for tests and the benchmark
 
 // ---- state ----------------------------------------------------------------------------------
-const cellKey = (group, layer, pos) => `${group}|${layer === null ? "" : layer}|${pos}`;
+const cellKey = (group, layer, pos, head = null) => `${group}${head === null ? "" : "." + head}|${layer === null ? "" : layer}|${pos}`;
 function parseKey(key) {
-  const [group, layer, pos] = key.split("|");
-  return { group, layer: layer === "" ? null : Number(layer), pos: Number(pos) };
+  const [column, layer, pos] = key.split("|");
+  const [group, head] = column.split(".");
+  return { group, layer: layer === "" ? null : Number(layer), pos: Number(pos), head: head === undefined ? null : Number(head) };
 }
-function cellsForApi(cells) {   // {"g|l|p": donor} -> [{donor, group, layer, positions}]
+function cellsForApi(cells) {   // {"g|l|p": donor} -> [{donor, group, layer, positions, head?}]
   const columns = new Map();
   for (const [key, donor] of Object.entries(cells)) {
-    const { group, layer, pos } = parseKey(key);
-    const id = `${donor}|${group}|${layer}`;
-    if (!columns.has(id)) columns.set(id, { donor, group, layer, positions: [] });
+    const { group, layer, pos, head } = parseKey(key);
+    const id = `${donor}|${group}|${layer}|${head}`;
+    if (!columns.has(id)) columns.set(id, { donor, group, layer, positions: [], ...(head === null ? {} : { head }) });
     columns.get(id).positions.push(pos);
   }
   for (const c of columns.values()) c.positions.sort((a, b) => a - b);
@@ -33,17 +35,25 @@ function cellsForApi(cells) {   // {"g|l|p": donor} -> [{donor, group, layer, po
 function encodeState(s) {
   const p = new URLSearchParams({ t: s.text, y: s.target, d: s.donor, k: String(s.k) });
   if (s.id) p.set("id", s.id);
-  const cells = cellsForApi(s.cells).map((c) => [c.donor, c.group, c.layer, c.positions]);
+  const cells = cellsToList(s.cells);
   if (cells.length) p.set("c", JSON.stringify(cells));
+  if (s.heads.length) p.set("h", s.heads.join(","));
   if (s.rival) p.set("v", s.rival);
   if (s.pins.length) p.set("p", JSON.stringify(s.pins.map((pin) => [pin.label, cellsToList(pin.cells)])));
   return "#" + p.toString();
 }
-const cellsToList = (cells) => cellsForApi(cells).map((c) => [c.donor, c.group, c.layer, c.positions]);
+// A column of the address: [donor, group, layer, positions], and a head cell's head last.
+const cellsToList = (cells) => cellsForApi(cells).map((c) => [c.donor, c.group, c.layer, c.positions, ...(c.head === undefined ? [] : [c.head])]);
 function cellsFromList(list) {
   const cells = {};
-  for (const [donor, group, layer, positions] of list) for (const pos of positions) cells[cellKey(group, layer, pos)] = donor;
+  for (const [donor, group, layer, positions, head = null] of list) for (const pos of positions) cells[cellKey(group, layer, pos, head)] = donor;
   return cells;
+}
+const headCount = (group) => (info.heads && info.heads.groups[group]) || 0;
+function headLayers(text) {       // the address's expanded layers: "2,5" -> [2, 5] (layers this model has, with heads)
+  if (!info.heads || !text) return [];
+  const layers = text.split(",").map(Number).filter((l) => Number.isInteger(l) && l >= 0 && l < info.num_layers);
+  return [...new Set(layers)].sort((a, b) => a - b);
 }
 function decodeState(hash) {
   const p = new URLSearchParams(hash.replace(/^#/, ""));
@@ -51,7 +61,7 @@ function decodeState(hash) {
   const s = { text: p.get("t"), target: p.get("y") || "", id: p.get("id") || null,
               donor: info.donors.includes(p.get("d")) ? p.get("d") : info.donors[0],
               k: Math.max(1, Math.min(info.limits.max_top_k, Number(p.get("k")) || 5)), cells: {},
-              pins: [], rival: p.get("v") || "" };
+              pins: [], rival: p.get("v") || "", heads: headLayers(p.get("h")) };
   try {
     s.cells = cellsFromList(JSON.parse(p.get("c") || "[]"));
     s.pins = JSON.parse(p.get("p") || "[]").map(([label, list]) => ({ label: String(label), cells: cellsFromList(list) }));
@@ -64,6 +74,7 @@ function commit(next) {           // a change the user made: undoable, in the ad
   setState(next);
 }
 function setState(next) {
+  next = { heads: [], ...next };  // a session file saved before heads has none
   const promptChanged = !state || state.text !== next.text || state.target !== next.target || state.id !== next.id;
   state = next;
   if (promptChanged) {
@@ -156,19 +167,46 @@ function renderModels() {         // the header: the recipient, and each donor w
   $("models").replaceChildren(`recipient ${m.recipient.name} (${sizeText(m.recipient.parameters)} parameters, ${info.num_layers} layers) · donors:`, ...donors);
 }
 
-// The grid is built once per prompt (its tokens and roles); a click then changes only the cells
-// whose look changed (class, title, map colour), not ~2000 rebuilt cells and their layout. Its
-// clicks are handled once, on the table, by the cell's indices.
-let grid = null;                  // {tokens, tds: [[td]], shown: [[string]]} of the table drawn now
+// The grid is built once per prompt (its tokens and roles) and per split of layers into heads; a
+// click then changes only the cells whose look changed (class, title, map colour), not ~2000
+// rebuilt cells and their layout. Its clicks are handled once, on the table, by the cell's indices.
+let grid = null;                  // {tokens, roles, heads, cols, tds: [[td]], shown: [[string]]} of the table drawn now
+function shownColumns() {         // info.columns, each split layer's O and ATTN followed by their heads
+  const out = [];
+  info.columns.forEach((c, index) => {
+    out.push({ ...c, head: null, index });
+    if (c.layer !== null && state.heads.includes(c.layer))
+      for (let h = 0; h < headCount(c.group); h++) out.push({ ...c, head: h, index });
+  });
+  return out;
+}
+const columnName = (c) => `${c.group}${c.layer === null ? "" : " L" + c.layer}${c.head === null || c.head === undefined ? "" : " h" + c.head}`;
+function headTitle(c) {           // what a head column grafts
+  if (c.group === "O") return `O layer ${c.layer}, head ${c.head}: what head ${c.head} writes (o's head ${c.head}); every position`;
+  const kv = Math.floor(c.head / (info.heads.query / info.heads.kv));
+  const shared = info.heads.kv < info.heads.query ? ` (shared with the other query heads of its group: not independent of them)` : "";
+  return `ATTN layer ${c.layer}, head ${c.head}: q head ${c.head} and the key-value head it reads, k and v head ${kv}${shared}; every position`;
+}
+function columnHeader(c, i, start) {
+  const cls = "col" + (start ? " gstart" : "") + (c.head === null ? "" : " head");
+  if (c.head !== null) return el("th", { class: cls, text: String(c.head), title: headTitle(c), "data-col": i });
+  const th = el("th", { class: cls, text: c.layer === null ? "·" : String(c.layer),
+    title: `${c.group}${c.layer === null ? "" : " layer " + c.layer}: every position`, "data-col": i });
+  if (c.layer !== null && headCount(c.group)) {
+    const open = state.heads.includes(c.layer);
+    th.append(el("button", { class: "hx", "data-layer": c.layer, text: open ? "−" : "+",
+      title: `${open ? "join" : "split"} layer ${c.layer}'s O and ATTN ${open ? "again" : "into their " + headCount(c.group) + " heads"}` }));
+  }
+  return th;
+}
 function buildGrid(table) {
-  const cols = info.columns;
+  const cols = shownColumns();
   const first = (i) => i === 0 || cols[i - 1].group !== cols[i].group;
   const groupRow = el("tr", {}, el("th", { text: "token" }));
   const layerRow = el("tr", {}, el("th", { text: "" }));
   cols.forEach((c, i) => {
     if (first(i)) groupRow.append(el("th", { colspan: cols.filter((d) => d.group === c.group).length, class: "gstart", text: c.group }));
-    layerRow.append(el("th", { class: "col" + (first(i) ? " gstart" : ""), text: c.layer === null ? "·" : String(c.layer),
-      title: `${c.group}${c.layer === null ? "" : " layer " + c.layer}: every position`, "data-col": i }));
+    layerRow.append(columnHeader(c, i, first(i)));
   });
   const body = el("tbody"), tds = [], shown = [];
   view.tokens.forEach((token, pos) => {
@@ -176,46 +214,71 @@ function buildGrid(table) {
     const tr = el("tr", {}, el("th", { class: "tok", title: `position ${pos}: every column`, "data-pos": pos },
       role ? el("span", { class: `role ${role}`, text: role }) : null, token));
     const row = cols.map((c, i) => el("td", { class: "cell" + (first(i) ? " gstart" : ""), "data-group": c.group,
-      "data-layer": c.layer === null ? "" : c.layer, "data-pos": pos, "data-col": i }));
+      "data-layer": c.layer === null ? "" : c.layer, "data-pos": pos, "data-col": i, ...(c.head === null ? {} : { "data-head": c.head }) }));
     tr.append(...row);
     body.append(tr);
     tds.push(row);
     shown.push(row.map(() => null));
   });
   table.replaceChildren(el("thead", {}, groupRow, layerRow), body);
-  return { tokens: view.tokens, roles: view.roles, tds, shown };
+  return { tokens: view.tokens, roles: view.roles, heads: state.heads.join(","), cols, tds, shown };
 }
 function gridClick(event) {
+  const button = event.target.closest("button.hx");
+  if (button) { toggleHeads([Number(button.dataset.layer)]); return; }
   const target = event.target.closest("td.cell, th.tok, th.col");
   if (!target) return;
   const d = target.dataset;
-  if (target.matches("td.cell")) toggleCells([[info.columns[Number(d.col)], Number(d.pos)]]);
+  if (target.matches("td.cell")) toggleCells([[grid.cols[Number(d.col)], Number(d.pos)]]);
   else if (target.matches("th.tok")) toggleRow(Number(d.pos));
-  else toggleColumn(info.columns[Number(d.col)]);
+  else toggleColumn(grid.cols[Number(d.col)]);
+}
+function toggleHeads(layers) {    // split these layers into heads, or join them when all are split; a view, not a graft
+  const open = layers.every((l) => state.heads.includes(l));
+  const heads = open ? state.heads.filter((l) => !layers.includes(l)) : [...new Set([...state.heads, ...layers])].sort((a, b) => a - b);
+  state = { ...state, heads };
+  history.replaceState(null, "", encodeState(state));
+  renderGrid();
 }
 const sameList = (a, b) => a === b || (!!a && !!b && a.length === b.length && a.every((x, i) => x === b[i]));
 
+function partial() {              // "group|layer|pos" -> donor, of whole cells some of whose heads are grafted
+  const out = {};
+  for (const [key, donor] of Object.entries(state.cells)) {
+    const k = parseKey(key);
+    if (k.head !== null) out[cellKey(k.group, k.layer, k.pos)] = donor;
+  }
+  return out;
+}
+function mapValue(c, pos) {       // a cell's value on the map; a head's where the map has it (else null)
+  if (c.head === null) return map.values[pos][c.index];
+  const v = map.heads && map.heads[c.group] ? map.heads[c.group][pos][c.layer][c.head] : null;
+  return v === undefined ? null : v;
+}
 function renderGrid() {
   const table = $("grid");
-  if (!grid || !sameList(grid.tokens, view.tokens) || !sameList(grid.roles, view.roles)) grid = buildGrid(table);
+  if (!grid || !sameList(grid.tokens, view.tokens) || !sameList(grid.roles, view.roles) || grid.heads !== state.heads.join(","))
+    grid = buildGrid(table);
+  $("heads").textContent = state.heads.length === info.num_layers ? "join heads" : "split heads";
   const same = new Set((info.identical[state.donor] || []).map(([g, l]) => `${g}|${l === null ? "" : l}`));
   table.classList.toggle("map", !!map);
-  const cols = info.columns;
+  const cols = grid.cols, part = partial();
   const unchanged = cols.map((c) => same.has(`${c.group}|${c.layer === null ? "" : c.layer}`));
-  const base = cols.map((c, i) => "cell" + (i === 0 || cols[i - 1].group !== c.group ? " gstart" : ""));
+  const base = cols.map((c, i) => "cell" + (i === 0 || cols[i - 1].group !== c.group ? " gstart" : "") + (c.head === null ? "" : " hd"));
   let scale = 0;
   if (map) for (const row of map.values) for (const v of row) scale = Math.max(scale, Math.abs(v));
   view.tokens.forEach((token, pos) => {
     const tds = grid.tds[pos], shown = grid.shown[pos];
     cols.forEach((c, i) => {
-      const donor = state.cells[cellKey(c.group, c.layer, pos)];
-      const v = map && scale > 0 ? map.values[pos][i] : null;
-      const look = `${donor || ""}|${unchanged[i] ? state.donor : ""}|${v}|${scale}`;  // the title names the donor
+      const donor = state.cells[cellKey(c.group, c.layer, pos, c.head)];
+      const some = c.head === null && !donor ? part[cellKey(c.group, c.layer, pos)] : undefined;
+      const v = map && scale > 0 ? mapValue(c, pos) : null;
+      const look = `${donor || ""}|${some || ""}|${unchanged[i] ? state.donor : ""}|${v}|${scale}`;  // the title names the donor
       if (shown[i] === look) return;
       shown[i] = look;
       const td = tds[i];
-      td.className = base[i] + (donor ? ` on ${donorClass(donor)}` : "") + (unchanged[i] ? " same" : "");
-      let title = `${token.trim() || token} · ${c.group}${c.layer === null ? "" : " L" + c.layer}` + (donor ? ` · from ${donor}` : "")
+      td.className = base[i] + (donor ? ` on ${donorClass(donor)}` : "") + (some ? ` part ${donorClass(some)}` : "") + (unchanged[i] ? " same" : "");
+      let title = `${token.trim() || token} · ${columnName(c)}` + (donor ? ` · from ${donor}` : "") + (some ? ` · some heads from ${some}` : "")
         + (unchanged[i] ? ` · ${state.donor}'s weights here equal the recipient's: grafting them changes nothing` : "");
       if (v !== null) {
         const a = Math.min(1, Math.abs(v) / scale);
@@ -360,16 +423,32 @@ function select(cells, positions, layers, groups, on) {   // returns new cells: 
     if (!groups.includes(c.group) || (c.layer !== null && !layers.includes(c.layer))) continue;
     for (const p of positions) {
       const key = cellKey(c.group, c.layer, p);
+      dropHeads(next, c, p, null);
       if (on) next[key] = state.donor; else delete next[key];
     }
   }
   return next;
 }
+// A whole cell and its heads are not grafted together, nor heads of one cell from two donors (the
+// engine takes one donor per position, layer and component): a cell turned on drops the others.
+function dropHeads(cells, c, pos, keep) {
+  if (c.layer === null) return;
+  for (let h = 0; h < headCount(c.group); h++) {
+    const key = cellKey(c.group, c.layer, pos, h);
+    if (keep === null || cells[key] !== keep) delete cells[key];
+  }
+}
 function toggleCells(pairs) {     // all on (from this donor) -> off; else -> on
-  const keys = pairs.map(([c, p]) => cellKey(c.group, c.layer, p));
+  const head = (c) => (c.head === undefined ? null : c.head);
+  const keys = pairs.map(([c, p]) => cellKey(c.group, c.layer, p, head(c)));
   const allOn = keys.every((k) => state.cells[k] === state.donor);
   const next = { ...state.cells };
-  for (const k of keys) if (allOn) delete next[k]; else next[k] = state.donor;
+  pairs.forEach(([c, p], i) => {
+    if (allOn) { delete next[keys[i]]; return; }
+    if (head(c) === null) dropHeads(next, c, p, null);
+    else { delete next[cellKey(c.group, c.layer, p)]; dropHeads(next, c, p, state.donor); }
+    next[keys[i]] = state.donor;
+  });
   commit(withCells(next));
 }
 const toggleRow = (pos) => toggleCells(info.columns.map((c) => [c, pos]));
@@ -440,8 +519,9 @@ async function start() {
   $("sel-add").onclick = () => composed(true);
   $("sel-remove").onclick = () => composed(false);
   $("clear").onclick = () => commit(withCells({}));
-  $("undo").onclick = () => { if (undoStack.length) { redoStack.push(state); setState(undoStack.pop()); } };
-  $("redo").onclick = () => { if (redoStack.length) { undoStack.push(state); setState(redoStack.pop()); } };
+  // Undo and redo change the grafts, not which layers are split into heads (a view).
+  $("undo").onclick = () => { if (undoStack.length) { redoStack.push(state); setState({ ...undoStack.pop(), heads: state.heads }); } };
+  $("redo").onclick = () => { if (redoStack.length) { undoStack.push(state); setState({ ...redoStack.pop(), heads: state.heads }); } };
   document.addEventListener("keydown", (e) => {
     if (!(e.ctrlKey || e.metaKey) || e.key.toLowerCase() !== "z" || ["TEXTAREA", "INPUT"].includes(e.target.tagName)) return;
     e.preventDefault(); $(e.shiftKey ? "redo" : "undo").click();
@@ -456,11 +536,20 @@ async function start() {
   $("attribute").onclick = attribution;
   $("hide-map").onclick = () => { map = null; renderGrid(); };
   $("grid").addEventListener("click", gridClick);
+  $("heads").hidden = !info.heads;
+  $("heads").onclick = () => toggleHeads([...Array(info.num_layers).keys()]);
+  if (info.heads) {
+    const { query, kv } = info.heads;
+    const attn = kv === query ? "ATTN's head h is q, k and v head h" : `ATTN's head h is q head h with the key-value head it reads
+      (k and v head h // ${query / kv}, shared by ${query / kv} query heads)`;
+    $("heads-hint").textContent = `+ on a layer of O or ATTN splits them into heads (${query} query heads, ${kv} key-value heads):
+      O's head h is what head h writes; ${attn}. A half-filled cell has some of its heads grafted.`;
+  }
   for (const b of document.querySelectorAll("button.copy")) b.onclick = () => copy(b);
 
   const first = info.prompts[0];
   setState(decodeState(location.hash) || { text: first ? first.text : "The capital of France is", target: first ? first.target : "",
-    id: first ? first.id : null, donor: info.donors[0], k: 5, cells: {}, pins: [], rival: "" });
+    id: first ? first.id : null, donor: info.donors[0], k: 5, cells: {}, pins: [], rival: "", heads: [] });
 }
 
 start().catch((err) => showError(`cannot start: ${err.message}`));

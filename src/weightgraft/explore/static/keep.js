@@ -1,7 +1,7 @@
 // weightgraft explore: a session kept in a file and opened again (beside app.js, whose globals it
 // reads: info, state, undoStack, redoStack, setState, el, showError). The file holds the models'
-// names (opening it under other models says so and refuses), the prompt, target, donor, cells,
-// pins, competing answer and the undo history.
+// names (opening it under other models says so and refuses), the prompt, target, donor, cells (head
+// cells too), pins, competing answer, the layers split into heads and the undo history.
 "use strict";
 
 const SESSION_KIND = "weightgraft-explore-session";
@@ -26,6 +26,8 @@ function checkedSession(data) {
   const s = data.state;
   if (!s || typeof s.text !== "string" || typeof s.cells !== "object" || !Array.isArray(s.pins))
     throw new Error("the session's state is damaged (text, cells or pins missing)");
+  if (s.heads !== undefined && !(Array.isArray(s.heads) && s.heads.every((l) => Number.isInteger(l) && l >= 0 && l < info.num_layers)))
+    throw new Error("the session's layers split into heads are damaged");
   return data;
 }
 
