@@ -204,7 +204,7 @@ def test_a_long_map_takes_the_model_lock_per_pass_and_gives_way_to_a_newer_one(s
     for row, expected in zip(again["values"], whole["values"]):  # other batches: float round-off
         assert row == pytest.approx(expected, abs=1e-5)
     passes = math.ceil(again["rows"] / 8)
-    attribution = 1  # the first-order map, one call
+    attribution = 2  # the first-order map: its gradient pass, then the donor-everywhere pass
     assert len(entered) == passes + attribution
     older = session.latest_only("exact")
     session.latest_only("exact")  # a newer request of the same kind

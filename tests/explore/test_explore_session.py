@@ -201,6 +201,41 @@ def test_attribution_grid_sums_the_cells(session):
         session.attribute(session.encode("Ada Brook stars"), "task")
 
 
+def test_slow_requests_take_the_model_lock_a_pass_at_a_time(session, monkeypatch):
+    """An integrated attribution (8 steps) and the continuations (one per model) take the model
+    lock once per pass, so that a click waits for one pass, not the whole request; the numbers
+    are those of the library's own calls; an older request stops once a newer one of its kind came."""
+    from weightgraft.attribution.attribute import attribute
+
+    encoded = session.encode(PROMPT.text, PROMPT.target, PROMPT.id)
+    entered = []
+    running = session.running
+
+    def counting():
+        entered.append(1)
+        return running()
+
+    monkeypatch.setattr(session, "running", counting)
+    out = session.attribute(encoded, "task", method="integrated")
+    assert len(entered) == 8 + 1  # the eight steps, then the recipient's and the donor's metric
+    ids = torch.tensor([encoded.input_ids])
+    direct = attribute(session.grafter, ids, [encoded.target_id], method="integrated", steps=8, donor="task")
+    assert float(torch.tensor(out["values"]).sum()) == pytest.approx(float(direct.total[0]), abs=1e-4)
+    entered.clear()
+    cells = [Cells("sft", "O", 3, (len(encoded.input_ids) - 1,))]
+    texts = {c["name"]: c["text"] for c in session.generate(encoded, cells, max_new_tokens=3)["continuations"]}
+    assert len(entered) == 1 + len(DONORS) + 1
+    grafts = session.grafts(encoded, cells)
+    made = session.grafter.generate(ids, grafts=grafts, max_new_tokens=3, do_sample=False, eos_token_id=session._eos())
+    assert texts["graft"] == session._decode_new(made[0, ids.shape[1] :])
+    for kind in ("attribute", "generate"):
+        older = session.latest_only(kind)
+        session.latest_only(kind)
+        with pytest.raises(ExploreError, match="replaced by a newer"):
+            with older():
+                pass
+
+
 def test_a_click_with_a_target_runs_one_grafted_pass_for_predictions_and_comparison(session, monkeypatch):
     """The prediction's logits are the first target step's of the comparison's row (a position
     sees only what comes before it), so one grafted pass serves both: on a real model a pass is

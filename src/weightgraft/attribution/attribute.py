@@ -27,7 +27,7 @@ Neither model is written to: the passes run through forward hooks (removed after
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from contextlib import ExitStack
+from contextlib import AbstractContextManager, ExitStack, nullcontext
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Literal
@@ -166,6 +166,7 @@ def attribute(
     metric: Metric = "logprob",
     donor: str | None = None,
     grain: Literal["component", "head", "neuron"] = "component",
+    each_pass: Callable[[], AbstractContextManager] = nullcontext,
 ) -> Attribution:
     """Attribute metric(target | prompt) to every cell of every row.
 
@@ -174,7 +175,9 @@ def attribute(
     Rows may be right- or left-padded (`attention_mask`). With several donors, `donor` names the
     one whose weights a cell would compute with (call once per donor to compare them).
     `grain="head"` also scores every head of q, k, v, o, and `grain="neuron"` every neuron of
-    gate, up, down (`Attribution.units`).
+    gate, up, down (`Attribution.units`). `each_pass` wraps every pass (its forward and backward,
+    with its hooks): the explorer passes its model lock, so that clicks run between the steps of
+    an integrated attribution instead of waiting for all of them.
     """
     _check_settings(grain, method, steps)
     recipient = grafter.recipient
@@ -201,16 +204,17 @@ def attribute(
             alphas = [0.0] if method == AttributionMethod.GRADIENT else [(k + 0.5) / steps for k in range(steps)]
             effects, units = None, None
             for alpha in alphas:
-                step_effects, value, step_units = _effects_at(
-                    recipient, donor_modules, layout, ids, mask, last, target, score, alpha, units=unit_keys
-                )
+                with each_pass():
+                    step_effects, value, step_units = _effects_at(
+                        recipient, donor_modules, layout, ids, mask, last, target, score, alpha, units=unit_keys
+                    )
                 effects = step_effects if effects is None else effects + step_effects
                 units = step_units if units is None else {k: units[k] + v for k, v in step_units.items()}
                 if method == AttributionMethod.GRADIENT:
                     metric_recipient = value
             effects /= len(alphas)
             units = {k: v / len(alphas) for k, v in units.items()}
-            with torch.no_grad():
+            with torch.no_grad(), each_pass():
                 if method == AttributionMethod.INTEGRATED:
                     metric_recipient = score(_last_logits(recipient, ids, mask, last), target)
                 # The donor everywhere: every module's output replaced by the donor's (alpha = 1).

@@ -428,14 +428,15 @@ class ExploreSession:
         ids = torch.tensor([encoded.input_ids])
         rows = [None, *(Graft("all", "all", "all", donor=d) for d in self.grid.donors)]
         settings = dict(max_new_tokens=max_new_tokens, do_sample=False, eos_token_id=self._eos())
-        with self.running():
-            # A donor alone carries its every-position graft to the generated tokens.
-            base = self.grafter.generate(ids.expand(len(rows), -1), row_grafts=rows, generated="last", **settings)
-            mine = self.grafter.generate(ids, grafts=grafts, generated=generated, **settings)
-        n = ids.shape[1]
-        names = ["recipient", *self.grid.donors]
-        out = [{"name": name, "text": self._decode_new(row[n:])} for name, row in zip(names, base)]
-        out.append({"name": "graft", "text": self._decode_new(mine[0, n:])})
+        running, texts = self.latest_only("generate"), []
+        # A row per model lock, so that a click waits for one continuation at most, not all of them;
+        # a donor alone carries its every-position graft to the generated tokens.
+        for row, as_generated in [*((r, "last") for r in rows), (grafts or None, generated)]:
+            with running():
+                made = self.grafter.generate(ids, row_grafts=[row], generated=as_generated, **settings)
+            texts.append(self._decode_new(made[0, ids.shape[1] :]))
+        names = ["recipient", *self.grid.donors, "graft"]
+        out = [{"name": name, "text": text} for name, text in zip(names, texts)]
         return {"continuations": out, "generated": generated}
 
     def _eos(self) -> list[int]:
@@ -458,9 +459,11 @@ class ExploreSession:
             raise ExploreError(f"unknown donor {donor!r}; this session's donors are {self.grid.donors}")
         if method not in tuple(AttributionMethod):
             raise ExploreError(f"method must be gradient or integrated, not {method!r}")
-        with self.running():
-            ids, grain = torch.tensor([encoded.input_ids]), "head" if self.grid.heads else "component"
-            result = attribute(self.grafter, ids, [encoded.target_id], method=method, steps=8, donor=donor, grain=grain)
+        ids, grain = torch.tensor([encoded.input_ids]), "head" if self.grid.heads else "component"
+        result = attribute(  # the model lock per pass: clicks run between an integrated map's 8 steps
+            self.grafter, ids, [encoded.target_id], method=method, steps=8, donor=donor, grain=grain,
+            each_pass=self.latest_only("attribute"),
+        )  # fmt: skip
         n = len(encoded.input_ids)
         layer_index = {c: i for i, c in enumerate(result.layer_components)}
         model_index = {c: i for i, c in enumerate(result.model_components)}

@@ -471,23 +471,34 @@ function promptFromInputs() {
   commit({ ...state, text, target, id, cells: {}, pins: [] });
 }
 
+let generateAsked = 0, attributeAsked = 0;  // the newest request of each kind: older answers are dropped
+const replaced = (err) => /replaced by a newer/.test(err.message);  // the server stopped an older one
 async function generate() {
-  const box = $("continuations"), epoch = promptEpoch, text = state.text;
+  const box = $("continuations"), epoch = promptEpoch, text = state.text, mine = ++generateAsked;
   box.textContent = "…";
   try {
     const data = await post("/api/generate", { prompt: promptBody(), cells: cellsForApi(state.cells),
       max_new_tokens: Number($("new-tokens").value), generated: $("generated").value });
-    if (epoch !== promptEpoch) return;   // the prompt changed while it ran: its pane was cleared
+    if (epoch !== promptEpoch || mine !== generateAsked) return;  // the prompt changed, or a newer one was asked
     box.replaceChildren(...data.continuations.map((c) => el("div", { text: `${c.name.padEnd(10)} ${text}▸${c.text}` })));
-  } catch (err) { if (epoch === promptEpoch) { box.textContent = ""; showError(err.message); } }
+  } catch (err) {
+    if (epoch === promptEpoch && mine === generateAsked && !replaced(err)) { box.textContent = ""; showError(err.message); }
+  }
 }
 async function attribution() {
+  const mine = ++attributeAsked;
   $("status").textContent = "attributing…";
   try {
-    map = await post("/api/attribute", { prompt: promptBody(), donor: state.donor, method: $("method").value });
+    const data = await post("/api/attribute", { prompt: promptBody(), donor: state.donor, method: $("method").value });
+    if (mine !== attributeAsked) return;
+    map = data;
     renderGrid();
     $("status").textContent = "";
-  } catch (err) { showError(err.message); $("status").textContent = ""; }
+  } catch (err) {
+    if (mine !== attributeAsked) return;
+    if (!replaced(err)) showError(err.message);
+    $("status").textContent = "";
+  }
 }
 async function copy(button) {
   const text = $(button.dataset.from).textContent;
