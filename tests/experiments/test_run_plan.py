@@ -17,6 +17,7 @@ from weightgraft.experiments import execute, models, records
 from weightgraft.experiments.config import parse_config
 from weightgraft.experiments.execute import Resources
 from weightgraft.experiments.planner import build_plan
+from weightgraft.experiments.record import ExperimentRecord
 from weightgraft.experiments.run_plan import RunPlan
 from weightgraft.pipelines import merge_run, run_all
 
@@ -63,9 +64,9 @@ def test_the_plan_is_built_from_the_configs_without_weights(world, monkeypatch):
     assert (exp.recipient.num_layers, exp.recipient.tied) == (2, False)
     assert sorted(plan.models) == ["pre", "sft"]
     # concrete layers, as the state file gives them to the report: last_half of 2 layers is [1]
-    grafts = {c["name"]: c["grafts"] for c in exp.state()["conditions"]}
-    assert grafts["qkv FE late"][0]["layer_indices"] == [1]
-    assert grafts["patch LT late"][0]["layer_indices"] == [1]
+    grafts = {c.name: c.grafts for c in ExperimentRecord.from_plan(exp).conditions}
+    assert grafts["qkv FE late"][0].layer_indices == (1,)
+    assert grafts["patch LT late"][0].layer_indices == (1,)
     # every prompt of the dataset once, in fixed batches that cover them once each
     ids = [p.id for p in load_eval_prompts(world[1])]
     assert [e.prompt.id for e in exp.examples] == ids

@@ -18,7 +18,8 @@ from typer.testing import CliRunner
 from training_fixtures import tiny_home
 from weightgraft.cli import _register_all, app
 from weightgraft.experiments.config import parse_config
-from weightgraft.experiments.records import condition_file, read_state
+from weightgraft.experiments.record import ExperimentRecord
+from weightgraft.experiments.records import condition_file
 from weightgraft.reporting.summary import read_summary
 
 EPOCHS = 3
@@ -125,9 +126,9 @@ def test_every_preset_has_results_and_the_report_compares_with_the_paper(job):
         assert names == presets
         summary = read_summary(out / "runs" / group)
         for name in names:
-            state = read_state(out / "runs" / group, name)
-            for cond in state["conditions"]:
-                assert condition_file(out / "runs" / group, name, cond["name"]).is_file()
+            record = ExperimentRecord.read(out / "runs" / group, name)
+            for cond in record.conditions:
+                assert condition_file(out / "runs" / group, name, cond.name).is_file()
             assert {r["experiment"] for r in summary} >= {name}
     report = (out / "report.md").read_text()
     for analysis in ("position on FMRA", "components_reversal on FMRA", "components_pre on FMRA", "hybrid on FMRA_B"):

@@ -9,6 +9,8 @@ import math
 import numpy as np
 import pytest
 
+from weightgraft.experiments.record import ConditionRecord, ExperimentRecord
+from weightgraft.experiments.vocabulary import ConditionMethod
 from weightgraft.reporting.finer import curves, head_maps, plain_row
 from weightgraft.reporting.finer_plots import curve_figure, head_figure
 from weightgraft.reporting.finer_section import experiment_finer
@@ -40,8 +42,8 @@ def _cell(layer: int, head: int) -> dict:
     return {"grain": "head", "layer": layer, "head": head, "components": "O"}
 
 
-def _cond(name: str, meta: dict) -> dict:
-    return {"name": name, "meta": meta, "grafts": [], "description": f"about {name}", "recipient": "b2a"}
+def _cond(name: str, meta: dict) -> ConditionRecord:
+    return ConditionRecord(name, "b2a", "sft", ConditionMethod.WEIGHTS, f"about {name}", meta, (), f"{name}.parquet")
 
 
 def _rows(values: dict) -> list[dict]:
@@ -68,21 +70,21 @@ def _rows(values: dict) -> list[dict]:
     return rows
 
 
-def _state(conditions: list[dict]) -> dict:
-    return {
-        "name": EXP,
-        "title": "Finer test",
-        "description": "synthetic",
-        "recipient": "b2a",
-        "donor": "sft",
-        "dataset": "relation",
-        "examples": list(range(40)),
-        "templates": ["t1"],
-        "headline": ["top5", "prob"],
-        "plot": "bars",
-        "num_layers": 8,
-        "conditions": conditions,
-    }
+def _state(conditions: list[ConditionRecord]) -> ExperimentRecord:
+    return ExperimentRecord(
+        name=EXP,
+        title="Finer test",
+        description="synthetic",
+        dataset="relation",
+        recipient="b2a",
+        donor="sft",
+        headline=("top5", "prob"),
+        plot="bars",
+        num_layers=8,
+        conditions=tuple(conditions),
+        examples=tuple(f"p{i}" for i in range(40)),
+        templates=("t1",),
+    )
 
 
 @pytest.fixture

@@ -16,6 +16,7 @@ import pytest
 from exp_fixtures import build_models, gain_donor
 from tiny_world import base_config, write_dataset
 from weightgraft.experiments.config import parse_config
+from weightgraft.experiments.record import ExperimentRecord
 from weightgraft.experiments.runner import run_experiments
 from weightgraft.pipelines import run as run_pipeline
 from weightgraft.reporting import summary as summary_module
@@ -73,7 +74,7 @@ def pooled_row(rows: list, condition: str, metric: str) -> dict:
 
 def test_the_summary_built_from_records_matches_a_plain_computation(run):
     config, out = run
-    summary = build_summary(out, ["e"], config.bootstrap, config.seed, ASKED)
+    summary = build_summary(out, [ExperimentRecord.read(out, "e")], config.bootstrap, config.seed, ASKED)
     means = plain_means(out)
     assert summary.experiments == ["e"]
     for cond in CONDITIONS:
@@ -101,7 +102,7 @@ def test_the_summary_built_from_records_matches_a_plain_computation(run):
 
 def test_the_files_are_the_summary_at_six_decimals_and_read_back_to_it(run, tmp_path):
     config, out = run
-    summary = build_summary(out, ["e"], config.bootstrap, config.seed, ASKED)
+    summary = build_summary(out, [ExperimentRecord.read(out, "e")], config.bootstrap, config.seed, ASKED)
     summary.write(tmp_path)
     for name, row_type, rows in (
         ("summary.csv", SummaryRow, summary.rows),
@@ -144,7 +145,7 @@ def test_the_run_decides_and_reports_from_the_summary_without_reading_the_files_
 
 def test_without_intervals_the_same_rule_decides_the_point_estimate(run):
     config, out = run
-    summary = build_summary(out, ["e"], 0, config.seed, ASKED)
+    summary = build_summary(out, [ExperimentRecord.read(out, "e")], 0, config.seed, ASKED)
     assert summary.recoveries == [] and summary.comparisons == []
     assert all(r["ci_low"] == r["value"] == r["ci_high"] for r in summary.rows)
     means = plain_means(out)
@@ -163,7 +164,7 @@ def test_without_intervals_the_same_rule_decides_the_point_estimate(run):
 
 def test_a_summary_without_claims_decides_nothing_and_tests_no_pair(run):
     config, out = run
-    summary = build_summary(out, ["e"], config.bootstrap, config.seed)
+    summary = build_summary(out, [ExperimentRecord.read(out, "e")], config.bootstrap, config.seed)
     assert summary.comparisons == []
     assert {(r["base"], r["full"]) for r in summary.recoveries} == {("PRE", "SFT")}
     assert check_pattern(summary, ()).checks == []

@@ -4,7 +4,8 @@ Layout of a run folder:
   run.json                       provenance: config, models (path, sha256), datasets (manifest),
                                  seed, versions, sessions with their time
   examples/<exp>/<cond>.parquet  one row per example (N/A examples included, flagged)
-  state/<exp>.json               the experiment's conditions and examples (for the report)
+  state/<exp>.json               the experiment's record (`record.ExperimentRecord`: conditions,
+                                 examples, result sha256; what the summary and report read)
   *.shard-I-of-N.*               a shard's own run.json, state and result files (its share of
                                  the examples), until `weightgraft merge` joins them
   summary.csv, plots/, report.md, report.html   (written by `weightgraft.reporting`)
@@ -243,24 +244,6 @@ def read_condition(path: Path) -> dict[str, list]:
 
 def state_file(out: Path, experiment: str, shard: tuple[int, int] | None = None) -> Path:
     return out / "state" / f"{experiment}{shard_tag(shard)}.json"
-
-
-def write_state(out: Path, state: dict, shard: tuple[int, int] | None = None) -> None:
-    write_text_atomic(state_file(out, state["name"], shard), json.dumps(state, indent=2))
-
-
-def read_state(out: Path, experiment: str, shard: tuple[int, int] | None = None) -> dict:
-    return json.loads(state_file(out, experiment, shard).read_text())
-
-
-def recorded_result_hashes(out: Path, experiment: str, shard: tuple[int, int] | None = None) -> dict[str, str] | None:
-    """{result file name: sha256} from the experiment's state file; None when the file is
-    missing or unreadable (results are then checked by their page checksums alone)."""
-    try:
-        hashes = read_state(out, experiment, shard).get("result_sha256", {})
-    except (OSError, ValueError):
-        return None
-    return hashes if isinstance(hashes, dict) else None
 
 
 # ---- provenance ------------------------------------------------------------------------------

@@ -2,7 +2,8 @@
 
 `planner.build_plan` makes a `RunPlan` from the run config and the models' config.json files
 (building it is the run's preflight); the runner then computes `ExperimentPlan.status(out)`'s
-pending chunks, and writes each experiment's state file from `ExperimentPlan.state()`.
+pending chunks, and writes each experiment's state file, the record `record.ExperimentRecord.from_plan`
+builds from its plan.
 
 Per experiment the plan holds its conditions (resolved on the recipient: concrete layers,
 recipient and donors), every example it scores (encoded), the fixed example batches, the fixed
@@ -26,8 +27,8 @@ from weightgraft.engine.units import UnitSpec
 from weightgraft.experiments import records
 from weightgraft.experiments.conditions import Condition, DrawnPositions, ResolvedGraft, ShapeSpec
 from weightgraft.experiments.config import ExperimentSpec, RunConfig, parse_config
-from weightgraft.experiments.plan import concrete_layers
-from weightgraft.experiments.records import Example, slug
+from weightgraft.experiments.record import recorded_result_hashes
+from weightgraft.experiments.records import Example
 from weightgraft.experiments.roles import parse_positions
 from weightgraft.experiments.vocabulary import ConditionMethod
 from weightgraft.runtime import sha256_json
@@ -121,52 +122,16 @@ class ExperimentPlan:
 
     def file(self, condition: str) -> str:
         """The name of a condition's result file in this process (`*.shard-I-of-N.parquet`)."""
-        return f"{slug(condition)}{records.shard_tag(self.shard)}.parquet"
+        return f"{records.slug(condition)}{records.shard_tag(self.shard)}.parquet"
 
     def digest(self) -> str:
         """The whole-run plan of this experiment, shard left out: equal in every shard of a run."""
         body = self.to_json()
         return sha256_json({k: v for k, v in body.items() if k not in ("shard", "fingerprints")})
 
-    def state(self) -> dict:
-        """The state file's body (without its `result_sha256` ledger): what the report reads,
-        and for a shard what the merged files will be."""
-        spec, n = self.spec, self.recipient.num_layers
-        mine = self.my_examples()
-        body = {
-            "name": spec.name,
-            "title": spec.title or spec.name,
-            "description": spec.description,
-            "dataset": spec.dataset,
-            "recipient": spec.recipient,
-            "donor": spec.donor,
-            "headline": spec.headline,
-            "plot": spec.plot,
-            "num_layers": n,
-            "fidelity": spec.fidelity or "",
-            "wording": spec.wording,
-            "tied_embeddings": self.recipient.tied,
-            "conditions": [condition_state(c, n) for c in self.conditions],
-            "examples": [e.prompt.id for e in mine],
-            "available_examples": self.available,
-            "templates": sorted({e.prompt.template_id for e in mine}),
-            "result_sha256": {},
-        }
-        scored = {e.prompt.id: e.note for e in mine if e.scored}
-        if scored:  # targets scored at a later token than their first (data.encode); absent if none
-            body["scored_after_whitespace"] = scored
-        if self.shard is not None:
-            body["shard"] = list(self.shard)
-            body["merged"] = {
-                "examples": [e.prompt.id for e in self.examples],
-                "fingerprints": dict(self.whole_fingerprints),
-                "plan": self.digest(),
-            }
-        return body
-
     def status(self, out: Path) -> Status:
         """What of this experiment `out` already holds, and the chunks left to compute."""
-        known = records.recorded_result_hashes(out, self.name, self.shard)
+        known = recorded_result_hashes(out, self.name, self.shard)
         pattern = f"*{records.shard_tag(self.shard)}.parquet" if self.shard else "*.parquet"
         unreadable = known is None and any(records.results_folder(out, self.name).glob(pattern))
         known = known or {}
@@ -248,14 +213,6 @@ class RunPlan:
         specs = {e.name: e for e in config.expanded()}
         experiments = [ExperimentPlan.from_json(e, specs[e["name"]], models) for e in body["experiments"]]
         return cls(config, models, experiments, tuple(body["shard"]) if body["shard"] else None)
-
-
-def condition_state(cond: Condition, num_layers: int) -> dict:
-    """A condition as the report reads it: its grafts with the concrete layers they cover."""
-    body = cond.to_json()
-    for graft, resolved in zip(body["grafts"], cond.grafts):
-        graft["layer_indices"] = concrete_layers(resolved.layers, num_layers)
-    return dict(body, file=f"{slug(cond.name)}.parquet")
 
 
 def condition_from_json(body: dict) -> Condition:

@@ -34,6 +34,7 @@ from weightgraft.experiments.config import RunConfig
 from weightgraft.experiments.execute import Resources, compute_chunk
 from weightgraft.experiments.methods import ChunkMethod, method_for
 from weightgraft.experiments.planner import build_plan
+from weightgraft.experiments.record import ExperimentRecord
 from weightgraft.experiments.run_plan import Chunk, ExperimentPlan, RunPlan, Shard
 
 
@@ -111,16 +112,15 @@ class Runner:
             warn(f"{path} is damaged ({why}); recomputing it")
         result.damaged.extend(path for path, _ in status.damaged)
         result.reused.extend(f"{exp.name}/{name}" for name in status.reused)
-        state = exp.state()
-        state["result_sha256"].update(status.sha256)
-        records.write_state(self.out, state, self.shard)
+        record, written = ExperimentRecord.from_plan(exp), dict(status.sha256)
+        record.with_results(written).write(self.out, self.shard)
         # The models load here, before the progress bar: a model that cannot load is one line.
         methods = [self.method(plan, [exp.condition(name) for name in chunk.conditions]) for chunk in status.pending]
         decode = self.resources.tokenizer(sorted(plan.models)).decode
         total = sum(len(chunk.conditions) for chunk in status.pending) * len(exp.my_examples())
         with tqdm(total=total, desc=exp.name, unit="row", disable=not self.progress or total == 0, leave=False) as bar:
             for chunk, method in zip(status.pending, methods):
-                self.compute(exp, chunk, method, decode, state, bar, result)
+                self.compute(exp, chunk, method, decode, record, written, bar, result)
 
     def method(self, plan: RunPlan, chunk: list[Condition]) -> ChunkMethod:
         """How a chunk's conditions are computed, on the run's models: one Grafter with every
@@ -130,10 +130,19 @@ class Runner:
         return method_for(self.resources, first, plan.models[first.recipient].tied, 0 if pad is None else pad, donors)
 
     def compute(
-        self, exp: ExperimentPlan, chunk: Chunk, method: ChunkMethod, decode, state: dict, bar, result: RunResult
+        self,
+        exp: ExperimentPlan,
+        chunk: Chunk,
+        method: ChunkMethod,
+        decode,
+        record: ExperimentRecord,
+        written: dict[str, str],
+        bar,
+        result: RunResult,
     ) -> None:
-        """One chunk: its conditions computed together, its pending ones written (and the state
-        file after each, so that an interrupted run keeps what it finished)."""
+        """One chunk: its conditions computed together, its pending ones written (and the
+        experiment's record after each, with `written`, the sha256 of its result files so far,
+        which this adds to: an interrupted run keeps what it finished)."""
         conditions = [exp.condition(name) for name in chunk.conditions]
         # A shard can be left without batches when N exceeds their number.
         rows = compute_chunk(method, exp.name, conditions, exp.my_batches(), decode, bar)
@@ -144,8 +153,8 @@ class Runner:
             rows[cond.name].sort(key=lambda r: order[r["example_id"]])  # dataset order
             path = records.condition_file(self.out, exp.name, cond.name, self.shard)
             fingerprint = exp.fingerprints[cond.name]
-            state["result_sha256"][path.name] = records.write_condition(path, rows[cond.name], fingerprint)
-            records.write_state(self.out, state, self.shard)
+            written[path.name] = records.write_condition(path, rows[cond.name], fingerprint)
+            record.with_results(written).write(self.out, self.shard)
             result.computed.append(f"{exp.name}/{cond.name}")
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pyarrow as pa
@@ -18,6 +19,7 @@ import pyarrow.parquet as pq
 
 from weightgraft.errors import UserError
 from weightgraft.experiments import records
+from weightgraft.experiments.record import ExperimentRecord
 from weightgraft.runtime import launch_shard
 
 SHARD_RUN_JSON = re.compile(r"run\.shard-(\d+)-of-(\d+)\.json")
@@ -90,54 +92,66 @@ def merge_shards(out: str | Path) -> dict:
 
 
 def merge_experiment(out: Path, name: str, shards: list[tuple[int, int]]) -> None:
-    """One experiment's shard files -> its whole-run result files and state file."""
-    states = []
-    for shard in shards:
-        try:
-            states.append(records.read_state(out, name, shard))
-        except (OSError, ValueError) as err:
-            raise UserError(
-                f"cannot merge {out}: {records.state_file(out, name, shard)} is "
-                f"missing or unreadable ({err}); run shard {shard[0]}/{shard[1]} "
-                "again"
-            ) from err
-    merged = states[0]["merged"]
-    if any(s.get("merged") != merged for s in states):
+    """One experiment's shard files -> its whole-run result files and record."""
+    parts = [shard_record(out, name, shard) for shard in shards]
+    merged = parts[0].merged
+    if merged is None or any(part.merged != merged for part in parts):
         raise UserError(
             f"cannot merge {out}: the shards of experiment {name!r} saw different "
             "examples or models; run every shard again from one config"
         )
-    order = merged["examples"]
-    state = {k: v for k, v in states[0].items() if k not in ("shard", "merged")}
-    state.update(examples=order, result_sha256={}, templates=sorted({t for s in states for t in s["templates"]}))
-    scored = {k: v for s in states for k, v in s.get("scored_after_whitespace", {}).items()}
-    state.pop("scored_after_whitespace", None)
-    if scored:
-        state["scored_after_whitespace"] = {pid: scored[pid] for pid in order if pid in scored}
-    for cond in state["conditions"]:
-        parts = []
-        for shard, shard_state in zip(shards, states):
-            path = records.condition_file(out, name, cond["name"], shard)
-            problem = records.reuse_problem(
-                path,
-                records.stored_fingerprint(path) or "",
-                shard_state["examples"],
-                shard_state["result_sha256"].get(path.name),
-            )
-            if problem is not None:
-                raise UserError(
-                    f"cannot merge {out}: {path} is {problem[0]} {problem[1]}; run "
-                    f"shard {shard[0]}/{shard[1]} again (it recomputes that file)"
-                )
-            parts.append(pq.read_table(path).replace_schema_metadata(None))
-        table = pa.concat_tables(parts)
-        position = {example: i for i, example in enumerate(table.column("example_id").to_pylist())}
-        if sorted(position) != sorted(order) or len(position) != table.num_rows:
+    order = merged.examples
+    scored = {k: v for part in parts for k, v in part.scored_after_whitespace.items()}
+    whole = replace(
+        parts[0],
+        examples=order,
+        templates=tuple(sorted({t for part in parts for t in part.templates})),
+        scored_after_whitespace={pid: scored[pid] for pid in order if pid in scored},
+        shard=None,
+        merged=None,
+    )
+    written = {}
+    for cond in whole.conditions:
+        rows = merged_rows(out, name, cond.name, list(zip(shards, parts)), order)
+        path = records.condition_file(out, name, cond.name)
+        written[path.name] = records.write_condition(path, rows, merged.fingerprints[cond.name])
+    whole.with_results(written).write(out)
+
+
+def shard_record(out: Path, name: str, shard: tuple[int, int]) -> ExperimentRecord:
+    """A shard's record of experiment `name`; a missing or unreadable one is an error naming it."""
+    try:
+        return ExperimentRecord.read(out, name, shard)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
+        raise UserError(
+            f"cannot merge {out}: {records.state_file(out, name, shard)} is "
+            f"missing or unreadable ({err}); run shard {shard[0]}/{shard[1]} "
+            "again"
+        ) from err
+
+
+def merged_rows(
+    out: Path, name: str, condition: str, parts: list[tuple[tuple[int, int], ExperimentRecord]], order: tuple[str, ...]
+) -> list[dict]:
+    """A condition's rows from every shard's result file (each checked against its shard's
+    record), in the experiment's example order."""
+    tables = []
+    for shard, record in parts:
+        path = records.condition_file(out, name, condition, shard)
+        problem = records.reuse_problem(
+            path, records.stored_fingerprint(path) or "", list(record.examples), record.result_sha256.get(path.name)
+        )
+        if problem is not None:
             raise UserError(
-                f"cannot merge {out}: the shards of {name}/{cond['name']} do not "
-                "cover the experiment's examples once each; run the shards again"
+                f"cannot merge {out}: {path} is {problem[0]} {problem[1]}; run "
+                f"shard {shard[0]}/{shard[1]} again (it recomputes that file)"
             )
-        rows = table.take([position[example] for example in order]).to_pylist()
-        path = records.condition_file(out, name, cond["name"])
-        state["result_sha256"][path.name] = records.write_condition(path, rows, merged["fingerprints"][cond["name"]])
-    records.write_state(out, state)
+        tables.append(pq.read_table(path).replace_schema_metadata(None))
+    table = pa.concat_tables(tables)
+    position = {example: i for i, example in enumerate(table.column("example_id").to_pylist())}
+    if sorted(position) != sorted(order) or len(position) != table.num_rows:
+        raise UserError(
+            f"cannot merge {out}: the shards of {name}/{condition} do not "
+            "cover the experiment's examples once each; run the shards again"
+        )
+    return table.take([position[example] for example in order]).to_pylist()

@@ -6,6 +6,7 @@ paper published (`published.py`), and the deviations of this run's conditions fr
 from __future__ import annotations
 
 from weightgraft.data.templates import AUTHORS_PAPER_TEMPLATES, PAPER_TEMPLATES
+from weightgraft.experiments.record import ExperimentRecord
 from weightgraft.experiments.vocabulary import HEADLINE_METRIC
 from weightgraft.paper.published import ANALYSIS_OF_EXPERIMENT, DATASET_OF_KIND, MODELS, published, published_rows
 from weightgraft.reporting.report import count_cell, split_twins
@@ -60,8 +61,8 @@ DEVIATIONS = [
 ]
 
 
-def _ours_header(state: dict) -> str:
-    fidelity = state.get("fidelity", "")
+def _ours_header(record: ExperimentRecord) -> str:
+    fidelity = record.fidelity
     if fidelity in ("authors", "both"):
         return "this model, authors' definition"
     if fidelity == "clean":
@@ -69,11 +70,11 @@ def _ours_header(state: dict) -> str:
     return "this model"
 
 
-def _setting_words(state: dict) -> str:
+def _setting_words(record: ExperimentRecord) -> str:
     """Which head and wording the rows used, in one sentence."""
     words = []
-    tied = state.get("tied_embeddings")
-    if tied is not None and state.get("fidelity") in ("authors", "both"):
+    tied = record.tied_embeddings
+    if tied is not None and record.fidelity in ("authors", "both"):
         words.append(
             "This model ties its unembedding to its embedding, so its authors' rows are scored with "
             "the donor's unembedding exactly where the last token's embedding is grafted, as the "
@@ -83,7 +84,7 @@ def _setting_words(state: dict) -> str:
             "recipient's unembedding, as the published untied model's (Pythia) were; the published "
             "tied models' rows used the donor's where the last token's embedding was grafted."
         )
-    wording = state.get("wording", "clean")
+    wording = record.wording
     texts = AUTHORS_PAPER_TEMPLATES if wording == "authors" else PAPER_TEMPLATES
     plain = {t: texts.get(t, PAPER_TEMPLATES[t]).replace("{entity}", "{first_actor}") for t in PAPER_TEMPLATES}
     shown = ", ".join(f"`{t}` = `{text.replace('[', '').replace(']', '')}`" for t, text in plain.items())
@@ -91,21 +92,21 @@ def _setting_words(state: dict) -> str:
     return " ".join(words)
 
 
-def paper_tables(summary: list[dict], state: dict) -> list[str]:
+def paper_tables(summary: list[dict], record: ExperimentRecord) -> list[str]:
     """`paper vs this model`: per sentence, the four published models' top-5 beside this model's
     row in the authors' definition, and its clean row where the two differ."""
-    analysis = ANALYSIS_OF_EXPERIMENT.get(state["name"])
+    analysis = ANALYSIS_OF_EXPERIMENT.get(record.name)
     if analysis is None:
         return []
     ours = {
         (r["condition"], r["template"]): r
         for r in pooled(summary)
-        if r["experiment"] == state["name"] and r["metric"] == HEADLINE_METRIC
+        if r["experiment"] == record.name and r["metric"] == HEADLINE_METRIC
     }
     published_conditions = list(
         dict.fromkeys(r["condition"] for r in published_rows() if r["analysis"] == analysis.name)
     )
-    names, label, twins = split_twins(state)
+    names, label, twins = split_twins(record)
     order = [*names, *(c for c in published_conditions if c not in names)]
     kinds = ", ".join(f"{k} = {d}" for k, d in DATASET_OF_KIND.items())
     clean_col = ["this model, clean definition"] if twins else []
@@ -117,14 +118,14 @@ def paper_tables(summary: list[dict], state: dict) -> list[str]:
         "model: every fact kind of the run pooled; `–` where the paper has no number"
         + ("; the clean row where it differs from the authors' (`=` where it grafts the same)" if twins else "")
         + ". "
-        + _setting_words(state),
+        + _setting_words(record),
         "",
     ]
     for template, sentence in analysis.sentences.items():
-        if template not in state["templates"]:
+        if template not in record.templates:
             continue
         tag = f"{sentence}, unverified" if sentence in analysis.unverified else sentence
-        head = ["condition", "definition", *MODELS, _ours_header(state), *clean_col]
+        head = ["condition", "definition", *MODELS, _ours_header(record), *clean_col]
         lines += [
             f"Sentence {tag} (`{template}`):",
             "",
@@ -142,27 +143,27 @@ def paper_tables(summary: list[dict], state: dict) -> list[str]:
                 cells.append(count_cell(ours.get((twin, template))) if twin else ("=" if cond in names else "–"))
             lines.append("| " + " | ".join(cells) + " |")
         lines.append("")
-    return lines + kind_paper_table(summary, state, analysis, order)
+    return lines + kind_paper_table(summary, record, analysis, order)
 
 
-def kind_paper_table(summary: list[dict], state: dict, analysis, order: list[str]) -> list[str]:
+def kind_paper_table(summary: list[dict], record: ExperimentRecord, analysis, order: list[str]) -> list[str]:
     """By fact kind: the published datasets of the same kind (mean over the sentences the
     paper reports) beside this model's value for that kind (its sentences pooled), in the
     authors' definition and, where it differs, the clean one."""
-    sentences = [analysis.sentences[t] for t in state["templates"] if t in analysis.sentences]
+    sentences = [analysis.sentences[t] for t in record.templates if t in analysis.sentences]
     ours = {
         (r["condition"], r["fact_kind"]): r
         for r in summary
-        if r["experiment"] == state["name"]
+        if r["experiment"] == record.name
         and r["metric"] == HEADLINE_METRIC
         and r["template"] == ALL
         and r["fact_kind"] != ALL
     }
     kinds = [k for k in DATASET_OF_KIND if any(kind == k for _, kind in ours)]
-    names, label, twins = split_twins(state)
+    names, label, twins = split_twins(record)
     names = set(names)
     clean_col = ["this model, clean definition"] if twins else []
-    head = ["condition", "definition", *MODELS, _ours_header(state), *clean_col]
+    head = ["condition", "definition", *MODELS, _ours_header(record), *clean_col]
     blocks = []
     for kind in kinds:
         dataset = DATASET_OF_KIND[kind]

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from weightgraft.atomic import write_text_atomic
 from weightgraft.experiments.config import parse_config
-from weightgraft.experiments.records import read_state
+from weightgraft.experiments.record import ExperimentRecord
 from weightgraft.paper.estimate import paper_model_name
 from weightgraft.paper.presets import PRESET_NAMES  # noqa: F401  (registers the presets its configs name)
 from weightgraft.paper.published import ANALYSIS_OF_EXPERIMENT, MODELS, published
@@ -32,19 +32,19 @@ def _fmt(value) -> str:
     return "–" if value is None else f"{float(value):.2f}"
 
 
-def paper_vs_run_table(summary: list[dict], state: dict, dataset: str, paper_model: str | None) -> str:
+def paper_vs_run_table(summary: list[dict], record: ExperimentRecord, dataset: str, paper_model: str | None) -> str:
     """Markdown: one row per condition; per sentence the published top-5 beside this run's row
     in the authors' definition (every fact kind pooled) and, where the run has one, its clean
     row. `paper_model` None: the four published models."""
-    analysis = ANALYSIS_OF_EXPERIMENT[state["name"]]
+    analysis = ANALYSIS_OF_EXPERIMENT[record.name]
     ours = {
         (r["condition"], r["template"]): r["value"]
         for r in pooled(summary)
-        if r["experiment"] == state["name"] and r["metric"] == "top5"
+        if r["experiment"] == record.name and r["metric"] == "top5"
     }
-    names, label, twins = split_twins(state)
+    names, label, twins = split_twins(record)
     models = [paper_model] if paper_model else list(MODELS)
-    sentences = [(t, s) for t, s in analysis.sentences.items() if t in state["templates"]]
+    sentences = [(t, s) for t, s in analysis.sentences.items() if t in record.templates]
     head, rule = ["condition", "definition"], ["---", "---"]
     for template, sentence in sentences:
         tag = f"{sentence} (unverified)" if sentence in analysis.unverified else sentence
@@ -62,7 +62,7 @@ def paper_vs_run_table(summary: list[dict], state: dict, dataset: str, paper_mod
             if twins:
                 cells.append(_fmt(ours.get((twins[name], template))) if name in twins else "=")
         lines.append("| " + " | ".join(cells) + " |")
-    lines += ["", f"This run's rows: {state.get('wording', 'clean')} wording of the paper's sentences."]
+    lines += ["", f"This run's rows: {record.wording} wording of the paper's sentences."]
     if twins:
         lines.append(
             "`clean`: the clean definition's row where it differs from the authors' (`=`: it grafts the same)."
@@ -110,17 +110,17 @@ def write_reproduce_report(job, ledger_body: dict) -> Path:
         code = job.options.datasets[0] if hybrid_group else group.name
         config = parse_config(ledger_body["steps"][f"run:{group.name}"]["inputs"]["config"])
         for experiment in config.expanded():
-            state = read_state(group.out, experiment.name)
+            record = ExperimentRecord.read(group.out, experiment.name)
             full = f"[full table](runs/{group.name}/report.md)"
-            lines += ["", f"## {state['title']} ({group.name})", ""]
-            if state["name"] not in ANALYSIS_OF_EXPERIMENT:
+            lines += ["", f"## {record.title} ({group.name})", ""]
+            if record.name not in ANALYSIS_OF_EXPERIMENT:
                 lines.append(f"No published numbers for this analysis; {full}.")
                 continue
             dataset = f"{code}_B" if hybrid_group else code
-            analysis = ANALYSIS_OF_EXPERIMENT[state["name"]].name
+            analysis = ANALYSIS_OF_EXPERIMENT[record.name].name
             lines += [
                 f"Paper vs this run, {analysis} on {dataset} ({full}):",
                 "",
-                paper_vs_run_table(summary, state, dataset, paper_model),
+                paper_vs_run_table(summary, record, dataset, paper_model),
             ]
     return write_text_atomic(out / "report.md", "\n".join(lines) + "\n")

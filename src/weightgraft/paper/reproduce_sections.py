@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from weightgraft.experiments.config import parse_config
+from weightgraft.experiments.record import ExperimentRecord
 from weightgraft.paper.estimate import paper_model_name
 from weightgraft.paper.reproduce_job import PAPER_BATCH, PAPER_EPOCHS, PAPER_FACTS, SETTINGS, Job
 from weightgraft.paper.study import PAPER
@@ -54,8 +55,8 @@ def claims_section(job: Job, group_name: str, steps: dict) -> list[str]:
     if group is None or f"run:{group_name}" not in steps:
         return []
     config = parse_config(steps[f"run:{group_name}"]["inputs"]["config"])
-    names = [e.name for e in config.expanded()]
-    summary = build_summary(Path(group.out), names, config.bootstrap, config.seed, PAPER.asked)
+    experiments = [ExperimentRecord.read(Path(group.out), e.name) for e in config.expanded()]
+    summary = build_summary(Path(group.out), experiments, config.bootstrap, config.seed, PAPER.asked)
     verdict = check_pattern(summary, PAPER.asked.claims)
     lines = verdict_section(summary, verdict, PAPER)
     return [

@@ -18,6 +18,7 @@ import torch.distributed as dist
 from weightgraft.attribution.experiment import run_localize
 from weightgraft.errors import UserError
 from weightgraft.experiments.config import RunConfig, parse_config
+from weightgraft.experiments.record import ExperimentRecord
 from weightgraft.experiments.records import mark_unfinished, replace_other_run, run_folder
 from weightgraft.experiments.runner import RunResult, run_experiments
 from weightgraft.experiments.shards import merge_shards, shard_from_env
@@ -83,12 +84,12 @@ def summarize(config: RunConfig, out: Path, report: bool = True, study: Study = 
     """Build the summary of a run's records once, write its files, decide `study`'s claims on it
     and (unless `report=False`) write the report from both, with `study`'s sections (the paper's
     by default; `reporting.study.NO_STUDY` for none); returns the verdict's checks."""
-    names = [e.name for e in config.expanded()]
-    summary = build_summary(out, names, config.bootstrap, config.seed, study.asked)
+    experiments = [ExperimentRecord.read(out, e.name) for e in config.expanded()]
+    summary = build_summary(out, experiments, config.bootstrap, config.seed, study.asked)
     summary.write(out)
     verdict = check_pattern(summary, study.asked.claims)
     if report:
-        write_report(out, summary, verdict, study)
+        write_report(out, summary, verdict, study, experiments)
     return verdict.checks
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from weightgraft.experiments.record import ConditionRecord, ExperimentRecord
 from weightgraft.experiments.vocabulary import DECISION_METRICS
 from weightgraft.reporting.summary import SummaryRow, by_condition
 
@@ -51,15 +52,15 @@ def estimates(table: dict, name: str, metrics=DECISION_METRICS) -> Estimates:
     return out
 
 
-def references(state: dict) -> dict[str, str]:
+def references(record: ExperimentRecord) -> dict[str, str]:
     """role (recipient, donor, component) -> condition name: by `meta.reference` (a reference of
     one layer left out), else the recipient alone and the donor alone by their shorthand names."""
     out = {}
-    for cond in state["conditions"]:
-        role = cond["meta"].get("reference")
-        if role and role not in out and "layer" not in cond["meta"]:
-            out[role] = cond["name"]
-    names = [c["name"] for c in state["conditions"]]
+    for cond in record.conditions:
+        role = cond.meta.get("reference")
+        if role and role not in out and "layer" not in cond.meta:
+            out[role] = cond.name
+    names = [c.name for c in record.conditions]
     for role, known in REFERENCE_NAMES.items():
         if role not in out:
             found = [n for n in names if n in known]
@@ -68,31 +69,29 @@ def references(state: dict) -> dict[str, str]:
     return out
 
 
-def layer_whole_names(state: dict, components: str) -> dict[int, str]:
+def layer_whole_names(record: ExperimentRecord, components: str) -> dict[int, str]:
     """layer -> the `reference: component` row of `components` in that one layer (every head):
     the scope a head and its complement make up."""
     return {
-        c["meta"]["layer"]: c["name"]
-        for c in state["conditions"]
-        if c["meta"].get("reference") == "component"
-        and "layer" in c["meta"]
-        and c["meta"].get("components", "") == components
+        c.meta["layer"]: c.name
+        for c in record.conditions
+        if c.meta.get("reference") == "component" and "layer" in c.meta and c.meta.get("components", "") == components
     }
 
 
-def controls_of(state: dict) -> dict[str, dict[str, list[str]]]:
+def controls_of(record: ExperimentRecord) -> dict[str, dict[str, list[str]]]:
     """controlled condition -> {"random": [names], "complement": [names]}."""
     out: dict[str, dict[str, list[str]]] = {}
-    for cond in state["conditions"]:
-        meta = cond["meta"]
+    for cond in record.conditions:
+        meta = cond.meta
         if meta.get("control") in ("random", "complement") and "of" in meta:
-            out.setdefault(meta["of"], {"random": [], "complement": []})[meta["control"]].append(cond["name"])
+            out.setdefault(meta["of"], {"random": [], "complement": []})[meta["control"]].append(cond.name)
     return out
 
 
-def _main_rows(state: dict, key: str, value: str) -> list[dict]:
+def _main_rows(record: ExperimentRecord, key: str, value: str) -> list[ConditionRecord]:
     """The conditions whose meta has `key: value` and that are not controls."""
-    return [c for c in state["conditions"] if c["meta"].get(key) == value and "control" not in c["meta"]]
+    return [c for c in record.conditions if c.meta.get(key) == value and "control" not in c.meta]
 
 
 @dataclass(frozen=True)
@@ -174,24 +173,24 @@ def _minus(a: float | None, b: float | None) -> float | None:
     return None if a is None or b is None or not (math.isfinite(a) and math.isfinite(b)) else a - b
 
 
-def head_maps(rows: list[SummaryRow], state: dict) -> list[HeadMap]:
+def head_maps(rows: list[SummaryRow], record: ExperimentRecord) -> list[HeadMap]:
     """One map per component set of the experiment's `grain: head` rows."""
-    cells = _main_rows(state, "grain", "head")
+    cells = _main_rows(record, "grain", "head")
     if not cells:
         return []
-    table, controls = by_condition(rows, state["name"]), controls_of(state)
-    refs = {role: estimates(table, name) for role, name in references(state).items()}
+    table, controls = by_condition(rows, record.name), controls_of(record)
+    refs = {role: estimates(table, name) for role, name in references(record).items()}
     out = []
-    for comps in dict.fromkeys(c["meta"].get("components", "") for c in cells):
-        mine = [c for c in cells if c["meta"].get("components", "") == comps]
+    for comps in dict.fromkeys(c.meta.get("components", "") for c in cells):
+        mine = [c for c in cells if c.meta.get("components", "") == comps]
         out.append(
             HeadMap(
                 comps,
-                sorted({c["meta"]["layer"] for c in mine}),
-                sorted({c["meta"]["head"] for c in mine}),
-                {(c["meta"]["layer"], c["meta"]["head"]): controlled(table, c["name"], controls) for c in mine},
+                sorted({c.meta["layer"] for c in mine}),
+                sorted({c.meta["head"] for c in mine}),
+                {(c.meta["layer"], c.meta["head"]): controlled(table, c.name, controls) for c in mine},
                 refs,
-                {layer: estimates(table, name) for layer, name in layer_whole_names(state, comps).items()},
+                {layer: estimates(table, name) for layer, name in layer_whole_names(record, comps).items()},
             )
         )
     return out
@@ -221,25 +220,23 @@ def _rank_order(rank) -> float:
     return math.inf if rank == "full" else float(rank)
 
 
-def curves(rows: list[SummaryRow], state: dict, kind: str) -> list[Curve]:
+def curves(rows: list[SummaryRow], record: ExperimentRecord, kind: str) -> list[Curve]:
     """The experiment's `shape: kind` rows (kind "rank" or "scale"), one curve per series."""
-    points = _main_rows(state, "shape", kind)
+    points = _main_rows(record, "shape", kind)
     if not points:
         return []
-    table, controls = by_condition(rows, state["name"]), controls_of(state)
-    refs = {role: estimates(table, name) for role, name in references(state).items()}
+    table, controls = by_condition(rows, record.name), controls_of(record)
+    refs = {role: estimates(table, name) for role, name in references(record).items()}
     order = _rank_order if kind == "rank" else float
     out = []
-    for series in dict.fromkeys(p["meta"].get("series", "") for p in points):
-        mine = sorted(
-            (p for p in points if p["meta"].get("series", "") == series), key=lambda p: order(p["meta"][kind])
-        )
+    for series in dict.fromkeys(p.meta.get("series", "") for p in points):
+        mine = sorted((p for p in points if p.meta.get("series", "") == series), key=lambda p: order(p.meta[kind]))
         out.append(
             Curve(
                 kind,
                 series,
-                [p["meta"][kind] for p in mine],
-                [controlled(table, p["name"], controls) for p in mine],
+                [p.meta[kind] for p in mine],
+                [controlled(table, p.name, controls) for p in mine],
                 refs,
             )
         )

@@ -16,6 +16,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
+from weightgraft.experiments.record import ExperimentRecord  # noqa: E402
 from weightgraft.experiments.vocabulary import DECISION_METRICS, METRIC_WORDS  # noqa: E402
 from weightgraft.reporting.figure_files import save_figure  # noqa: E402
 from weightgraft.reporting.finer import Curve, HeadMap, curves, head_maps  # noqa: E402
@@ -129,13 +130,13 @@ def curve_figure(curve: Curve, title: str) -> Figure:
     return fig
 
 
-def finer_plots(rows: list[SummaryRow], state: dict, folder: Path) -> list[Path]:
+def finer_plots(rows: list[SummaryRow], record: ExperimentRecord, folder: Path) -> list[Path]:
     """Every finer plot of one experiment (none when it has no finer rows)."""
-    name, title = state["name"], state["title"]
+    name, title = record.name, record.title
     paths: list[Path] = []
-    for i, grid in enumerate(head_maps(rows, state)):
+    for i, grid in enumerate(head_maps(rows, record)):
         paths += save_figure(head_figure(grid, title), folder / f"{name}_heads{'' if i == 0 else f'_{i}'}")
     for kind, stem in (("rank", "rank"), ("scale", "dose")):
-        for i, curve in enumerate(curves(rows, state, kind)):
+        for i, curve in enumerate(curves(rows, record, kind)):
             paths += save_figure(curve_figure(curve, title), folder / f"{name}_{stem}{'' if i == 0 else f'_{i}'}")
     return paths

@@ -7,6 +7,7 @@ the paper."""
 
 from __future__ import annotations
 
+from weightgraft.experiments.record import ExperimentRecord
 from weightgraft.experiments.vocabulary import DECISION_METRICS, METRIC_WORDS
 from weightgraft.reporting.decision import Decision, Outcome, combine, decide
 from weightgraft.reporting.finer import (
@@ -203,17 +204,17 @@ def dose_sentence(curve: Curve) -> str:
     return text
 
 
-def experiment_finer(rows: list[SummaryRow], state: dict) -> list[str]:
+def experiment_finer(rows: list[SummaryRow], record: ExperimentRecord) -> list[str]:
     """The finer tables and sentences of one experiment (nothing when it has no finer rows)."""
     lines: list[str] = []
-    for grid in head_maps(rows, state):
+    for grid in head_maps(rows, record):
         lines += [f"### {grid.components} per head (layer x head)", "", EXTENSION_NOTE, "", head_sentence(grid), ""]
         lines += head_table(grid) + [""]
-    for curve in curves(rows, state, "rank"):
+    for curve in curves(rows, record, "rank"):
         full = next((p.values for x, p in zip(curve.xs, curve.points) if x == "full"), None)
         lines += [f"### {curve.series} by rank of the change", "", EXTENSION_NOTE, "", rank_sentence(curve), ""]
         lines += curve_table(curve, full, "reaches full?") + [""]
-    for curve in curves(rows, state, "scale"):
+    for curve in curves(rows, record, "scale"):
         lines += [f"### {curve.series} dose-response", "", EXTENSION_NOTE, "", dose_sentence(curve), ""]
         lines += curve_table(curve, curve.refs.get("recipient"), "above the recipient?") + [""]
     return lines

@@ -12,6 +12,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from weightgraft.experiments.record import ExperimentRecord  # noqa: E402
 from weightgraft.reporting.figure_files import save_figure  # noqa: E402
 from weightgraft.reporting.finer import plain_row  # noqa: E402
 from weightgraft.reporting.finer_plots import finer_plots  # noqa: E402
@@ -43,25 +44,25 @@ def _finish(fig, ax, labels, title, ylabel):
     fig.subplots_adjust(bottom=0.32, top=0.9, left=0.08, right=0.97)
 
 
-def bar_chart(summary: list[dict], state: dict, stem: Path) -> list[Path]:
+def bar_chart(summary: list[dict], record: ExperimentRecord, stem: Path) -> list[Path]:
     """Grouped bars: one group per condition, one bar per headline metric."""
-    table = by_condition(summary, state["name"])
-    names = [c["name"] for c in state["conditions"] if plain_row(c["meta"])]
-    metrics = state["headline"]
+    table = by_condition(summary, record.name)
+    names = [c.name for c in record.conditions if plain_row(c.meta)]
+    metrics = record.headline
     width = 0.8 / len(metrics)
     fig, ax = plt.subplots(figsize=(max(6, 0.55 * len(names) + 2), 4.2))
     for m, metric in enumerate(metrics):
         xs = [i + (m - (len(metrics) - 1) / 2) * width for i in range(len(names))]
         _bars(ax, xs, [table.get((n, metric)) for n in names], width, metric, f"C{m}")
-    _finish(fig, ax, names, state["title"], "accuracy")
+    _finish(fig, ax, names, record.title, "accuracy")
     return save_figure(fig, stem)
 
 
-def paired_chart(summary: list[dict], state: dict, stem: Path) -> list[Path]:
+def paired_chart(summary: list[dict], record: ExperimentRecord, stem: Path) -> list[Path]:
     """Weight grafting vs activation patching at the same positions and layers."""
-    table = by_condition(summary, state["name"])
-    metric = state["headline"][0]
-    pairs = [c["name"].removeprefix("graft ") for c in state["conditions"] if c["name"].startswith("graft ")]
+    table = by_condition(summary, record.name)
+    metric = record.headline[0]
+    pairs = [c.name.removeprefix("graft ") for c in record.conditions if c.name.startswith("graft ")]
     fig, ax = plt.subplots(figsize=(max(6, 0.7 * len(pairs) + 2), 4.2))
     idx = range(len(pairs))
     _bars(ax, [i - 0.2 for i in idx], [table.get((f"graft {w}", metric)) for w in pairs], 0.4, "weight grafting", "C0")
@@ -73,26 +74,26 @@ def paired_chart(summary: list[dict], state: dict, stem: Path) -> list[Path]:
         if row and row["value"] is not None:
             ax.axhline(row["value"], linestyle=style, color="gray", linewidth=1)
             ax.text(len(pairs) - 0.5, row["value"], f" {name}", va="center", fontsize=8)
-    _finish(fig, ax, pairs, state["title"], metric)
+    _finish(fig, ax, pairs, record.title, metric)
     return save_figure(fig, stem)
 
 
-def heatmaps(summary: list[dict], state: dict, stem: Path) -> list[Path]:
+def heatmaps(summary: list[dict], record: ExperimentRecord, stem: Path) -> list[Path]:
     """One heatmap per swept position: component sets (rows) x layer bands (columns)."""
-    table = by_condition(summary, state["name"])
-    metric = state["headline"][0]
-    sweep = [c for c in state["conditions"] if c["meta"].get("sweep_at")]
-    positions = list(dict.fromkeys(c["meta"]["sweep_at"] for c in sweep))
+    table = by_condition(summary, record.name)
+    metric = record.headline[0]
+    sweep = [c for c in record.conditions if c.meta.get("sweep_at")]
+    positions = list(dict.fromkeys(c.meta["sweep_at"] for c in sweep))
     fig, axes = plt.subplots(1, len(positions), figsize=(1.5 + 3.6 * len(positions), 3.6), squeeze=False)
     for ax, at in zip(axes[0], positions):
-        cells = [c for c in sweep if c["meta"]["sweep_at"] == at]
-        comps = list(dict.fromkeys(c["meta"]["components"] for c in cells))
-        bands = list(dict.fromkeys(c["meta"]["band"] for c in cells))
+        cells = [c for c in sweep if c.meta["sweep_at"] == at]
+        comps = list(dict.fromkeys(c.meta["components"] for c in cells))
+        bands = list(dict.fromkeys(c.meta["band"] for c in cells))
         grid = [[float("nan")] * len(bands) for _ in comps]
         for c in cells:
-            row = table.get((c["name"], metric))
+            row = table.get((c.name, metric))
             if row and row["value"] is not None:
-                grid[comps.index(c["meta"]["components"])][bands.index(c["meta"]["band"])] = row["value"]
+                grid[comps.index(c.meta["components"])][bands.index(c.meta["band"])] = row["value"]
         image = ax.imshow(grid, vmin=0, vmax=1, cmap="viridis", aspect="auto")
         for i in range(len(comps)):
             for j in range(len(bands)):
@@ -111,15 +112,15 @@ def heatmaps(summary: list[dict], state: dict, stem: Path) -> list[Path]:
         ax.set_title(f"{metric}: band grafted at {at}", fontsize=9)
     fig.subplots_adjust(left=0.16, right=0.88, bottom=0.2, top=0.84, wspace=0.08)
     fig.colorbar(image, ax=axes[0].tolist(), shrink=0.8)
-    fig.suptitle(state["title"], fontsize=10)
+    fig.suptitle(record.title, fontsize=10)
     return save_figure(fig, stem)
 
 
-def plot_experiment(summary: list[dict], state: dict, folder: Path) -> list[Path]:
-    stem = folder / state["name"]
-    if state["plot"] == "paired":
-        return paired_chart(summary, state, stem)
-    paths = bar_chart(summary, state, stem)
-    if any(c["meta"].get("sweep_at") for c in state["conditions"]):
-        paths += heatmaps(summary, state, folder / f"{state['name']}_heatmap")
-    return paths + finer_plots(summary, state, folder)
+def plot_experiment(summary: list[dict], record: ExperimentRecord, folder: Path) -> list[Path]:
+    stem = folder / record.name
+    if record.plot == "paired":
+        return paired_chart(summary, record, stem)
+    paths = bar_chart(summary, record, stem)
+    if any(c.meta.get("sweep_at") for c in record.conditions):
+        paths += heatmaps(summary, record, folder / f"{record.name}_heatmap")
+    return paths + finer_plots(summary, record, folder)

@@ -16,7 +16,7 @@ import markdown
 
 from weightgraft.atomic import write_text_atomic
 from weightgraft.experiments.components import describe
-from weightgraft.experiments.records import read_state
+from weightgraft.experiments.record import ConditionRecord, ExperimentRecord, GraftRecord
 from weightgraft.experiments.vocabulary import CLEAN_SUFFIX, METRIC_WORDS, SUMMARY_METRICS
 from weightgraft.reporting.finer import plain_row
 from weightgraft.reporting.finer_section import experiment_finer
@@ -44,21 +44,19 @@ def _cell(row: SummaryRow | None, ci: bool = True) -> str:
     return f"{row['value']:.3f} [{row['ci_low']:.2f}, {row['ci_high']:.2f}]"
 
 
-def experiment_table(summary: list[SummaryRow], state: dict, metrics=None, ci: bool = True) -> str:
+def experiment_table(summary: list[SummaryRow], record: ExperimentRecord, metrics=None, ci: bool = True) -> str:
     """Markdown table of one experiment over all templates: condition x metric (value [CI])."""
     metrics = list(metrics or SUMMARY_METRICS)
-    rows = by_condition(summary, state["name"])
-    head, rule = _definition_head(state)
+    rows = by_condition(summary, record.name)
+    head, rule = _definition_head(record)
     lines = [f"| condition |{head} n | " + " | ".join(metrics) + " |", f"|---|{rule}---:|" + "---:|" * len(metrics)]
-    for cond in state["conditions"]:
-        first = rows.get((cond["name"], metrics[0]))
+    for cond in record.conditions:
+        first = rows.get((cond.name, metrics[0]))
         n = first["n"] if first else 0
         if first and first.get("n_facts") is not None:
             n = f"{n} ({first['n_facts']} facts)"
-        cells = [_cell(rows.get((cond["name"], m)), ci) for m in metrics]
-        lines.append(
-            f"| {escape_text(cond['name'])} |{_definition_cell(state, cond)} {n} | " + " | ".join(cells) + " |"
-        )
+        cells = [_cell(rows.get((cond.name, m)), ci) for m in metrics]
+        lines.append(f"| {escape_text(cond.name)} |{_definition_cell(record, cond)} {n} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -68,46 +66,46 @@ def count_cell(row: SummaryRow | None) -> str:
     return f"{row['value']:.2f} (n={row['n']})"
 
 
-def _definition_head(state: dict) -> tuple[str, str]:
+def _definition_head(record: ExperimentRecord) -> tuple[str, str]:
     """The `definition` column's header and rule, for experiments whose rows are labelled."""
-    return (" definition |", "---|") if any(c.get("fidelity") for c in state["conditions"]) else ("", "")
+    return (" definition |", "---|") if record.labelled else ("", "")
 
 
-def _definition_cell(state: dict, cond: dict) -> str:
-    return f" {cond.get('fidelity', '')} |" if any(c.get("fidelity") for c in state["conditions"]) else ""
+def _definition_cell(record: ExperimentRecord, cond: ConditionRecord) -> str:
+    return f" {cond.fidelity} |" if record.labelled else ""
 
 
-def template_table(summary: list[SummaryRow], state: dict) -> str:
-    metric = state["headline"][0]
+def template_table(summary: list[SummaryRow], record: ExperimentRecord) -> str:
+    metric = record.headline[0]
     rows = {
         (r["condition"], r["template"]): r
         for r in pooled(summary)
-        if r["experiment"] == state["name"] and r["metric"] == metric
+        if r["experiment"] == record.name and r["metric"] == metric
     }
-    templates = [*state["templates"], ALL]
-    head, rule = _definition_head(state)
+    templates = [*record.templates, ALL]
+    head, rule = _definition_head(record)
     lines = [
         f"| condition ({metric}) |{head} " + " | ".join(templates) + " |",
         f"|---|{rule}" + "---:|" * len(templates),
     ]
-    for cond in state["conditions"]:
-        cells = [count_cell(rows.get((cond["name"], t))) for t in templates]
-        lines.append(f"| {escape_text(cond['name'])} |{_definition_cell(state, cond)} " + " | ".join(cells) + " |")
+    for cond in record.conditions:
+        cells = [count_cell(rows.get((cond.name, t))) for t in templates]
+        lines.append(f"| {escape_text(cond.name)} |{_definition_cell(record, cond)} " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
-def fact_kind_table(summary: list[SummaryRow], state: dict) -> str:
+def fact_kind_table(summary: list[SummaryRow], record: ExperimentRecord) -> str:
     """Headline metric per fact kind (every template pooled); empty when kinds are unknown."""
-    metric = state["headline"][0]
+    metric = record.headline[0]
     rows = {
         (r["condition"], r["fact_kind"]): r
         for r in summary
-        if r["experiment"] == state["name"] and r["metric"] == metric and r["template"] == ALL and r["fact_kind"] != ALL
+        if r["experiment"] == record.name and r["metric"] == metric and r["template"] == ALL and r["fact_kind"] != ALL
     }
     kinds = sorted({k for _, k in rows})
     if not kinds:
         return ""
-    head, rule = _definition_head(state)
+    head, rule = _definition_head(record)
     lines = [
         f"| condition ({metric}, by fact kind) |{head} " + " | ".join(kinds) + " | ALL |",
         f"|---|{rule}" + "---:|" * (len(kinds) + 1),
@@ -115,26 +113,27 @@ def fact_kind_table(summary: list[SummaryRow], state: dict) -> str:
     everything = {
         r["condition"]: r
         for r in pooled(summary)
-        if r["experiment"] == state["name"] and r["metric"] == metric and r["template"] == ALL
+        if r["experiment"] == record.name and r["metric"] == metric and r["template"] == ALL
     }
-    for cond in state["conditions"]:
-        cells = [count_cell(rows.get((cond["name"], k))) for k in kinds]
-        cells.append(count_cell(everything.get(cond["name"])))
-        lines.append(f"| {escape_text(cond['name'])} |{_definition_cell(state, cond)} " + " | ".join(cells) + " |")
+    for cond in record.conditions:
+        cells = [count_cell(rows.get((cond.name, k))) for k in kinds]
+        cells.append(count_cell(everything.get(cond.name)))
+        lines.append(f"| {escape_text(cond.name)} |{_definition_cell(record, cond)} " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
-def split_twins(state: dict) -> tuple[list[str], dict[str, str], dict[str, str]]:
+def split_twins(record: ExperimentRecord) -> tuple[list[str], dict[str, str], dict[str, str]]:
     """(the rows without their clean twins, each row's fidelity label, authors' row -> its clean
     twin where the run has one)."""
-    names = [c["name"] for c in state["conditions"]]
-    label = {c["name"]: c.get("fidelity", "") for c in state["conditions"]}
+    names = [c.name for c in record.conditions]
+    label = {c.name: c.fidelity for c in record.conditions}
     plain = [n for n in names if not n.endswith(CLEAN_SUFFIX)]
     twins = {n: n + CLEAN_SUFFIX for n in plain if n + CLEAN_SUFFIX in label}
     return plain, label, twins
 
 
-def _layers_text(indices: list[int], num_layers: int) -> str:
+def _layers_text(indices: tuple[int, ...], num_layers: int) -> str:
+    indices = list(indices)
     if indices == list(range(num_layers)):
         return f"all {num_layers} layers"
     if len(indices) == 1:
@@ -144,67 +143,65 @@ def _layers_text(indices: list[int], num_layers: int) -> str:
     return "layers " + ", ".join(map(str, indices))
 
 
-def layers_used(state: dict) -> str:
+def layers_used(record: ExperimentRecord) -> str:
     """Every named band the experiment's grafts use, with the concrete layers it meant here."""
     seen = {}
-    for cond in state["conditions"]:
-        for graft in cond["grafts"]:
-            if isinstance(graft["layers"], str) and "layer_indices" in graft:
-                seen[graft["layers"]] = graft["layer_indices"]
+    for cond in record.conditions:
+        for graft in cond.grafts:
+            if isinstance(graft.layers, str) and graft.layer_indices is not None:
+                seen[graft.layers] = graft.layer_indices
     if not seen:
         return ""
-    parts = [f"`{band}` = {_layers_text(idx, state['num_layers'])}" for band, idx in seen.items()]
-    return f"Layers used (of {state['num_layers']}): " + "; ".join(parts) + "."
+    parts = [f"`{band}` = {_layers_text(idx, record.num_layers)}" for band, idx in seen.items()]
+    return f"Layers used (of {record.num_layers}): " + "; ".join(parts) + "."
 
 
-def na_notes(summary: list[SummaryRow], state: dict) -> list[str]:
+def na_notes(summary: list[SummaryRow], record: ExperimentRecord) -> list[str]:
     notes = []
-    metric = state["headline"][0]
-    for cond in state["conditions"]:
+    metric = record.headline[0]
+    for cond in record.conditions:
         missing = [
             r["template"]
             for r in pooled(summary)
-            if r["experiment"] == state["name"]
-            and r["condition"] == cond["name"]
+            if r["experiment"] == record.name
+            and r["condition"] == cond.name
             and r["metric"] == metric
             and r["template"] != ALL
             and r["n"] == 0
         ]
         if missing:
             notes.append(
-                f"`{cond['name']}` is not applicable to template(s) {', '.join(missing)} "
+                f"`{cond.name}` is not applicable to template(s) {', '.join(missing)} "
                 "(a role it names is absent there): reported as n/a with n=0; its ALL "
                 "value covers the other templates only."
             )
     return notes
 
 
-def _graft_text(graft: dict, num_layers: int) -> str:
+def _graft_text(graft: GraftRecord, num_layers: int) -> str:
     layers = (
-        _layers_text(graft["layer_indices"], num_layers) if "layer_indices" in graft else f"layers {graft['layers']}"
+        _layers_text(graft.layer_indices, num_layers) if graft.layer_indices is not None else f"layers {graft.layers}"
     )
-    return f"{graft['positions']}: {describe(graft['components'])} in {layers} from `{graft['donor']}`"
+    return f"{graft.positions}: {describe(graft.components)} in {layers} from `{graft.donor}`"
 
 
-def _conditions_legend(state: dict) -> str:
+def _conditions_legend(record: ExperimentRecord) -> str:
     lines = []
-    for cond in state["conditions"]:
-        if not plain_row(cond["meta"]):
+    for cond in record.conditions:
+        if not plain_row(cond.meta):
             continue
-        grafts = "; ".join(_graft_text(g, state["num_layers"]) for g in cond["grafts"]) or "no graft"
+        grafts = "; ".join(_graft_text(g, record.num_layers) for g in cond.grafts) or "no graft"
         lines.append(
-            f"- **{escape_text(cond['name'])}**: {escape_text(cond['description'] or 'custom grafts')}; recipient "
-            f"`{cond['recipient']}`; grafts: {grafts}"
+            f"- **{escape_text(cond.name)}**: {escape_text(cond.description or 'custom grafts')}; recipient "
+            f"`{cond.recipient}`; grafts: {grafts}"
         )
-    sweep = [c for c in state["conditions"] if c["meta"].get("sweep_at")]
+    sweep = [c for c in record.conditions if c.meta.get("sweep_at")]
     if sweep:
-        lines.append(
-            f"- plus {len(sweep)} sweep conditions `POSITION BAND COMPONENTS` ({sweep[0]['description']}, ...)"
-        )
-    finer = [c for c in state["conditions"] if not plain_row(c["meta"]) and not c["meta"].get("sweep_at")]
+        lines.append(f"- plus {len(sweep)} sweep conditions `POSITION BAND COMPONENTS` ({sweep[0].description}, ...)")
+    finer = [c for c in record.conditions if not plain_row(c.meta) and not c.meta.get("sweep_at")]
     if finer:
         lines.append(
-            f"- plus {len(finer)} finer-grain conditions and their controls (`{finer[0]['name']}`: {finer[0]['description']}, ...)"
+            f"- plus {len(finer)} finer-grain conditions and their controls (`{finer[0].name}`: {finer[0].description}, ...)"
         )
     return "\n".join(lines)
 
@@ -285,9 +282,16 @@ def _provenance(run: dict) -> list[str]:
     return lines
 
 
-def build_markdown(out: Path, summary: RunSummary, verdict: Verdict, plots: dict[str, list[Path]], study: Study) -> str:
-    """report.md's text: the verdict, the deviations, one section per experiment, the localize
-    results and the provenance (run.json)."""
+def build_markdown(
+    out: Path,
+    summary: RunSummary,
+    verdict: Verdict,
+    plots: dict[str, list[Path]],
+    study: Study,
+    experiments: dict[str, ExperimentRecord],
+) -> str:
+    """report.md's text: the verdict, the deviations, one section per experiment (from its
+    record in `experiments`, by name), the localize results and the provenance (run.json)."""
     run = json.loads((out / "run.json").read_text())
     lines = [
         f"# weightgraft report: {escape_text(run['config']['name'])}",
@@ -305,65 +309,65 @@ def build_markdown(out: Path, summary: RunSummary, verdict: Verdict, plots: dict
     lines += verdict_section(summary, verdict, study)
     lines += study.deviations()
     for name in summary.experiments:
-        lines += experiment_section(summary, read_state(out, name), plots.get(name, []), study)
+        lines += experiment_section(summary, experiments[name], plots.get(name, []), study)
     lines += localize_section(out)
     lines += _provenance(run)
     return "\n".join(lines)
 
 
-def experiment_section(summary: RunSummary, state: dict, plots: list[Path], study: Study) -> list[str]:
+def experiment_section(summary: RunSummary, record: ExperimentRecord, plots: list[Path], study: Study) -> list[str]:
     """One experiment: what it ran, its plots, its tables, the study's own tables (the paper's numbers beside its own),
     its recoveries, not-applicable notes and the conditions' grafts."""
-    name, rows = state["name"], summary.rows
+    name, rows = record.name, summary.rows
     lines = [
-        f"## {escape_text(state['title'])}",
+        f"## {escape_text(record.title)}",
         "",
-        escape_text(state["description"]),
+        escape_text(record.description),
         "",
-        f"Experiment `{name}`: recipient `{state['recipient']}`, donor "
-        f"`{state['donor']}`, dataset `{state['dataset']}`, "
-        f"{len(state['examples'])} prompts over {len(state['templates'])} templates"
+        f"Experiment `{name}`: recipient `{record.recipient}`, donor "
+        f"`{record.donor}`, dataset `{record.dataset}`, "
+        f"{len(record.examples)} prompts over {len(record.templates)} templates"
         + (
-            f" (a seeded subset of {state['available_examples']}, balanced over templates)"
-            if state.get("available_examples", 0) > len(state["examples"])
+            f" (a seeded subset of {record.available_examples}, balanced over templates)"
+            if record.available_examples > len(record.examples)
             else ""
         )
         + ".",
         "",
     ]
-    lines += scored_token_lines(state)
-    used = layers_used(state)
+    lines += scored_token_lines(record)
+    used = layers_used(record)
     if used:
         lines += [used, ""]
     lines += [line for path in plots if path.suffix == ".png" for line in (f"![{path.stem}](plots/{path.name})", "")]
-    lines += [experiment_table(rows, state), "", template_table(rows, state), ""]
-    kinds = fact_kind_table(rows, state)
+    lines += [experiment_table(rows, record), "", template_table(rows, record), ""]
+    kinds = fact_kind_table(rows, record)
     if kinds:
         lines += [kinds, ""]
-    lines += experiment_finer(pooled(rows), state)
-    lines += study.experiment_section(rows, state)
+    lines += experiment_finer(pooled(rows), record)
+    lines += study.experiment_section(rows, record)
     lines += recovery_tables(summary.recoveries, name)
-    lines += [f"- {note}" for note in na_notes(rows, state)]
+    lines += [f"- {note}" for note in na_notes(rows, record)]
     return lines + [
         "",
         '<details markdown="1"><summary>Conditions</summary>',
         "",
-        _conditions_legend(state),
+        _conditions_legend(record),
         "",
         "</details>",
         "",
     ]
 
 
-def scored_token_lines(state: dict) -> list[str]:
+def scored_token_lines(record: ExperimentRecord) -> list[str]:
     """The experiment's prompts whose target's first token is whitespace alone, and which token
-    was scored instead (the state's `scored_after_whitespace`, id -> note); none: no line."""
-    scored = state.get("scored_after_whitespace") or {}
+    was scored instead (the record's `scored_after_whitespace`, id -> note); none: no line."""
+    scored = record.scored_after_whitespace
     if not scored:
         return []
     pid, note = next(iter(scored.items()))
     return [
-        f"Scored token: {len(scored)} of {len(state['examples'])} prompts have a target whose first "
+        f"Scored token: {len(scored)} of {len(record.examples)} prompts have a target whose first "
         "token is whitespace alone (the tokenizer splits the name's leading space off); for them "
         "rank, top-k, `prob` and the prediction score the first target token that carries content, "
         f"the whitespace token teacher-forced before it (the records' `note` says which; e.g. `{pid}`: {note}).",
@@ -371,14 +375,18 @@ def scored_token_lines(state: dict) -> list[str]:
     ]
 
 
-def write_report(out: str | Path, summary: RunSummary, verdict: Verdict, study: Study) -> tuple[Path, Path]:
+def write_report(
+    out: str | Path, summary: RunSummary, verdict: Verdict, study: Study, experiments: list[ExperimentRecord]
+) -> tuple[Path, Path]:
     """Plots, report.md and report.html of the run folder `out` from its summary and verdict
-    (the report decides nothing itself), with `study`'s sections (`reporting.study.NO_STUDY`:
+    (the report decides nothing itself) and the records of its experiments (read once by the
+    caller, who built the summary from them), with `study`'s sections (`reporting.study.NO_STUDY`:
     none); returns the two files' paths."""
     out = Path(out)
     rows = pooled(summary.rows)
-    plots = {name: plot_experiment(rows, read_state(out, name), out / "plots") for name in summary.experiments}
-    text = build_markdown(out, summary, verdict, plots, study)
+    by_name = {record.name: record for record in experiments}
+    plots = {name: plot_experiment(rows, by_name[name], out / "plots") for name in summary.experiments}
+    text = build_markdown(out, summary, verdict, plots, study, by_name)
     md_path = write_text_atomic(out / "report.md", text)
     # The page holds text users wrote and is opened in browsers: only the report's own markup stays live.
     body = sanitize(markdown.markdown(text, extensions=["tables", "fenced_code", "md_in_html"]))

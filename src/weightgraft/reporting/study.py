@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from weightgraft.experiments.record import ExperimentRecord
 from weightgraft.reporting.claims import ClaimSet
 from weightgraft.reporting.summary import RecoveryRow, SummaryRow
 from weightgraft.reporting.verdict import Check
@@ -29,13 +30,13 @@ class Study:
     """asked: the claims to decide on the summary (their reference pairs join recovery.csv) and
     the (experiment, a, b) pairs whose paired tests are the rows of comparisons.csv. explain(check,
     recovery rows): a sentence on where a claim's missing part went, or None.
-    experiment_section(summary rows, experiment state): markdown lines under one experiment's
+    experiment_section(summary rows, experiment record): markdown lines under one experiment's
     tables (e.g. published numbers beside this run's). deviations(): markdown lines after the
     verdict (how the run's conditions differ from the study's)."""
 
     asked: ClaimSet = ClaimSet()
     explain: Callable[[Check, list[RecoveryRow]], str | None] = _no_explanation
-    experiment_section: Callable[[list[SummaryRow], dict], list[str]] = _nothing
+    experiment_section: Callable[[list[SummaryRow], ExperimentRecord], list[str]] = _nothing
     deviations: Callable[[], list[str]] = _nothing
 
 

@@ -36,7 +36,8 @@ from typing import TypedDict, get_type_hints
 import polars as pl
 
 from weightgraft.atomic import write_text_atomic
-from weightgraft.experiments.records import read_condition, read_state
+from weightgraft.experiments.record import ExperimentRecord
+from weightgraft.experiments.records import read_condition
 from weightgraft.reporting.claims import Claim, ClaimSet
 from weightgraft.reporting.experiment_stats import ExperimentStats, experiment_stats, interval_rows, recovery_rows
 from weightgraft.reporting.statistics import ALL, seed_for
@@ -152,17 +153,19 @@ def by_condition(rows: list[SummaryRow], experiment: str) -> dict[tuple[str, str
 
 
 def build_summary(
-    out: Path, experiment_names: list[str], resamples: int, seed: int, asked: ClaimSet = ClaimSet()
+    out: Path, experiments: list[ExperimentRecord], resamples: int, seed: int, asked: ClaimSet = ClaimSet()
 ) -> RunSummary:
-    """The summary of the named experiments from their per-example files in `out`: intervals
+    """The summary of these experiments (their records, read once by the caller) from their
+    per-example files in `out`: intervals
     from `resamples` bootstrap resamples over facts (seeded from `seed` and each experiment's
     name), recoveries against each experiment's references and the reference pairs of
     `asked.claims`, and paired tests of `asked.pairs`. With `resamples` 0 there are no
     intervals: each bound equals the value, and there are no recoveries or comparisons."""
     rows, recoveries, comparisons = [], [], []
-    for name in experiment_names:
-        stats = experiment_statistics(out, name, resamples, seed)
-        rows += labelled(out, name, interval_rows(stats))
+    for record in experiments:
+        name = record.name
+        stats = experiment_statistics(out, record, resamples, seed)
+        rows += labelled(record, interval_rows(stats))
         for base, full in recovery_references(stats, asked.claims):
             recoveries += recovery_rows(stats, base, full)
         comparisons += comparison_rows(stats, [(a, b) for exp, a, b in asked.pairs if exp == name], seed)
@@ -178,10 +181,10 @@ def _defined(rows: list[dict]) -> list:
     return [{k: None if isinstance(v, float) and math.isnan(v) else v for k, v in row.items()} for row in rows]
 
 
-def experiment_statistics(out: Path, name: str, resamples: int, seed: int) -> ExperimentStats:
+def experiment_statistics(out: Path, record: ExperimentRecord, resamples: int, seed: int) -> ExperimentStats:
     """Every condition of one experiment from its per-example files, with one shared resample
     set over facts seeded from the run seed and the experiment's name."""
-    state = read_state(out, name)
+    name = record.name
     columns = [
         "condition",
         "example_id",
@@ -196,21 +199,19 @@ def experiment_statistics(out: Path, name: str, resamples: int, seed: int) -> Ex
     ]
     frame = pl.concat(
         [
-            pl.DataFrame(read_condition(out / "examples" / name / cond["file"]))
-            .with_columns(condition=pl.lit(cond["name"]))
+            pl.DataFrame(read_condition(out / "examples" / name / cond.file))
+            .with_columns(condition=pl.lit(cond.name))
             .select(columns)
-            for cond in state["conditions"]
+            for cond in record.conditions
         ]
     )
-    return experiment_stats(frame, resamples, seed_for(seed, name), name=name, templates=list(state["templates"]))
+    return experiment_stats(frame, resamples, seed_for(seed, name), name=name, templates=list(record.templates))
 
 
-def labelled(out: Path, name: str, rows: list[dict]) -> list[dict]:
-    """The rows with each condition's fidelity and the experiment's wording (from its state)."""
-    state = read_state(out, name)
-    fidelity = {c["name"]: c.get("fidelity", "") for c in state["conditions"]}
-    wording = state.get("wording", "clean")
-    return [dict(row, fidelity=fidelity.get(row["condition"], ""), wording=wording) for row in rows]
+def labelled(record: ExperimentRecord, rows: list[dict]) -> list[dict]:
+    """The rows with each condition's fidelity and the experiment's wording (from its record)."""
+    fidelity = {c.name: c.fidelity for c in record.conditions}
+    return [dict(row, fidelity=fidelity.get(row["condition"], ""), wording=record.wording) for row in rows]
 
 
 def recovery_references(stats: ExperimentStats, claims: tuple[Claim, ...]) -> list[tuple[str, str]]:

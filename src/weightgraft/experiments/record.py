@@ -1,0 +1,354 @@
+"""One typed record per experiment: what a run leaves in `state/<experiment>.json`.
+
+The runner builds it from the experiment's plan (`ExperimentRecord.from_plan`) and writes it
+(`write`) before and after each result file; a merge of shards reads the shards' records and
+writes the whole run's; the summary and the report read it once per experiment (`read`) and
+pass it down. `to_json` is the state file's body exactly (keys in the order the file has them,
+optional keys only when set), so the file's bytes do not depend on whether a record or a dict
+wrote it, and `from_json` reads it back (older files, written before `wording`, `fidelity`,
+`tied_embeddings`, `available_examples` or a graft's `layer_indices`, read with the defaults
+that the report used for them).
+
+A condition's `meta` stays a plain dict: it is the condition language's open set of tags
+(`grain`, `shape`, `reference`, `control`, sweep coordinates, ...), read by name in the report.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from weightgraft.atomic import write_text_atomic
+from weightgraft.experiments.conditions import Condition
+from weightgraft.experiments.plan import concrete_layers
+from weightgraft.experiments.records import slug, state_file
+from weightgraft.experiments.vocabulary import ConditionMethod
+
+if TYPE_CHECKING:
+    from weightgraft.experiments.run_plan import ExperimentPlan
+
+Shard = tuple[int, int]
+
+
+def _optional_list(value: tuple | None) -> list | None:
+    return None if value is None else list(value)
+
+
+@dataclass(frozen=True)
+class GraftRecord:
+    """One graft of a condition, as the report shows it.
+
+    positions: the positions' text (`LT`, `FE+LT`, ...), as written.
+    layers: the layer set as written (a band name, an int, a list of ints).
+    components: the canonical components grafted.
+    donor: the model (or shaped donor) the weights come from.
+    heads, neurons: the units grafted when finer than a component; None: every unit.
+    shape: the shaped donor's fields (`ShapeSpec.to_json`: scale, rank, top); None: the donor itself.
+    random_positions: `{"seed", "draw"}` of a position control's draw; None: positions as written.
+    layer_indices: the concrete layers `layers` meant on the recipient (None in older files):
+    the report writes bands with the layers they covered here.
+    """
+
+    positions: str
+    layers: Any
+    components: tuple[str, ...]
+    donor: str
+    heads: tuple | None = None
+    neurons: tuple | None = None
+    shape: dict | None = None
+    random_positions: dict | None = None
+    layer_indices: tuple[int, ...] | None = None
+
+    def to_json(self) -> dict:
+        """The graft as the state file holds it (`ResolvedGraft.to_json` and its layer_indices)."""
+        body = {"positions": self.positions, "layers": self.layers, "components": list(self.components)}
+        body["donor"] = self.donor
+        optional = {
+            "heads": _optional_list(self.heads),
+            "neurons": _optional_list(self.neurons),
+            "shape": self.shape,
+            "random_positions": self.random_positions,
+            "layer_indices": _optional_list(self.layer_indices),
+        }
+        return body | {k: v for k, v in optional.items() if v is not None}
+
+    @classmethod
+    def from_json(cls, body: dict) -> GraftRecord:
+        tuples = {k: tuple(body[k]) for k in ("heads", "neurons", "layer_indices") if k in body}
+        return cls(
+            body["positions"],
+            body["layers"],
+            tuple(body["components"]),
+            body["donor"],
+            shape=body.get("shape"),
+            random_positions=body.get("random_positions"),
+            **tuples,
+        )
+
+
+@dataclass(frozen=True)
+class ConditionRecord:
+    """One condition of an experiment, resolved on its recipient.
+
+    name: the row's name in every table, plot and summary row.
+    recipient, donor: the model scored and the condition's default donor (keys of the run's models).
+    method: how the donor comes in (`weights` grafted, or `activations` patched).
+    description: what the condition is, in words (the conditions' list of the report).
+    meta: the condition's tags (sweep coordinates, `grain`, `shape`, `reference`, `control`,
+    `of`, ...): how the plots and the finer sections find their rows.
+    grafts: its grafts, with their concrete layers.
+    fidelity: the definition it was computed in (`authors`, `clean`, `authors = clean`); "" outside
+    the paper's presets (the key is then absent from the file).
+    file: its result file's name under `examples/<experiment>/`.
+    """
+
+    name: str
+    recipient: str
+    donor: str
+    method: ConditionMethod
+    description: str
+    meta: dict
+    grafts: tuple[GraftRecord, ...]
+    file: str
+    fidelity: str = ""
+
+    @classmethod
+    def from_condition(cls, cond: Condition, num_layers: int) -> ConditionRecord:
+        """A planned condition, its grafts' layers made concrete on a model of `num_layers`."""
+        grafts = []
+        for body, resolved in zip(cond.to_json()["grafts"], cond.grafts):
+            body["layer_indices"] = concrete_layers(resolved.layers, num_layers)
+            grafts.append(GraftRecord.from_json(body))
+        return cls(
+            cond.name,
+            cond.recipient,
+            cond.donor,
+            ConditionMethod(cond.method),
+            cond.description,
+            dict(cond.meta),
+            tuple(grafts),
+            f"{slug(cond.name)}.parquet",
+            cond.fidelity,
+        )
+
+    def to_json(self) -> dict:
+        """The condition as the state file holds it (`Condition.to_json` and its file)."""
+        body = {
+            "name": self.name,
+            "recipient": self.recipient,
+            "donor": self.donor,
+            "method": self.method.value,
+            "description": self.description,
+            "meta": self.meta,
+            "grafts": [g.to_json() for g in self.grafts],
+        }
+        if self.fidelity:
+            body["fidelity"] = self.fidelity
+        return dict(body, file=self.file)
+
+    @classmethod
+    def from_json(cls, body: dict) -> ConditionRecord:
+        return cls(
+            body["name"],
+            body["recipient"],
+            body["donor"],
+            ConditionMethod(body["method"]),
+            body["description"],
+            dict(body["meta"]),
+            tuple(GraftRecord.from_json(g) for g in body["grafts"]),
+            body["file"],
+            body.get("fidelity", ""),
+        )
+
+
+@dataclass(frozen=True)
+class MergedPlan:
+    """What a shard records of the whole run, so that a merge can check its shards agree.
+
+    examples: every example id of the experiment, in dataset order (the merged files' row order).
+    fingerprints: condition -> the whole run's result fingerprint (the merged files carry it).
+    plan: the digest of the experiment's whole-run plan (`ExperimentPlan.digest`); None in shards
+    written before it was recorded (which still merge with each other).
+    """
+
+    examples: tuple[str, ...]
+    fingerprints: dict[str, str]
+    plan: str | None = None
+
+    def to_json(self) -> dict:
+        body = {"examples": list(self.examples), "fingerprints": dict(self.fingerprints)}
+        return body if self.plan is None else dict(body, plan=self.plan)
+
+    @classmethod
+    def from_json(cls, body: dict) -> MergedPlan:
+        return cls(tuple(body["examples"]), dict(body["fingerprints"]), body.get("plan"))
+
+
+@dataclass(frozen=True)
+class ExperimentRecord:
+    """One experiment of a run, as its state file holds it: what the summary and the report read.
+
+    name: the experiment's name (its files are named after it).
+    title, description: its heading and paragraph in the report (title: the name when unset).
+    dataset, recipient, donor: the keys of its dataset and default models in the run config.
+    headline: the metrics its plots and its per-template tables show (the first one alone there).
+    plot: its chart (`bars`, `heatmap` or `paired`).
+    num_layers: the recipient's layers: the report writes bands as the layers they meant.
+    fidelity: the experiment's definition setting (`authors`, `clean`, `both`; "" unset).
+    wording: the wording of the paper's sentences its prompts used (`clean` or `authors`).
+    tied_embeddings: the recipient ties its unembedding to its embedding (which head scored the
+    authors' rows); None in files written before it was recorded.
+    conditions: every condition, resolved, in the experiment's order.
+    examples: the ids of the examples this process scored (a shard: its share), dataset order.
+    available_examples: how many prompts it could have scored (before `max_examples`).
+    templates: the evaluation templates of its examples, sorted.
+    result_sha256: result file name -> its sha256 when written: a damaged file is recomputed.
+    scored_after_whitespace: example id -> note, for targets scored at a later token than their
+    first (the first is whitespace alone); empty when none (the key is then absent).
+    shard: (I, N) of a shard's record; None for a whole run.
+    merged: a shard's view of the whole run (None for a whole run).
+    """
+
+    name: str
+    title: str
+    description: str
+    dataset: str
+    recipient: str
+    donor: str
+    headline: tuple[str, ...]
+    plot: str
+    num_layers: int
+    conditions: tuple[ConditionRecord, ...]
+    examples: tuple[str, ...]
+    templates: tuple[str, ...]
+    fidelity: str = ""
+    wording: str = "clean"
+    tied_embeddings: bool | None = None
+    available_examples: int = 0
+    result_sha256: dict[str, str] = field(default_factory=dict)
+    scored_after_whitespace: dict[str, str] = field(default_factory=dict)
+    shard: Shard | None = None
+    merged: MergedPlan | None = None
+
+    @property
+    def labelled(self) -> bool:
+        """Whether its rows name their definition (a paper preset's): tables add a column then."""
+        return any(c.fidelity for c in self.conditions)
+
+    @classmethod
+    def from_plan(cls, plan: ExperimentPlan) -> ExperimentRecord:
+        """The record of a planned experiment before any result file is written (no sha256):
+        for a shard, its share of the examples and what the merged files will be."""
+        spec, n = plan.spec, plan.recipient.num_layers
+        mine = plan.my_examples()
+        merged = None
+        if plan.shard is not None:
+            whole = tuple(e.prompt.id for e in plan.examples)
+            merged = MergedPlan(whole, dict(plan.whole_fingerprints), plan.digest())
+        return cls(
+            name=spec.name,
+            title=spec.title or spec.name,
+            description=spec.description,
+            dataset=spec.dataset,
+            recipient=spec.recipient,
+            donor=spec.donor,
+            headline=tuple(spec.headline),
+            plot=spec.plot,
+            num_layers=n,
+            conditions=tuple(ConditionRecord.from_condition(c, n) for c in plan.conditions),
+            examples=tuple(e.prompt.id for e in mine),
+            templates=tuple(sorted({e.prompt.template_id for e in mine})),
+            fidelity=spec.fidelity or "",
+            wording=spec.wording,
+            tied_embeddings=plan.recipient.tied,
+            available_examples=plan.available,
+            scored_after_whitespace={e.prompt.id: e.note for e in mine if e.scored},
+            shard=plan.shard,
+            merged=merged,
+        )
+
+    def with_results(self, sha256: dict[str, str]) -> ExperimentRecord:
+        """The record with these result files' sha256 (a copy: the caller keeps adding to its own)."""
+        return replace(self, result_sha256=dict(sha256))
+
+    def to_json(self) -> dict:
+        """The state file's body, key for key and in its order."""
+        body = {
+            "name": self.name,
+            "title": self.title,
+            "description": self.description,
+            "dataset": self.dataset,
+            "recipient": self.recipient,
+            "donor": self.donor,
+            "headline": list(self.headline),
+            "plot": self.plot,
+            "num_layers": self.num_layers,
+            "fidelity": self.fidelity,
+            "wording": self.wording,
+        }
+        if self.tied_embeddings is not None:
+            body["tied_embeddings"] = self.tied_embeddings
+        body |= {
+            "conditions": [c.to_json() for c in self.conditions],
+            "examples": list(self.examples),
+            "available_examples": self.available_examples,
+            "templates": list(self.templates),
+            "result_sha256": dict(self.result_sha256),
+        }
+        if self.scored_after_whitespace:
+            body["scored_after_whitespace"] = dict(self.scored_after_whitespace)
+        if self.shard is not None:
+            body["shard"] = list(self.shard)
+        if self.merged is not None:
+            body["merged"] = self.merged.to_json()
+        return body
+
+    @classmethod
+    def from_json(cls, body: dict) -> ExperimentRecord:
+        """A state file's body as a record (older files' missing keys take their defaults)."""
+        return cls(
+            name=body["name"],
+            title=body["title"],
+            description=body["description"],
+            dataset=body["dataset"],
+            recipient=body["recipient"],
+            donor=body["donor"],
+            headline=tuple(body["headline"]),
+            plot=body["plot"],
+            num_layers=body["num_layers"],
+            conditions=tuple(ConditionRecord.from_json(c) for c in body["conditions"]),
+            examples=tuple(body["examples"]),
+            templates=tuple(body["templates"]),
+            fidelity=body.get("fidelity", ""),
+            wording=body.get("wording", "clean"),
+            tied_embeddings=body.get("tied_embeddings"),
+            available_examples=body.get("available_examples", 0),
+            result_sha256=dict(body.get("result_sha256", {})),
+            scored_after_whitespace=dict(body.get("scored_after_whitespace") or {}),
+            shard=tuple(body["shard"]) if body.get("shard") else None,
+            merged=MergedPlan.from_json(body["merged"]) if body.get("merged") else None,
+        )
+
+    def dumps(self) -> str:
+        """The state file's text."""
+        return json.dumps(self.to_json(), indent=2)
+
+    def write(self, out: Path, shard: Shard | None = None) -> Path:
+        """Write the record as `state/<name>[.shard-I-of-N].json` in the run folder `out` (atomic)."""
+        return write_text_atomic(state_file(out, self.name, shard), self.dumps())
+
+    @classmethod
+    def read(cls, out: Path, name: str, shard: Shard | None = None) -> ExperimentRecord:
+        """The record of experiment `name` in the run folder `out` (a shard's with `shard`)."""
+        return cls.from_json(json.loads(state_file(out, name, shard).read_text()))
+
+
+def recorded_result_hashes(out: Path, experiment: str, shard: Shard | None = None) -> dict[str, str] | None:
+    """{result file name: sha256} from the experiment's record; None when the state file is
+    missing or unreadable (results are then checked by their page checksums alone)."""
+    try:
+        return ExperimentRecord.read(out, experiment, shard).result_sha256
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
