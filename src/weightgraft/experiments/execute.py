@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import torch
 
-from weightgraft.data.io import load_eval_prompts
 from weightgraft.donors.shaped import ShapedDonor
 from weightgraft.engine.grafter import Grafter
 from weightgraft.errors import UserError
@@ -22,29 +21,21 @@ from weightgraft.experiments.conditions import Condition, ShapeSpec
 from weightgraft.experiments.config import RunConfig
 from weightgraft.experiments.methods import ChunkMethod, Row
 from weightgraft.experiments.metrics import score_rows
-from weightgraft.experiments.models import (
-    fingerprint_model,
-    load_model,
-    load_tokenizer,
-    model_dir,
-    model_file_hashes,
-    vocab_fingerprint,
-)
+from weightgraft.experiments.models import load_model
+from weightgraft.experiments.plan_inputs import PlanInputs
 from weightgraft.experiments.records import Example, na_record, scored_record
 from weightgraft.experiments.roles import NotApplicable
 
 
-class Resources:
-    """The models, tokenizer, grafters and prompts of one run, each loaded once."""
+class Resources(PlanInputs):
+    """The models, tokenizer, grafters and prompts of one run, each loaded once: the plan's
+    inputs (`PlanInputs`) and the weights, which only execution loads."""
 
     def __init__(self, config: RunConfig):
-        self.config = config
+        super().__init__(config)
         self._models: dict[str, torch.nn.Module] = {}
-        self._fingerprints: dict[str, str] = {}
         self._grafters: dict[tuple, object] = {}
         self._shaped: dict[tuple[str, str], ShapedDonor] = {}  # (recipient, model): the donor unshaped
-        self._tokenizer = None
-        self._prompts: dict[str, list] = {}
         self.share_prefixes = True  # False: every row in full (benchmarks compare the two)
 
     def model(self, key: str):
@@ -57,41 +48,6 @@ class Resources:
                 field=f"models.{key}",
             )
         return self._models[key]
-
-    def fingerprint(self, key: str) -> str:
-        if key not in self._fingerprints:
-            self._fingerprints[key] = fingerprint_model(self.config.models[key])
-        return self._fingerprints[key]
-
-    def model_info(self, key: str) -> dict:
-        path = self.config.models[key]
-        return {
-            "path": path,
-            "resolved": str(model_dir(path) or ""),
-            "sha256": self.fingerprint(key),
-            "files": model_file_hashes(path),
-        }  # each file's own sha256
-
-    def tokenizer(self, keys: list[str]):
-        """One tokenizer for the run; every model must share its vocabulary."""
-        if self._tokenizer is None:
-            seen = {}
-            for key in keys:
-                path = self.config.models[key]
-                if path in seen:
-                    continue
-                seen[path] = load_tokenizer(path, self.config.trust_remote_code, f"models.{key}")
-            first_path, first = next(iter(seen.items()))
-            reference = vocab_fingerprint(first)
-            for path, tok in seen.items():
-                if vocab_fingerprint(tok) != reference:
-                    raise UserError(
-                        f"models {first_path!r} and {path!r} have different "
-                        "tokenizers; grafting needs one shared vocabulary, so use "
-                        "finetunes of one base model"
-                    )
-            self._tokenizer = first
-        return self._tokenizer
 
     def donor(self, recipient: str, name: str):
         """A donor by its Grafter name: a model key, or a shaped donor's name `KEY~SHAPE`
@@ -124,11 +80,6 @@ class Resources:
             grafter.share_prefixes = self.share_prefixes
             self._grafters[key] = grafter
         return self._grafters[key]
-
-    def prompts(self, dataset: str) -> list:
-        if dataset not in self._prompts:
-            self._prompts[dataset] = list(load_eval_prompts(self.config.datasets[dataset]))
-        return self._prompts[dataset]
 
 
 def compute_chunk(

@@ -24,9 +24,9 @@ from weightgraft.experiments.components import resolve_for_model
 from weightgraft.experiments.conditions import Condition, ResolvedGraft
 from weightgraft.experiments.config import ExperimentSpec, RunConfig
 from weightgraft.experiments.controls import with_controls
-from weightgraft.experiments.execute import Resources
 from weightgraft.experiments.models import context_length
 from weightgraft.experiments.plan import ModelFacts, concrete_layers, experiment_conditions, select_examples
+from weightgraft.experiments.plan_inputs import PlanInputs
 from weightgraft.experiments.preflight import (
     check_datasets,
     check_distinct_models,
@@ -40,7 +40,7 @@ from weightgraft.experiments.records import Example
 from weightgraft.experiments.run_plan import ExperimentPlan, PlannedModel, RunPlan, Shard
 
 
-def build_plan(config: RunConfig, resources: Resources, shard: Shard | None = None) -> RunPlan:
+def build_plan(config: RunConfig, resources: PlanInputs, shard: Shard | None = None) -> RunPlan:
     """The plan of a run of `config` (of shard I of N when `shard=(I, N)`).
 
     config: a validated run config; resources: where tokenizers, prompts and fingerprints are
@@ -183,7 +183,7 @@ def check_finer(graft: ResolvedGraft, model: PlannedModel, where: str) -> None:
         )
 
 
-def encode_examples(resources: Resources, exp: ExperimentSpec, tokenizer) -> tuple[list[Example], int]:
+def encode_examples(resources: PlanInputs, exp: ExperimentSpec, tokenizer) -> tuple[list[Example], int]:
     """The experiment's examples, encoded, and how many prompts it could have scored."""
     every = resources.prompts(exp.dataset)
     if exp.wording == "authors":
