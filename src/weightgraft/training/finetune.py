@@ -37,7 +37,7 @@ from weightgraft.data.errors import DataError
 from weightgraft.data.io import load_eval_prompts, load_manifest, load_train_texts, read_user_articles
 from weightgraft.pretrained import as_local
 from weightgraft.remote_code import refuse_remote_code
-from weightgraft.runtime import is_main_process, resolve_device
+from weightgraft.runtime import check_device, is_main_process, resolve_device
 from weightgraft.training import TRAINING_RECORD
 from weightgraft.training.batches import PadCollator, TextDataset, encode_texts, labelled_loss
 from weightgraft.training.checkpoints import SealCheckpoints, last_complete_checkpoint
@@ -152,10 +152,11 @@ def _scratch_directory():
 
 
 def _resolve_device(device: str) -> str:
-    device = resolve_device(device)
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise DataError(f"--device {device} asked for, but no CUDA GPU is visible; use --device cpu")
-    return device
+    """`device` made concrete and present here, by the one check (`runtime.check_device`)."""
+    try:
+        return check_device(resolve_device(device), here=True)
+    except ValueError as err:
+        raise DataError(str(err)) from None
 
 
 @contextmanager
