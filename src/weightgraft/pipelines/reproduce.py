@@ -37,7 +37,7 @@ from weightgraft.atomic import (
     remove_entry,
     seal_folder,
 )
-from weightgraft.ledger import Ledger
+from weightgraft.ledger import Ledger, stamp_matches, write_stamp
 from weightgraft.locking import folder_lock, lock_file
 from weightgraft.paper.estimate import PAPER_MODELS, paper_model_name
 from weightgraft.paper.reproduce_job import (
@@ -57,6 +57,10 @@ from weightgraft.paper.reproduce_report import write_reproduce_report
 from weightgraft.pipelines.run import run_all
 from weightgraft.runtime import resolve_device, sha256_file, sha256_json
 from weightgraft.training import TRAINING_RECORD
+
+# A finetune's checkpoints folder holds this stamp: the sha256 of the inputs they were made from
+# (`ledger.stamp_matches`); checkpoints of other inputs are removed, never resumed from.
+CHECKPOINT_STAMP = "inputs_sha256.txt"
 
 
 @dataclass
@@ -263,17 +267,17 @@ class Pipeline:
     def claim_checkpoints(self, ft: FinetuneJob, inputs: dict) -> None:
         """Rank 0: remove checkpoints made from other inputs and stamp the folder with these;
         other ranks wait for that stamp, so that every rank resumes from the same checkpoint."""
-        stamp = ft.checkpoints / "inputs_sha256.txt"
+        stamp = ft.checkpoints / CHECKPOINT_STAMP
         if not self.is_main:
-            while not (stamp.is_file() and stamp.read_text() == sha256_json(inputs)):
+            while not stamp_matches(stamp, inputs):
                 time.sleep(1.0)
             return
-        if ft.checkpoints.exists() and (not stamp.is_file() or stamp.read_text() != sha256_json(inputs)):
+        if ft.checkpoints.exists() and not stamp_matches(stamp, inputs):
             refuse_unstamped_checkpoints(ft)
             self.say(f"  {ft.checkpoints}: checkpoints of other inputs, removed")
             remove_entry(ft.checkpoints.parent, ft.checkpoints.name)
         ft.checkpoints.mkdir(parents=True, exist_ok=True)
-        stamp.write_text(sha256_json(inputs))
+        write_stamp(stamp, inputs)
 
     def finetune_once(self, ft: FinetuneJob, config, general: list[str] | None) -> tuple[dict, list[Path]]:
         """Train `ft` (resuming from its checkpoints); on rank 0, its ledger outputs."""
@@ -347,7 +351,7 @@ REPRODUCE_ENTRIES = ("provenance.json", "report.md", "data", "models", "checkpoi
 
 def refuse_unstamped_checkpoints(ft: FinetuneJob) -> None:
     """A checkpoints folder without weightgraft's stamp holds someone else's files: never deleted."""
-    stamp = ft.checkpoints / "inputs_sha256.txt"
+    stamp = ft.checkpoints / CHECKPOINT_STAMP
     if not stamp.is_file() and is_nonempty_folder(ft.checkpoints):
         raise OutputExistsError(
             f"{ft.checkpoints} holds files weightgraft did not write (it has no {stamp.name}); "
