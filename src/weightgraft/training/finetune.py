@@ -31,6 +31,7 @@ from transformers import (
     Trainer,
     TrainingArguments,
 )
+from transformers.utils import logging as hf_logging
 
 from weightgraft.atomic import atomic_directory, check_whole, refuse_nonempty, remove_entry, write_json
 from weightgraft.data.errors import DataError
@@ -91,8 +92,6 @@ class _EarlyStopping(EarlyStoppingCallback):
     at the end: `_AccuracyTrainer` (or, with checkpoints, Trainer itself) keeps the best epoch."""
 
     def on_train_begin(self, args, state, control, **kwargs):
-        from transformers.utils import logging as hf_logging
-
         callback_logger = hf_logging.get_logger("transformers.trainer_callback")
         level = callback_logger.level
         callback_logger.setLevel(hf_logging.ERROR)
@@ -162,8 +161,6 @@ def _resolve_device(device: str) -> str:
 @contextmanager
 def quiet_loading():
     """transformers without its load report and progress bar (restored after)."""
-    from transformers.utils import logging as hf_logging
-
     verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
