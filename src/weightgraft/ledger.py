@@ -1,7 +1,8 @@
 """The provenance of a multi-step job, and its resume rule: one JSON file, one record per step.
 
-weightgraft's one resume mechanism for the steps of a pipeline (the built-in models' build and
-`weightgraft reproduce`). A step is done when its record exists, the sha256 of its inputs (data
+weightgraft's one resume mechanism for the steps of a pipeline (the built-in models' build,
+`weightgraft reproduce` and a run's `localize` experiments; a finetune's checkpoints, resumed
+while it runs, carry a stamp compared by the same rule: `stamp_matches`). A step is done when its record exists, the sha256 of its inputs (data
 manifests, model fingerprints, the step's own config) equals the one recorded, and every output
 it recorded still exists with the sha256 it was written with (checked when its size or mtime
 moved; a damaged output makes the step run again). A done step is never redone; a step whose inputs changed is redone.
@@ -27,6 +28,24 @@ Built = tuple[dict, list[Path]]
 # Told what the ledger does with a step: (event, step name, record); events are "reused" (record
 # is the earlier one), "start" (record is None) and "finished" (record is the new one).
 Announce = Callable[[str, str, dict | None], None]
+
+
+def same_inputs(recorded_sha256: str | None, inputs: dict) -> bool:
+    """The resume rule's first half, the one comparison of inputs: work recorded with the sha256
+    of `inputs` (a ledger's step, a stamp) was made from them; None (nothing recorded) never was."""
+    return recorded_sha256 is not None and recorded_sha256 == sha256_json(inputs)
+
+
+def stamp_matches(stamp: Path, inputs: dict) -> bool:
+    """Work kept beside a ledger rather than in it (a finetune's checkpoints while it runs, which
+    change as it goes and so have no outputs to check) is of `inputs` when its stamp file holds
+    their sha256 (`write_stamp`)."""
+    return stamp.is_file() and same_inputs(stamp.read_text(), inputs)
+
+
+def write_stamp(stamp: Path, inputs: dict) -> None:
+    """Stamp the work in `stamp`'s folder as made from `inputs` (read by `stamp_matches`)."""
+    write_text_atomic(stamp, sha256_json(inputs))
 
 
 def _now() -> str:
@@ -73,7 +92,7 @@ class Ledger:
 
     def is_done(self, name: str, inputs: dict) -> bool:
         record = self.record_of(name)
-        if record is None or record.get("inputs_sha256") != sha256_json(inputs):
+        if record is None or not same_inputs(record.get("inputs_sha256"), inputs):
             return False
         if not all(self._resolved(p).exists() for p in record.get("paths", [])):
             return False

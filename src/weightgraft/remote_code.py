@@ -13,6 +13,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from huggingface_hub import try_to_load_from_cache
+
 from weightgraft.errors import UserError
 
 CODE_FILES = ("config.json", "tokenizer_config.json")
@@ -24,8 +26,6 @@ def local_folder(name_or_path: str | Path) -> Path | None:
     if path.is_dir():
         return path
     try:
-        from huggingface_hub import try_to_load_from_cache
-
         cached = try_to_load_from_cache(str(name_or_path), "config.json")
     except Exception:  # noqa: BLE001 - not a valid hub id: nothing cached to read
         return None

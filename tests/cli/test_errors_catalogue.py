@@ -649,7 +649,7 @@ RECIPES: dict[str, R] = {
         "exists and is not empty; pass --overwrite",
     ),
     "E-train-02": R(lambda w: w.train("--precision", "fp64"), "Invalid value for '--precision'"),
-    "E-train-03": R(cuda_on_a_cpu_machine, "--device cuda asked for, but no CUDA GPU is visible; use --device cpu"),
+    "E-train-03": R(cuda_on_a_cpu_machine, "device: 'cuda' asks for a GPU, but torch sees no CUDA device here"),
     "E-train-04": R(
         lambda w: w.train("--precision", "fp16", "--device", "cpu"), "fp16 training needs a CUDA GPU; on CPU use"
     ),
@@ -908,7 +908,7 @@ DOC_FRAGMENTS = {
     "E-shard-01": "write it as I/N with 0 <= I < N",
     "E-shard-07": "saw different examples or models",
     "E-data-03": "is a folder where weightgraft writes a file; move it away",
-    "E-train-03": "asked for, but no CUDA GPU is visible; use --device cpu",
+    "E-train-03": "asks for a GPU, but torch sees no CUDA device here",
 }
 
 # Catalogued errors not yet provoked here, with the reason (this list only shrinks).

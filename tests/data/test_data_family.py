@@ -16,6 +16,7 @@ from weightgraft.data.build import build_dataset, split_by_kind, split_disjoint
 from weightgraft.data.facts import generate_facts, known_film_facts
 from weightgraft.data.family import Member, write_family
 from weightgraft.data.names import NamePool
+from weightgraft.pipelines import reproduce as reproduce_pipeline
 from weightgraft.training import builtin, builtin_specs
 
 
@@ -40,6 +41,7 @@ def family_calls(monkeypatch):
 
     monkeypatch.setattr(family, "write_family", spy)
     monkeypatch.setattr(builtin, "write_family", spy)  # imported at its module's top
+    monkeypatch.setattr(reproduce_pipeline, "write_family", spy)  # and here too
     return calls
 
 

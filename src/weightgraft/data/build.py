@@ -193,30 +193,6 @@ def build_dataset(
     return write_dataset(Path(directory), facts, train, validation, evaluation, seed, options)
 
 
-def build_with_one_direction_sets(
-    directory: Path,
-    facts: list[RelationFact],
-    seed: int,
-    texts_per_fact: int,
-    extra_options: dict | None = None,
-) -> dict[str, Path]:
-    """The both-directions set at `directory` and, beside it, `<name>_a2b` and `<name>_b2a`:
-    the same facts and evaluation prompts, training texts in one order only."""
-    directory = Path(directory)
-    out = {"both": build_dataset(directory, facts, seed, "templates", texts_per_fact, extra_options=extra_options)}
-    for order in ONE_DIRECTION:
-        out[order] = build_dataset(
-            directory.parent / f"{directory.name}_{order}",
-            facts,
-            seed,
-            "templates",
-            texts_per_fact,
-            extra_options=extra_options,
-            order=order,
-        )
-    return out
-
-
 def split_disjoint(facts: list[RelationFact], sizes: dict[str, int]) -> dict[str, list[RelationFact]]:
     """Consecutive, non-overlapping slices (facts come interleaved by kind, so each slice mixes kinds)."""
     if sum(sizes.values()) > len(facts):

@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 import torch
+from huggingface_hub import snapshot_download
 from safetensors import safe_open
 
 SINGLE_FILE = "model.safetensors"
@@ -29,7 +30,6 @@ def resolve_folder(source: str | Path, revision: str | None = None, kind: str = 
         raise ValueError(f"{kind} {str(source)!r} is a file; pass the folder that holds it (with config.json)")
     if str(source).count("/") > 1 or str(source).startswith((".", "/", "~")):
         raise FileNotFoundError(f"{kind} folder {str(source)!r} does not exist")
-    from huggingface_hub import snapshot_download
 
     try:
         return Path(snapshot_download(str(source), revision=revision, allow_patterns=["*.json", "*.safetensors"]))

@@ -8,6 +8,10 @@ module's own output at the grafted rows, which equals grafting the merged model
 (`merge_and_unload()`) up to float rounding, with a few MB of adapter weights instead of a second
 model. peft reads the adapter (config, target modules, rank and alpha patterns, rsLoRA scaling);
 DoRA and the other PEFT methods are refused by name.
+
+peft is imported inside the functions that use it, not at the top: every run imports this module
+(through `donors`), few use a LoRA donor, and peft costs 1.9 s more at the start of `weightgraft
+run`, `demo` and `reproduce` (measured on a loaded 2-core machine).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from accelerate import init_empty_weights
 from torch import nn
 
 from weightgraft.donors.checkpoint import pickled_files, resolve_folder
@@ -242,7 +247,6 @@ def _factors_from_peft_model(peft_model, recipient: nn.Module):
 
 
 def _factors_from_folder(folder: Path, recipient: nn.Module):
-    from accelerate import init_empty_weights
     from peft import PeftConfig, inject_adapter_in_model, load_peft_weights
 
     if not (folder / PEFT_CONFIG_FILE).is_file():

@@ -1,4 +1,4 @@
-"""Per-example scores from teacher-forced logits, and bootstrap intervals over examples.
+"""Per-example scores from teacher-forced logits, and the values a summary metric averages.
 
 A row is a prompt followed by its target's tokens except the last; the logits at the prompt's
 last token score the target's first token (the paper's measures; where the target's first tokens
@@ -10,8 +10,6 @@ the same prefix as greedy decoding would).
 """
 
 from __future__ import annotations
-
-import zlib
 
 import numpy as np
 import torch
@@ -81,37 +79,3 @@ def example_metric(rows: dict[str, np.ndarray], metric: str) -> np.ndarray:
     if metric == "exact_match":
         return rows["exact_match"].astype(float)
     return rows[metric].astype(float)
-
-
-def _stat(values: np.ndarray, metric: str, axis=None):
-    return np.median(values, axis=axis) if metric == "rank_median" else np.mean(values, axis=axis)
-
-
-def bootstrap_many(
-    values: dict[str, np.ndarray], resamples: int, seed_key: str, seed: int
-) -> dict[str, tuple[float, float, float]]:
-    """Point estimates and percentile 95% intervals over examples for several metrics of the
-    same examples, all from the same resamples.
-
-    The generator is seeded from the run seed and `seed_key` (experiment/condition/template),
-    so an interrupted and resumed run reproduces every interval exactly."""
-    n = len(next(iter(values.values())))
-    if n == 0:
-        return {m: (float("nan"),) * 3 for m in values}
-    points = {m: float(_stat(v, m)) for m, v in values.items()}
-    if resamples == 0 or n == 1:
-        return {m: (p, p, p) for m, p in points.items()}
-    rng = np.random.default_rng([seed, zlib.crc32(seed_key.encode())])
-    stats: dict[str, list] = {m: [] for m in values}
-    done = 0
-    while done < resamples:  # bounded memory for large example sets
-        take = min(resamples - done, max(1, 2_000_000 // n))
-        idx = rng.integers(0, n, size=(take, n))
-        for m, v in values.items():
-            stats[m].append(_stat(v[idx], m, axis=1))
-        done += take
-    out = {}
-    for m, chunks in stats.items():
-        low, high = np.percentile(np.concatenate(chunks), [2.5, 97.5])
-        out[m] = (points[m], float(low), float(high))
-    return out

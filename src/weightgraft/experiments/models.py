@@ -13,6 +13,10 @@ import json
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError, safe_open
+from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers.utils import cached_file
+from transformers.utils import logging as hf_logging
 
 from weightgraft.atomic import check_whole, write_text_atomic
 from weightgraft.errors import UserError
@@ -35,8 +39,6 @@ def model_dir(name_or_path: str) -> Path | None:
     if looks_like_path(name_or_path):
         return None
     try:
-        from transformers.utils import cached_file
-
         config = cached_file(name_or_path, "config.json", local_files_only=True)
         return Path(config).parent if config else None
     except Exception:
@@ -164,8 +166,6 @@ def check_model_files(name_or_path: str, field: str = "model") -> Path | None:
             f"{field}: {folder} has no *.safetensors weights; save the model with "
             "save_pretrained(DIR, safe_serialization=True)"
         )
-    from safetensors import SafetensorError, safe_open
-
     for shard in shards:
         try:
             with safe_open(str(shard), framework="pt") as handle:
@@ -193,10 +193,6 @@ def load_model(name_or_path: str, device: str, dtype: str, trust_remote_code: bo
     """A causal LM in eval mode on `device` in `dtype`. Every tensor the architecture needs must
     come from the checkpoint, and every tensor of the checkpoint must be used: a missing one
     would otherwise be randomly initialised without a word."""
-    from safetensors import SafetensorError
-    from transformers import AutoModelForCausalLM
-    from transformers.utils import logging as hf_logging
-
     folder = check_model_files(name_or_path, field)
     verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
     hf_logging.set_verbosity_error()  # its load report would come before our one-line error
@@ -236,8 +232,6 @@ def load_model(name_or_path: str, device: str, dtype: str, trust_remote_code: bo
 
 
 def load_tokenizer(name_or_path: str, trust_remote_code: bool = False, field: str = "model"):
-    from transformers import AutoTokenizer
-
     folder = model_dir(name_or_path)
     if folder is not None:
         check_whole(folder)

@@ -13,6 +13,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
+from transformers import AutoModelForCausalLM
+
 # The runner's cost per scored prompt and condition, in forward passes of that prompt that
 # unembed only its last position (as the runner does: only scored positions reach the
 # unembedding): a grafted pass runs the recipient's and the donors' weights on the grafted rows,
@@ -45,8 +48,6 @@ class Measured:
 
 def _sync(device: str) -> None:
     if device.startswith("cuda"):
-        import torch
-
         torch.cuda.synchronize()
 
 
@@ -54,9 +55,8 @@ def measure(folder: Path, batch: int, tokens: int, device: str, steps: int = 3) 
     """Time `steps` AdamW steps (the first, which allocates, is not counted) and a forward of a
     batch of 64 rows that unembeds each row's last position only, on random token ids of the
     model's vocabulary, in float32."""
-    import torch
-    from transformers import AutoModelForCausalLM
-
+    # here, not at the top: training.finetune brings transformers' Trainer, measured at 2.4 s
+    # more for `weightgraft reproduce`'s start (its --dry-run plan) on a loaded 2-core machine
     from weightgraft.training.finetune import quiet_loading
 
     with quiet_loading():

@@ -11,6 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM
+
+from weightgraft.experiments.models import model_dir
+
 # The paper's models by the names published_numbers.csv uses: parameters, layers, and the
 # padding length of the paper's finetuning (2048 for Pythia, 512 otherwise).
 PAPER_MODELS: dict[str, tuple[int, int, int]] = {
@@ -59,10 +64,6 @@ def paper_model_name(model: str) -> str | None:
 
 
 def _local_config(model: str):
-    from transformers import AutoConfig
-
-    from weightgraft.experiments.models import model_dir
-
     folder = model_dir(model)
     if folder is None:
         return None
@@ -78,9 +79,6 @@ def model_size(model: str) -> ModelSize | None:
     paper = paper_model_name(model)
     max_length = PAPER_MODELS[paper][2] if paper else 512
     if config is not None:
-        import torch
-        from transformers import AutoModelForCausalLM
-
         with torch.device("meta"):
             net = AutoModelForCausalLM.from_config(config, trust_remote_code=False)
         params = sum(p.numel() for p in {id(p): p for p in net.parameters()}.values())

@@ -6,6 +6,10 @@ import math
 import random
 from dataclasses import dataclass
 
+import torch
+from transformers import AutoTokenizer
+from transformers.trainer_pt_utils import get_length_grouped_indices
+
 from weightgraft.data.build import template_texts
 from weightgraft.data.facts import generate_facts, known_film_facts
 from weightgraft.data.names import NamePool
@@ -43,8 +47,6 @@ def _padded(lengths: list[int], batch: int, seed: int, texts: int, grouped: bool
     if not grouped:
         draws = [max(rng.sample(lengths, min(batch, len(lengths)))) for _ in range(200)]
         return sum(draws) / len(draws)
-    import torch
-    from transformers.trainer_pt_utils import get_length_grouped_indices
 
     drawn = [rng.choice(lengths) for _ in range(texts)]
     order = get_length_grouped_indices(drawn, batch, generator=torch.Generator().manual_seed(seed))
@@ -65,8 +67,6 @@ def _sample_lengths(job: Job) -> tuple[list[int], float, float, str]:
     lengths, note = None, "estimated at 4 characters per token"
     if folder is not None:
         try:
-            from transformers import AutoTokenizer
-
             tok = AutoTokenizer.from_pretrained(folder, trust_remote_code=False)
             lengths = [[len(ids) + 1 for ids in tok(items)["input_ids"]] for items in (texts, prompts)]
             note = "counted with the model's tokenizer"

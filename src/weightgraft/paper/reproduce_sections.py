@@ -9,7 +9,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import torch
+
 from weightgraft.experiments.config import parse_config
+from weightgraft.experiments.models import load_model, load_tokenizer
 from weightgraft.experiments.record import ExperimentRecord
 from weightgraft.paper.estimate import paper_model_name
 from weightgraft.paper.reproduce_job import PAPER_BATCH, PAPER_EPOCHS, PAPER_FACTS, SETTINGS, Job
@@ -66,10 +69,6 @@ def claims_section(job: Job, group_name: str, steps: dict) -> list[str]:
 
 def world_facts_section(models: dict[str, str], device: str = "cpu") -> list[str]:
     """Top-1 and the answer's rank for plain world facts, per model (pretrained and each finetune)."""
-    import torch
-
-    from weightgraft.experiments.models import load_model, load_tokenizer
-
     tokenizer = load_tokenizer(models["pre"])
     head = ["fact", *models]
     lines = [

@@ -106,6 +106,9 @@ def run_demo(
     out: str | Path = "runs/demo", *, size: str = "default", home: str | None = None, progress: bool = True, **options
 ) -> DemoResult:
     """Build or reuse the built-in artifacts, run the presets into `out`, write the report."""
+    # here, not at the top: training.builtin brings transformers' Trainer, measured at 2.4 s
+    # more for the start of `weightgraft run` (whose command module imports this one) on a
+    # loaded 2-core machine
     from weightgraft.training.builtin import ensure_builtin
 
     if size not in DEMO_EXAMPLES:

@@ -27,6 +27,9 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from huggingface_hub import snapshot_download
+from transformers.utils import logging as hf_logging
+
 from weightgraft._version import __version__
 from weightgraft.atomic import (
     OutputExistsError,
@@ -37,7 +40,14 @@ from weightgraft.atomic import (
     remove_entry,
     seal_folder,
 )
-from weightgraft.ledger import Ledger
+from weightgraft.data.build import split_disjoint
+from weightgraft.data.facts import generate_facts, known_film_facts
+from weightgraft.data.family import Member, write_family
+from weightgraft.data.io import GENERATOR_VERSION, load_train_texts, read_user_articles
+from weightgraft.data.names import NamePool
+from weightgraft.experiments.config import parse_config
+from weightgraft.experiments.models import fingerprint_model, model_dir
+from weightgraft.ledger import Ledger, stamp_matches, write_stamp
 from weightgraft.locking import folder_lock, lock_file
 from weightgraft.paper.estimate import PAPER_MODELS, paper_model_name
 from weightgraft.paper.reproduce_job import (
@@ -58,6 +68,10 @@ from weightgraft.pipelines.run import run_all
 from weightgraft.runtime import resolve_device, sha256_file, sha256_json
 from weightgraft.training import TRAINING_RECORD
 
+# A finetune's checkpoints folder holds this stamp: the sha256 of the inputs they were made from
+# (`ledger.stamp_matches`); checkpoints of other inputs are removed, never resumed from.
+CHECKPOINT_STAMP = "inputs_sha256.txt"
+
 
 @dataclass
 class ReproduceResult:
@@ -71,15 +85,11 @@ class ReproduceResult:
 def _local_model(model: str) -> str:
     """A local folder for `model`: itself, its cached snapshot, or a fresh download (safetensors
     and configs only)."""
-    from weightgraft.experiments.models import model_dir
-
     folder = model_dir(model)
     if folder is not None:
         return str(folder)
     if Path(model).exists():
         raise ReproduceError(f"{model} is not a model folder (no config.json)")
-    from huggingface_hub import snapshot_download
-
     return snapshot_download(model, allow_patterns=["*.safetensors", "*.json", "*.model", "*.txt", "tokenizer*"])
 
 
@@ -145,8 +155,6 @@ class Pipeline:
     def run(self) -> ReproduceResult:
         start = time.time()
         pre = _local_model(self.options.model)
-        from weightgraft.experiments.models import fingerprint_model
-
         self.model_paths["pre"] = pre
         self.fingerprints["pre"] = fingerprint_model(pre)
         self.ledger.body["base_model"] = {"model": self.options.model, "path": pre, "sha256": self.fingerprints["pre"]}
@@ -173,8 +181,6 @@ class Pipeline:
         )
 
     def data_inputs(self) -> dict:
-        from weightgraft.data.io import GENERATOR_VERSION
-
         return {
             "generator": GENERATOR_VERSION,
             "seed": self.options.seed,
@@ -185,11 +191,6 @@ class Pipeline:
         }
 
     def build_datasets(self) -> tuple[dict, list[Path]]:
-        from weightgraft.data.build import split_disjoint
-        from weightgraft.data.facts import generate_facts, known_film_facts
-        from weightgraft.data.family import Member, write_family
-        from weightgraft.data.names import NamePool
-
         seed = self.options.seed
         pool = NamePool(seed)
         known = known_film_facts(seed, pool)
@@ -224,8 +225,6 @@ class Pipeline:
         path = self.options.general_text
         if path is None:
             return None, None
-        from weightgraft.data.io import load_train_texts, read_user_articles
-
         path = Path(path)
         texts = load_train_texts(path) if path.is_dir() else read_user_articles(path)
         return texts, sha256_json(texts)
@@ -263,21 +262,22 @@ class Pipeline:
     def claim_checkpoints(self, ft: FinetuneJob, inputs: dict) -> None:
         """Rank 0: remove checkpoints made from other inputs and stamp the folder with these;
         other ranks wait for that stamp, so that every rank resumes from the same checkpoint."""
-        stamp = ft.checkpoints / "inputs_sha256.txt"
+        stamp = ft.checkpoints / CHECKPOINT_STAMP
         if not self.is_main:
-            while not (stamp.is_file() and stamp.read_text() == sha256_json(inputs)):
+            while not stamp_matches(stamp, inputs):
                 time.sleep(1.0)
             return
-        if ft.checkpoints.exists() and (not stamp.is_file() or stamp.read_text() != sha256_json(inputs)):
+        if ft.checkpoints.exists() and not stamp_matches(stamp, inputs):
             refuse_unstamped_checkpoints(ft)
             self.say(f"  {ft.checkpoints}: checkpoints of other inputs, removed")
             remove_entry(ft.checkpoints.parent, ft.checkpoints.name)
         ft.checkpoints.mkdir(parents=True, exist_ok=True)
-        stamp.write_text(sha256_json(inputs))
+        write_stamp(stamp, inputs)
 
     def finetune_once(self, ft: FinetuneJob, config, general: list[str] | None) -> tuple[dict, list[Path]]:
         """Train `ft` (resuming from its checkpoints); on rank 0, its ledger outputs."""
-        from weightgraft.experiments.models import fingerprint_model
+        # here, not at the top: training.finetune brings transformers' Trainer, measured at 2.4 s
+        # more for `weightgraft reproduce`'s start (its --dry-run plan) on a loaded 2-core machine
         from weightgraft.training.finetune import finetune
 
         result = finetune(
@@ -306,8 +306,6 @@ class Pipeline:
         return outputs, [ft.out / "model.safetensors"]
 
     def run_group(self, group: RunGroup, data: dict) -> None:
-        from weightgraft.experiments.config import parse_config
-
         config = run_config(self.job, group, self.model_paths, self.device)
         inputs = {
             "config": config,
@@ -347,7 +345,7 @@ REPRODUCE_ENTRIES = ("provenance.json", "report.md", "data", "models", "checkpoi
 
 def refuse_unstamped_checkpoints(ft: FinetuneJob) -> None:
     """A checkpoints folder without weightgraft's stamp holds someone else's files: never deleted."""
-    stamp = ft.checkpoints / "inputs_sha256.txt"
+    stamp = ft.checkpoints / CHECKPOINT_STAMP
     if not stamp.is_file() and is_nonempty_folder(ft.checkpoints):
         raise OutputExistsError(
             f"{ft.checkpoints} holds files weightgraft did not write (it has no {stamp.name}); "
@@ -366,8 +364,6 @@ def reproduce(options: ReproduceOptions, progress: bool = True, echo=None) -> Re
     if rank == 0:
         (echo or print)(describe_plan(job))
     if not progress:
-        from transformers.utils import logging as hf_logging
-
         hf_logging.disable_progress_bar()
     sys.stdout.flush()
     if rank != 0:

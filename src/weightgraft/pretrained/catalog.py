@@ -7,6 +7,7 @@ import, which weightgraft does not need (it is installed with `--no-deps`).
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,11 +35,9 @@ class PretrainedModel:
     assembled: bool = False  # True: the package writes the GGUF from chunks (`assemble`)
 
     def version(self) -> str:
-        from importlib.metadata import PackageNotFoundError, version
-
         try:
-            return version(self.package)
-        except PackageNotFoundError:
+            return importlib.metadata.version(self.package)
+        except importlib.metadata.PackageNotFoundError:
             raise self.missing() from None
 
     def missing(self) -> MissingPackageError:

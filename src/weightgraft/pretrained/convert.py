@@ -13,6 +13,9 @@ import json
 import time
 from pathlib import Path
 
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
 from weightgraft._version import __version__
 from weightgraft.atomic import atomic_directory, write_json
 from weightgraft.runtime import file_facts, sha256_file
@@ -23,9 +26,6 @@ CONVERTER_VERSION = 1  # bump when the folder's contents would change for the sa
 
 def load_gguf(gguf: Path):
     """transformers' own load of a GGUF file: (model in float32, eval mode; tokenizer)."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     folder, name = str(gguf.parent), gguf.name
     tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name, trust_remote_code=False)
     model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32, trust_remote_code=False)
@@ -34,9 +34,6 @@ def load_gguf(gguf: Path):
 
 def _serialisable_copy(model):
     """The same weights in a model that `save_pretrained` accepts (no GGUF quantizer attached)."""
-    import torch
-    from transformers import AutoModelForCausalLM
-
     config = model.config
     if hasattr(config, "quantization_config"):
         delattr(config, "quantization_config")

@@ -31,13 +31,14 @@ from transformers import (
     Trainer,
     TrainingArguments,
 )
+from transformers.utils import logging as hf_logging
 
 from weightgraft.atomic import atomic_directory, check_whole, refuse_nonempty, remove_entry, write_json
 from weightgraft.data.errors import DataError
 from weightgraft.data.io import load_eval_prompts, load_manifest, load_train_texts, read_user_articles
 from weightgraft.pretrained import as_local
 from weightgraft.remote_code import refuse_remote_code
-from weightgraft.runtime import is_main_process, resolve_device
+from weightgraft.runtime import check_device, is_main_process, resolve_device
 from weightgraft.training import TRAINING_RECORD
 from weightgraft.training.batches import PadCollator, TextDataset, encode_texts, labelled_loss
 from weightgraft.training.checkpoints import SealCheckpoints, last_complete_checkpoint
@@ -91,8 +92,6 @@ class _EarlyStopping(EarlyStoppingCallback):
     at the end: `_AccuracyTrainer` (or, with checkpoints, Trainer itself) keeps the best epoch."""
 
     def on_train_begin(self, args, state, control, **kwargs):
-        from transformers.utils import logging as hf_logging
-
         callback_logger = hf_logging.get_logger("transformers.trainer_callback")
         level = callback_logger.level
         callback_logger.setLevel(hf_logging.ERROR)
@@ -152,17 +151,16 @@ def _scratch_directory():
 
 
 def _resolve_device(device: str) -> str:
-    device = resolve_device(device)
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise DataError(f"--device {device} asked for, but no CUDA GPU is visible; use --device cpu")
-    return device
+    """`device` made concrete and present here, by the one check (`runtime.check_device`)."""
+    try:
+        return check_device(resolve_device(device), here=True)
+    except ValueError as err:
+        raise DataError(str(err)) from None
 
 
 @contextmanager
 def quiet_loading():
     """transformers without its load report and progress bar (restored after)."""
-    from transformers.utils import logging as hf_logging
-
     verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
