@@ -30,6 +30,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+from weightgraft.explore.analyses import exact_map
+from weightgraft.explore.grid import Cells
 from weightgraft.explore.launch import builtin_models, open_session, parse_donors
 from weightgraft.explore.server import ServerThread
 
@@ -163,6 +165,18 @@ def browser_session(url: str, clicks: int, seed: int) -> tuple[list[float], list
     return rendered, painted, parts
 
 
+def exact_map_time(session, prompt) -> dict:
+    """The exact effect map on one prompt for the first donor, with FE+LT as the current graft:
+    every cell grafted alone and every cell of FE+LT left out, as the page's button runs it."""
+    encoded = session.encode(prompt.text, prompt.target, prompt.id)
+    fe_lt = scripted_states(session, prompt, random.Random(0), 1)[0]
+    cells = [Cells(c["donor"], c["group"], c["layer"], tuple(c["positions"])) for c in fe_lt]
+    start = time.perf_counter()
+    out = exact_map(session, encoded, session.grid.donors[0], cells)
+    left_out = out["leave_one_out"]["rows"] if out["leave_one_out"] else 0
+    return {"seconds": round(time.perf_counter() - start, 2), "rows": out["rows"], "left_out": left_out}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", default="default", choices=["default", "tiny"])
@@ -223,6 +237,12 @@ def main() -> None:
         kind = "browser_painted" if "browser_painted" in measured else "http_click"
         verdict = "meets" if measured[kind]["median_ms"] <= TARGET_MS else "misses"
         print(f"  the median click ({kind}) {verdict} the target")
+    result["exact_map"] = exact_map_time(session, prompts[0])
+    e = result["exact_map"]
+    print(
+        f"exact map of the whole grid (FE+LT grafted, so its cells are also left out one by one): "
+        f"{e['seconds']:.1f} s for {e['rows']} single cells and {e['left_out']} leave-one-out rows, on {session.threads} thread(s)"
+    )
     result["load_average_after"] = os.getloadavg()[0]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1) + "\n")
