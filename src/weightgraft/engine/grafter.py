@@ -27,6 +27,7 @@ from weightgraft.engine.graft_masks import (
 )
 from weightgraft.engine.hooks import Splice, SpliceHooks
 from weightgraft.engine.inputs import prepare_inputs
+from weightgraft.engine.layer_memo import LayerMemo, remembered
 from weightgraft.engine.layer_sharing import BEFORE_THE_LAYERS, LayerGroups, SharedLayers, plan_layer_groups
 from weightgraft.engine.sharing import plan_segments
 from weightgraft.engine.splice_plan import plan_splices
@@ -97,6 +98,7 @@ class Grafter:
         self._unit_columns: dict[tuple[int, frozenset], tuple[torch.Tensor | None, torch.Tensor | None]] = {}
         self._lm_head_path = self.adapter.model_level.get("lm_head", "")
         self._cache_name = cache_argument(recipient)  # read once, not on every pass
+        self._layer_memo: LayerMemo | None = None  # remember_layers()
         # For layer sharing: the masks (all donors') of what acts before layer 0, and of each layer.
         every = [(d * len(self.keys) + k, key) for d in range(len(self.donors)) for k, key in enumerate(self.keys)]
         self._keys_before = [i for i, (layer, comp) in every if layer is None and comp in BEFORE_THE_LAYERS]
@@ -107,8 +109,7 @@ class Grafter:
             for local, dim in self.adapter.seq_dims.items()
             for layer in range(self.num_layers)
         }
-        # Per Graft object, the keys it covers (and with which units); entries go when their Graft
-        # is garbage collected.
+        # Per Graft object, the keys it covers (and with which units); gone with their Graft.
         self._graft_keys: weakref.WeakKeyDictionary[Graft, torch.Tensor] = weakref.WeakKeyDictionary()
         self._graft_units: weakref.WeakKeyDictionary[Graft, frozenset | None] = weakref.WeakKeyDictionary()
 
@@ -442,7 +443,8 @@ class Grafter:
         with self._running(grafted) as (hooks, shared):
             if segments is None:
                 groups = layer_groups(None, ids.shape[1])
-                logits, _ = self._pass(hooks, ids, mask, grafted, None, keep, shared=shared, groups=groups)
+                with remembered(self._layer_memo, ids, mask, grafted, self._keys_before, keys_of_layer):
+                    logits, _ = self._pass(hooks, ids, mask, grafted, None, keep, shared=shared, groups=groups)
                 return logits
             first_kept = ids.shape[1] - keep if keep else 0
             pieces, cache = [], None
@@ -460,6 +462,11 @@ class Grafter:
                 if wanted > 0:
                     pieces.append(logits[seg.row_to_history])
             return torch.cat(pieces, dim=1)
+
+    def remember_layers(self, calls: int = 8) -> None:
+        """Reuse the last `calls` passes' layer outputs where a pass shares its tokens and grafts up
+        to a layer (`layer_memo`; same logits bit for bit; for weights that do not change)."""
+        self._layer_memo = LayerMemo(self.adapter.decoder_layers(self.recipient), calls)
 
     def _shares_layers(self) -> bool:
         """Layer sharing slices a layer's per-row arguments, which it knows as tensors; flex

@@ -87,6 +87,7 @@ class ExploreSession:
         threads: int | None = None,
     ):
         self.grafter = grafter
+        grafter.remember_layers()  # a click recomputes only the layers from the one it changed
         self.tokenizer = tokenizer
         self.prompts = {p.id: p for p in prompts}
         self.names = names
