@@ -175,3 +175,51 @@ def test_a_session_saved_to_a_file_opens_again_with_its_history(page, tmp_path):
     page.set_input_files("#open-session", str(other))
     page.wait_for_function("document.querySelector('#error').textContent.includes('another-model')", timeout=10_000)
     assert "start it with those" in page.locator("#error").text_content()
+
+
+def test_a_click_is_answered_while_an_integrated_map_waits_between_its_passes(root):
+    """Slow work does not hold up clicks: an integrated attribution takes the model lock a pass at
+    a time, so a click made while it runs is answered before the map is done (here the map is
+    held between its first and second pass until the click's answer is on the page)."""
+    import threading
+    from contextlib import contextmanager
+
+    from playwright.sync_api import sync_playwright
+
+    session = open_world_session(root)
+    gate, own = threading.Event(), session.latest_only
+
+    def gated(kind: str):
+        running, passes = own(kind), []
+
+        @contextmanager
+        def held():
+            if kind == "attribute" and passes:
+                gate.wait(60)  # outside the lock: the map waits before its second pass
+            passes.append(1)
+            with running():
+                yield
+
+        return held
+
+    session.latest_only = gated
+    server = ServerThread(session)
+    url = server.start()
+    try:
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+            page = browser.new_page(viewport={"width": 1300, "height": 1000})
+            page.goto(url)
+            page.wait_for_function("window.explore.answered >= 1", timeout=30_000)
+            page.select_option("#method", "integrated")
+            page.click("#attribute")
+            page.click("td.cell[data-group='O'][data-layer='2'][data-pos='1']")
+            page.wait_for_function("window.explore.answered >= 2", timeout=30_000)
+            assert not gate.is_set() and page.locator("#map-legend").is_hidden()  # the map is still waiting
+            assert page.locator("td.cell.on").count() == 1
+            gate.set()
+            page.wait_for_selector("#map-legend:not([hidden])", timeout=60_000)
+            browser.close()
+    finally:
+        gate.set()
+        server.stop()
