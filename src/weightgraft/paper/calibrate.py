@@ -16,16 +16,21 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM
 
-# The runner's cost per scored prompt and condition, in forward passes of that prompt that
-# unembed only its last position (as the runner does: only scored positions reach the
-# unembedding): a grafted pass runs the recipient's and the donors' weights on the grafted rows,
-# but rows share their prompt's prefix and a condition's unchanged layers. Fitted on SmolLM2-135M's
-# laptop job (2 CPU cores, every preset, 58k rows): its runs took 811 s, 0.67 of plain forwards
-# with every position unembedded at the quiet machine's rate (1.49 ms a token), and such a
-# forward costs 1.28 times one that unembeds the last position only (1.58 against 1.23 ms,
-# measured side by side): 0.67 x 1.28 = 0.86. On Gemma-3's 262k vocabulary the ratio is 2.7, which
-# is why the forward is timed the runner's way.
-RUN_FORWARDS_PER_ROW = 0.86
+# The runner's cost per scored prompt and condition (a row) has two parts. The layers: in forward
+# passes of that prompt (timed at the measured rate, which unembeds one position per row); a
+# grafted pass also runs donor weights on the grafted rows, but rows share their prompt's prefix
+# and a condition's unchanged layers. The unembedding: the runner scores the whole target
+# teacher-forced, so each row unembeds as many positions as its batch's longest target, and
+# scores them over the whole vocabulary; on Gemma-3's 262k vocabulary one such position costs
+# twice a token's pass through the layers, on SmolLM2's 49k a quarter. One constant per part,
+# fitted on the laptop runs of both real models (2 CPU cores, every preset, 56k rows each):
+# SmolLM2-135M's took 707 s (forward 1.13 ms a token, unembedding 0.31 ms a position, prompts of
+# 14.0 tokens, the plan's sample of targets up to 5 tokens) and Gemma-3-270M's 1,884 s (1.19 ms,
+# 2.6 ms, 14.0, 4). Two constants on two runs: both are met by construction (a third model would
+# test the fit). The single factor before (0.86 forwards a row, SmolLM2's alone) planned Gemma's
+# runs at 13 min against the 31 they took.
+RUN_LAYER_FORWARDS_PER_ROW = 0.57
+RUN_UNEMBEDS_PER_SCORED_POSITION = 2.3
 
 
 @dataclass(frozen=True)
@@ -37,6 +42,12 @@ class Measured:
     batch: int
     tokens: int
     device: str
+    unembed_seconds: float = 0.0  # the unembedding of one position
+
+    def run_seconds(self, rows: float, prompt_tokens: float, scored_positions: float) -> float:
+        """The runner's rows (prompt x condition), each unembedding `scored_positions`."""
+        layers = RUN_LAYER_FORWARDS_PER_ROW * self.forward_seconds(rows, prompt_tokens)
+        return layers + rows * scored_positions * RUN_UNEMBEDS_PER_SCORED_POSITION * self.unembed_seconds
 
     def finetune_seconds(self, steps: int, padded_tokens: float) -> float:
         """Steps at the measured batch, scaled to a batch's padded length (cost grows with tokens)."""
@@ -84,4 +95,18 @@ def measure(folder: Path, batch: int, tokens: int, device: str, steps: int = 3) 
         model(input_ids=rows, logits_to_keep=1)
         _sync(device)
         forward = (time.perf_counter() - start) / rows.numel()
-    return Measured(sum(times[1:]) / max(1, len(times) - 1), forward, batch, tokens, device)
+        unembed = _unembed_seconds(model, device)
+    return Measured(sum(times[1:]) / max(1, len(times) - 1), forward, batch, tokens, device, unembed)
+
+
+def _unembed_seconds(model, device: str, positions: int = 256) -> float:
+    """Seconds to unembed one position (after one untimed call)."""
+    import torch
+
+    head = model.get_output_embeddings()
+    hidden = torch.randn(positions, head.weight.shape[1], generator=torch.Generator().manual_seed(1)).to(device)
+    head(hidden)
+    start = time.perf_counter()
+    head(hidden)
+    _sync(device)
+    return (time.perf_counter() - start) / positions

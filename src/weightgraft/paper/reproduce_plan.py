@@ -54,28 +54,32 @@ def _padded(lengths: list[int], batch: int, seed: int, texts: int, grouped: bool
     return sum(maxima) / len(maxima)
 
 
-def _sample_lengths(job: Job) -> tuple[list[int], float, float, str]:
-    """Tokens of sample training texts, their mean and an evaluation prompt's mean, from a few
-    generated facts: counted by the model's tokenizer when it is on disk, else
-    estimated at 4 characters a token."""
+def _sample_lengths(job: Job) -> tuple[list[int], float, float, int, str]:
+    """Tokens of sample training texts, their mean, an evaluation prompt's mean and the longest
+    target's (the runner unembeds that many positions a row), from a few generated facts:
+    counted by the model's tokenizer when it is on disk, else estimated at 4 characters a token."""
     pool = NamePool(job.options.seed)
     kind = job.sets[job.options.datasets[0]].kind
     facts = generate_facts({kind: 8}, job.options.seed, pool, known_film_facts(job.options.seed, pool))
     texts = template_texts(facts, job.options.seed, 2 * 11)
-    prompts = [p.text for f in facts for p in eval_prompts_for(f, EVAL_TEMPLATES)]
+    prompts = [p for f in facts for p in eval_prompts_for(f, EVAL_TEMPLATES)]
     folder = model_dir(job.options.model)
     lengths, note = None, "estimated at 4 characters per token"
     if folder is not None:
         try:
             tok = AutoTokenizer.from_pretrained(folder, trust_remote_code=False)
-            lengths = [[len(ids) + 1 for ids in tok(items)["input_ids"]] for items in (texts, prompts)]
+            lengths = [
+                [len(ids) + 1 for ids in tok(items)["input_ids"]] for items in (texts, [p.text for p in prompts])
+            ]
+            targets = [len(ids) for ids in tok([p.target for p in prompts], add_special_tokens=False)["input_ids"]]
             note = "counted with the model's tokenizer"
         except (OSError, ValueError):
             pass
     if lengths is None:
-        lengths = [[len(t) // 4 + 1 for t in items] for items in (texts, prompts)]
+        lengths = [[len(t) // 4 + 1 for t in items] for items in (texts, [p.text for p in prompts])]
+        targets = [len(p.target) // 4 + 1 for p in prompts]
     text, prompt = (sum(x) / len(x) for x in lengths)
-    return lengths[0], text, prompt, note
+    return lengths[0], text, prompt, max(targets), note
 
 
 def plan_steps(job: Job) -> tuple[list[PlannedStep], dict]:
@@ -85,7 +89,7 @@ def plan_steps(job: Job) -> tuple[list[PlannedStep], dict]:
     size = estimate.model_size(options.model)
     _, world = rank_and_world()
     config = finetune_config(options, device, size.max_length if size else 512)
-    text_lengths, text_tokens, prompt_tokens, token_note = _sample_lengths(job)
+    text_lengths, text_tokens, prompt_tokens, scored, token_note = _sample_lengths(job)
     texts_by_finetune = {name: _finetune_texts(job, ft, config) for name, ft in job.finetunes.items()}
     padded = {
         name: _padded(text_lengths, config.batch_size, options.seed, texts, config.group_by_length)
@@ -123,7 +127,7 @@ def plan_steps(job: Job) -> tuple[list[PlannedStep], dict]:
         )
     base = _base_model(options.model)
     for group in job.runs.values():
-        step = _run_step(job, group, base, size, prompt_tokens, device, measured)
+        step = _run_step(job, group, base, size, (prompt_tokens, scored), device, measured)
         total += step.seconds or 0.0
         steps.append(step)
     steps.append(PlannedStep("report", "paper vs this run, one table per analysis"))
@@ -166,10 +170,12 @@ def _base_model(model: str) -> PlannedModel | None:
 
 
 def _run_step(
-    job: Job, group, base: PlannedModel | None, size, prompt_tokens: float, device: str, measured
+    job: Job, group, base: PlannedModel | None, size, lengths: tuple[float, int], device: str, measured
 ) -> PlannedStep:
     """One run of the job: its conditions as the run plan resolves them (on the base model's
-    config when on disk, else as written on the published depth) times its examples."""
+    config when on disk, else as written on the published depth) times its examples; `lengths`:
+    a prompt's mean tokens and the longest target's."""
+    prompt_tokens, scored = lengths
     paths = {"pre": job.options.model, **{name: str(ft.out) for name, ft in job.finetunes.items()}}
     cfg = parse_config(run_config(job, group, paths, device))
     layers = size.layers if size else 24
@@ -184,7 +190,7 @@ def _run_step(
         rows += n_conditions * examples
         parts.append(f"{exp.name} {n_conditions}x{examples}")
     if measured:
-        seconds = calibrate.RUN_FORWARDS_PER_ROW * measured.forward_seconds(rows, prompt_tokens)
+        seconds = measured.run_seconds(rows, prompt_tokens, scored)
     else:
         seconds = estimate.run_seconds(size, rows, round(prompt_tokens), device) if size else None
     what = "; ".join(parts) + " (conditions x examples)"
@@ -221,7 +227,8 @@ def describe_plan(job: Job) -> str:
     if measured:
         speed = (
             f"measured here: an optimizer step of {measured.batch} x {measured.tokens} tokens "
-            f"{measured.step_seconds:.2f} s, a forward {measured.forward_token_seconds * 1e3:.2f} ms per token"
+            f"{measured.step_seconds:.2f} s, a forward {measured.forward_token_seconds * 1e3:.2f} ms per token, "
+            f"an unembedding {measured.unembed_seconds * 1e3:.2f} ms per position"
         )
     else:
         speed = f"assumed throughput (no model on disk to measure): {estimate.THROUGHPUT[kind].note}"
