@@ -8,9 +8,9 @@ from tiny_world import base_config, build_tokenizer, make_prompts
 from weightgraft.adapters import adapter_for
 from weightgraft.data.encode import encode_prompt
 from weightgraft.experiments.conditions import resolve_condition
+from weightgraft.experiments.conditions.roles import NotApplicable, parse_positions
 from weightgraft.experiments.config import ConfigError, parse_config
 from weightgraft.experiments.plan import ModelFacts, concrete_layers, experiment_conditions, select_examples
-from weightgraft.experiments.roles import NotApplicable, parse_positions
 from weightgraft.paper.presets import PRESETS  # noqa: F401  (registers the presets the configs name)
 
 
@@ -221,7 +221,7 @@ def test_example_cap_is_seeded_and_keeps_every_template():
 def test_a_config_says_attn_one_way_only():
     """The paper's ATTN is q, k, v; the engine's group `attn` adds o. A config refuses the
     engine's spelling (naming both ways to write it) instead of grafting o unasked."""
-    from weightgraft.experiments.components import parse_components
+    from weightgraft.experiments.conditions.components import parse_components
 
     assert parse_components("ATTN") == ["q", "k", "v"]
     assert parse_components("ATTN+O") == ["q", "k", "v", "o"]

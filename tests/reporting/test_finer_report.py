@@ -9,8 +9,8 @@ import math
 import numpy as np
 import pytest
 
+from weightgraft.experiments.conditions import ConditionMethod
 from weightgraft.experiments.record import ConditionRecord, ExperimentRecord
-from weightgraft.experiments.vocabulary import ConditionMethod
 from weightgraft.reporting.finer import curves, head_maps, plain_row
 from weightgraft.reporting.finer_plots import curve_figure, head_figure
 from weightgraft.reporting.finer_section import experiment_finer

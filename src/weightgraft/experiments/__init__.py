@@ -5,10 +5,11 @@
     config = load_config("run.yaml", device="cuda", dtype="bfloat16")
     run_all(config, "runs/my-run")      # examples/*.parquet, summary.csv, report.md/html
 
-See `vocabulary` for the names (roles, component sets, layer bands, metrics), `config` for the
-YAML format, `conditions` for the condition grammar, `preset_registry` for presets (the paper's
-analyses are registered by `weightgraft.paper.presets`, which `weightgraft.pipelines` imports),
-`records` for the run folder's layout and `runner` for resuming.
+See `conditions` for the condition language (roles, component sets, layer bands, the grammar and
+`resolve_condition`), `vocabulary` for the other names (metrics, fidelities), `config` for the
+YAML format, `preset_registry` for presets (the paper's analyses are registered by
+`weightgraft.paper.presets`, which `weightgraft.pipelines` imports), `records` for the run
+folder's layout and `runner` for resuming.
 """
 
 from weightgraft.experiments.config import ConfigError, RunConfig, load_config, parse_config

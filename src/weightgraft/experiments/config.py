@@ -25,7 +25,7 @@ Finer grafts (issue 20; `conditions.GraftSpec`, `ShapeSpec`, `ControlSpec`): a g
 `shape: {scale: 0.5}` / `{rank: 4}` / `{top: 0.01}` (the donor's change scaled, truncated to its
 top singular directions, or kept in its largest entries). A condition of one graft may take
 `controls: {random: 3, seed: 0, vary: heads, complement: true}` (expanded at plan time into
-`NAME [random i]` and `NAME [complement]`, see `experiments.controls`) and free plot coordinates
+`NAME [random i]` and `NAME [complement]`, see `experiments.conditions.controls`) and free plot coordinates
 `meta: {...}`. A localize experiment takes `grain: component | head | neuron`.
 
 ```yaml
@@ -47,17 +47,12 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, field_validator, model_validator
 
 from weightgraft.errors import UserError
-from weightgraft.experiments.components import parse_components
-from weightgraft.experiments.conditions import (
-    ConditionSpec,
-    LayerSpec,
-    Unembedding,
-    check_layer_spec,
-    validate_condition,
-)
+from weightgraft.experiments.conditions import ConditionSpec, LayerSpec, Unembedding, validate_condition
+from weightgraft.experiments.conditions.bands import check_layer_spec
+from weightgraft.experiments.conditions.components import parse_components
+from weightgraft.experiments.conditions.roles import parse_positions
 from weightgraft.experiments.config_errors import format_validation_error
 from weightgraft.experiments.preset_registry import ALL_PRESET_OPTIONS, SHAPE_OPTIONS, get_preset, presets_taking
-from weightgraft.experiments.roles import parse_positions
 from weightgraft.experiments.vocabulary import SUMMARY_METRICS, Direction
 from weightgraft.runtime import check_device
 

@@ -9,20 +9,23 @@ from dataclasses import dataclass
 
 from weightgraft.data.errors import DataError
 from weightgraft.engine.graft import EIGHTHS, HALVES, QUARTERS, Graft
-from weightgraft.experiments.components import parse_components, resolve_for_model
-from weightgraft.experiments.conditions import Condition, ConditionSpec, ResolvedGraft, resolve_condition
-from weightgraft.experiments.config import ExperimentSpec
-from weightgraft.experiments.roles import parse_positions
-from weightgraft.experiments.vocabulary import (
-    AUTHOR_BANDS,
-    CLEAN_SUFFIX,
+from weightgraft.experiments.conditions import (
+    Condition,
+    ConditionMethod,
+    ConditionSpec,
+    ResolvedGraft,
+    resolve_condition,
+)
+from weightgraft.experiments.conditions.components import (
     ENGINE_MODEL_LEVEL,
     EVERY_WEIGHT,
-    SAME_IN_BOTH,
-    ConditionMethod,
-    Direction,
-    author_band,
+    parse_components,
+    resolve_for_model,
 )
+from weightgraft.experiments.conditions.paper_atoms import AUTHOR_BANDS, author_band
+from weightgraft.experiments.conditions.roles import parse_positions
+from weightgraft.experiments.config import ExperimentSpec
+from weightgraft.experiments.vocabulary import CLEAN_SUFFIX, SAME_IN_BOTH, Direction
 
 HEAD_NAMES = ("ln_final", "lm_head")  # they act on a position's output only
 # One position per role, the last token last: whether an expression covers LT.

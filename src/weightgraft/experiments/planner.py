@@ -20,10 +20,10 @@ from weightgraft.engine.controls import ControlError
 from weightgraft.engine.units import UnitError, check_units
 from weightgraft.errors import UserError
 from weightgraft.experiments import records
-from weightgraft.experiments.components import resolve_for_model
 from weightgraft.experiments.conditions import Condition, ResolvedGraft
+from weightgraft.experiments.conditions.components import resolve_for_model
+from weightgraft.experiments.conditions.controls import with_controls
 from weightgraft.experiments.config import ExperimentSpec, RunConfig
-from weightgraft.experiments.controls import with_controls
 from weightgraft.experiments.models import context_length
 from weightgraft.experiments.plan import ModelFacts, concrete_layers, experiment_conditions, select_examples
 from weightgraft.experiments.plan_inputs import PlanInputs

@@ -25,12 +25,11 @@ from pathlib import Path
 from weightgraft.data.schema import EvalPrompt
 from weightgraft.engine.units import UnitSpec
 from weightgraft.experiments import records
-from weightgraft.experiments.conditions import Condition, DrawnPositions, ResolvedGraft, ShapeSpec
+from weightgraft.experiments.conditions import Condition, ConditionMethod, DrawnPositions, ResolvedGraft, ShapeSpec
+from weightgraft.experiments.conditions.roles import parse_positions
 from weightgraft.experiments.config import ExperimentSpec, RunConfig, parse_config
 from weightgraft.experiments.record import recorded_result_hashes
 from weightgraft.experiments.records import Example
-from weightgraft.experiments.roles import parse_positions
-from weightgraft.experiments.vocabulary import ConditionMethod
 from weightgraft.runtime import sha256_json
 
 Shard = tuple[int, int]

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import yaml
 
 from weightgraft.engine.graft import Graft
-from weightgraft.experiments.roles import NotApplicable, parse_positions
+from weightgraft.experiments.conditions.roles import NotApplicable, parse_positions
 
 if TYPE_CHECKING:
     from weightgraft.explore.session import ModelNames

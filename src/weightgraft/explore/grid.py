@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from weightgraft.engine.graft import Graft
 from weightgraft.errors import UserError
-from weightgraft.experiments.vocabulary import author_band
+from weightgraft.experiments.conditions.paper_atoms import author_band
 from weightgraft.explore.heads import HeadCounts, check_head, head_counts, head_grafts
 
 # Component groups of the grid, in the paper's names (ATTN is q, k, v without o). Each keeps the

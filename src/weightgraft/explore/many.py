@@ -20,7 +20,7 @@ import torch
 
 from weightgraft.data.schema import EvalPrompt
 from weightgraft.engine.graft import Graft
-from weightgraft.experiments.roles import NotApplicable, parse_positions
+from weightgraft.experiments.conditions.roles import NotApplicable, parse_positions
 from weightgraft.reporting.statistics import (
     clustered_means,
     draw_fact_counts,

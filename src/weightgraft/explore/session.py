@@ -22,7 +22,7 @@ from weightgraft.data.schema import EvalPrompt
 from weightgraft.engine.graft import Graft
 from weightgraft.engine.grafter import Grafter
 from weightgraft.errors import UserError
-from weightgraft.experiments.roles import NotApplicable, parse_positions
+from weightgraft.experiments.conditions.roles import NotApplicable, parse_positions
 from weightgraft.explore.compare import MAX_PINS, Pin, extend_cells, score_columns, with_changes
 from weightgraft.explore.export import condition_yaml, python_code
 from weightgraft.explore.grid import Cells, Grid

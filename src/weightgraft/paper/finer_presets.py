@@ -32,8 +32,9 @@ Every condition is a plain dict in the full ConditionSpec form, with the `meta` 
 from __future__ import annotations
 
 from weightgraft.data.templates import PAPER_TEMPLATES
+from weightgraft.experiments.conditions.components import EVERY_WEIGHT
+from weightgraft.experiments.conditions.paper_atoms import author_band
 from weightgraft.experiments.preset_registry import Preset, register_preset
-from weightgraft.experiments.vocabulary import EVERY_WEIGHT, author_band
 from weightgraft.paper.presets import COMPONENT_BAND
 
 RANKS = (1, 2, 4, 8, 16)

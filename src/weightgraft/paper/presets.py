@@ -46,22 +46,18 @@ config). Importing this module registers every preset below in
 from __future__ import annotations
 
 from weightgraft.data.templates import PAPER_TEMPLATES
-from weightgraft.experiments.conditions import ConditionSpec, GraftSpec
+from weightgraft.experiments.conditions import ConditionMethod, ConditionSpec, GraftSpec
+from weightgraft.experiments.conditions.components import AUTHORS_EVERY_WEIGHT, BLOCKS, EVERY_WEIGHT
 from weightgraft.experiments.preset_registry import Preset, register_preset
-from weightgraft.experiments.vocabulary import (
-    AUTHORS_EVERY_WEIGHT,
-    BLOCKS,
-    CLEAN_SUFFIX,
-    EVERY_WEIGHT,
-    PAPER_COMPONENT_SETS,
-    ConditionMethod,
-)
+from weightgraft.experiments.vocabulary import CLEAN_SUFFIX
 
 TITLE_TEMPLATES = ["paper_3"]  # the only sentence with a movie title (FE -> M -> LT)
 POSITION_CONDITIONS = ["PRE", "SFT", "FE", "LT", "FE+LT", "(FE+LT)^C", "FE^C", "LT^C"]
 RELATION_CONDITIONS = ["PRE", "SFT", "R", "FE+R", "R+LT", "FE+R+LT"]
 TITLE_CONDITIONS = ["PRE", "SFT", "M", "M+LT", "FE+M", "FE+M+LT", "(FE+M)^C", "(FE+M+LT)^C"]
 BOTH_UNEMBEDDINGS = ["FE", "LT", "FE+LT"]  # shown with the other unembedding too
+# The component figure's eight sets, in the paper's order.
+PAPER_COMPONENT_SETS = ("ATTN+O+FFN", "ATTN+O", "ATTN+FFN", "O+FFN", "O", "FFN", "O+UP", "O+DOWN")
 COMPONENT_BAND = "authors_fourth_quarter"
 HYBRID_BAND = "authors_third_and_fourth_quarters"  # [2q, n): the layers grafted at LT
 # The hybrid's five FE variants from the task model: name -> components (None: nothing at FE).

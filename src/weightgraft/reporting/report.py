@@ -15,7 +15,7 @@ from pathlib import Path
 import markdown
 
 from weightgraft.atomic import write_text_atomic
-from weightgraft.experiments.components import describe
+from weightgraft.experiments.conditions.components import describe
 from weightgraft.experiments.record import ConditionRecord, ExperimentRecord, GraftRecord
 from weightgraft.experiments.vocabulary import CLEAN_SUFFIX, METRIC_WORDS, SUMMARY_METRICS
 from weightgraft.reporting.finer import plain_row

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from weightgraft.experiments.conditions import Condition
+from weightgraft.experiments.conditions import Condition, ConditionMethod
 from weightgraft.experiments.methods.activations import ActivationPatching
 from weightgraft.experiments.methods.base import ChunkMethod, Row
 from weightgraft.experiments.methods.weights import WeightGrafting, engine_graft
-from weightgraft.experiments.vocabulary import ConditionMethod
 
 if TYPE_CHECKING:
     from weightgraft.experiments.execute import Resources

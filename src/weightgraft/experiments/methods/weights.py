@@ -6,8 +6,8 @@ import torch
 
 from weightgraft.data.batching import align_on
 from weightgraft.engine.graft import Graft
-from weightgraft.experiments.components import resolve_for_model
 from weightgraft.experiments.conditions import ResolvedGraft
+from weightgraft.experiments.conditions.components import resolve_for_model
 from weightgraft.experiments.methods.base import Row
 from weightgraft.experiments.plan import engine_layers
 from weightgraft.experiments.records import Example

@@ -8,7 +8,7 @@ A condition of one graft with `controls` is followed, at plan time, by `NAME [ra
   (`engine.controls.draw_sets`) over the same sets, so they are the grafts
   `engine.controls.random_like(graft, grafter, k, seed, vary=...)` draws on the model: as many
   layers, heads or neurons as the graft has, the draws different from each other and from it.
-  Positions differ per row: `conditions.DrawnPositions` draws as many positions as the graft
+  Positions differ per row: `resolved.DrawnPositions` draws as many positions as the graft
   selects in that row from the row's other positions, seeded by (seed, the example's id).
 - The complement is the rest of the graft's own scope along that dimension, everything else kept
   (positions, layers, components, donor and shape): its other heads or neurons of each component,
@@ -23,9 +23,9 @@ from dataclasses import replace
 
 from weightgraft.engine.controls import ControlError, draw_sets
 from weightgraft.engine.units import UnitSpec
-from weightgraft.experiments.conditions import Condition, DrawnPositions, ResolvedGraft
+from weightgraft.experiments.conditions.resolved import Condition, DrawnPositions, ResolvedGraft
+from weightgraft.experiments.conditions.roles import parse_positions
 from weightgraft.experiments.plan import concrete_layers
-from weightgraft.experiments.roles import parse_positions
 
 FFN_UNITS = ("gate", "up", "down")
 

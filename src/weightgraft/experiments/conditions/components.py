@@ -1,23 +1,42 @@
 """Component expressions (`ATTN+O+FFN`, `O+DOWN`, `[o, mlp]`, `WEIGHTS`) in engine names.
 
-Names and their meaning live in `vocabulary` (the paper's ATTN is q,k,v; the engine's `attn`
-group is q,k,v,o). Norms belong to none of the paper's sets, so component grafts leave every
-norm to the recipient.
+The paper's names are upper case and mean the paper's things (`paper_atoms.PAPER_ATOMS`):
+  ATTN = q, k, v (attention WITHOUT its output projection)   O = o
+  FFN  = gate, up, down (the MLP; gate only where the model has one)
+The engine's lower-case groups mean something else: engine `attn` = q, k, v, o (the whole
+attention block), engine `mlp` = every MLP weight. So `ATTN+O` (paper) equals engine `attn`, and
+a config that writes `attn` where it means the paper's ATTN grafts o as well. Reports and
+condition descriptions spell every set out in engine components so the difference stays
+visible. Norms belong to none of the paper's sets, so component grafts leave every norm to the
+recipient.
 """
 
 from __future__ import annotations
 
-from weightgraft.experiments.vocabulary import (
-    AUTHORS_EVERY_WEIGHT,
-    BLOCKS,
-    EMBEDDINGS,
-    ENGINE_NAMES,
-    ENGINE_PER_LAYER,
-    EVERY_WEIGHT,
-    OPTIONAL,
-    PAPER_ATOMS,
-)
+from weightgraft.adapters.base import GROUPS, MODEL_LEVEL, PER_LAYER
+from weightgraft.experiments.conditions.paper_atoms import PAPER_ATOMS
 
+OPTIONAL = {"gate"}  # GPT-2 and GPT-NeoX MLPs have no gate
+# Every weight at a grafted position, as the paper's position conditions graft them: each
+# decoder layer's weights and the embeddings, but not the final norm or the unembedding
+# (the recipient's at every position, unless an experiment asks for the donor's).
+EVERY_WEIGHT = "WEIGHTS"
+# Every weight as the authors grafted it ("embeddings" = the token embedding only): the token
+# embedding and each decoder layer's weights, never the position embedding (GPT-2's wpe). On a
+# model whose unembedding is tied to the token embedding (one matrix), the unembedding goes
+# with it: the donor's unembedding scores exactly the positions whose embedding is grafted
+# (so a row gets the donor's unembedding where its last token's embedding is grafted). On an
+# untied model the unembedding stays the recipient's. The final norm is never grafted.
+AUTHORS_EVERY_WEIGHT = "AUTHORS_WEIGHTS"
+# Every per-layer parameter: what activation patching of whole blocks compares with.
+BLOCKS = "BLOCKS"
+EMBEDDINGS = ("embed", "pos_embed")
+UNEMBEDDING = ("lm_head",)
+# Engine names (lower case), for configs that want them: the adapters' canonical names.
+ENGINE_MODEL_LEVEL = frozenset(MODEL_LEVEL)
+ENGINE_GROUPS = frozenset(GROUPS)
+ENGINE_PER_LAYER = frozenset(PER_LAYER)
+ENGINE_NAMES = ENGINE_PER_LAYER | ENGINE_MODEL_LEVEL | ENGINE_GROUPS
 SPECIAL = (EVERY_WEIGHT, AUTHORS_EVERY_WEIGHT, BLOCKS)
 # One name per idea: the paper's ATTN is q, k, v; the engine's group `attn` is q, k, v and o. A run
 # config speaks the paper's vocabulary, so it refuses the engine's spelling instead of silently

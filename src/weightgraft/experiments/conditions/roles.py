@@ -17,7 +17,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from weightgraft.experiments.vocabulary import ATOMS, ROLE_OF_ATOM
+# Paper name -> role name in `weightgraft.data.schema.Role`.
+ROLE_OF_ATOM = {"FE": "first_entity", "M": "movie_title", "R": "relation", "LT": "last_token"}
+ATOMS = (*ROLE_OF_ATOM, "other", "ALL", "NONE")
 
 _TOKEN = re.compile(r"\s*(\^C|\(|\)|\+|[A-Za-z_]+)")
 
