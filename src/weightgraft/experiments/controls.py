@@ -24,7 +24,7 @@ from dataclasses import replace
 from weightgraft.engine.controls import ControlError, draw_sets
 from weightgraft.engine.units import UnitSpec
 from weightgraft.experiments.conditions import Condition, DrawnPositions, ResolvedGraft
-from weightgraft.experiments.plan import concrete_layers
+from weightgraft.experiments.layers import concrete_layers
 from weightgraft.experiments.roles import parse_positions
 
 FFN_UNITS = ("gate", "up", "down")
