@@ -19,7 +19,7 @@ from tiny_world import base_config, write_dataset
 from weightgraft.experiments.config import parse_config
 from weightgraft.experiments.execute import Resources, compute_chunk
 from weightgraft.experiments.methods import ActivationPatching, WeightGrafting, method_for
-from weightgraft.experiments.planner import build_plan
+from weightgraft.experiments.plan import build_plan
 
 # float32 round-off between a padded, prefix-shared batch and one unpadded row at a time
 TOL = dict(rtol=1e-4, atol=2e-5)

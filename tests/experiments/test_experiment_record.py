@@ -14,7 +14,7 @@ from tiny_world import base_config, write_dataset
 from weightgraft.experiments import records
 from weightgraft.experiments.config import parse_config
 from weightgraft.experiments.execute import Resources
-from weightgraft.experiments.planner import build_plan
+from weightgraft.experiments.plan import build_plan
 from weightgraft.experiments.record import ExperimentRecord, GraftRecord, MergedPlan
 from weightgraft.pipelines import run as run_pipeline
 from weightgraft.reporting.report import experiment_table, layers_used

@@ -10,7 +10,8 @@ from weightgraft.data.encode import encode_prompt
 from weightgraft.experiments.conditions import resolve_condition
 from weightgraft.experiments.conditions.roles import NotApplicable, parse_positions
 from weightgraft.experiments.config import ConfigError, parse_config
-from weightgraft.experiments.plan import ModelFacts, concrete_layers, experiment_conditions, select_examples
+from weightgraft.experiments.layers import concrete_layers
+from weightgraft.experiments.plan.selection import ModelFacts, experiment_conditions, select_examples
 from weightgraft.paper.presets import PRESETS  # noqa: F401  (registers the presets the configs name)
 
 

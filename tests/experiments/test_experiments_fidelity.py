@@ -20,7 +20,7 @@ from weightgraft.data.encode import encode_prompt
 from weightgraft.data.templates import in_authors_wording
 from weightgraft.experiments.config import parse_config
 from weightgraft.experiments.methods import engine_graft
-from weightgraft.experiments.plan import ModelFacts, experiment_conditions, ties_embeddings
+from weightgraft.experiments.plan.selection import ModelFacts, experiment_conditions, ties_embeddings
 from weightgraft.paper.presets import PRESETS  # noqa: F401  (registers the presets the configs name)
 
 # family -> (fixture arch, config overrides, tied, has a position embedding)

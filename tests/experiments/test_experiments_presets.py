@@ -17,7 +17,7 @@ from weightgraft.data.encode import encode_prompt
 from weightgraft.experiments import preset_registry
 from weightgraft.experiments.config import ConfigError, parse_config
 from weightgraft.experiments.methods import engine_graft
-from weightgraft.experiments.plan import experiment_conditions
+from weightgraft.experiments.plan.selection import experiment_conditions
 from weightgraft.experiments.preset_registry import Preset, preset_names, presets_taking, register_preset
 from weightgraft.paper.presets import PAPER_PRESETS as PAPERS_OWN
 from weightgraft.paper.presets import PRESET_NAMES, PRESETS
@@ -207,7 +207,7 @@ def test_paper_presets_score_the_forward_direction_only(preset, grafter, prompt)
 
 
 def test_directions_select_prompts_by_their_order():
-    from weightgraft.experiments.plan import select_examples
+    from weightgraft.experiments.plan.selection import select_examples
 
     forward = make_prompts()
     backward = [p.model_copy(update={"id": p.id + "-r", "reversed": True}) for p in forward]

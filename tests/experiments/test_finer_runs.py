@@ -181,7 +181,7 @@ CONTROLLED = [
 
 def _plan(models, data, conditions, **top):
     from weightgraft.experiments.execute import Resources
-    from weightgraft.experiments.planner import build_plan
+    from weightgraft.experiments.plan import build_plan
 
     cfg = parse_config({**base_config(models, data, [_experiment("ctl", conditions)]), **top})
     return build_plan(cfg, Resources(cfg)).experiments[0]
@@ -346,7 +346,7 @@ def test_localize_grain_reaches_the_search(llama, data, tmp_path):
 # ---- the schema: existing keys unchanged, new ones only when set ---------------------------------
 def test_finer_fields_join_the_key_only_when_set():
     from weightgraft.experiments.conditions import ConditionSpec, ShapeSpec, resolve_condition
-    from weightgraft.experiments.run_plan import condition_from_json
+    from weightgraft.experiments.plan.types import condition_from_json
 
     def key(**graft):
         spec = ConditionSpec(name="c", grafts=[dict(positions="LT", layers=[1], components="O", **graft)])

@@ -1,4 +1,4 @@
-"""The run plan (experiments/run_plan.py, built by planner.build_plan): made from the configs
+"""The run plan (experiments/plan/types.py, built by plan.build_plan): made from the configs
 without any weights, a JSON round trip that gives the same plan, pending chunks that are exactly
 what a run folder lacks, and merges that refuse shards made under another plan."""
 
@@ -16,9 +16,8 @@ from weightgraft.errors import UserError
 from weightgraft.experiments import execute, models, records
 from weightgraft.experiments.config import parse_config
 from weightgraft.experiments.execute import Resources
-from weightgraft.experiments.planner import build_plan
+from weightgraft.experiments.plan import RunPlan, build_plan
 from weightgraft.experiments.record import ExperimentRecord
-from weightgraft.experiments.run_plan import RunPlan
 from weightgraft.pipelines import merge_run, run_all
 
 PATCH = {

@@ -19,7 +19,7 @@ from weightgraft.data.encode import encode_prompt
 from weightgraft.experiments.config import parse_config
 from weightgraft.experiments.execute import Resources, compute_chunk
 from weightgraft.experiments.methods import method_for
-from weightgraft.experiments.plan import ModelFacts, experiment_conditions, ties_embeddings
+from weightgraft.experiments.plan.selection import ModelFacts, experiment_conditions, ties_embeddings
 from weightgraft.experiments.records import Example
 from weightgraft.paper.presets import PRESETS  # noqa: F401  (registers the presets the configs name)
 

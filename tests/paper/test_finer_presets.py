@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from weightgraft.experiments.config import ConfigError, parse_config
-from weightgraft.experiments.plan import experiment_conditions
+from weightgraft.experiments.plan.selection import experiment_conditions
 from weightgraft.experiments.preset_registry import get_preset
 from weightgraft.paper.finer_presets import DOSES, FINER_PRESET_NAMES, RANKS, finer_dose, finer_heads_o, finer_rank
 

@@ -126,7 +126,7 @@ def test_demo_finer_takes_the_one_direction_models_shape():
     from transformers import AutoConfig
 
     from weightgraft.experiments.execute import Resources
-    from weightgraft.experiments.planner import build_plan
+    from weightgraft.experiments.plan import build_plan
     from weightgraft.pipelines.demo import demo_config
 
     art = tiny_artifacts()

@@ -13,7 +13,7 @@ from tiny_world import write_dataset
 from weightgraft.errors import UserError
 from weightgraft.experiments.config import parse_config
 from weightgraft.experiments.execute import Resources
-from weightgraft.experiments.planner import build_plan
+from weightgraft.experiments.plan import build_plan
 from weightgraft.paper.finer_presets import RANKS
 from weightgraft.pipelines.run import run_all
 

@@ -35,7 +35,7 @@ from weightgraft.engine.grafter import Grafter
 from weightgraft.errors import UserError
 from weightgraft.experiments.config import LocalizeSpec
 from weightgraft.experiments.models import context_length, fingerprint_model, load_model, load_tokenizer
-from weightgraft.experiments.plan import select_examples
+from weightgraft.experiments.plan.selection import select_examples
 from weightgraft.ledger import Built, Ledger
 from weightgraft.reporting.localize_results import LOCALIZE_FILE
 from weightgraft.runtime import sha256_json

@@ -2,7 +2,7 @@
 
 Rows of one forward pass are (example, condition) pairs of conditions that share recipient,
 donors and method. Batches are fixed: the plan's chunks of conditions are fixed, and the
-examples are cut into batches once per experiment (`planner.example_batches`, from all its
+examples are cut into batches once per experiment (`plan.build.example_batches`, from all its
 examples), which shards take whole. Every forward therefore holds the same rows in every run,
 and the engine's prefix sharing (which splits rows by what the whole batch has in common)
 computes each row the same way: a resumed or sharded run equals an uninterrupted one bit for
@@ -22,7 +22,7 @@ from weightgraft.experiments.config import RunConfig
 from weightgraft.experiments.methods import ChunkMethod, Row
 from weightgraft.experiments.metrics import score_rows
 from weightgraft.experiments.models import load_model
-from weightgraft.experiments.plan_inputs import PlanInputs
+from weightgraft.experiments.plan import PlanInputs
 from weightgraft.experiments.records import Example, na_record, scored_record
 
 

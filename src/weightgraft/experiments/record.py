@@ -22,11 +22,11 @@ from typing import TYPE_CHECKING, Any
 
 from weightgraft.atomic import write_text_atomic
 from weightgraft.experiments.conditions import Condition, ConditionMethod
-from weightgraft.experiments.plan import concrete_layers
+from weightgraft.experiments.layers import concrete_layers
 from weightgraft.experiments.records import slug, state_file
 
 if TYPE_CHECKING:
-    from weightgraft.experiments.run_plan import ExperimentPlan
+    from weightgraft.experiments.plan.types import ExperimentPlan
 
 Shard = tuple[int, int]
 

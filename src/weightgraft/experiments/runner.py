@@ -1,6 +1,6 @@
 """The experiment runner: a loop over the plan's pending chunks, written atomically.
 
-`planner.build_plan` resolves the whole run before any weights load (its preflight): conditions,
+`plan.build_plan` resolves the whole run before any weights load (its preflight): conditions,
 examples, fixed batches, fixed chunks and each result file's fingerprint. The runner then, per
 experiment, reuses what the folder already holds (`ExperimentPlan.status`: a result file whose
 fingerprint and sha256 match), writes the state file, and computes the pending chunks: a chunk
@@ -33,9 +33,8 @@ from weightgraft.experiments.conditions import Condition
 from weightgraft.experiments.config import RunConfig
 from weightgraft.experiments.execute import Resources, compute_chunk
 from weightgraft.experiments.methods import ChunkMethod, method_for
-from weightgraft.experiments.planner import build_plan
+from weightgraft.experiments.plan import Chunk, ExperimentPlan, RunPlan, Shard, build_plan
 from weightgraft.experiments.record import ExperimentRecord
-from weightgraft.experiments.run_plan import Chunk, ExperimentPlan, RunPlan, Shard
 
 
 @dataclass

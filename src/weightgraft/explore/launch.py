@@ -9,7 +9,7 @@ from weightgraft.data.io import load_eval_prompts
 from weightgraft.engine.grafter import Grafter
 from weightgraft.errors import UserError
 from weightgraft.experiments.models import DTYPES, load_model, load_tokenizer
-from weightgraft.experiments.preflight import require_device_here
+from weightgraft.experiments.plan.checks import require_device_here
 from weightgraft.experiments.vocabulary import ModelRole, builtin_role_models
 from weightgraft.explore.session import ExploreSession, ModelNames, donors_from_mapping
 from weightgraft.model_identity import refuse_same_model

@@ -25,7 +25,7 @@ from weightgraft.engine.controls import ControlError, draw_sets
 from weightgraft.engine.units import UnitSpec
 from weightgraft.experiments.conditions.resolved import Condition, DrawnPositions, ResolvedGraft
 from weightgraft.experiments.conditions.roles import parse_positions
-from weightgraft.experiments.plan import concrete_layers
+from weightgraft.experiments.layers import concrete_layers
 
 FFN_UNITS = ("gate", "up", "down")
 

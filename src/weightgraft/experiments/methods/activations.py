@@ -13,8 +13,8 @@ import torch
 
 from weightgraft.adapters import adapter_for
 from weightgraft.data.batching import right_pad
+from weightgraft.experiments.layers import concrete_layers
 from weightgraft.experiments.methods.base import Row
-from weightgraft.experiments.plan import concrete_layers
 from weightgraft.experiments.records import Example
 
 

@@ -8,8 +8,8 @@ from weightgraft.data.batching import align_on
 from weightgraft.engine.graft import Graft
 from weightgraft.experiments.conditions import ResolvedGraft
 from weightgraft.experiments.conditions.components import resolve_for_model
+from weightgraft.experiments.layers import engine_layers
 from weightgraft.experiments.methods.base import Row
-from weightgraft.experiments.plan import engine_layers
 from weightgraft.experiments.records import Example
 
 

@@ -1,5 +1,7 @@
-"""From a validated experiment to the concrete work: its conditions (sweeps expanded for the
-model's depth), its examples (a seeded, template-balanced subset when capped) and layer sets."""
+"""Which conditions and examples an experiment runs: its conditions (sweeps expanded for the
+model's depth, a clean row equal to its authors' twin merged into it) and its examples (a
+seeded, template-balanced subset when capped). Layer sets are made concrete by
+`experiments.layers`."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from weightgraft.data.errors import DataError
-from weightgraft.engine.graft import EIGHTHS, HALVES, QUARTERS, Graft
+from weightgraft.engine.graft import EIGHTHS, HALVES, QUARTERS
 from weightgraft.experiments.conditions import (
     Condition,
     ConditionMethod,
@@ -25,6 +27,7 @@ from weightgraft.experiments.conditions.components import (
 from weightgraft.experiments.conditions.paper_atoms import AUTHOR_BANDS, author_band
 from weightgraft.experiments.conditions.roles import parse_positions
 from weightgraft.experiments.config import ExperimentSpec
+from weightgraft.experiments.layers import concrete_layers
 from weightgraft.experiments.vocabulary import CLEAN_SUFFIX, SAME_IN_BOTH, Direction
 
 HEAD_NAMES = ("ln_final", "lm_head")  # they act on a position's output only
@@ -56,21 +59,6 @@ def ties_embeddings(model) -> bool:
     if out.weight is inp.weight:
         return True
     return not out.weight.is_meta and out.weight.data_ptr() == inp.weight.data_ptr()
-
-
-def concrete_layers(spec, num_layers: int) -> list[int]:
-    """Concrete layers of a condition's layer set: the authors' bands (`authors_*`) by their
-    rule, everything else (engine bands, ints, negatives from the end) by the engine's own
-    `Graft.layer_indices`."""
-    if isinstance(spec, str) and spec in AUTHOR_BANDS:
-        return author_band(spec, num_layers)
-    return Graft(layers=spec).layer_indices(num_layers)
-
-
-def engine_layers(spec, num_layers: int):
-    """What a Graft takes: `all` stays `all` (so model-level components follow the engine's
-    rule for groups), anything else becomes its concrete layer list."""
-    return "all" if spec == "all" else concrete_layers(spec, num_layers)
 
 
 def _band_or_none(name: str, num_layers: int) -> list[int] | None:

@@ -1,5 +1,5 @@
 """What planning reads, each once per run: the models' fingerprints and file hashes, the shared
-tokenizer and the datasets' prompts; never weights, so that the planner need not know the
+tokenizer and the datasets' prompts; never weights, so that `build_plan` need not know the
 execution cache (`execute.Resources` extends this with the models and grafters)."""
 
 from __future__ import annotations

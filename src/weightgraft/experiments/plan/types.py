@@ -1,6 +1,6 @@
 """The run plan: everything a run will compute, resolved from the configs before any weights load.
 
-`planner.build_plan` makes a `RunPlan` from the run config and the models' config.json files
+`build.build_plan` makes a `RunPlan` from the run config and the models' config.json files
 (building it is the run's preflight); the runner then computes `ExperimentPlan.status(out)`'s
 pending chunks, and writes each experiment's state file, the record `record.ExperimentRecord.from_plan`
 builds from its plan.

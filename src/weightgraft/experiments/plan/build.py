@@ -24,10 +24,9 @@ from weightgraft.experiments.conditions import Condition, ResolvedGraft
 from weightgraft.experiments.conditions.components import resolve_for_model
 from weightgraft.experiments.conditions.controls import with_controls
 from weightgraft.experiments.config import ExperimentSpec, RunConfig
+from weightgraft.experiments.layers import concrete_layers
 from weightgraft.experiments.models import context_length
-from weightgraft.experiments.plan import ModelFacts, concrete_layers, experiment_conditions, select_examples
-from weightgraft.experiments.plan_inputs import PlanInputs
-from weightgraft.experiments.preflight import (
+from weightgraft.experiments.plan.checks import (
     check_datasets,
     check_distinct_models,
     check_pairs,
@@ -36,8 +35,10 @@ from weightgraft.experiments.preflight import (
     require_device_here,
     used_models,
 )
+from weightgraft.experiments.plan.inputs import PlanInputs
+from weightgraft.experiments.plan.selection import ModelFacts, experiment_conditions, select_examples
+from weightgraft.experiments.plan.types import ExperimentPlan, PlannedModel, RunPlan, Shard
 from weightgraft.experiments.records import Example
-from weightgraft.experiments.run_plan import ExperimentPlan, PlannedModel, RunPlan, Shard
 
 
 def build_plan(config: RunConfig, resources: PlanInputs, shard: Shard | None = None) -> RunPlan:
@@ -83,7 +84,7 @@ def planned_conditions(config: RunConfig, models: Mapping[str, PlannedModel]) ->
 
 def conditions_on_model(exp: ExperimentSpec, model: PlannedModel) -> list[Condition]:
     """The experiment's conditions resolved on its recipient, each condition's controls after
-    it (`controls.with_controls`); a layer set, component, head, neuron or rank the recipient
+    it (`conditions.controls.with_controls`); a layer set, component, head, neuron or rank the recipient
     lacks is a UserError naming the condition."""
     n = model.num_layers
     check_built_for(exp, model)

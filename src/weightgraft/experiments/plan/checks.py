@@ -1,10 +1,10 @@
-"""The checks `planner.build_plan` makes before any weights load, in one line each.
+"""The checks `build.build_plan` makes before any weights load, in one line each.
 
 Model folders, their configs (read with AutoConfig, no weights) and what they say of a model
 (`planned_model`), whether recipient and donors fit together, the device, the datasets and their
 templates. Each failure is a UserError naming the config field and the fix. (Whether every layer
 a condition names fits the recipient is checked where the conditions are resolved:
-`planner.conditions_on_model`.)
+`build.conditions_on_model`.)
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from weightgraft.errors import UserError
 from weightgraft.experiments.conditions import Condition, ConditionSpec
 from weightgraft.experiments.config import RunConfig
 from weightgraft.experiments.models import check_model_files
-from weightgraft.experiments.plan import select_examples, ties_embeddings
-from weightgraft.experiments.run_plan import PlannedModel
+from weightgraft.experiments.plan.selection import select_examples, ties_embeddings
+from weightgraft.experiments.plan.types import PlannedModel
 from weightgraft.model_identity import refuse_same_model
 from weightgraft.remote_code import refuse_remote_code
 from weightgraft.runtime import check_device
