@@ -5,7 +5,7 @@ methods, which all read it (so none of them imports the plan package)."""
 from __future__ import annotations
 
 from weightgraft.engine.graft import Graft
-from weightgraft.experiments.vocabulary import AUTHOR_BANDS, author_band
+from weightgraft.experiments.conditions.paper_atoms import AUTHOR_BANDS, author_band
 
 
 def concrete_layers(spec, num_layers: int) -> list[int]:

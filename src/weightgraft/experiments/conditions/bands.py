@@ -18,7 +18,7 @@ LAYER_BANDS = ("all", *BANDS, *AUTHOR_BANDS)
 
 def check_layer_spec(value: LayerSpec) -> LayerSpec:
     """A layer set as written (a known band name, or layer numbers); whether it fits a model's
-    depth is the plan's check (`planner.conditions_on_model`)."""
+    depth is the plan's check (`plan.build.conditions_on_model`)."""
     if isinstance(value, str) and value not in LAYER_BANDS:
         raise ValueError(f"unknown layer band {value!r}; known: {', '.join(LAYER_BANDS)}")
     if isinstance(value, list) and not value:
