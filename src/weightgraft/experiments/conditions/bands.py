@@ -4,7 +4,7 @@ The engine's bands split n layers as band k of m = [k*n//m, (k+1)*n//m). The aut
 q = n // 4 and quarters [0,q), [q,2q), [2q,3q), [3q,n): the fourth quarter takes the remainder
 (Gemma's 18 layers: 12..17, where the engine's last_quarter is 13..17). Presets use the authors'
 bands, named `authors_*` (`paper_atoms`). Which layers a band is on one model is the plan's
-business (`plan.concrete_layers`).
+business (`layers.concrete_layers`).
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ because the condition language below the paper needs them before the paper is im
   component atoms (`components.is_component_expr`), so every custom experiment that writes
   `O+FFN` relies on them, not only the paper's presets;
 - run records are re-parsed below the paper (`experiments.shards` merges shards), and the plan
-  turns `authors_*` bands into layers (`plan.concrete_layers`).
+  turns `authors_*` bands into layers (`layers.concrete_layers`).
 A registry would make all of these fail until `weightgraft.paper` is imported. The names only the
 paper's presets use (the component figure's eight sets) live in `weightgraft.paper.presets`.
 """
