@@ -116,3 +116,26 @@ def test_summarize_reads_each_record_once(world, monkeypatch):
     run_pipeline.summarize(cfg, out, report=True)
     assert reads == ["rec"]
     assert "## Record test" in (out / "report.md").read_text()
+
+
+def test_a_run_hands_its_records_to_the_summary_without_reading_them_back(world, monkeypatch, tmp_path):
+    """run_all summarizes from the records the runner built from its plan (`RunResult.records`):
+    none is read from state/, each equals the state file written, and the summary is the one
+    that reading them back gives, byte for byte."""
+    cfg, out, _ = world
+    again = tmp_path / "again"
+    outcome = run_pipeline.run_all(cfg, again, progress=False, report=False)
+    assert [r.name for r in outcome.run.records] == [e.name for e in cfg.expanded()]
+    assert outcome.run.records == [ExperimentRecord.read(again, e.name) for e in cfg.expanded()]
+
+    class Refused:  # the summary's only way to read a record back
+        @staticmethod
+        def read(folder, name, shard=None):
+            raise AssertionError(f"the summary read {name}'s record back from {folder}")
+
+    rerun = tmp_path / "rerun"
+    monkeypatch.setattr(run_pipeline, "ExperimentRecord", Refused)
+    run_pipeline.run_all(cfg, rerun, progress=False, report=False)
+    monkeypatch.undo()
+    run_pipeline.summarize(cfg, again, report=False)  # from state/, as after a merge
+    assert (rerun / "summary.csv").read_bytes() == (again / "summary.csv").read_bytes()

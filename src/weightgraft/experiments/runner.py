@@ -44,6 +44,10 @@ class RunResult:
     reused: list[str] = field(default_factory=list)
     damaged: list[Path] = field(default_factory=list)  # files found damaged and recomputed
     seconds: float = 0.0
+    plan: RunPlan | None = None  # what was run
+    # Each finished experiment's record as written to state/ (the plan's, with its results'
+    # sha256), in the plan's order: what the summary reads, without reading the folder again.
+    records: list[ExperimentRecord] = field(default_factory=list)
 
 
 class Runner:
@@ -75,7 +79,7 @@ class Runner:
         self.out.mkdir(parents=True, exist_ok=True)
         datasets = {e.spec.dataset for e in plan.experiments}
         body = records.provenance(self.config, {k: self.resources.model_info(k) for k in plan.models}, datasets)
-        result = RunResult(out=self.out)
+        result = RunResult(out=self.out, plan=plan)
         session = {"started": started_at, "status": "running"}
         if self.shard is not None:
             body["shard"] = list(self.shard)
@@ -120,6 +124,7 @@ class Runner:
         with tqdm(total=total, desc=exp.name, unit="row", disable=not self.progress or total == 0, leave=False) as bar:
             for chunk, method in zip(status.pending, methods):
                 self.compute(exp, chunk, method, decode, record, written, bar, result)
+        result.records.append(record.with_results(written))
 
     def method(self, plan: RunPlan, chunk: list[Condition]) -> ChunkMethod:
         """How a chunk's conditions are computed, on the run's models: one Grafter with every

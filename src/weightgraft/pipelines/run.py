@@ -8,6 +8,7 @@ back from the files the run just wrote.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -77,14 +78,25 @@ def run_all(
             except BaseException as err:
                 mark_unfinished(out, f"localize {spec.localize}", err)
                 raise
-        return RunOutcome(result, summarize(config, out, report, study))
+        return RunOutcome(result, summarize(config, out, report, study, result.records))
 
 
-def summarize(config: RunConfig, out: Path, report: bool = True, study: Study = PAPER) -> list[Check]:
+def summarize(
+    config: RunConfig,
+    out: Path,
+    report: bool = True,
+    study: Study = PAPER,
+    experiments: Sequence[ExperimentRecord] | None = None,
+) -> list[Check]:
     """Build the summary of a run's records once, write its files, decide `study`'s claims on it
     and (unless `report=False`) write the report from both, with `study`'s sections (the paper's
-    by default; `reporting.study.NO_STUDY` for none); returns the verdict's checks."""
-    experiments = [ExperimentRecord.read(out, e.name) for e in config.expanded()]
+    by default; `reporting.study.NO_STUDY` for none); returns the verdict's checks.
+
+    experiments: the run's records as the runner handed them over (`RunResult.records`, built
+    from its plan); read from `state/` when not given, as after a merge of shards."""
+    if experiments is None:
+        experiments = [ExperimentRecord.read(out, e.name) for e in config.expanded()]
+    experiments = list(experiments)
     summary = build_summary(out, experiments, config.bootstrap, config.seed, study.asked)
     summary.write(out)
     verdict = check_pattern(summary, study.asked.claims)
