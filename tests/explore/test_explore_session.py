@@ -260,3 +260,17 @@ def test_a_click_with_a_target_runs_one_grafted_pass_for_predictions_and_compari
     assert torch.allclose(shown, probs[ids], atol=1e-6)
     current = next(c for c in compared["columns"] if c["kind"] == "current")
     assert current["prob"] == pytest.approx(float(probs[encoded.target_id]), abs=1e-6)
+
+
+def test_recovery_needs_a_donor_gain_of_a_percentage_point():
+    """On one prompt, a donor that raises p by 1e-4 would make a graft's change look like
+    thousands of times the donor's; below MIN_GAIN the comparison shows no recovery."""
+    from weightgraft.explore.compare import MIN_GAIN, with_changes
+
+    def column(p: float) -> dict:
+        return {"prob": p, "logprob": 0.0, "target_logprob": 0.0}
+
+    columns = with_changes([column(0.001), column(0.001 + MIN_GAIN / 10), column(0.5), column(0.3)], ["tiny", "big"])
+    assert columns[3]["recovery"]["tiny"] is None
+    assert columns[3]["recovery"]["big"] == pytest.approx((0.3 - 0.001) / (0.5 - 0.001))
+    assert columns[2]["recovery"]["big"] == pytest.approx(1.0) and columns[0]["recovery"]["big"] == 0.0

@@ -7,7 +7,8 @@ tokens after the grid's last row get that row's cells, as the runner gives them 
 token's grafts. First token: p, rank, log p and its change from the recipient, the logit difference
 against a competing answer; whole target: the sum of its tokens' log-probabilities; and the
 recovery of each donor's gain, (p_graft - p_recipient) / (p_donor - p_recipient), undefined (None)
-where the donor does not raise p.
+where the donor raises p by less than MIN_GAIN: on one prompt a gain of 1e-4 would make any
+graft's change look like hundreds of times the donor's.
 """
 
 from __future__ import annotations
@@ -60,10 +61,14 @@ def score_columns(
     ]
 
 
+MIN_GAIN = 0.01  # the donor's gain in p (one percentage point) below which recovery is not shown
+
+
 def recovery(p: float, p_recipient: float, p_donor: float) -> float | None:
-    """The share of the donor's gain in p that a graft recovers; None where the donor gains nothing."""
+    """The share of the donor's gain in p that a graft recovers; None where the donor gains less
+    than MIN_GAIN."""
     gain = p_donor - p_recipient
-    return (p - p_recipient) / gain if gain > 0 else None
+    return (p - p_recipient) / gain if gain >= MIN_GAIN else None
 
 
 def with_changes(columns: list[dict], donors: Sequence[str]) -> list[dict]:
