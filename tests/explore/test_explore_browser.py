@@ -21,11 +21,10 @@ import pytest
 import torch
 
 import tiny_world
-from browser_fixtures import ARGS, CHROMIUM, needs_chromium
+from browser_fixtures import needs_chromium
 from explore_fixtures import DONORS, EVERY_WEIGHT, open_world_session, world
 from weightgraft.data.encode import encode_prompt
 from weightgraft.engine.graft import Graft
-from weightgraft.engine.grafter import Grafter
 from weightgraft.experiments.models import load_model, load_tokenizer
 from weightgraft.explore.server import ServerThread
 
@@ -33,48 +32,6 @@ SCREENSHOTS = Path(__file__).resolve().parents[2] / "benchmarks" / "explore_scre
 
 pytestmark = needs_chromium
 PROMPT = tiny_world.make_prompts()[0]  # the page opens on the dataset's first prompt (paper_1)
-
-
-@pytest.fixture(scope="module")
-def root(tmp_path_factory):
-    return tmp_path_factory.mktemp("explore-browser")
-
-
-@pytest.fixture(scope="module")
-def served(root):
-    server = ServerThread(open_world_session(root))
-    yield server.start()
-    server.stop()
-
-
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        yield chromium
-        chromium.close()
-
-
-@pytest.fixture
-def page(browser):
-    context = browser.new_context(viewport={"width": 1300, "height": 1000})
-    page = context.new_page()
-    errors: list[str] = []
-    page.on("pageerror", lambda err: errors.append(str(err)))
-    yield page
-    context.close()
-    assert not errors, errors
-
-
-@pytest.fixture(scope="module")
-def grafter(root):
-    """A Grafter of its own on the same model folders: the numbers the page must show."""
-    paths, _ = world(root)
-    return Grafter(
-        load_model(paths["pre"], "cpu", "float32"), donors={d: load_model(paths[d], "cpu", "float32") for d in DONORS}
-    )
 
 
 def _answered(page, count: int) -> None:

@@ -15,34 +15,13 @@ from browser_fixtures import ARGS, CHROMIUM, needs_chromium
 from explore_fixtures import DONORS, open_world_session, world
 from weightgraft.data.encode import encode_prompt
 from weightgraft.engine.graft import Graft
-from weightgraft.engine.grafter import Grafter
-from weightgraft.experiments.models import load_model, load_tokenizer
+from weightgraft.experiments.models import load_tokenizer
 from weightgraft.explore.grid import LAYER_GROUPS, MODEL_GROUPS
 from weightgraft.explore.server import ServerThread
 
 pytestmark = needs_chromium
 PROMPTS = tiny_world.make_prompts()
 PROMPT = PROMPTS[0]  # the page opens on the dataset's first prompt
-
-
-@pytest.fixture(scope="module")
-def root(tmp_path_factory):
-    return tmp_path_factory.mktemp("explore-browser-analysis")
-
-
-@pytest.fixture(scope="module")
-def served(root):
-    server = ServerThread(open_world_session(root))
-    yield server.start()
-    server.stop()
-
-
-@pytest.fixture(scope="module")
-def grafter(root):
-    paths, _ = world(root)
-    return Grafter(
-        load_model(paths["pre"], "cpu", "float32"), donors={d: load_model(paths[d], "cpu", "float32") for d in DONORS}
-    )
 
 
 @pytest.fixture(scope="module")

@@ -14,28 +14,13 @@ import torch
 
 import tiny_world
 from exp_fixtures import RefGraft
-from explore_fixtures import DONORS, LLAMA_GROUPS, open_world_session, world_reference
+from explore_fixtures import DONORS, LLAMA_GROUPS, open_world_session
 from weightgraft.explore import analyses
 from weightgraft.explore.grid import Cells
 from weightgraft.explore.server import ServerThread
 from weightgraft.explore.session import ExploreError
 
 PROMPT = tiny_world.make_prompts()[2]  # paper_3: FE, R, M and LT all present
-
-
-@pytest.fixture(scope="module")
-def root(tmp_path_factory):
-    return tmp_path_factory.mktemp("explore-exact")
-
-
-@pytest.fixture(scope="module")
-def session(root):
-    return open_world_session(root)
-
-
-@pytest.fixture(scope="module")
-def reference(root):
-    return world_reference(root)
 
 
 def _reference_logprob(reference, ids: list[int], target: int, cells: list[tuple[str, str, int | None, int]]) -> float:

@@ -16,7 +16,7 @@ import torch
 import yaml
 
 import tiny_world
-from explore_fixtures import open_world_session, world
+from explore_fixtures import world
 from weightgraft.engine.graft import Graft
 from weightgraft.experiments.conditions import ConditionSpec, resolve_condition
 from weightgraft.experiments.models import load_model
@@ -25,16 +25,6 @@ from weightgraft.explore.server import ServerThread
 
 PROMPT = tiny_world.make_prompts()[2]  # paper_3: FE, R, M and LT all present
 HEADS, KV_HEADS = 4, 2  # the tiny world's Llama (exp_fixtures.build_models)
-
-
-@pytest.fixture(scope="module")
-def root(tmp_path_factory):
-    return tmp_path_factory.mktemp("explore-heads")
-
-
-@pytest.fixture(scope="module")
-def session(root):
-    return open_world_session(root)
 
 
 def _graft_row(result) -> dict:

@@ -10,7 +10,7 @@ import torch
 
 import tiny_world
 from exp_fixtures import RefGraft
-from explore_fixtures import DONORS, LLAMA_GROUPS, open_world_session, world_reference
+from explore_fixtures import DONORS, LLAMA_GROUPS
 from weightgraft.data.encode import encode_prompt
 from weightgraft.explore import analyses
 from weightgraft.explore.grid import Cells
@@ -18,21 +18,6 @@ from weightgraft.explore.session import ExploreError
 
 PROMPTS = tiny_world.make_prompts()
 PROMPT = PROMPTS[2]
-
-
-@pytest.fixture(scope="module")
-def root(tmp_path_factory):
-    return tmp_path_factory.mktemp("explore-many")
-
-
-@pytest.fixture(scope="module")
-def session(root):
-    return open_world_session(root)
-
-
-@pytest.fixture(scope="module")
-def reference(root):
-    return world_reference(root)
 
 
 def _hits(reference, tokenizer, prompt) -> list[float]:

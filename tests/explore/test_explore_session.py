@@ -12,7 +12,7 @@ import yaml
 
 import tiny_world
 from exp_fixtures import RefGraft
-from explore_fixtures import DONORS, EVERY_WEIGHT, LLAMA_GROUPS, open_world_session, world, world_reference
+from explore_fixtures import DONORS, EVERY_WEIGHT, LLAMA_GROUPS, world
 from weightgraft.data.encode import encode_prompt
 from weightgraft.experiments.conditions import ConditionSpec, resolve_condition
 from weightgraft.experiments.models import load_model
@@ -20,21 +20,6 @@ from weightgraft.explore.grid import Cells, GridError
 from weightgraft.explore.session import ExploreError
 
 PROMPT = tiny_world.make_prompts()[2]  # paper_3: FE, R, M and LT all present
-
-
-@pytest.fixture(scope="module")
-def root(tmp_path_factory):
-    return tmp_path_factory.mktemp("explore-world")
-
-
-@pytest.fixture(scope="module")
-def session(root):
-    return open_world_session(root)
-
-
-@pytest.fixture(scope="module")
-def reference(root):
-    return world_reference(root)
 
 
 def _graft_probs(result) -> torch.Tensor:
