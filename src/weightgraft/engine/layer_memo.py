@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from weightgraft.engine.graft_masks import GraftMasks
+from weightgraft.engine.layer_sharing import wrapped_forwards
 
 
 def layer_digests(
@@ -101,18 +102,12 @@ class LayerMemo:
         layers (n of them), the others compute; the pass's outputs are kept afterwards."""
         shared, kept_outputs = self._best(digests)
         outputs: list = [None] * len(self.layers)
-        saved = []
-        try:
-            for index, layer in enumerate(self.layers):
-                saved.append(layer.__dict__.get("forward"))  # keep other wrappers (layer sharing) inside
-                layer.forward = self._remembering(index, layer.forward, shared, kept_outputs, outputs)
+
+        def remembering(index: int, forward):  # outside layer sharing's wrappers, which stay inside
+            return self._remembering(index, forward, shared, kept_outputs, outputs)
+
+        with wrapped_forwards(self.layers, remembering):
             yield
-        finally:
-            for layer, own in zip(self.layers, saved):
-                if own is None:
-                    del layer.forward
-                else:
-                    layer.forward = own
         if all(o is not None for o in outputs):
             self._kept[tuple(digests)] = outputs
             self._kept.move_to_end(tuple(digests))

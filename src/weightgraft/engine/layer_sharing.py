@@ -12,7 +12,7 @@ first layer where every row is on its own, layers run as usual.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -75,19 +75,10 @@ class SharedLayers:
 
     @contextmanager
     def installed(self) -> Iterator[SharedLayers]:
-        saved = []
         try:
-            for index, layer in enumerate(self.layers):
-                # accelerate's big-model hooks replace `forward` on the instance: keep theirs inside ours
-                saved.append(layer.__dict__.get("forward"))
-                layer.forward = self._shared(index, layer.forward)
-            yield self
+            with wrapped_forwards(self.layers, self._shared):
+                yield self
         finally:
-            for layer, own in zip(self.layers, saved):
-                if own is None:
-                    del layer.forward
-                else:
-                    layer.forward = own
             self.groups = []
 
     def _shared(self, index: int, forward):
@@ -110,6 +101,24 @@ class SharedLayers:
             return _take(out, group.row_to_class, len(group.representatives))
 
         return shared_forward
+
+
+@contextmanager
+def wrapped_forwards(layers: list[nn.Module], wrap: Callable[[int, Callable], Callable]) -> Iterator[None]:
+    """Within: each layer's `forward` is `wrap(index, forward)`; restored after. A forward set on
+    the instance before (accelerate's big-model hooks, another wrapper) stays inside the new one."""
+    saved = []
+    try:
+        for index, layer in enumerate(layers):
+            saved.append(layer.__dict__.get("forward"))
+            layer.forward = wrap(index, layer.forward)
+        yield
+    finally:
+        for layer, own in zip(layers, saved):
+            if own is None:
+                del layer.forward
+            else:
+                layer.forward = own
 
 
 def _take(value, rows: torch.Tensor, batch: int):
