@@ -65,7 +65,7 @@ def _sync(device: str) -> None:
 def measure(folder: Path, batch: int, tokens: int, device: str, steps: int = 3) -> Measured:
     """Time `steps` AdamW steps (the first, which allocates, is not counted) and a forward of a
     batch of 64 rows that unembeds each row's last position only, on random token ids of the
-    model's vocabulary, in float32."""
+    model's vocabulary, in float32; and the unembedding of one position alone."""
     # here, not at the top: training.finetune brings transformers' Trainer, measured at 2.4 s
     # more for `weightgraft reproduce`'s start (its --dry-run plan) on a loaded 2-core machine
     from weightgraft.training.finetune import quiet_loading
@@ -101,11 +101,10 @@ def measure(folder: Path, batch: int, tokens: int, device: str, steps: int = 3) 
 
 def _unembed_seconds(model, device: str, positions: int = 256) -> float:
     """Seconds to unembed one position (after one untimed call)."""
-    import torch
-
     head = model.get_output_embeddings()
     hidden = torch.randn(positions, head.weight.shape[1], generator=torch.Generator().manual_seed(1)).to(device)
     head(hidden)
+    _sync(device)
     start = time.perf_counter()
     head(hidden)
     _sync(device)

@@ -68,10 +68,10 @@ def _sample_lengths(job: Job) -> tuple[list[int], float, float, int, str]:
     if folder is not None:
         try:
             tok = AutoTokenizer.from_pretrained(folder, trust_remote_code=False)
-            lengths = [
+            targets = [len(ids) for ids in tok([p.target for p in prompts], add_special_tokens=False)["input_ids"]]
+            lengths = [  # set last: both counts or neither
                 [len(ids) + 1 for ids in tok(items)["input_ids"]] for items in (texts, [p.text for p in prompts])
             ]
-            targets = [len(ids) for ids in tok([p.target for p in prompts], add_special_tokens=False)["input_ids"]]
             note = "counted with the model's tokenizer"
         except (OSError, ValueError):
             pass
