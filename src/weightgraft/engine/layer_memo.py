@@ -35,17 +35,22 @@ def layer_digests(
 ) -> list[bytes]:
     """Digest l covers what layer l's output depends on; each extends the one before it.
     `keys_of_layer` index `grafted.masks` (partial masks included) per layer."""
+    masks = grafted.masks.detach().cpu().contiguous().numpy()  # once: one copy off the device
     running = hashlib.sha256()
-    for part in (ids, mask, grafted.masks[list(keys_before)]):
+    for part in (
+        ids.detach().cpu().contiguous().numpy(),
+        mask.detach().cpu().contiguous().numpy(),
+        masks[list(keys_before)],
+    ):
         running.update(repr(tuple(part.shape)).encode())
-        running.update(part.detach().cpu().contiguous().numpy().tobytes())
+        running.update(part.tobytes())
     running.update(f"threads={torch.get_num_threads()}".encode())
-    base = grafted.masks.shape[0] - len(grafted.partials)
+    base = masks.shape[0] - len(grafted.partials)
     out = []
     for keys in keys_of_layer:
         running.update(repr(sorted(keys)).encode())
         for k in sorted(keys):
-            running.update(grafted.masks[k].detach().cpu().contiguous().numpy().tobytes())
+            running.update(masks[k].tobytes())
             if k >= base:  # a partial mask: which heads or neurons it grafts matters too
                 running.update(repr(sorted(grafted.partials[k - base][2])).encode())
         out.append(running.copy().digest())
