@@ -4,13 +4,14 @@ from weightgraft.adapters import gemma2, gpt2, gpt_neox, llama, olmo2, phi3  # n
 from weightgraft.adapters.base import (
     Adapter,
     Part,
-    adapter_for,
     contiguous_split,
     per_head_interleaved_split,
     register_adapter,
     supported_model_types,
 )
 from weightgraft.adapters.check import AdapterError, check_adapter
+from weightgraft.adapters.infer import infer_adapter
+from weightgraft.adapters.lookup import adapter_for
 
 __all__ = [
     "Adapter",
@@ -19,6 +20,7 @@ __all__ = [
     "adapter_for",
     "check_adapter",
     "contiguous_split",
+    "infer_adapter",
     "per_head_interleaved_split",
     "register_adapter",
     "supported_model_types",

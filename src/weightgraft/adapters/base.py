@@ -60,6 +60,9 @@ class Adapter:
     # Per-layer modules whose sequence axis is not dim 1, e.g. {"self_attn.q_norm": 2} for a
     # norm applied to [batch, heads, seq, head_dim].
     seq_dims: Mapping[str, int] = field(default_factory=dict)
+    # Where the table came from: "registered", "inferred" (adapters/infer.py) or "alias of T" (a
+    # model of another type whose inferred table equals registered type T's). Runs record it.
+    origin: str = "registered"
 
     def __post_init__(self) -> None:
         unknown = [c for c in self.model_level if c not in MODEL_LEVEL]
@@ -112,20 +115,21 @@ def supported_model_types() -> list[str]:
     return sorted(_REGISTRY)
 
 
-def adapter_for(model: nn.Module | PretrainedConfig | str) -> Adapter:
-    """The adapter for a model, a config or a model_type string."""
+def model_type_of(model: nn.Module | PretrainedConfig | str) -> str | None:
     if isinstance(model, str):
-        model_type = model
-    else:
-        config = model if isinstance(model, PretrainedConfig) else getattr(model, "config", None)
-        model_type = getattr(config, "model_type", None)
-    if model_type not in _REGISTRY:
-        raise ValueError(
-            f"no weightgraft adapter for model_type {model_type!r}; supported: "
-            f"{supported_model_types()}. Describe the architecture with weightgraft.adapters.Adapter "
-            "and call weightgraft.register_adapter (see README, 'Adding an architecture')."
-        )
-    return _REGISTRY[model_type]
+        return model
+    config = model if isinstance(model, PretrainedConfig) else getattr(model, "config", None)
+    return getattr(config, "model_type", None)
+
+
+def registered_adapter(model: nn.Module | PretrainedConfig | str) -> Adapter | None:
+    """The adapter registered for a model's `config.model_type` (or a model_type string), if any."""
+    return _REGISTRY.get(model_type_of(model))
+
+
+def registered_adapters() -> list[Adapter]:
+    """Each registered adapter once, in registration order."""
+    return list({id(a): a for a in _REGISTRY.values()}.values())
 
 
 def contiguous_split(sizes: Mapping[str, int]) -> dict[str, torch.Tensor]:

@@ -13,7 +13,7 @@ from collections import Counter
 import torch
 from torch import nn
 
-from weightgraft.adapters.base import Adapter, Part, adapter_for
+from weightgraft.adapters.base import Adapter, Part
 from weightgraft.adapters.coverage import adapter_module_paths, uncovered_parameters
 from weightgraft.errors import UserError
 
@@ -31,18 +31,22 @@ def check_adapter(model: nn.Module, adapter: Adapter | None = None) -> None:
     model: the causal LM the adapter is for, with real weights (not on the meta device): a probe
         forward pass on one row of three tokens runs on it, in eval mode and without gradients
         (its training mode is restored afterwards).
-    adapter: the adapter to check; default `adapter_for(model)`, the registered one for
-        `model.config.model_type`.
+    adapter: the adapter to check; default `adapter_for(model)`: the registered one for
+        `model.config.model_type`, else the one inferred from the model.
 
     Checked: `layers` is a list of decoder blocks; every path in `model_level` and, in every block,
     `per_layer` names a module of the model; every parameter belongs to exactly one named module
     (one the `all` group grafts; tied weights count once per name); every fused module's split rule
     gives each of its output features to exactly one part, and each part to a component; every
     named module runs in the forward pass and keeps batch and sequence axes, as `[batch, seq, ...]`
-    or at the axis `seq_dims` declares. Raises `ValueError` (from `adapter_for`) when no adapter is
-    registered for the model and none is given.
+    or at the axis `seq_dims` declares. Raises `AdapterError` (from `adapter_for`) when no adapter is
+    given and none can be inferred.
     """
-    adapter = adapter or adapter_for(model)
+    if adapter is None:
+        # Imported here: lookup reaches this module through infer (inference checks what it finds).
+        from weightgraft.adapters.lookup import adapter_for
+
+        adapter = adapter_for(model)
     name = adapter.model_types[0]
     problems = _structure_problems(model, adapter)
     if not problems:

@@ -1,0 +1,277 @@
+"""Which module of a decoder block plays which canonical role, decided by behaviour on a probe.
+
+Names mislead (a module called `gate` is a MoE router in many models; a `query_key_value` has
+three layouts within one model type), so every role here is decided by what a nudge does:
+
+- the attention is the child whose output at one position moves when another position's input
+  moves; the MLP is the position-wise child with projections;
+- o is the attention projection whose input already mixes positions;
+- q, k and v are the projections before the mixing: a change to q at one position moves only
+  that position's attention output; a change to k or v moves later positions too, and the
+  output follows v exactly linearly, k not;
+- in the MLP, down is the projection not fed by the MLP's input; the MLP's output follows up
+  exactly linearly through the elementwise product, gate not;
+- a fused projection gets every candidate layout tried (`layouts.py`): exactly one must pass;
+- norms are placed by data flow: what feeds the attention or MLP, what reads their outputs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from weightgraft.adapters.layouts import Layout, attention_layouts, gate_up_layouts
+from weightgraft.adapters.probe import BlockProbe, changed_positions, is_linear_in, nudge, seq_axis
+
+
+class Refusal(ValueError):
+    """A block inference cannot describe; the message is one line saying why."""
+
+
+@dataclass
+class BlockRoles:
+    """What inference found in one block (paths relative to the block)."""
+
+    attn: str
+    mlp: str
+    per_layer: dict[str, object] = field(default_factory=dict)  # component -> path or (path, part)
+    splits: dict[str, Layout] = field(default_factory=dict)  # fused path -> part -> columns
+    seq_dims: dict[str, int] = field(default_factory=dict)
+
+
+def direct_parameters(module: nn.Module) -> list[str]:
+    return [name for name, _ in module.named_parameters(recurse=False)]
+
+
+def is_norm_like(module: nn.Module) -> bool:
+    params = list(module.parameters(recurse=False))
+    return bool(params) and all(p.dim() == 1 for p in params) and not list(module.children())
+
+
+def is_linear_like(module: nn.Module) -> bool:
+    weight = getattr(module, "weight", None)
+    return isinstance(weight, torch.Tensor) and weight.dim() == 2 and not isinstance(module, nn.Embedding)
+
+
+def _under(path: str, parent: str) -> bool:
+    return path.startswith(parent + ".")
+
+
+class BlockInference:
+    """Decides the roles in `probe`'s block; `heads` are (query heads, key-value heads, head
+    width) combinations a fused projection may be cut by."""
+
+    def __init__(self, probe: BlockProbe, heads: list[tuple[int, int, int]]):
+        self.probe = probe
+        self.heads = heads
+        self.modules = dict(probe.block.named_modules())
+        self.base = probe.baseline
+        self.middle = probe.tokens // 2
+        self._memo: dict[tuple, str | None] = {}
+
+    def roles(self) -> BlockRoles:
+        owners = [p for p, m in self.modules.items() if p and direct_parameters(m)]
+        not_run = [p for p in owners if p not in self.base]
+        if not_run:
+            raise Refusal(f"modules {not_run[:4]} hold parameters but do not run in a forward pass")
+        looped = [p for p in owners if self.base[p].calls > 1]
+        if looped:
+            raise Refusal(f"modules {looped[:4]} run more than once per block (looped or shared weights)")
+        attn, mlp = self._attention_and_mlp()
+        roles = BlockRoles(attn, mlp)
+        self._attention_roles(roles, [p for p in owners if _under(p, attn)])
+        self._mlp_roles(roles, [p for p in owners if _under(p, mlp)])
+        self._block_norms(roles, [p for p in owners if not _under(p, attn) and not _under(p, mlp)])
+        return roles
+
+    # --- attention and MLP ----------------------------------------------------------------
+    def _attention_and_mlp(self) -> tuple[str, str]:
+        children = [n for n, m in self.probe.block.named_children() if any(True for _ in m.parameters())]
+        mixing, wise = [], []
+        for name in children:
+            if is_norm_like(self.modules[name]):
+                continue
+            (mixing if self._mixes_positions(name) else wise).append(name)
+        if len(mixing) != 1:
+            what = "no submodule mixes positions" if not mixing else f"submodules {mixing} all mix positions"
+            raise Refusal(f"{what}: not one attention per block (recurrent, convolutional or hybrid block?)")
+        if len(wise) != 1:
+            raise Refusal(f"position-wise submodules {wise}: not exactly one MLP per block")
+        if direct_parameters(self.modules[mixing[0]]) or direct_parameters(self.modules[wise[0]]):
+            loose = [f"{p}.{n}" for p in (mixing[0], wise[0]) for n in direct_parameters(self.modules[p])]
+            raise Refusal(f"parameters {loose} sit on the attention or MLP itself, outside any projection")
+        return mixing[0], wise[0]
+
+    def _mixes_positions(self, path: str) -> bool:
+        seen = self.base.get(path)
+        if seen is None or seen.input is None or seen.output is None:
+            raise Refusal(f"submodule {path!r} does not map a tensor to a tensor")
+        axis_in, axis_out = seq_axis(seen.input), seq_axis(seen.output)
+        if axis_in is None or axis_out is None:
+            raise Refusal(f"submodule {path!r} has no token axis in its input or output")
+        after = self.probe.run(inputs={path: lambda t: nudge(t, 0, axis_in)})[path].output
+        return bool(changed_positions(seen.output, after, axis_out) - {0})
+
+    # --- inside the attention -------------------------------------------------------------
+    def _attention_roles(self, roles: BlockRoles, owners: list[str]) -> None:
+        linears = [p for p in owners if is_linear_like(self.modules[p])]
+        norms = [p for p in owners if is_norm_like(self.modules[p])]
+        strange = sorted(set(owners) - set(linears) - set(norms))
+        if strange:
+            raise Refusal(f"attention parameters in {strange} are neither a projection nor a norm")
+        axis = seq_axis(self.base[roles.attn].input)
+        moved = self.probe.run(inputs={roles.attn: lambda t: nudge(t, 0, axis)})
+        post = [p for p in linears if changed_positions(self.base[p].input, moved[p].input, self._axis_in(p)) - {0}]
+        if len(post) != 1:
+            raise Refusal(f"attention projections after the mixing: {post}, not exactly one output projection")
+        self.o = roles.per_layer["o"] = post[0]
+        parts: dict[str, tuple[str, torch.Tensor]] = {}
+        for path in [p for p in linears if p not in post]:
+            layout = self._one_layout(path, self._attention_candidates(path), "attention")
+            fused = len(layout) > 1 or next(iter(layout)) not in ("q", "k", "v")
+            for part, cols in layout.items():
+                if part in parts:
+                    raise Refusal(f"two projections ({parts[part][0]}, {path}) both act as {part}")
+                parts[part] = (path, cols)
+                roles.per_layer[part] = (path, part) if fused else path
+            if fused:
+                roles.splits[path] = layout
+        if set(parts) != {"q", "k", "v"}:
+            raise Refusal(f"the attention's projections act as {sorted(parts)}, not q, k and v")
+        self._qk_norms(roles, norms, parts)
+
+    def _axis_in(self, path: str) -> int:
+        axis = seq_axis(self.base[path].input)
+        if axis is None:
+            raise Refusal(f"projection {path!r} has no token axis in its input")
+        return axis
+
+    def _attention_candidates(self, path: str) -> list[Layout]:
+        width = self.base[path].output.shape[-1]
+        out: list[Layout] = []
+        for heads, kv_heads, head_dim in self.heads:
+            out += attention_layouts(width, heads, kv_heads, head_dim)
+        return out
+
+    def _one_layout(self, path: str, candidates: list[Layout], where: str) -> Layout:
+        passing = []
+        for layout in candidates:
+            if all(self._part_role(path, cols) == part for part, cols in layout.items()):
+                key = sorted((p, tuple(c.tolist())) for p, c in layout.items())
+                if key not in [k for k, _ in passing]:
+                    passing.append((key, layout))
+        if len(passing) != 1:
+            shape = tuple(self.base[path].output.shape)
+            count = "no" if not passing else f"{len(passing)}"
+            raise Refusal(f"{where} projection {path!r} (output {shape}): {count} candidate layouts pass the probe")
+        return passing[0][1]
+
+    def _part_role(self, path: str, cols: torch.Tensor) -> str | None:
+        """q, k or v (attention) or gate or up (MLP) for some output columns of a projection."""
+        key = (path, tuple(cols.tolist()))
+        if key not in self._memo:
+            in_mlp = hasattr(self, "down") and _under(path, self.mlp_path)
+            self._memo[key] = self._mlp_part(path, cols) if in_mlp else self._attention_part(path, cols)
+        return self._memo[key]
+
+    def _responses(self, path: str, cols: torch.Tensor, reader: str) -> tuple[torch.Tensor, ...]:
+        axis = seq_axis(self.base[path].output)
+        if axis is None:
+            raise Refusal(f"projection {path!r} has no token axis in its output")
+        runs = [
+            self.probe.run(outputs={path: lambda t, k=k: nudge(t, self.middle, axis, cols, k)})[reader].input
+            for k in (1.0, 2.0)
+        ]
+        return self.base[reader].input, *runs
+
+    def _attention_part(self, path: str, cols: torch.Tensor) -> str | None:
+        base, once, twice = self._responses(path, cols, self.o)
+        rows = changed_positions(base, once, self._axis_in(self.o))
+        if rows == {self.middle}:
+            return "q"
+        if not rows or min(rows) != self.middle or len(rows) == 1:
+            return None
+        linear = is_linear_in((base, once, twice))
+        return None if linear is None else ("v" if linear else "k")
+
+    def _qk_norms(self, roles: BlockRoles, norms: list[str], parts: dict) -> None:
+        reached: dict[str, set[str]] = {n: set() for n in norms}
+        for part in ("q", "k"):
+            path, cols = parts[part]
+            axis = seq_axis(self.base[path].output)
+            seen = self.probe.run(outputs={path: lambda t, a=axis, c=cols: nudge(t, self.middle, a, c)})
+            for norm in norms:
+                if not torch.equal(seen[norm].input, self.base[norm].input):
+                    reached[norm].add(part)
+        for norm, sources in reached.items():
+            if len(sources) != 1:
+                raise Refusal(f"attention norm {norm!r} reads {sorted(sources) or 'neither q nor k'}")
+            name = f"{sources.pop()}_norm"
+            if name in roles.per_layer:
+                raise Refusal(f"two attention norms act as {name}")
+            roles.per_layer[name] = norm
+            axis = seq_axis(self.base[norm].input)
+            if axis is None:
+                raise Refusal(f"attention norm {norm!r} has no token axis in its input")
+            if axis != 1:
+                roles.seq_dims[norm] = axis
+
+    # --- inside the MLP -------------------------------------------------------------------
+    def _mlp_roles(self, roles: BlockRoles, owners: list[str]) -> None:
+        strange = sorted(p for p in owners if not is_linear_like(self.modules[p]))
+        if strange:
+            raise Refusal(f"MLP parameters in {strange} are not projections (a norm or gate inside the MLP?)")
+        feed = self.base[roles.mlp].input
+        inputs = [p for p in owners if torch.equal(self.base[p].input, feed)]
+        downs = [p for p in owners if p not in inputs]
+        if len(downs) != 1 or not inputs:
+            raise Refusal(f"MLP projections {owners}: not one down projection fed by the rest")
+        self.mlp_path, self.down = roles.mlp, downs[0]
+        roles.per_layer["down"] = self.down
+        inner = self.base[self.down].input.shape[-1]
+        found: set[str] = set()
+        for path in inputs:
+            width = self.base[path].output.shape[-1]
+            if len(inputs) == 1 and width == inner:  # no gate: up feeds the activation alone
+                roles.per_layer["up"] = path
+                return
+            candidates = gate_up_layouts(width, inner) + ([{"gate": torch.arange(width)}] if width == inner else [])
+            layout = self._one_layout(path, candidates, "MLP")
+            if found & set(layout):
+                raise Refusal(f"two MLP projections act as {sorted(found & set(layout))}")
+            found |= set(layout)
+            if len(layout) > 1:
+                roles.splits[path] = layout
+                roles.per_layer.update({part: (path, part) for part in layout})
+            else:
+                roles.per_layer[next(iter(layout))] = path
+        if "up" not in found:
+            raise Refusal("no MLP projection acts as up (the MLP's output is not linear in any of them)")
+
+    def _mlp_part(self, path: str, cols: torch.Tensor) -> str | None:
+        linear = is_linear_in(self._responses(path, cols, self.down))
+        return None if linear is None else ("up" if linear else "gate")
+
+    # --- norms of the block ---------------------------------------------------------------
+    def _block_norms(self, roles: BlockRoles, owners: list[str]) -> None:
+        strange = sorted(p for p in owners if not is_norm_like(self.modules[p]))
+        if strange:
+            raise Refusal(f"block parameters in {strange} belong to neither attention, MLP nor a norm")
+        attn, mlp = self.base[roles.attn], self.base[roles.mlp]
+        for norm in owners:
+            seen = self.base[norm]
+            if torch.equal(seen.output, attn.input):
+                name = "ln1"
+            elif torch.equal(seen.output, mlp.input):
+                name = "ln2"
+            elif torch.equal(seen.input, attn.output):
+                name = "post_attn_norm"
+            elif torch.equal(seen.input, mlp.output):
+                name = "post_mlp_norm"
+            else:
+                raise Refusal(f"norm {norm!r} neither feeds nor reads the attention or the MLP")
+            if name in roles.per_layer:
+                raise Refusal(f"norms {roles.per_layer[name]!r} and {norm!r} both act as {name}")
+            roles.per_layer[name] = norm
