@@ -28,6 +28,9 @@ PER_LAYER = (
 )  # fmt: skip
 NORMS = ("ln1", "ln2", "q_norm", "k_norm", "post_attn_norm", "post_mlp_norm", "ln_final")
 GROUPS = ("attn", "mlp", "norms", "all")
+# The members of attn and mlp where an adapter has no attention or MLP submodule to read them off.
+ATTN_PARTS = ("q", "k", "v", "o", "q_norm", "k_norm")
+MLP_PARTS = ("gate", "up", "down", "router", "experts", "shared_expert", "shared_expert_gate")
 
 
 @dataclass(frozen=True)
@@ -47,7 +50,8 @@ class Adapter:
 
     Paths in `per_layer` are relative to a decoder block; paths in `model_level` are relative to
     the causal-LM model itself. `attn_module` and `mlp_module` name the blocks' submodules whose
-    parameters make up the `attn` and `mlp` groups.
+    parameters make up the `attn` and `mlp` groups ("" where the block holds those projections
+    itself: the groups are then the canonical attention and MLP components).
     """
 
     model_types: tuple[str, ...]
@@ -89,7 +93,10 @@ class Adapter:
             return self.components
         if name == "norms":
             return tuple(c for c in self.components if c in NORMS)
-        prefix = {"attn": self.attn_module, "mlp": self.mlp_module}[name] + "."
+        module = {"attn": self.attn_module, "mlp": self.mlp_module}[name]
+        if not module:  # the block holds these projections itself (OPT's fc1 and fc2): by name
+            return tuple(c for c in self.components if c in {"attn": ATTN_PARTS, "mlp": MLP_PARTS}[name])
+        prefix = module + "."
         return tuple(
             c for c, ref in self.per_layer.items()
             if (ref.module if isinstance(ref, Part) else ref).startswith(prefix)

@@ -69,6 +69,7 @@ class BlockInference:
         self.modules = dict(probe.block.named_modules())
         self.base = probe.baseline
         self.middle = probe.tokens // 2
+        self.virtual_mlp: list[str] = []
         self._memo: dict[tuple, str | None] = {}
 
     def roles(self) -> BlockRoles:
@@ -81,9 +82,10 @@ class BlockInference:
             raise Refusal(f"modules {looped[:4]} run more than once per block (looped or shared weights)")
         attn, mlp = self._attention_and_mlp()
         roles = BlockRoles(attn, mlp)
+        in_mlp = [p for p in owners if _under(p, mlp)] if mlp else list(self.virtual_mlp)
         self._attention_roles(roles, [p for p in owners if _under(p, attn)])
-        self._mlp_roles(roles, [p for p in owners if _under(p, mlp)])
-        self._block_norms(roles, [p for p in owners if not _under(p, attn) and not _under(p, mlp)])
+        self._mlp_roles(roles, in_mlp)
+        self._block_norms(roles, [p for p in owners if not _under(p, attn) and p not in in_mlp])
         return roles
 
     # --- attention and MLP ----------------------------------------------------------------
@@ -97,10 +99,13 @@ class BlockInference:
         if len(mixing) != 1:
             what = "no submodule mixes positions" if not mixing else f"submodules {mixing} all mix positions"
             raise Refusal(f"{what}: not one attention per block (recurrent, convolutional or hybrid block?)")
+        if len(wise) > 1 and all(is_linear_like(self.modules[n]) for n in wise):
+            self.virtual_mlp = wise  # the block holds the MLP's projections itself (OPT, BioGPT)
+            return mixing[0], ""
         if len(wise) != 1:
             raise Refusal(f"position-wise submodules {wise}: not exactly one MLP per block")
-        if direct_parameters(self.modules[mixing[0]]) or direct_parameters(self.modules[wise[0]]):
-            loose = [f"{p}.{n}" for p in (mixing[0], wise[0]) for n in direct_parameters(self.modules[p])]
+        loose = [f"{p}.{n}" for p in (mixing[0], wise[0]) for n in direct_parameters(self.modules[p])]
+        if loose:
             raise Refusal(f"parameters {loose} sit on the attention or MLP itself, outside any projection")
         return mixing[0], wise[0]
 
@@ -124,6 +129,11 @@ class BlockInference:
         axis = seq_axis(self.base[roles.attn].input)
         moved = self.probe.run(inputs={roles.attn: lambda t: nudge(t, 0, axis)})
         post = [p for p in linears if changed_positions(self.base[p].input, moved[p].input, self._axis_in(p)) - {0}]
+        after_mixing = [
+            n for n in norms if changed_positions(self.base[n].input, moved[n].input, self._axis_in(n)) - {0}
+        ]
+        if after_mixing:
+            raise Refusal(f"attention norms {after_mixing} act after the mixing, where no canonical norm sits")
         if len(post) != 1:
             raise Refusal(f"attention projections after the mixing: {post}, not exactly one output projection")
         self.o = roles.per_layer["o"] = post[0]
@@ -172,7 +182,7 @@ class BlockInference:
         """q, k or v (attention) or gate or up (MLP) for some output columns of a projection."""
         key = (path, tuple(cols.tolist()))
         if key not in self._memo:
-            in_mlp = hasattr(self, "down") and _under(path, self.mlp_path)
+            in_mlp = hasattr(self, "down") and (_under(path, self.mlp_path) or path in self.virtual_mlp)
             self._memo[key] = self._mlp_part(path, cols) if in_mlp else self._attention_part(path, cols)
         return self._memo[key]
 
@@ -222,13 +232,20 @@ class BlockInference:
     def _mlp_roles(self, roles: BlockRoles, owners: list[str]) -> None:
         strange = sorted(p for p in owners if not is_linear_like(self.modules[p]))
         if strange:
-            raise Refusal(f"MLP parameters in {strange} are not projections (a norm or gate inside the MLP?)")
-        feed = self.base[roles.mlp].input
+            kinds = (
+                "activation parameters" if any(p.rsplit(".", 1)[-1].startswith("act") for p in strange) else "a norm"
+            )
+            raise Refusal(
+                f"MLP parameters in {strange} are not projections ({kinds}, which no canonical component takes)"
+            )
+        first = min(owners, key=lambda p: self.base[p].order)
+        feed = self.base[roles.mlp].input if roles.mlp else self.base[first].input
         inputs = [p for p in owners if torch.equal(self.base[p].input, feed)]
         downs = [p for p in owners if p not in inputs]
         if len(downs) != 1 or not inputs:
             raise Refusal(f"MLP projections {owners}: not one down projection fed by the rest")
         self.mlp_path, self.down = roles.mlp, downs[0]
+        self.mlp_in, self.mlp_out = feed, (self.base[roles.mlp].output if roles.mlp else self.base[self.down].output)
         roles.per_layer["down"] = self.down
         inner = self.base[self.down].input.shape[-1]
         found: set[str] = set()
@@ -259,19 +276,22 @@ class BlockInference:
         strange = sorted(p for p in owners if not is_norm_like(self.modules[p]))
         if strange:
             raise Refusal(f"block parameters in {strange} belong to neither attention, MLP nor a norm")
-        attn, mlp = self.base[roles.attn], self.base[roles.mlp]
+        attn = self.base[roles.attn]
         for norm in owners:
             seen = self.base[norm]
             if torch.equal(seen.output, attn.input):
                 name = "ln1"
-            elif torch.equal(seen.output, mlp.input):
+            elif torch.equal(seen.output, self.mlp_in):
                 name = "ln2"
             elif torch.equal(seen.input, attn.output):
                 name = "post_attn_norm"
-            elif torch.equal(seen.input, mlp.output):
+            elif torch.equal(seen.input, self.mlp_out):
                 name = "post_mlp_norm"
             else:
-                raise Refusal(f"norm {norm!r} neither feeds nor reads the attention or the MLP")
+                raise Refusal(
+                    f"norm {norm!r} neither feeds nor reads the attention or the MLP (a norm of the residual "
+                    "stream after the add, post-LN?), which no canonical component takes"
+                )
             if name in roles.per_layer:
                 raise Refusal(f"norms {roles.per_layer[name]!r} and {norm!r} both act as {name}")
             roles.per_layer[name] = norm

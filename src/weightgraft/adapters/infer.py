@@ -63,6 +63,11 @@ def _infer(model: nn.Module) -> Adapter:
         adapter = _adapter(model_type, layers, model_level(model, layers), roles)
     except Refusal as refusal:
         raise AdapterError(f"weightgraft cannot graft this {model_type!r} model: {refusal}") from None
+    except (RuntimeError, ValueError, TypeError, IndexError) as error:  # the model's own code failed on the probe
+        first = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise AdapterError(
+            f"weightgraft cannot graft this {model_type!r} model: its probe pass failed ({first})"
+        ) from None
     finally:
         model.train(was_training)
     uncovered = uncovered_parameters(model, adapter)
