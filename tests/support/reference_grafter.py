@@ -160,6 +160,28 @@ def _llama_family_table(config) -> tuple[dict, dict]:
     return layer, model
 
 
+def _toy_table(config) -> tuple[dict, dict]:
+    # tests/support/toy_decoder.py, read off its source: Cell = pre_mix -> mix -> + ; pre_feed -> feed -> +
+    layer = {
+        "q": [("mix.ask", None)],
+        "k": [("mix.offer", None)],
+        "v": [("mix.carry", None)],
+        "o": [("mix.emit", None)],
+        "gate": [("feed.valve", None)],
+        "up": [("feed.widen", None)],
+        "down": [("feed.narrow", None)],
+        "ln1": [("pre_mix", None)],
+        "ln2": [("pre_feed", None)],
+    }
+    model = {
+        "embed": [("trunk.words", None)],
+        "pos_embed": [("trunk.where", None)],
+        "ln_final": [("trunk.last_scale", None)],
+        "lm_head": [("reader", None)],
+    }
+    return layer, model
+
+
 LLAMA_FAMILY = ["llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "olmo2", "phi3"]
 
 
@@ -172,6 +194,8 @@ def component_table(config) -> tuple[dict, dict, str]:
         return (*_neox_table(config), "gpt_neox.layers.{i}.")
     if kind in LLAMA_FAMILY:
         return (*_llama_family_table(config), "model.layers.{i}.")
+    if kind == "toy_decoder":
+        return (*_toy_table(config), "trunk.cells.{i}.")
     raise KeyError(f"no reference table for model_type {kind!r}")
 
 
