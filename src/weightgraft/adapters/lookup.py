@@ -8,6 +8,7 @@ another name), that adapter is used, recorded as an alias.
 from __future__ import annotations
 
 import copy
+import json
 
 import torch
 from torch import nn
@@ -53,11 +54,10 @@ def adapter_for(model: nn.Module | PretrainedConfig | str) -> Adapter:
             f"no weightgraft adapter registered for model_type {model!r}; pass the model (or its config) so "
             "that weightgraft infers one, or register an Adapter (README, 'Adding an architecture')"
         )
-    if isinstance(model, PretrainedConfig):
-        return _from_config(model)
-    adapter = _inferred_or_alias(model)
+    adapter = _from_config(model) if isinstance(model, PretrainedConfig) else _inferred_or_alias(model)
     known = _BY_TYPE.setdefault(model_type, [])
-    if adapter not in known:
+    text = model.get_text_config() if isinstance(model, PretrainedConfig) else model.config.get_text_config()
+    if not any(same_table(a, adapter, text) for a in known):
         known.append(adapter)
     return adapter
 
@@ -97,7 +97,9 @@ def _from_config(config: PretrainedConfig) -> Adapter:
 
 
 def model_fingerprint_of_config(config: PretrainedConfig) -> str:
-    return f"{config.model_type}|{config.to_json_string(use_diff=False)}"
+    """The config as the architecture sees it: two finetunes of one model share it."""
+    body = {k: v for k, v in config.to_dict().items() if k not in ("_name_or_path", "transformers_version")}
+    return f"{config.model_type}|{json.dumps(body, sort_keys=True, default=str)}"
 
 
 __all__ = ["adapter_for", "model_fingerprint"]

@@ -4,6 +4,9 @@ execution cache (`execute.Resources` extends this with the models and grafters).
 
 from __future__ import annotations
 
+from transformers import AutoConfig
+
+from weightgraft.adapters import adapter_for
 from weightgraft.data.io import load_eval_prompts
 from weightgraft.errors import UserError
 from weightgraft.experiments.config import RunConfig
@@ -36,8 +39,18 @@ class PlanInputs:
             "path": path,
             "resolved": str(model_dir(path) or ""),
             "sha256": self.fingerprint(key),
-            "files": model_file_hashes(path),
-        }  # each file's own sha256
+            "files": model_file_hashes(path),  # each file's own sha256
+            "adapter": self.adapter_origin(key),
+        }
+
+    def adapter_origin(self, key: str) -> str:
+        """Where the model's adapter comes from: "registered", "inferred" or "alias of T"."""
+        path = self.config.models[key]
+        folder = model_dir(path)
+        config = AutoConfig.from_pretrained(
+            str(folder) if folder else path, trust_remote_code=self.config.trust_remote_code
+        )
+        return adapter_for(config).origin
 
     def tokenizer(self, keys: list[str]):
         """One tokenizer for the run; every model must share its vocabulary."""
