@@ -482,8 +482,8 @@ RECIPES: dict[str, R] = {
     ),
     "E-preload-08": R(
         lambda w: w.run(models={"pre": str(w["pre"]), "sft": w.config_json("bert", model_type="bert")}),
-        "no weightgraft adapter for model_type 'bert'",
-        "no weightgraft adapter for model_type",
+        "weightgraft cannot graft this 'bert' model",
+        "weightgraft cannot graft this",
     ),
     "E-preload-09": R(
         lambda w: w.run(models={"pre": str(w["pre"]), "sft": w.config_json("deep", num_hidden_layers=3)}),

@@ -23,6 +23,7 @@ from weightgraft.adapters.coverage import uncovered_parameters
 from weightgraft.adapters.probe import BlockProbe, first_tensor, primary_input
 
 _CACHE: dict[str, Adapter] = {}
+ADVICE = "describe the model with weightgraft.adapters.Adapter and register it (README, 'Adding an architecture')"
 
 
 def model_fingerprint(model: nn.Module) -> str:
@@ -62,7 +63,7 @@ def _infer(model: nn.Module) -> Adapter:
         roles = BlockInference(probe, head_shapes(model)).roles()
         adapter = _adapter(model_type, layers, model_level(model, layers), roles)
     except Refusal as refusal:
-        raise AdapterError(f"weightgraft cannot graft this {model_type!r} model: {refusal}") from None
+        raise AdapterError(f"weightgraft cannot graft this {model_type!r} model: {refusal}; {ADVICE}") from None
     except (RuntimeError, ValueError, TypeError, IndexError) as error:  # the model's own code failed on the probe
         first = str(error).splitlines()[0] if str(error) else type(error).__name__
         raise AdapterError(
@@ -74,7 +75,7 @@ def _infer(model: nn.Module) -> Adapter:
     if uncovered:
         raise AdapterError(
             f"weightgraft cannot graft this {model_type!r} model: parameters {uncovered[:6]} belong to no "
-            "canonical component (register an Adapter that names them, README 'Adding an architecture')"
+            f"canonical component; {ADVICE}"
         )
     try:
         check_adapter(model, adapter)
