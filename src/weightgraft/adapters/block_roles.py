@@ -17,42 +17,12 @@ three layouts within one model type), so every role here is decided by what a nu
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import torch
-from torch import nn
 
 from weightgraft.adapters.layouts import Layout, attention_layouts, gate_up_layouts
+from weightgraft.adapters.moe_roles import expert_modules, moe_roles
 from weightgraft.adapters.probe import BlockProbe, changed_positions, is_linear_in, nudge, seq_axis
-
-
-class Refusal(ValueError):
-    """A block inference cannot describe; the message is one line saying why."""
-
-
-@dataclass
-class BlockRoles:
-    """What inference found in one block (paths relative to the block)."""
-
-    attn: str
-    mlp: str
-    per_layer: dict[str, object] = field(default_factory=dict)  # component -> path or (path, part)
-    splits: dict[str, Layout] = field(default_factory=dict)  # fused path -> part -> columns
-    seq_dims: dict[str, int] = field(default_factory=dict)
-
-
-def direct_parameters(module: nn.Module) -> list[str]:
-    return [name for name, _ in module.named_parameters(recurse=False)]
-
-
-def is_norm_like(module: nn.Module) -> bool:
-    params = list(module.parameters(recurse=False))
-    return bool(params) and all(p.dim() == 1 for p in params) and not list(module.children())
-
-
-def is_linear_like(module: nn.Module) -> bool:
-    weight = getattr(module, "weight", None)
-    return isinstance(weight, torch.Tensor) and weight.dim() == 2 and not isinstance(module, nn.Embedding)
+from weightgraft.adapters.role_types import BlockRoles, Refusal, direct_parameters, is_linear_like, is_norm_like
 
 
 def _under(path: str, parent: str) -> bool:
@@ -230,6 +200,10 @@ class BlockInference:
 
     # --- inside the MLP -------------------------------------------------------------------
     def _mlp_roles(self, roles: BlockRoles, owners: list[str]) -> None:
+        if roles.mlp and expert_modules(self.modules, owners):
+            moe_roles(roles, self.modules, owners, self.base, self.probe.tokens)
+            self.mlp_in, self.mlp_out = self.base[roles.mlp].input, self.base[roles.mlp].output
+            return
         strange = sorted(p for p in owners if not is_linear_like(self.modules[p]))
         if strange:
             kinds = (

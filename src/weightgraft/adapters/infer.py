@@ -17,10 +17,11 @@ import torch
 from torch import nn
 
 from weightgraft.adapters.base import Adapter, Part
-from weightgraft.adapters.block_roles import BlockInference, BlockRoles, Refusal, direct_parameters, is_norm_like
+from weightgraft.adapters.block_roles import BlockInference
 from weightgraft.adapters.check import AdapterError, check_adapter
 from weightgraft.adapters.coverage import uncovered_parameters
 from weightgraft.adapters.probe import BlockProbe, first_tensor, primary_input
+from weightgraft.adapters.role_types import BlockRoles, Refusal, direct_parameters, is_norm_like
 
 _CACHE: dict[str, Adapter] = {}
 ADVICE = "describe the model with weightgraft.adapters.Adapter and register it (README, 'Adding an architecture')"

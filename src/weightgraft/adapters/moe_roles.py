@@ -1,0 +1,78 @@
+"""The roles inside a mixture-of-experts block: router, experts, shared expert and its gate.
+
+A MoE block is position-wise (each token is routed on its own), so it stands where a dense MLP
+would, and the `mlp` group on its layer is the whole block. Inside it:
+
+- the experts are the module whose parameters carry a leading experts axis (3-D tensors);
+- the router is the projection fed by the block's input whose output has one column per expert;
+- a shared expert is a submodule of projections fed by the block's input, run on every token;
+- its gate is a projection fed by the block's input with a single output column.
+
+Modules called on tokens laid flat (`[batch * seq, ...]`, as transformers' MoE blocks call their
+router and experts) get the call form "flat", so that the engine indexes that axis directly.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from weightgraft.adapters.probe import Seen
+from weightgraft.adapters.role_types import BlockRoles, Refusal, is_linear_like
+
+
+def expert_modules(modules: dict[str, nn.Module], owners: list[str]) -> list[str]:
+    """Modules among `owners` whose own parameters have a leading experts axis."""
+    return [p for p in owners if any(t.dim() == 3 for t in modules[p].parameters(recurse=False))]
+
+
+def moe_roles(
+    roles: BlockRoles, modules: dict[str, nn.Module], owners: list[str], seen: dict[str, Seen], tokens: int
+) -> None:
+    """Fill `roles` for the MoE block `roles.mlp` whose parameter-holding modules are `owners`."""
+    experts = expert_modules(modules, owners)
+    if len(experts) != 1:
+        raise Refusal(f"MoE block with expert modules {experts}: not exactly one set of experts")
+    count = next(t.shape[0] for t in modules[experts[0]].parameters(recurse=False) if t.dim() == 3)
+    feed = seen[roles.mlp].input
+    found = {"experts": experts[0]}
+    for path in owners:
+        if path == experts[0]:
+            continue
+        top = _top_child(path, roles.mlp)
+        if not _fed_by(seen[top].input, feed):
+            raise Refusal(f"MoE module {top!r} is not fed by the block's input (experts inside experts?)")
+        width = seen[path].output.shape[-1] if seen[path].output is not None else None
+        if is_linear_like(modules[path]) and width == count and _fed_by(seen[path].input, feed):
+            role = "router"  # maybe inside a routing module of its own: its logits decide the choice
+        elif is_linear_like(modules[path]) and width == 1 and top == path:
+            role = "shared_expert_gate"
+        elif top != path:  # a submodule of projections: a shared expert
+            role, path = "shared_expert", top
+        else:
+            raise Refusal(f"MoE module {path!r} is neither router, experts, shared expert nor its gate")
+        if found.get(role, path) != path:
+            raise Refusal(f"MoE modules {found[role]!r} and {path!r} both act as {role}")
+        found[role] = path
+    if "router" not in found:
+        raise Refusal(f"MoE block {roles.mlp!r} has no router (a projection with one output per expert)")
+    for role, path in found.items():
+        roles.per_layer[role] = path
+        if _flat(seen[path], tokens):
+            roles.call_forms[path] = "flat"
+
+
+def _top_child(path: str, block: str) -> str:
+    """The block's direct child that holds `path`."""
+    rest = path[len(block) + 1 :]
+    return f"{block}.{rest.split('.', 1)[0]}"
+
+
+def _fed_by(tensor: torch.Tensor | None, feed: torch.Tensor) -> bool:
+    """Whether `tensor` is the block's input, maybe laid flat."""
+    return tensor is not None and tensor.numel() == feed.numel() and torch.equal(tensor.reshape(-1), feed.reshape(-1))
+
+
+def _flat(seen: Seen, tokens: int) -> bool:
+    """The module sees or returns tokens laid flat: [tokens, ...] with no batch axis (batch 1)."""
+    return any(t is not None and t.dim() == 2 and t.shape[0] == tokens for t in (seen.input, seen.output))
