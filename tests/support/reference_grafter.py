@@ -185,6 +185,15 @@ def _toy_table(config) -> tuple[dict, dict]:
 LLAMA_FAMILY = ["llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "olmo2", "phi3"]
 
 
+# Tables for model types with no hand-written table here, registered by the caller (the census
+# reads them off an adapter's module paths: the reference then checks the engine's mechanics).
+EXTRA_TABLES: dict[str, tuple[dict, dict, str]] = {}
+
+
+def register_table(model_type: str, table: tuple[dict, dict, str]) -> None:
+    EXTRA_TABLES[model_type] = table
+
+
 def component_table(config) -> tuple[dict, dict, str]:
     """(per-layer table, model-level table, decoder-layer path prefix with {i})."""
     kind = config.model_type
@@ -196,6 +205,8 @@ def component_table(config) -> tuple[dict, dict, str]:
         return (*_llama_family_table(config), "model.layers.{i}.")
     if kind == "toy_decoder":
         return (*_toy_table(config), "trunk.cells.{i}.")
+    if kind in EXTRA_TABLES:
+        return EXTRA_TABLES[kind]
     raise KeyError(f"no reference table for model_type {kind!r}")
 
 
@@ -483,7 +494,7 @@ def unit_counts(config) -> dict[str, tuple[int, int]]:
     if config.model_type == "gpt2":
         inner = config.n_inner or 4 * hidden
     else:
-        inner = config.intermediate_size
+        inner = getattr(config, "intermediate_size", None) or getattr(config, "n_inner", None) or 4 * hidden
     out = {"q": (heads, head_dim), "k": (kv, head_dim), "v": (kv, head_dim), "o": (heads, head_dim)}
     for name in ("gate", "up", "down"):
         if name in layer:
