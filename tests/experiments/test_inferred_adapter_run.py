@@ -47,7 +47,7 @@ def toy_run(tmp_path_factory):
         "conditions": ["PRE", "SFT", "FE+LT"],
     }
     out = root / "run"
-    run_all(parse_config(base_config(paths, data, [experiment])), out, progress=False, report=False)
+    run_all(parse_config(base_config(paths, data, [experiment])), out, progress=False, report=True)
     return paths, data, out
 
 
@@ -55,6 +55,8 @@ def test_run_json_records_the_inferred_adapter(toy_run):
     _, _, out = toy_run
     models = json.loads((out / "run.json").read_text())["models"]
     assert {key: info["adapter"] for key, info in models.items()} == {"pre": "inferred", "sft": "inferred"}
+    report = (out / "report.md").read_text()
+    assert "| model | path | sha256 | adapter |" in report and report.count("| inferred |") == 2
 
 
 def test_fe_lt_rows_equal_the_reference_grafter(toy_run):

@@ -253,9 +253,10 @@ def session_line(session: dict) -> str:
 
 
 def _provenance(run: dict) -> list[str]:
-    lines = ["## Provenance", "", "| model | path | sha256 |", "|---|---|---|"]
+    lines = ["## Provenance", "", "| model | path | sha256 | adapter |", "|---|---|---|---|"]
     for key, info in run["models"].items():
-        lines.append(f"| {escape_text(key)} | `{info['path']}` | `{info['sha256'][:16]}...` |")
+        adapter = escape_text(info.get("adapter", "not recorded"))  # registered, inferred or alias of T
+        lines.append(f"| {escape_text(key)} | `{info['path']}` | `{info['sha256'][:16]}...` | {adapter} |")
     lines += ["", "| dataset | path | manifest |", "|---|---|---|"]
     for key, info in run["datasets"].items():
         manifest = info["manifest"]
