@@ -57,7 +57,7 @@ def splice_flat(
         if splice.experts is None:
             donor = call_flat(donor_module, args, kwargs, rows, tokens)
         else:
-            donor = _experts_mix(path, donor_module, recipient_module, args, kwargs, rows, tokens, splice.experts)
+            donor = experts_mix(path, donor_module, recipient_module, args, kwargs, rows, tokens, splice.experts)
         splice_flat_output(output, donor, rows, tokens)
     return output
 
@@ -73,7 +73,7 @@ def _flat_rows(path: str, rows: dict[tuple[int, int], torch.Tensor], tokens: int
     )
 
 
-def _experts_mix(
+def experts_mix(
     path: str,
     donor_module: nn.Module,
     recipient_module: nn.Module,
