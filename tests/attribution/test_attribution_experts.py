@@ -70,3 +70,19 @@ def test_experts_add_up_to_their_component_and_the_donor_is_the_donor(method):
     with torch.no_grad():
         want = torch.log_softmax(donor(IDS).logits[0, -1], -1)[TARGET]
     assert float(attr.metric_donor[0]) == pytest.approx(float(want), abs=1e-9)
+
+
+def test_localize_grafts_expert_groups_as_experts():
+    """An expert group (`experts#2`) becomes Graft(..., "experts", experts=[...]) per layer, and
+    every expert of a layer is the whole experts component there."""
+    from weightgraft import Graft, Grafter
+    from weightgraft.attribution.localize import RoleExample, _grafts_for
+
+    recipient, donor = make_pair("mixtral")
+    example = RoleExample("e", "f", "t", [3, 77, 12, 140], 42, {"LT": [3]}, ["a", "b", "c", "d"])
+    grafts = _grafts_for(example, [("LT", 1, "experts#2"), ("LT", 1, "experts#0")])
+    assert [(g.components, g.units) for g in grafts] == [("experts", ("experts", (0, 2)))]
+    grafter = Grafter(recipient, donor)
+    ids = torch.tensor([example.input_ids])
+    every = _grafts_for(example, [("LT", 1, f"experts#{e}") for e in range(4)])
+    assert torch.equal(grafter.logits(ids, every), grafter.logits(ids, Graft([3], [1], "experts")))
