@@ -119,7 +119,7 @@ def test_bad_unit_input_names_the_fix():
         Graft("last", "all", ["o", "ln1"], heads=[0])
     with pytest.raises(UnitError, match="not FFN components"):
         Graft("last", "all", "o", neurons=[0])
-    with pytest.raises(UnitError, match="not both"):
+    with pytest.raises(UnitError, match="heads=, neurons= or experts=, not both"):
         Graft("last", "all", "o", heads=[0], neurons=[1])
     with pytest.raises(UnitError, match="int >= 0"):
         Graft("last", "all", "o", heads=[-1])

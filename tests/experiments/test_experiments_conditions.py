@@ -230,3 +230,19 @@ def test_a_config_says_attn_one_way_only():
         parse_components("attn+FFN")
     with pytest.raises(ValueError, match="ambiguous component 'attn'"):
         parse_components(["attn"])
+
+
+@pytest.mark.parametrize("model_type", ["mixtral", "qwen2_moe"])
+def test_ffn_on_a_moe_model_is_the_whole_block(model_type):
+    """The paper's FFN on a MoE model is its engine group mlp (router, experts, shared expert);
+    on a dense model it stays gate, up, down; a lone DOWN is left for the Graft to refuse."""
+    from weightgraft.experiments.conditions.components import parse_components, resolve_for_model
+
+    adapter = adapter_for(model_type)
+    available = list(adapter.components)
+    assert resolve_for_model(parse_components("FFN"), available) == list(adapter.group("mlp"))
+    assert resolve_for_model(parse_components("O+FFN"), available) == ["o", *adapter.group("mlp")]
+    assert "router" in adapter.group("mlp") and "experts" in adapter.group("mlp")
+    assert resolve_for_model(parse_components("O+DOWN"), available) == ["o", "down"]
+    dense = list(adapter_for("llama").components)
+    assert resolve_for_model(parse_components("O+FFN"), dense) == ["o", "gate", "up", "down"]

@@ -52,7 +52,9 @@ def run_census(types: list[str] | None = None, progress: bool = False) -> list[E
         entries.append(census_one(model_type))
         if progress:
             e = entries[-1]
-            print(f"{model_type:28s} {e.family:11s} {e.status:8s} {time.time() - start:5.1f}s {e.reason[:90]}", flush=True)
+            print(
+                f"{model_type:28s} {e.family:11s} {e.status:8s} {time.time() - start:5.1f}s {e.reason[:90]}", flush=True
+            )
     return entries
 
 

@@ -44,11 +44,15 @@ PER_LAYER = [
     "k_norm",
     "post_attn_norm",
     "post_mlp_norm",
+    "router",
+    "experts",
+    "shared_expert",
+    "shared_expert_gate",
 ]
 MODEL_LEVEL = ["embed", "pos_embed", "ln_final", "lm_head"]
 GROUPS = ["attn", "mlp", "norms", "all"]
 ATTN_GROUP = ["q", "k", "v", "o", "q_norm", "k_norm"]
-MLP_GROUP = ["gate", "up", "down"]
+MLP_GROUP = ["gate", "up", "down", "router", "experts", "shared_expert", "shared_expert_gate"]
 NORM_COMPONENTS = ["ln1", "ln2", "q_norm", "k_norm", "post_attn_norm", "post_mlp_norm"]
 
 
@@ -194,6 +198,38 @@ def register_table(model_type: str, table: tuple[dict, dict, str]) -> None:
     EXTRA_TABLES[model_type] = table
 
 
+def _moe_table(config) -> tuple[dict, dict]:
+    """Mixtral, OLMoE, Qwen3-MoE, Qwen2-MoE (transformers 5): a Llama-style decoder layer whose `mlp`
+    is a sparse block: `gate` the top-k router (weight [experts, hidden]), `experts` every expert's
+    gate_up_proj [experts, 2 * inter, hidden] and down_proj [experts, hidden, inter]; Qwen2-MoE adds
+    `shared_expert` (an MLP) and `shared_expert_gate` (Linear hidden -> 1)."""
+    layer = {
+        "q": [("self_attn.q_proj", None)],
+        "k": [("self_attn.k_proj", None)],
+        "v": [("self_attn.v_proj", None)],
+        "o": [("self_attn.o_proj", None)],
+        "ln1": [("input_layernorm", None)],
+        "ln2": [("post_attention_layernorm", None)],
+        "router": [("mlp.gate", None)],
+        "experts": [("mlp.experts", None)],
+    }
+    if config.model_type in ("olmoe", "qwen3_moe"):
+        layer["q_norm"] = [("self_attn.q_norm", None)]
+        layer["k_norm"] = [("self_attn.k_norm", None)]
+    if config.model_type == "qwen2_moe":
+        layer["shared_expert"] = [("mlp.shared_expert", None)]
+        layer["shared_expert_gate"] = [("mlp.shared_expert_gate", None)]
+    model = {
+        "embed": [("model.embed_tokens", None)],
+        "ln_final": [("model.norm", None)],
+        "lm_head": [("lm_head", None)],
+    }
+    return layer, model
+
+
+MOE_FAMILY = ["mixtral", "olmoe", "qwen3_moe", "qwen2_moe"]
+
+
 def component_table(config) -> tuple[dict, dict, str]:
     """(per-layer table, model-level table, decoder-layer path prefix with {i})."""
     kind = config.model_type
@@ -207,6 +243,8 @@ def component_table(config) -> tuple[dict, dict, str]:
         return (*_toy_table(config), "trunk.cells.{i}.")
     if kind in EXTRA_TABLES:
         return EXTRA_TABLES[kind]
+    if kind in MOE_FAMILY:
+        return (*_moe_table(config), "model.layers.{i}.")
     raise KeyError(f"no reference table for model_type {kind!r}")
 
 
@@ -231,12 +269,12 @@ def parameter_slices(model, component: str, layer_index: int | None):
     out = []
     for path, rows in _pieces(model.config, component, layer_index):
         module = model.get_submodule(path)
+        if rows is None:  # the whole module, submodules included (a shared expert is an MLP)
+            out += [(f"{path}.{pname}", 0, None) for pname, _ in module.named_parameters()]
+            continue
         for pname, _param in module.named_parameters(recurse=False):
-            if rows is None:
-                out.append((f"{path}.{pname}", 0, None))
-            else:
-                dim = 1 if (_is_conv1d(module) and pname == "weight") else 0
-                out.append((f"{path}.{pname}", dim, rows))
+            dim = 1 if (_is_conv1d(module) and pname == "weight") else 0
+            out.append((f"{path}.{pname}", dim, rows))
     return out
 
 
@@ -253,6 +291,7 @@ class GraftSpec:
     donor: str | None = None
     heads: Any = None  # q/k/v/o heads (k, v: key-value heads)
     neurons: Any = None  # gate/up/down neurons
+    experts: Any = None  # experts of a MoE block's experts module
 
 
 def _bands(num_layers: int) -> dict[str, list[int]]:
@@ -499,6 +538,8 @@ def unit_counts(config) -> dict[str, tuple[int, int]]:
     for name in ("gate", "up", "down"):
         if name in layer:
             out[name] = (inner, 1)
+    if "experts" in layer:
+        out["experts"] = (getattr(config, "num_local_experts", None) or config.num_experts, 1)
     return out
 
 
@@ -513,6 +554,9 @@ def unit_parameter_slices(model, component: str, layer_index: int, units):
     for path, rows in _pieces(model.config, component, layer_index):
         module = model.get_submodule(path)
         conv = _is_conv1d(module)
+        if component == "experts":  # expert e: index e on the leading axis of every expert parameter
+            out += [(f"{path}.{pname}", 0, own) for pname, _ in module.named_parameters()]
+            continue
         if component in ("o", "down"):  # input features of the weight only
             out.append((f"{path}.weight", 0 if conv else 1, own))
             continue
@@ -541,7 +585,7 @@ def resolve_row_units(specs, n: int, config) -> list[dict]:
         per_layer, model_level = resolve_components(comps, config, layers_is_all)
         keys = {(c, i) for c in per_layer for i in resolve_layers(spec.layers, num_layers)}
         keys |= {(c, None) for c in model_level}
-        chosen = spec.heads if spec.heads is not None else spec.neurons
+        chosen = next((u for u in (spec.heads, spec.neurons, spec.experts) if u is not None), None)
         chosen = None if chosen is None else ({chosen} if isinstance(chosen, int) else set(chosen))
         for t in resolve_positions(spec.positions, n):
             for key in keys:

@@ -98,7 +98,22 @@ def _config(arch: str):
         return _llama_like(hf.Olmo2Config, num_hidden_layers=2)
     if arch == "phi3":
         return _llama_like(hf.Phi3Config, num_hidden_layers=2)
-    raise KeyError(f"unknown tiny architecture {arch!r}; known: {ARCHS}")
+    if arch in MOE_ARCHS:
+        return _moe_config(arch)
+    raise KeyError(f"unknown tiny architecture {arch!r}; known: {ARCHS + MOE_ARCHS}")
+
+
+def _moe_config(arch: str):
+    """Mixture-of-experts: 3 layers, 4 experts, 2 chosen per token, every layer sparse."""
+    moe = dict(num_hidden_layers=3, num_experts_per_tok=2)
+    if arch == "mixtral":
+        return _llama_like(hf.MixtralConfig, num_local_experts=4, intermediate_size=24, **moe)
+    sparse = dict(num_experts=4, moe_intermediate_size=24, decoder_sparse_step=1, mlp_only_layers=[], **moe)
+    if arch == "olmoe":
+        return _llama_like(hf.OlmoeConfig, num_experts=4, intermediate_size=24, num_key_value_heads=4, **moe)
+    if arch == "qwen3_moe":
+        return _llama_like(hf.Qwen3MoeConfig, head_dim=8, **sparse)
+    return _llama_like(hf.Qwen2MoeConfig, shared_expert_intermediate_size=32, **sparse)
 
 
 # Every variant; `model_type_of` maps a variant to the HF model_type (the adapter's key).
@@ -118,6 +133,8 @@ ARCHS = [
     "olmo2",
     "phi3",
 ]
+# Mixture-of-experts variants, apart from ARCHS (which dozens of dense-model tests parametrize over).
+MOE_ARCHS = ["mixtral", "olmoe", "qwen3_moe", "qwen2_moe"]
 TIED_ARCHS = ["gpt2", "llama_tied", "gemma", "gemma2", "gemma3_text"]
 
 

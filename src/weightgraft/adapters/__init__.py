@@ -1,6 +1,6 @@
 """Architecture adapters. Importing this package registers every shipped architecture."""
 
-from weightgraft.adapters import gemma2, gpt2, gpt_neox, llama, olmo2, phi3  # noqa: F401  (registration)
+from weightgraft.adapters import gemma2, gpt2, gpt_neox, llama, moe, olmo2, phi3  # noqa: F401  (registration)
 from weightgraft.adapters.base import (
     Adapter,
     Part,

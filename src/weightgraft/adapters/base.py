@@ -25,7 +25,19 @@ PER_LAYER = (
     "q", "k", "v", "o", "q_norm", "k_norm",
     "gate", "up", "down",
     "ln1", "ln2", "post_attn_norm", "post_mlp_norm",
+    "router", "experts", "shared_expert", "shared_expert_gate",
 )  # fmt: skip
+# A mixture-of-experts block's components: its router, its routed experts (one module holding
+# every expert's weights on a leading axis) and, where the model has one, a shared expert and its
+# gate. The adapter's `mlp_module` is the whole block, so the `mlp` group is all of them.
+MOE_COMPONENTS = ("router", "experts", "shared_expert", "shared_expert_gate")
+# How the engine calls a donor module on the grafted rows (`Adapter.call_forms`):
+# "rows": on [rows, ...], taken from the module's [batch, seq, ...] input;
+# "batched": on [1, rows, ...], and the result squeezed (a block that unpacks batch and sequence);
+# "flat": the module sees [batch * seq, ...] tokens as its first axis (a MoE router or experts):
+#   every tensor argument whose first axis is the tokens is taken at the rows, and every tensor
+#   of its output (or of its output tuple) whose first axis is the tokens is spliced.
+CALL_FORMS = ("rows", "batched", "flat")
 NORMS = ("ln1", "ln2", "q_norm", "k_norm", "post_attn_norm", "post_mlp_norm", "ln_final")
 GROUPS = ("attn", "mlp", "norms", "all")
 # The members of attn and mlp where an adapter has no attention or MLP submodule to read them off.
@@ -67,6 +79,8 @@ class Adapter:
     # Where the table came from: "registered", "inferred" (adapters/infer.py) or "alias of T" (a
     # model of another type whose inferred table equals registered type T's). Runs record it.
     origin: str = "registered"
+    # Per-layer modules not called as "rows" (see CALL_FORMS), e.g. {"mlp.gate": "flat"}.
+    call_forms: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         unknown = [c for c in self.model_level if c not in MODEL_LEVEL]
@@ -75,6 +89,11 @@ class Adapter:
             raise ValueError(
                 f"adapter for {self.model_types} uses non-canonical components {unknown}; "
                 f"model-level names are {list(MODEL_LEVEL)}, per-layer names are {list(PER_LAYER)}"
+            )
+        wrong = {path: form for path, form in self.call_forms.items() if form not in CALL_FORMS}
+        if wrong:
+            raise ValueError(
+                f"adapter for {self.model_types} gives unknown call forms {wrong}; use one of {CALL_FORMS}"
             )
         for comp, ref in self.per_layer.items():
             if isinstance(ref, Part) and ref.module not in self.splits:
@@ -101,6 +120,10 @@ class Adapter:
             c for c, ref in self.per_layer.items()
             if (ref.module if isinstance(ref, Part) else ref).startswith(prefix)
         )  # fmt: skip
+
+    def call_form(self, local: str) -> str:
+        """How the engine calls the per-layer module at `local` (a path inside a block) on rows."""
+        return self.call_forms.get(local, "rows")
 
     def decoder_layers(self, model: nn.Module) -> nn.ModuleList:
         return model.get_submodule(self.layers)

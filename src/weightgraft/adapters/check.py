@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from weightgraft.adapters.base import Adapter, Part
+from weightgraft.adapters.call_check import call_problems
 from weightgraft.adapters.coverage import adapter_module_paths, uncovered_parameters
 from weightgraft.errors import UserError
 
@@ -39,8 +40,10 @@ def check_adapter(model: nn.Module, adapter: Adapter | None = None) -> None:
     (one the `all` group grafts; tied weights count once per name); every fused module's split rule
     gives each of its output features to exactly one part, and each part to a component; every
     named module runs in the forward pass and keeps batch and sequence axes, as `[batch, seq, ...]`
-    or at the axis `seq_dims` declares. Raises `AdapterError` (from `adapter_for`) when no adapter is
-    given and none can be inferred.
+    or at the axis `seq_dims` declares (or, for a "flat" call form, the tokens as its first axis);
+    every named module, called on some rows exactly as the engine calls a donor's module there
+    (`call_forms`), runs and gives its own output at those rows. Raises `AdapterError` (from
+    `adapter_for`) when no adapter is given and none can be inferred.
     """
     if adapter is None:
         # Imported here: lookup reaches this module through infer (inference checks what it finds).
@@ -110,40 +113,34 @@ def _coverage_problems(model: nn.Module, adapter: Adapter) -> list[str]:
 
 
 def _forward_problems(model: nn.Module, adapter: Adapter) -> list[str]:
-    """Run one row of three tokens with a hook on every named module: each must run, keep
-    [batch, seq, ...] at its declared sequence axis, and fused ones must split their full width."""
+    """Run one row of three tokens with a hook on every named module: each must run, keep the
+    layout of its call form (`[batch, seq, ...]`, at its declared sequence axis, or flat tokens),
+    give its own output when called on rows as the engine calls it, and fused ones must split
+    their full width."""
     if any(p.is_meta for p in model.parameters()):
         return ["the model is on the meta device; load it with weights so that a forward pass can run"]
-    seen: dict[str, list[str]] = {}  # path -> shape problems ([] once it ran cleanly)
+    seen: dict[str, list[str]] = {}  # path -> problems ([] once it ran cleanly)
     widths: dict[str, int] = {}
-    handles = []
-    seq_dims = {}
-    num_layers = len(adapter.decoder_layers(model))
-    for local, dim in adapter.seq_dims.items():
-        seq_dims |= {f"{adapter.layers}.{i}.{local}": dim for i in range(num_layers)}
+    layouts = _layouts(model, adapter)
+    busy: list[bool] = []  # set while the check itself calls a module: its hooks stay quiet
 
     def watch(path: str):
         def hook(module: nn.Module, args: tuple, kwargs: dict, output) -> None:
-            x = args[0] if args else next(iter(kwargs.values()), None)
-            seen.setdefault(path, [])
-            dim = seq_dims.get(path, 1)
-            if not isinstance(output, torch.Tensor) or not isinstance(x, torch.Tensor):
-                seen[path].append(f"{path!r} does not map a tensor to a tensor; name a position-wise module")
+            if busy or path in seen:
                 return
-            shapes = [tuple(t.shape) for t in (x, output)]
-            if any(t.dim() <= dim or t.shape[0] != 1 or t.shape[dim] != PROBE_LENGTH for t in (x, output)):
-                seen[path].append(
-                    f"{path!r} maps {shapes[0]} to {shapes[1]} on a [1, {PROBE_LENGTH}] input: it does not keep "
-                    f"[batch, seq, ...] with seq at dim {dim}; name a position-wise module, or declare its "
-                    "sequence axis in seq_dims"
-                )
-            widths[path] = output.shape[-1]
+            form, dim = layouts.get(path, ("rows", 1))
+            busy.append(True)
+            try:
+                seen[path] = call_problems(path, module, form, dim, args, kwargs, output, PROBE_LENGTH)
+            finally:
+                busy.clear()
+            if isinstance(output, torch.Tensor):
+                widths[path] = output.shape[-1]
 
         return hook
 
     paths = adapter_module_paths(model, adapter)
-    for path in paths:
-        handles.append(model.get_submodule(path).register_forward_hook(watch(path), with_kwargs=True))
+    handles = [model.get_submodule(p).register_forward_hook(watch(p), with_kwargs=True) for p in paths]
     was_training = model.training
     device = next(model.parameters()).device
     vocab = int(getattr(getattr(model, "config", None), "vocab_size", PROBE_LENGTH) or PROBE_LENGTH)
@@ -161,6 +158,17 @@ def _forward_problems(model: nn.Module, adapter: Adapter) -> list[str]:
     ]
     problems += list(dict.fromkeys(p for path in paths for p in seen.get(path, [])))
     return problems + _split_problems(model, adapter, widths)
+
+
+def _layouts(model: nn.Module, adapter: Adapter) -> dict[str, tuple[str, int]]:
+    """Per-layer module path -> (call form, sequence axis), where either is not the default."""
+    num_layers = len(adapter.decoder_layers(model))
+    locals_ = set(adapter.seq_dims) | set(adapter.call_forms)
+    return {
+        f"{adapter.layers}.{i}.{local}": (adapter.call_form(local), adapter.seq_dims.get(local, 1))
+        for local in locals_
+        for i in range(num_layers)
+    }
 
 
 def _split_problems(model: nn.Module, adapter: Adapter, widths: dict[str, int]) -> list[str]:

@@ -82,66 +82,7 @@ def _infer(model: nn.Module) -> Adapter:
         check_adapter(model, adapter)
     except AdapterError as error:
         raise AdapterError(f"the adapter inferred for {model_type!r} fails its check: {error}") from None
-    apart = rows_apart_problems(model, adapter)
-    if apart:
-        raise AdapterError(f"weightgraft cannot graft this {model_type!r} model: {apart[0]}; {ADVICE}")
     return adapter
-
-
-@torch.no_grad()
-def rows_apart_problems(model: nn.Module, adapter: Adapter) -> list[str]:
-    """Modules that, called on some rows alone as the engine calls a donor's module, do not give
-    their own output at those rows (they read other positions, or what they transform is not
-    their first argument): such a module cannot be grafted position by position."""
-    paths = dict(adapter.model_level)
-    for comp, ref in adapter.per_layer.items():
-        local = ref.module if isinstance(ref, Part) else ref
-        if local not in getattr(adapter, "call_forms", {}):
-            paths[f"layer 0 {comp}"] = f"{adapter.layers}.0.{local}"
-    seen: dict[str, tuple] = {}
-
-    def keep(path: str):
-        def hook(module, args, kwargs, output) -> None:
-            seen.setdefault(path, (primary_input(args, kwargs), first_tensor(output)))
-
-        return hook
-
-    handles = [
-        model.get_submodule(path).register_forward_hook(keep(path), with_kwargs=True) for path in set(paths.values())
-    ]
-    ids = torch.arange(10, device=next(model.parameters()).device).view(2, 5) % 7 + 1
-    positions = torch.arange(5, device=ids.device).expand(2, -1)  # as the engine passes them
-    try:
-        model(input_ids=ids, attention_mask=torch.ones_like(ids), position_ids=positions, use_cache=False)
-    finally:
-        for handle in handles:
-            handle.remove()
-    problems = []
-    for path in dict.fromkeys(paths.values()):
-        local = path[len(adapter.layers) + 3 :] if path.startswith(adapter.layers + ".0.") else path
-        if not _rows_apart(model.get_submodule(path), *seen.get(path, (None, None)), adapter.seq_dims.get(local, 1)):
-            problems.append(
-                f"module {path!r} called on some positions alone does not give its own output there (it reads "
-                "other positions, or transforms something other than its first argument), so it cannot be "
-                "grafted position by position"
-            )
-    return problems
-
-
-def _rows_apart(module: nn.Module, x, y, seq_dim: int) -> bool:
-    if not isinstance(x, torch.Tensor) or not isinstance(y, torch.Tensor) or x.dim() <= seq_dim or y.dim() <= seq_dim:
-        return False
-    x, y = x.movedim(seq_dim, 1), y.movedim(seq_dim, 1)
-    if x.shape[:2] != y.shape[:2]:
-        return False
-    rows = torch.tensor([1, 6, 8], device=x.device)
-    flat_x, flat_y = x.reshape(-1, *x.shape[2:]), y.reshape(-1, *y.shape[2:])
-    try:
-        out = first_tensor(module(flat_x.index_select(0, rows)))
-    except Exception:  # noqa: BLE001  a module that cannot run on rows alone fails the check
-        return False
-    want = flat_y.index_select(0, rows)
-    return out is not None and out.shape == want.shape and torch.allclose(out, want, rtol=1e-4, atol=1e-5)
 
 
 def decoder_stack(model: nn.Module) -> str:
@@ -262,6 +203,7 @@ def _adapter(model_type: str, layers: str, level: dict[str, str], roles: BlockRo
         mlp_module=roles.mlp,
         splits=splits,
         seq_dims=dict(roles.seq_dims),
+        call_forms=dict(roles.call_forms),
         origin="inferred",
     )
 

@@ -37,12 +37,13 @@ import torch
 from torch import nn
 
 from weightgraft.attribution.cells import CellLayout, cell_layout, donor_source
+from weightgraft.attribution.effect_hooks import EffectHooks
 
 Metric = Literal["logprob", "prob"] | Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 PAPER_ROLES = ("FE", "M", "R", "LT", "other")
 # Role names of weightgraft's datasets (`data.schema.Role`) -> the paper's.
 # The components each grain splits into units.
-GRAINS = {"component": (), "head": ("q", "k", "v", "o"), "neuron": ("gate", "up", "down")}
+GRAINS = {"component": (), "head": ("q", "k", "v", "o"), "neuron": ("gate", "up", "down"), "expert": ("experts",)}
 _PAPER_NAME = {"first_entity": "FE", "movie_title": "M", "relation": "R", "last_token": "LT"}
 
 
@@ -165,7 +166,7 @@ def attribute(
     steps: int = 16,
     metric: Metric = "logprob",
     donor: str | None = None,
-    grain: Literal["component", "head", "neuron"] = "component",
+    grain: Literal["component", "head", "neuron", "expert"] = "component",
     each_pass: Callable[[], AbstractContextManager] = nullcontext,
 ) -> Attribution:
     """Attribute metric(target | prompt) to every cell of every row.
@@ -175,7 +176,8 @@ def attribute(
     Rows may be right- or left-padded (`attention_mask`). With several donors, `donor` names the
     one whose weights a cell would compute with (call once per donor to compare them).
     `grain="head"` also scores every head of q, k, v, o, and `grain="neuron"` every neuron of
-    gate, up, down (`Attribution.units`). `each_pass` wraps every pass (its forward and backward,
+    gate, up, down, and `grain="expert"` every expert of a MoE model's experts (`Attribution.units`).
+    `each_pass` wraps every pass (its forward and backward,
     with its hooks): the explorer passes its model lock, so that clicks run between the steps of
     an integrated attribution instead of waiting for all of them.
     """
@@ -312,39 +314,12 @@ def _effects_at(
     Returns ([num_keys, batch, seq] at least float32, or None without `gradients`; metric per row;
     {key index: [batch, seq, units]})."""
     units = units or {}
-    outputs: dict[str, torch.Tensor] = {}
-    deltas: dict[str, torch.Tensor] = {}
-    inputs: dict[str, torch.Tensor] = {}  # modules with input-column units: their input
-    input_side = {t.path for t in layout.targets for k, _ in t.keys if k in units and units[k].side == "in"}
-
-    def make_hook(path: str, donor_module: nn.Module):
-        def hook(module, args, kwargs, output):
-            if not isinstance(output, torch.Tensor):
-                raise RuntimeError(f"cannot attribute {path!r}: its output is not a tensor; check the adapter")
-            x = args[0] if args else next(iter(kwargs.values()))
-            if path in input_side:
-                inputs[path] = x.detach()
-            if not gradients:
-                return output + alpha * (donor_module(x).to(output.dtype) - output)
-            if alpha == 0.0:
-                with torch.no_grad():
-                    deltas[path] = donor_module(x).to(output.dtype) - output
-                y = output if output.requires_grad else output.detach().requires_grad_()
-            else:
-                donor_out = donor_module(x).to(output.dtype)
-                deltas[path] = (donor_out - output).detach()
-                y = output + alpha * (donor_out - output)
-                y = y if y.requires_grad else y.detach().requires_grad_()
-            outputs[path] = y
-            return y
-
-        return hook
-
+    state = EffectHooks(layout, units, alpha, gradients)
     handles = []
     try:
         for target_module in layout.targets:
             module = recipient.get_submodule(target_module.path)
-            hook = make_hook(target_module.path, donor_modules[target_module.path])
+            hook = state.make(target_module.path, donor_modules[target_module.path])
             handles.append(module.register_forward_hook(hook, with_kwargs=True))
         if not gradients:
             with torch.no_grad():
@@ -354,11 +329,11 @@ def _effects_at(
             logits = _run(recipient, ids, mask)
             values = score(logits[torch.arange(ids.shape[0], device=ids.device), last], target)
             paths = [t.path for t in layout.targets]
-            grads = torch.autograd.grad(values.sum(), [outputs[p] for p in paths], allow_unused=True)
+            grads = torch.autograd.grad(values.sum(), [state.outputs[p] for p in paths], allow_unused=True)
     finally:
         for handle in handles:
             handle.remove()
-    effects, unit_effects = _products(recipient, donor_modules, layout, ids, grads, deltas, inputs, units)
+    effects, unit_effects = _products(recipient, donor_modules, layout, ids, grads, state, units)
     return effects, values.detach(), unit_effects
 
 
@@ -368,8 +343,7 @@ def _products(
     layout: CellLayout,
     ids: torch.Tensor,
     grads: Sequence[torch.Tensor | None],
-    deltas: dict[str, torch.Tensor],
-    inputs: dict[str, torch.Tensor],
+    state: EffectHooks,
     units: dict,
 ) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
     """<gradient, donor(x) - recipient(x)> of each hooked module's output, summed per engine key
@@ -385,20 +359,23 @@ def _products(
                 if key_index in units:
                     unit_effects[key_index] = torch.zeros(batch, seq, units[key_index].count, dtype=dtype)
             continue
-        product = grad.to(dtype) * deltas[target_module.path].to(dtype)
+        product = grad.to(dtype) * state.deltas[target_module.path].to(dtype)
         if target_module.seq_dim != 1:
             product = product.movedim(target_module.seq_dim, 1)
         product = product.reshape(batch, seq, -1)
         through_inputs = None
-        if target_module.path in inputs:
+        if target_module.path in state.inputs:
             through_inputs = _input_products(
-                recipient, target_module.path, donor_modules[target_module.path], inputs[target_module.path], grad
+                recipient, target_module.path, donor_modules[target_module.path], state.inputs[target_module.path], grad
             ).to(dtype)
         for key_index, columns in target_module.keys:
             part = product if columns is None else product[..., columns.to(product.device)]
             effects[key_index] = part.sum(-1)
             spec = units.get(key_index)
-            if spec is not None:
+            if spec is not None and spec.side == "expert":  # [experts, tokens, ...] -> [batch, seq, experts]
+                each = (grad.to(dtype) * state.expert_deltas[target_module.path].to(dtype)).flatten(2).sum(-1)
+                unit_effects[key_index] = each.T.reshape(batch, seq, spec.count).cpu()
+            elif spec is not None:
                 per_column = through_inputs if spec.side == "in" else part
                 unit_effects[key_index] = per_column.reshape(batch, seq, spec.count, spec.width).sum(-1).cpu()
     return effects, unit_effects

@@ -22,6 +22,7 @@ class ModuleTarget:
     path: str
     keys: tuple[tuple[int, torch.Tensor | None], ...]
     seq_dim: int
+    form: str = "rows"  # how the engine calls it on rows (adapters.base.CALL_FORMS)
 
 
 @dataclass(frozen=True)
@@ -52,8 +53,11 @@ def cell_layout(grafter) -> CellLayout:
     if resolved is None:
         resolved = _resolve_targets(grafter)
     seq_dims = getattr(grafter, "_seq_dims", {})
+    forms = getattr(grafter, "_call_forms", {})
     targets = tuple(
-        ModuleTarget(path, tuple((int(i), cols) for i, cols in served), int(seq_dims.get(path, 1)))
+        ModuleTarget(
+            path, tuple((int(i), cols) for i, cols in served), int(seq_dims.get(path, 1)), forms.get(path, "rows")
+        )
         for path, served in resolved.items()
     )
     return CellLayout(grafter.num_layers, layer_components, model_components, keys, targets)

@@ -391,7 +391,7 @@ def _grafts_for(example: RoleExample, groups: Sequence[Group], donor: str | None
         for (role, comp), ls in layers.items()
     ]
     for (role, comp, layer), chosen in units.items():
-        kind = "heads" if comp in GRAINS["head"] else "neurons"
+        kind = "heads" if comp in GRAINS["head"] else "experts" if comp in GRAINS["expert"] else "neurons"
         grafts.append(Graft(example.roles[role], [layer], comp, donor=donor, **{kind: sorted(chosen)}))
     return grafts
 

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from weightgraft.adapters.base import GROUPS, MODEL_LEVEL, PER_LAYER, Adapter
-from weightgraft.engine.units import HEAD_COMPONENTS, NEURON_COMPONENTS, UnitError
+from weightgraft.engine.units import EXPERT_COMPONENTS, HEAD_COMPONENTS, NEURON_COMPONENTS, UnitError
 
 Positions = str | int | Sequence[int] | slice | torch.Tensor | Sequence[bool]
 Layers = str | int | Sequence[int] | range
@@ -56,7 +56,8 @@ class Graft:
     lm_head) are grafted when named explicitly, or through a group only when layers="all".
     `donor` names one of the Grafter's donors; None means its only donor.
     `heads` (with components among q, k, v, o; k and v count key-value heads) or `neurons` (with
-    gate, up, down or the group mlp) narrows the graft to those units (see `engine.units`).
+    gate, up, down or the group mlp) or `experts` (with the component experts of a mixture-of-experts
+    model) narrows the graft to those units (see `engine.units`).
     A Graft is hashable by identity (eq=False), so the engine can cache its resolution.
     """
 
@@ -66,6 +67,7 @@ class Graft:
     donor: str | None = None
     heads: int | Sequence[int] | None = None
     neurons: int | Sequence[int] | None = None
+    experts: int | Sequence[int] | None = None
 
     def __post_init__(self) -> None:
         names = [self.components] if isinstance(self.components, str) else list(self.components)
@@ -80,21 +82,21 @@ class Graft:
             _check_layers(self.layers)
         if self.donor is not None and not isinstance(self.donor, str):
             raise TypeError(f"Graft donor must be a donor's name (a str) or None, not {type(self.donor).__name__}")
-        object.__setattr__(self, "_units", normal_units(self.heads, self.neurons, names))
+        object.__setattr__(self, "_units", normal_units(self.heads, self.neurons, names, self.experts))
         # The positions in one normal form, read once: ("all"|"last", None), ("slice", slice),
         # ("mask", tuple of bools) or ("list", tuple of ints).
         object.__setattr__(self, "_positions", _normal_positions(self.positions))
 
     def __repr__(self) -> str:
         donor = "" if self.donor is None else f", donor={self.donor!r}"
-        for name in ("heads", "neurons"):
+        for name in ("heads", "neurons", "experts"):
             if getattr(self, name) is not None:
                 donor += f", {name}={getattr(self, name)!r}"
         return f"Graft(positions={self.positions!r}, layers={self.layers!r}, components={self.components!r}{donor})"
 
     @property
     def units(self) -> tuple[str, tuple[int, ...]] | None:
-        """("heads" or "neurons", the sorted unit indices), or None for whole components."""
+        """("heads", "neurons" or "experts", the sorted unit indices), or None for whole components."""
         return self._units
 
     # --- resolution against a model -------------------------------------------------------
@@ -163,13 +165,22 @@ class Graft:
         return sorted(set(out))
 
 
-def normal_units(heads: object, neurons: object, names: list[str]) -> tuple[str, tuple[int, ...]] | None:
-    """Heads or neurons as sorted unique ints >= 0, checked against the components they narrow."""
-    if heads is not None and neurons is not None:
-        raise UnitError("a Graft takes heads= or neurons=, not both; make one Graft for each")
-    kind, spec = ("heads", heads) if heads is not None else ("neurons", neurons)
-    if spec is None:
+def normal_units(
+    heads: object, neurons: object, names: list[str], experts: object = None
+) -> tuple[str, tuple[int, ...]] | None:
+    """Heads, neurons or experts as sorted unique ints >= 0, checked against the components they narrow."""
+    given = [
+        (kind, spec)
+        for kind, spec in (("heads", heads), ("neurons", neurons), ("experts", experts))
+        if spec is not None
+    ]
+    if len(given) > 1:
+        raise UnitError(
+            "a Graft takes one of heads=, neurons= or experts=, not both; make one Graft for each kind of unit"
+        )
+    if not given:
         return None
+    kind, spec = given[0]
     values = [spec] if _is_int(spec) else list(spec) if isinstance(spec, (Sequence, range)) else None
     if isinstance(spec, (np.ndarray, torch.Tensor)):
         values = list(spec.reshape(-1))
@@ -181,6 +192,13 @@ def normal_units(heads: object, neurons: object, names: list[str]) -> tuple[str,
             raise UnitError(
                 f"component(s) {wrong} have no heads: heads= narrows q, k, v or o (name them, e.g. "
                 "components='o'); k and v count key-value heads"
+            )
+    elif kind == "experts":
+        wrong = [n for n in names if n not in EXPERT_COMPONENTS]
+        if wrong:
+            raise UnitError(
+                f"component(s) {wrong} have no experts: experts= narrows the component experts (name it: "
+                "components='experts'); graft the router as well to take the donor's routing"
             )
     else:
         wrong = [n for n in names if n not in NEURON_COMPONENTS and n != "mlp"]

@@ -25,13 +25,13 @@ from weightgraft.engine.graft_masks import (
     resolve_partials,
     row_graft_lists,
 )
-from weightgraft.engine.hooks import Splice, SpliceHooks
+from weightgraft.engine.hooks import Splice, SpliceHooks, module_layouts
 from weightgraft.engine.inputs import prepare_inputs
 from weightgraft.engine.layer_memo import LayerMemo, remembered
 from weightgraft.engine.layer_sharing import BEFORE_THE_LAYERS, LayerGroups, SharedLayers, plan_layer_groups
 from weightgraft.engine.sharing import plan_segments
 from weightgraft.engine.splice_plan import plan_splices
-from weightgraft.engine.units import UnitSpec, check_units, unit_specs
+from weightgraft.engine.units import UnitColumns, UnitSpec, check_units, unit_columns, unit_specs
 
 RowGrafts = Sequence[Graft | Sequence[Graft] | None]
 
@@ -95,7 +95,7 @@ class Grafter:
         self._targets = self._module_targets()
         self._key_target = {k: (path, cols) for path, served in self._targets.items() for k, cols in served}
         self._units: dict[str, UnitSpec] | None = None
-        self._unit_columns: dict[tuple[int, frozenset], tuple[torch.Tensor | None, torch.Tensor | None]] = {}
+        self._unit_columns: dict[tuple[int, frozenset], UnitColumns] = {}
         self._lm_head_path = self.adapter.model_level.get("lm_head", "")
         self._cache_name = cache_argument(recipient)  # read once, not on every pass
         self._layer_memo: LayerMemo | None = None  # remember_layers()
@@ -104,11 +104,7 @@ class Grafter:
         self._keys_before = [i for i, (layer, comp) in every if layer is None and comp in BEFORE_THE_LAYERS]
         self._keys_of_layer = [[i for i, (layer, _) in every if layer == n] for n in range(self.num_layers)]
         self._path_layer = {path: self.keys[served[0][0]][0] for path, served in self._targets.items()}
-        self._seq_dims = {
-            f"{self.adapter.layers}.{layer}.{local}": dim
-            for local, dim in self.adapter.seq_dims.items()
-            for layer in range(self.num_layers)
-        }
+        self._seq_dims, self._call_forms = module_layouts(self.adapter, self.num_layers)
         # Per Graft object, the keys it covers (and with which units); gone with their Graft.
         self._graft_keys: weakref.WeakKeyDictionary[Graft, torch.Tensor] = weakref.WeakKeyDictionary()
         self._graft_units: weakref.WeakKeyDictionary[Graft, frozenset | None] = weakref.WeakKeyDictionary()
@@ -280,17 +276,12 @@ class Grafter:
             return None
         return frozenset(units)
 
-    def _partial_columns(self, key: int, units: frozenset) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-        """(output columns, input columns) of a key's module that `units` of the key cover."""
+    def _partial_columns(self, key: int, units: frozenset) -> UnitColumns:
+        """(output columns, input columns, experts) of a key's module that `units` of the key cover."""
         found = self._unit_columns.get((key, units))
         if found is None:
             spec = self.units[self.keys[key][1]]
-            _, columns = self._key_target[key]
-            own = spec.columns(units).to(self.device)
-            if spec.side == "in":
-                found = (None, own)
-            else:
-                found = (own if columns is None else columns[own], None)
+            found = unit_columns(spec, self._key_target[key][1], units, self.device)
             self._unit_columns[(key, units)] = found
         return found
 
@@ -376,7 +367,7 @@ class Grafter:
             ]
             if used:
                 donor_modules[path] = {d: sources[d].module(path) for d in used}
-        hooks = SpliceHooks(self.recipient, donor_modules, self._seq_dims)
+        hooks = SpliceHooks(self.recipient, donor_modules, self._seq_dims, self._call_forms)
         layers = SharedLayers(self.adapter.decoder_layers(self.recipient))
         was_training = self.recipient.training
         self.recipient.eval()

@@ -14,6 +14,10 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from weightgraft.adapters.base import Adapter
+from weightgraft.adapters.call_forms import call_on_rows
+from weightgraft.engine.flat_splice import splice_flat
+
 
 @dataclass
 class Splice:
@@ -28,6 +32,8 @@ class Splice:
     columns: torch.Tensor | None
     donor: int  # index among the Grafter's donors
     inputs: torch.Tensor | None = None
+    # Single experts of an experts module: these come from the donor, the rest from the recipient.
+    experts: torch.Tensor | None = None
 
 
 class SpliceHooks:
@@ -38,11 +44,13 @@ class SpliceHooks:
         recipient: nn.Module,
         donor_modules: Mapping[str, Mapping[int, nn.Module]],
         seq_dims: dict[str, int],
+        call_forms: dict[str, str] | None = None,
     ):
         self.recipient = recipient
         self.donor_modules = donor_modules  # path -> donor index -> the donor's module there
         self.paths = list(donor_modules)
         self.seq_dims = seq_dims  # modules whose sequence axis is not dim 1 (e.g. [batch, heads, seq, dim])
+        self.call_forms = call_forms or {}  # modules not called as "rows" (adapters.base.CALL_FORMS)
         self.current: dict[str, list[Splice]] = {}
 
     @contextmanager
@@ -64,11 +72,14 @@ class SpliceHooks:
             splices = self.current.get(path)
             if not splices:
                 return None
+            form = self.call_forms.get(path, "rows")
+            if form == "flat":
+                return splice_flat(path, modules, args, kwargs, output, splices, module)
             x = args[0] if args else next(iter(kwargs.values()))
             seq_dim = self.seq_dims.get(path, 1)
             if seq_dim == 1:
-                return splice_rows(path, modules, x, output, splices, module)
-            spliced = splice_rows(path, modules, x.movedim(seq_dim, 1), output.movedim(seq_dim, 1), splices)
+                return splice_rows(path, modules, x, output, splices, module, form)
+            spliced = splice_rows(path, modules, x.movedim(seq_dim, 1), output.movedim(seq_dim, 1), splices, form=form)
             return spliced.movedim(1, seq_dim)
 
         return hook
@@ -81,8 +92,10 @@ def splice_rows(
     output: torch.Tensor,
     splices: list[Splice],
     recipient_module: nn.Module | None = None,
+    form: str = "rows",
 ) -> torch.Tensor:
-    """`output` with the spliced rows (and columns) replaced by their donor module's output."""
+    """`output` with the spliced rows (and columns) replaced by their donor module's output,
+    the donor module called on the rows in its call `form` ("rows" or "batched")."""
     if not isinstance(output, torch.Tensor) or x.shape[:2] != output.shape[:2]:
         raise RuntimeError(
             f"cannot graft {path!r}: it is not a position-wise module with [batch, seq, ...] input and "
@@ -110,7 +123,7 @@ def splice_rows(
             change = _input_columns_change(donor_module, recipient_module, picked, splice.inputs)
             flat_out.index_copy_(0, rows, flat_out.index_select(0, rows) + change.to(flat_out.device, flat_out.dtype))
             continue
-        donor_rows = donor_module(picked)
+        donor_rows = call_on_rows(donor_module, form, picked)
         if getattr(donor_module, "adds_to_output", False):  # an adapter's delta on the recipient's output
             donor_rows = flat_out.index_select(0, rows) + donor_rows
         donor_rows = donor_rows.to(flat_out.device, flat_out.dtype)  # no-op unless it differs
@@ -138,3 +151,14 @@ def _input_columns_change(
         raise RuntimeError("an input-column graft needs the recipient's module")
     own = recipient_module.forward(kept)  # .forward: not through the hooks again
     return change - (own[:-1] - own[-1:]).to(change.dtype)
+
+
+def module_layouts(adapter: Adapter, num_layers: int) -> tuple[dict[str, int], dict[str, str]]:
+    """Per hooked module path: its sequence axis where not 1, and its call form where not "rows"."""
+    seq_dims = {
+        f"{adapter.layers}.{i}.{local}": dim for local, dim in adapter.seq_dims.items() for i in range(num_layers)
+    }
+    forms = {
+        f"{adapter.layers}.{i}.{local}": form for local, form in adapter.call_forms.items() for i in range(num_layers)
+    }
+    return seq_dims, {path: form for path, form in forms.items() if form != "rows"}

@@ -27,7 +27,7 @@ def plan_splices(
     key_target: dict[int, tuple[str, torch.Tensor | None]],
     path_layer: dict[str, int | None],
     lm_head_path: str,
-    partial_columns: Callable[[int, frozenset], tuple[torch.Tensor | None, torch.Tensor | None]],
+    partial_columns: Callable[[int, frozenset], tuple[torch.Tensor | None, ...]],
 ) -> dict[str, list[Splice]]:
     """Per hooked module, this chunk's splices: for each donor, the output rows (and columns)
     it replaces. Fused parts that one donor grafts at the same rows merge into one splice.
@@ -80,8 +80,8 @@ def plan_splices(
             if layer is not None and layer < len(groups):
                 rows[(len(groups[layer].representatives), seq)] = rows_of(base + i, 0, layer)
             if any(r.numel() for r in rows.values()):
-                out_cols, in_cols = partial_columns(k, units)
-                splices.append(Splice(rows, out_cols, d, in_cols))
+                out_cols, in_cols, experts = partial_columns(k, units)
+                splices.append(Splice(rows, out_cols, d, in_cols, experts))
         if splices:
             plan[path] = splices
     return plan

@@ -1,4 +1,4 @@
-"""Units finer than a component: attention heads and FFN neurons.
+"""Units finer than a component: attention heads, FFN neurons and mixture-of-experts experts.
 
 A head or neuron of a component is a block of columns of its module's weight:
 
@@ -13,6 +13,10 @@ A head or neuron of a component is a block of columns of its module's weight:
 The bias of `o` and `down` (one vector for every head or neuron) belongs to the whole
 component: a strict subset of heads or neurons keeps the recipient's bias, and a selection of
 every unit is the whole component, bias included.
+
+An expert of `experts` (one module holding every expert's weights on the leading axis of its
+3-D parameters) is index e on that axis: grafting experts S computes each token's chosen experts
+in S with the donor's weights and the others with the recipient's (`engine.flat_splice`).
 """
 
 from __future__ import annotations
@@ -24,10 +28,15 @@ import torch
 from torch import nn
 
 from weightgraft.adapters.base import Adapter, Part
+from weightgraft.adapters.call_forms import experts_count
 from weightgraft.errors import UserError
 
 HEAD_COMPONENTS = ("q", "k", "v", "o")
 NEURON_COMPONENTS = ("gate", "up", "down")
+EXPERT_COMPONENTS = ("experts",)
+
+# What some units of a key's module cover: (output columns, input columns, experts).
+UnitColumns = tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]
 
 
 class UnitError(UserError, ValueError):
@@ -39,8 +48,8 @@ class UnitSpec:
     """How one component divides into units: `count` units of `width` consecutive columns on
     the module's output (`side="out"`) or input (`side="in"`)."""
 
-    kind: Literal["head", "kv_head", "neuron"]
-    side: Literal["out", "in"]
+    kind: Literal["head", "kv_head", "neuron", "expert"]
+    side: Literal["out", "in", "expert"]
     count: int
     width: int
 
@@ -89,16 +98,41 @@ def unit_specs(adapter: Adapter, model: nn.Module, splits: dict[str, dict[str, t
         else:
             count = kv_heads if comp in ("k", "v") else heads
             out[comp] = UnitSpec("kv_head" if comp in ("k", "v") else "head", side, count, width // count)
+    ref = adapter.per_layer.get("experts")
+    count = experts_count(layer.get_submodule(ref.module if isinstance(ref, Part) else ref)) if ref else None
+    if count is not None:
+        out["experts"] = UnitSpec("expert", "expert", count, 1)
     return out
+
+
+def unit_columns(spec: UnitSpec, fused: torch.Tensor | None, units: frozenset, device: torch.device) -> UnitColumns:
+    """What `units` of a component cover on its module: output columns (through the fused part's
+    columns `fused`, if any), input columns, or experts."""
+    own = spec.columns(units).to(device)
+    if spec.side == "expert":
+        return None, None, own
+    if spec.side == "in":
+        return None, own, None
+    return (own if fused is None else fused[own]), None, None
 
 
 def check_units(units: tuple[int, ...], components: list[str], specs: dict[str, UnitSpec], model_type: str) -> None:
     """Every index in range for every component it applies to; the message names the counts."""
     for comp in components:
-        spec = specs[comp]
+        spec = specs.get(comp)
+        if spec is None:
+            raise UnitError(
+                f"this {model_type} model's {comp!r} holds no per-expert weights (3-D parameters with the experts "
+                "on their leading axis), so it has no single experts; graft it whole"
+            )
         bad = [u for u in units if u >= spec.count]
         if not bad:
             continue
+        if spec.kind == "expert":
+            raise UnitError(
+                f"expert {bad[0]} is out of range for {comp!r}: this {model_type} model's MoE blocks have "
+                f"{spec.count} experts (0..{spec.count - 1}); pick experts in that range"
+            )
         if spec.kind == "neuron":
             raise UnitError(
                 f"neuron {bad[0]} is out of range for {comp!r}: this {model_type} model's FFN has "

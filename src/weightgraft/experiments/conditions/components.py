@@ -2,7 +2,9 @@
 
 The paper's names are upper case and mean the paper's things (`paper_atoms.PAPER_ATOMS`):
   ATTN = q, k, v (attention WITHOUT its output projection)   O = o
-  FFN  = gate, up, down (the MLP; gate only where the model has one)
+  FFN  = gate, up, down (the MLP; gate only where the model has one); on a mixture-of-experts
+         model, whose layers have no dense MLP, the whole MoE block: router, experts and any
+         shared expert with its gate (the engine group `mlp` there)
 The engine's lower-case groups mean something else: engine `attn` = q, k, v, o (the whole
 attention block), engine `mlp` = every MLP weight. So `ATTN+O` (paper) equals engine `attn`, and
 a config that writes `attn` where it means the paper's ATTN grafts o as well. Reports and
@@ -13,10 +15,11 @@ recipient.
 
 from __future__ import annotations
 
-from weightgraft.adapters.base import GROUPS, MODEL_LEVEL, PER_LAYER
+from weightgraft.adapters.base import GROUPS, MODEL_LEVEL, MOE_COMPONENTS, PER_LAYER
 from weightgraft.experiments.conditions.paper_atoms import PAPER_ATOMS
 
 OPTIONAL = {"gate"}  # GPT-2 and GPT-NeoX MLPs have no gate
+DENSE_FFN = ("gate", "up", "down")
 # Every weight at a grafted position, as the paper's position conditions graft them: each
 # decoder layer's weights and the embeddings, but not the final norm or the unembedding
 # (the recipient's at every position, unless an experiment asks for the donor's).
@@ -77,6 +80,7 @@ def resolve_for_model(names: list[str], available: list[str], tied: bool = False
     (gate) dropped where absent, `all` kept as the engine's string."""
     if names == ["all"]:
         return "all"
+    names = _ffn_on_moe(names, available)
     out: list[str] = []
     for name in names:
         if name == EVERY_WEIGHT:
@@ -91,6 +95,19 @@ def resolve_for_model(names: list[str], available: list[str], tied: bool = False
             continue
         else:
             out.append(name)
+    return list(dict.fromkeys(out))
+
+
+def _ffn_on_moe(names: list[str], available: list[str]) -> list[str]:
+    """On a mixture-of-experts model (no dense MLP), the paper's FFN (up and down named together)
+    is the MoE block: its router, experts and shared expert where present. A lone up or down
+    stays as named, and the Graft refuses it there."""
+    block = [c for c in MOE_COMPONENTS if c in available]
+    if not block or "up" in available or not {"up", "down"} <= set(names):
+        return names
+    out: list[str] = []
+    for name in names:
+        out.extend(block if name in DENSE_FFN else [name])
     return list(dict.fromkeys(out))
 
 

@@ -1,0 +1,85 @@
+"""How a donor module is called on the grafted rows: one implementation for the engine's hooks
+and for `check_adapter`, so that an adapter the check passes is called the same way in a graft.
+
+A module's call form (`Adapter.call_forms`, see `base.CALL_FORMS`) says what its input looks
+like: "rows" and "batched" modules see [batch, seq, ...] and are called on the grafted rows as
+[rows, ...] or [1, rows, ...]; "flat" modules (a mixture-of-experts router, its experts) see the
+[batch * seq, ...] tokens as their first axis, with every tensor argument and output laid out
+along it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+FORM_WORDS = {
+    "rows": "on [rows, ...]",
+    "batched": "on [1, rows, ...]",
+    "flat": "on [tokens, ...], every tensor argument taken at the rows",
+}
+
+
+def call_on_rows(module: Callable, form: str, picked: torch.Tensor) -> torch.Tensor:
+    """A "rows" or "batched" module's output on `picked` rows [rows, ...], as [rows, ...]."""
+    if form == "batched":
+        out = module(picked.unsqueeze(0))
+        if not isinstance(out, torch.Tensor):
+            raise TypeError(f"a 'batched' module must return a tensor, not {type(out).__name__}")
+        return out.squeeze(0)
+    return module(picked)
+
+
+def first_tensor(args: tuple, kwargs: dict) -> torch.Tensor | None:
+    """The module's first tensor argument (positional first, then keyword)."""
+    return next((a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)), None)
+
+
+def _on_tokens(value: object, tokens: int) -> bool:
+    return isinstance(value, torch.Tensor) and value.dim() >= 1 and value.shape[0] == tokens
+
+
+def rows_of_arguments(args: tuple, kwargs: dict, rows: torch.Tensor, tokens: int) -> tuple[tuple, dict]:
+    """A "flat" module's arguments at `rows`: every tensor whose first axis is the `tokens`."""
+
+    def pick(value: object) -> object:
+        return value.index_select(0, rows) if _on_tokens(value, tokens) else value
+
+    return tuple(pick(a) for a in args), {name: pick(v) for name, v in kwargs.items()}
+
+
+def token_outputs(output: object, tokens: int) -> list[int | None]:
+    """Which parts of a "flat" module's output lie along the tokens: [None] for a tensor output
+    that does, the indices of such tensors for a tuple or list output, [] for neither."""
+    if isinstance(output, torch.Tensor):
+        return [None] if _on_tokens(output, tokens) else []
+    if isinstance(output, (tuple, list)):
+        return [i for i, part in enumerate(output) if _on_tokens(part, tokens)]
+    return []
+
+
+def part_of(output: object, index: int | None) -> torch.Tensor:
+    return output if index is None else output[index]
+
+
+def call_flat(module: Callable, args: tuple, kwargs: dict, rows: torch.Tensor, tokens: int) -> object:
+    """A "flat" module's output on its arguments taken at `rows` (of `tokens`)."""
+    picked_args, picked_kwargs = rows_of_arguments(args, kwargs, rows, tokens)
+    return module(*picked_args, **picked_kwargs)
+
+
+def splice_flat_output(output: object, donor: object, rows: torch.Tensor, tokens: int) -> None:
+    """Write `donor` (a flat module's output on `rows`) into `output` at `rows`, in place, for
+    every part of the output that lies along the tokens."""
+    for index in token_outputs(output, tokens):
+        target, source = part_of(output, index), part_of(donor, index)
+        target.index_copy_(0, rows, source.to(target.device, target.dtype))
+
+
+def experts_count(module: nn.Module) -> int | None:
+    """The number of experts of a module holding every expert's weights on a leading axis: the
+    common leading size of its 3-D parameters (None without any, or when they disagree)."""
+    sizes = {p.shape[0] for p in module.parameters() if p.dim() == 3}
+    return sizes.pop() if len(sizes) == 1 else None
