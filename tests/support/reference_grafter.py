@@ -539,8 +539,17 @@ def unit_counts(config) -> dict[str, tuple[int, int]]:
         if name in layer:
             out[name] = (inner, 1)
     if "experts" in layer:
-        out["experts"] = (getattr(config, "num_local_experts", None) or config.num_experts, 1)
+        out["experts"] = (_experts_count(config), 1)
     return out
+
+
+def _experts_count(config) -> int:
+    """Experts per MoE layer, by the config's own field (its name varies by model type)."""
+    for name in ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts"):
+        value = getattr(config, name, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    raise KeyError(f"reference: no experts count in the {config.model_type} config")
 
 
 def unit_parameter_slices(model, component: str, layer_index: int, units):

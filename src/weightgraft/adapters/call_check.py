@@ -17,6 +17,7 @@ from weightgraft.adapters.call_forms import (
     call_on_rows,
     first_tensor,
     part_of,
+    token_count,
     token_outputs,
 )
 
@@ -36,7 +37,7 @@ def call_problems(
     its output when called on rows as the engine does."""
     x = first_tensor(args, kwargs)
     if form == "flat":
-        if x is None or x.shape[0] != length or not token_outputs(output, length):
+        if token_count(x, output) != length:
             shapes = (None if x is None else tuple(x.shape), _shape(output))
             return [
                 f"{path!r} is declared 'flat' but maps {shapes[0]} to {shapes[1]} on {length} tokens: its first "

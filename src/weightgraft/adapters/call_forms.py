@@ -41,11 +41,30 @@ def _on_tokens(value: object, tokens: int) -> bool:
     return isinstance(value, torch.Tensor) and value.dim() >= 1 and value.shape[0] == tokens
 
 
+def _on_batch_and_seq(value: object, tokens: int) -> bool:
+    return isinstance(value, torch.Tensor) and value.dim() >= 3 and value.shape[0] * value.shape[1] == tokens
+
+
+def token_count(x: torch.Tensor | None, output: object) -> int:
+    """How many tokens a "flat" module's call covers: its first argument's first axis, or, for a
+    module fed [batch, seq, ...] that returns flat tokens (DeepSeek-style routers), batch * seq;
+    -1 when its output lies along neither."""
+    if x is None:
+        return -1
+    candidates = [x.shape[0]] + ([x.shape[0] * x.shape[1]] if x.dim() >= 3 else [])
+    return next((t for t in candidates if token_outputs(output, t)), -1)
+
+
 def rows_of_arguments(args: tuple, kwargs: dict, rows: torch.Tensor, tokens: int) -> tuple[tuple, dict]:
-    """A "flat" module's arguments at `rows`: every tensor whose first axis is the `tokens`."""
+    """A "flat" module's arguments at `rows`: every tensor whose first axis is the `tokens`, and
+    every [batch, seq, ...] tensor of batch * seq tokens, laid flat first."""
 
     def pick(value: object) -> object:
-        return value.index_select(0, rows) if _on_tokens(value, tokens) else value
+        if _on_tokens(value, tokens):
+            return value.index_select(0, rows)
+        if _on_batch_and_seq(value, tokens):
+            return value.reshape(tokens, *value.shape[2:]).index_select(0, rows)
+        return value
 
     return tuple(pick(a) for a in args), {name: pick(v) for name, v in kwargs.items()}
 

@@ -36,14 +36,15 @@ def moe_roles(
     count = next(t.shape[0] for t in modules[experts[0]].parameters(recurse=False) if t.dim() == 3)
     feed = seen[roles.mlp].input
     found = {"experts": experts[0]}
+    routers = [p for p in owners if _is_router(modules[p], seen[p], feed, count)]
     for path in owners:
-        if path == experts[0]:
-            continue
+        if path == experts[0] or any(path.startswith(r + ".") for r in routers):
+            continue  # the router's own statistics (a score-correction bias) belong to the router
         top = _top_child(path, roles.mlp)
         if not _fed_by(seen[top].input, feed):
             raise Refusal(f"MoE module {top!r} is not fed by the block's input (experts inside experts?)")
         width = seen[path].output.shape[-1] if seen[path].output is not None else None
-        if is_linear_like(modules[path]) and width == count and _fed_by(seen[path].input, feed):
+        if path in routers:
             role = "router"  # maybe inside a routing module of its own: its logits decide the choice
         elif is_linear_like(modules[path]) and width == 1 and top == path:
             role = "shared_expert_gate"
@@ -60,6 +61,12 @@ def moe_roles(
         roles.per_layer[role] = path
         if _flat(seen[path], tokens):
             roles.call_forms[path] = "flat"
+
+
+def _is_router(module: nn.Module, seen: Seen, feed: torch.Tensor, count: int) -> bool:
+    """A projection of the block's input with one output per expert."""
+    width = seen.output.shape[-1] if seen.output is not None else None
+    return is_linear_like(module) and width == count and _fed_by(seen.input, feed)
 
 
 def _top_child(path: str, block: str) -> str:

@@ -24,7 +24,7 @@ from weightgraft.adapters.call_forms import (
     first_tensor,
     rows_of_arguments,
     splice_flat_output,
-    token_outputs,
+    token_count,
 )
 
 
@@ -39,8 +39,8 @@ def splice_flat(
 ) -> object:
     """`output` (changed in place) with the spliced tokens replaced by their donor's output."""
     x = first_tensor(args, kwargs)
-    tokens = -1 if x is None else x.shape[0]
-    if x is None or not token_outputs(output, tokens):
+    tokens = token_count(x, output)
+    if tokens < 0:
         raise RuntimeError(
             f"cannot graft {path!r} as a 'flat' module: its first tensor argument and some tensor of its output "
             "must have the tokens as their first axis; check the call_forms of the architecture's adapter"
