@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from weightgraft.adapters import adapter_for
+from weightgraft.adapters.base import PER_LAYER
 from weightgraft.engine.graft_masks import GraftMasks
 from weightgraft.engine.hooks import SpliceHooks
 from weightgraft.engine.inputs import call_inputs
@@ -77,7 +78,9 @@ def grafted_run(grafter: Grafter, inputs, grafts, row_grafts, attention_mask, **
 
 
 def activation_names(grafter: Grafter) -> dict[str, tuple[str, str, torch.Tensor | None]]:
-    """Every name `grafted_cache` knows, in the order of a forward pass: name -> (module path,
+    """Every name `grafted_cache` knows, in one fixed order (the embeddings; per block its
+    `resid_pre`, its components in the vocabulary's order, `resid_post`; the final norm and the
+    logits): name -> (module path,
     kind: "pre" (the module's input), "post" (its output) or "z" (o's input per head), the
     output columns of a fused part or None)."""
     adapter, layers = grafter.adapter, grafter.adapter.layers
@@ -88,7 +91,7 @@ def activation_names(grafter: Grafter) -> dict[str, tuple[str, str, torch.Tensor
             out[comp] = (by_key[(None, comp)][0], "post", None)
     for layer in range(grafter.num_layers):
         out[f"blocks.{layer}.resid_pre"] = (f"{layers}.{layer}", "pre", None)
-        for comp in adapter.per_layer:
+        for comp in [c for c in PER_LAYER if c in adapter.per_layer]:
             path, cols = by_key[(layer, comp)]
             out[f"blocks.{layer}.{comp}"] = (path, "post", cols)
             if comp == "o":
@@ -102,7 +105,7 @@ def activation_names(grafter: Grafter) -> dict[str, tuple[str, str, torch.Tensor
 
 def chosen_names(known: Sequence[str], names: str | Sequence[str] | None) -> list[str]:
     """The known names that `names` (exact names or glob patterns such as "blocks.*.resid_post";
-    None: every name) select, in forward order; a pattern that selects nothing is an error."""
+    None: every name) select, in `activation_names`' order; a pattern that selects nothing is an error."""
     if names is None:
         return list(known)
     patterns = [names] if isinstance(names, str) else list(names)

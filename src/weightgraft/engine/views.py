@@ -104,7 +104,8 @@ class GrafterViews:
                 `weightgraft.engine.activations`.
 
         Returns:
-            {name: tensor}, in the order of the forward pass; each [batch, seq, ...] in the call's
+            {name: tensor}, in a fixed order (embeddings, then per block `resid_pre`, its
+            components, `resid_post`; then `ln_final`, `lm_head`); each [batch, seq, ...] in the call's
             layout (padding included); `blocks.{i}.z` is [batch, seq, heads, head_dim].
 
         Raises:
