@@ -114,7 +114,7 @@ def score(grafter: Grafter, prompts, targets, grafts, competitors, batch_size: i
     targets = _per_prompt(targets, len(prompts), "targets")
     rivals = _per_prompt(competitors, len(prompts), "competitors")
     encoded = [p.encode(t) for p, t in zip(prompts, targets)]
-    rival_ids = [None if r is None else p.encode(r).scored_id for p, r in zip(prompts, rivals)]
+    rival_ids = [None if r is None else rival_id(p, e, r) for p, e, r in zip(prompts, encoded, rivals)]
     conditions = conditions_of(grafts)
     rows, records = [], []
     for name, chosen in conditions.items():
@@ -137,6 +137,18 @@ def score(grafter: Grafter, prompts, targets, grafts, competitors, batch_size: i
         for k in TOP_K:
             record[f"top{k}"] = None if record["rank"] is None else record["rank"] <= k
     return pl.DataFrame(records, infer_schema_length=None)
+
+
+def rival_id(prompt, enc, rival: str) -> int:
+    """The competitor's scored token; it must follow the same teacher-forced tokens as the
+    target's (the same leading whitespace), or the two logits would be read at different steps."""
+    other = prompt.encode(rival)
+    if other.target_ids[: other.scored] != enc.target_ids[: enc.scored]:
+        raise ValueError(
+            f"the competitor {rival!r} is scored after other tokens than the target {prompt.decode(enc.target_ids)!r} "
+            "(their leading whitespace differs): write both with the same leading space"
+        )
+    return other.scored_id
 
 
 def enc_target(prompt, enc) -> str:
