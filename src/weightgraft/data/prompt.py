@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -16,6 +17,9 @@ from weightgraft.data.encode import EncodedPrompt, encode_roles, encode_scored_p
 from weightgraft.data.errors import DataError
 from weightgraft.data.schema import CharSpan, EvalPrompt, Role
 from weightgraft.engine.roles import parse_positions
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 # Prompt's keyword -> the role it marks.
 ENTITY_ROLES: dict[str, Role] = {"first_entity": "first_entity", "movie": "movie_title", "relation": "relation"}
@@ -58,7 +62,7 @@ class Prompt:
 
     def __init__(
         self,
-        tokenizer,
+        tokenizer: PreTrainedTokenizerBase,
         text: str,
         *,
         first_entity: str | None = None,
@@ -74,7 +78,7 @@ class Prompt:
         )
 
     @classmethod
-    def from_row(cls, tokenizer, row: EvalPrompt | dict) -> Prompt:
+    def from_row(cls, tokenizer: PreTrainedTokenizerBase, row: EvalPrompt | dict) -> Prompt:
         """A dataset row (an `EvalPrompt`, or its dict as in `eval.jsonl`) with its spans and target.
 
         Args:
@@ -91,7 +95,7 @@ class Prompt:
         prompt._setup(tokenizer, row if isinstance(row, EvalPrompt) else EvalPrompt.model_validate(row))
         return prompt
 
-    def _setup(self, tokenizer, row: EvalPrompt) -> None:
+    def _setup(self, tokenizer: PreTrainedTokenizerBase, row: EvalPrompt) -> None:
         self.tokenizer, self.row = tokenizer, row
         try:
             ids, roles = encode_roles(tokenizer, row.text, row.spans, row.id)

@@ -59,6 +59,20 @@ class Graft:
     `heads` (with components among q, k, v, o; k and v count key-value heads) or `neurons` (with
     gate, up, down or the group mlp) narrows the graft to those units (see `engine.units`).
     A Graft is hashable by identity (eq=False), so the engine can cache its resolution.
+
+    Args:
+        positions: "all", "last", a role expression ("FE+LT", "(FE+LT)^C"; the call then takes
+            `Prompt`s), an int, ints, a slice or a boolean mask, over a row's real tokens.
+        layers: "all", an int, ints, a range or a band ("last_quarter", "eighth_3", ...).
+        components: a component name or names, or a group (attn, mlp, norms, all).
+        donor: the Grafter's donor to take the weights from; None: its only donor.
+        heads: q, k, v or o heads only (k and v: key-value heads).
+        neurons: gate, up or down neurons only.
+
+    Raises:
+        ValueError: an unknown component, band or position string; an empty layer list.
+        TypeError: positions or layers of a type that could be misread.
+        UnitError: heads and neurons together, or on components without them.
     """
 
     positions: Positions = "all"

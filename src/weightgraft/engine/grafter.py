@@ -60,6 +60,17 @@ class Grafter(GrafterViews):
     computation through the KV cache, and rows that agree on everything below some layer share
     those layers (a layer sweep); `share_prefixes=False` runs every row in full (results then do
     not depend on what else is in the batch).
+
+    Args:
+        recipient: the model that runs; never modified.
+        donor: the one donor (a model, checkpoint folder, LoRA adapter or `DonorSource`).
+        donors: several donors by name, in place of `donor`.
+        share_prefixes: share rows' common prefixes and layers (results equal to ~1e-6).
+        allow_config_differences: config fields the donors may differ in.
+
+    Raises:
+        ValueError: a donor that does not fit the recipient; an adapter that leaves parameters out.
+        TypeError: no donor, or several donors not given by keyword.
     """
 
     def __init__(

@@ -50,6 +50,11 @@ class RolePrompt(Protocol):
     roles: dict[str, list[int]]
 
 
+# What a Grafter call takes as its rows: token ids [batch, seq], one prompt with roles, a list of
+# them, or a padded batch of them (an object with input_ids, attention_mask and roles).
+CallInputs = torch.Tensor | Sequence[Sequence[int]] | RolePrompt | Sequence[RolePrompt] | object
+
+
 def call_inputs(
     inputs: object, attention_mask: torch.Tensor | None, device: torch.device
 ) -> tuple[torch.Tensor, torch.Tensor, list[dict[str, list[int]]] | None]:

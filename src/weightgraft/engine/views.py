@@ -15,6 +15,7 @@ import torch
 
 from weightgraft.engine import activations, applied, scoring
 from weightgraft.engine.graft import Graft
+from weightgraft.engine.inputs import CallInputs, RolePrompt
 
 Grafts = Graft | Sequence[Graft] | None
 
@@ -24,7 +25,7 @@ class GrafterViews:
 
     def score(
         self,
-        prompts,
+        prompts: RolePrompt | Sequence[RolePrompt],
         targets: str | Sequence[str] | None = None,
         grafts: Grafts | Mapping[str, Grafts] = None,
         *,
@@ -59,7 +60,7 @@ class GrafterViews:
 
     def run(
         self,
-        input_ids,
+        input_ids: CallInputs,
         grafts: Grafts = None,
         row_grafts: Sequence[Grafts] | None = None,
         attention_mask: torch.Tensor | None = None,
@@ -86,7 +87,7 @@ class GrafterViews:
 
     def cache(
         self,
-        input_ids,
+        input_ids: CallInputs,
         grafts: Grafts = None,
         row_grafts: Sequence[Grafts] | None = None,
         attention_mask: torch.Tensor | None = None,
@@ -116,7 +117,7 @@ class GrafterViews:
 
     def lens(
         self,
-        input_ids,
+        input_ids: CallInputs,
         grafts: Grafts = None,
         row_grafts: Sequence[Grafts] | None = None,
         attention_mask: torch.Tensor | None = None,
@@ -141,7 +142,7 @@ class GrafterViews:
     def applied(
         self,
         grafts: Grafts = None,
-        ids=None,
+        ids: CallInputs | None = None,
         row_grafts: Sequence[Grafts] | None = None,
         attention_mask: torch.Tensor | None = None,
     ) -> AbstractContextManager[activations.GraftedCall]:
