@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from weightgraft.data.encode import EncodedPrompt, encode_roles, encode_scored_prompt
+from weightgraft.data.encode import EncodedPrompt, describe_scored, encode_roles, encode_scored_prompt
 from weightgraft.data.errors import DataError
 from weightgraft.data.schema import CharSpan, EvalPrompt, Role
 from weightgraft.engine.roles import parse_positions
@@ -154,6 +154,10 @@ class Prompt:
         if not text:
             raise DataError(f"prompt {self.id!r} has no target to score; pass targets= or Prompt(..., target=...)")
         return encode_scored_prompt(self.tokenizer, self.row.model_copy(update={"target": text}))
+
+    def scored_note(self, encoded: EncodedPrompt) -> str:
+        """The runner's note on a target whose scored token is not its first (empty otherwise)."""
+        return describe_scored(self.tokenizer, encoded)
 
     def decode(self, ids: Sequence[int]) -> str:
         """Token ids as text, by this prompt's tokenizer."""

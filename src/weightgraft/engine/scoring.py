@@ -124,7 +124,7 @@ def score(grafter: Grafter, prompts, targets, grafts, competitors, batch_size: i
             total = len(enc.input_ids) + len(enc.target_ids) - 1
             try:
                 rows.append((len(records), enc, row_grafts_of(chosen, prompt.roles, len(enc.input_ids), total)))
-                record["applicable"] = True
+                record.update(applicable=True, note=_note(prompt, enc))
             except NotApplicable as err:
                 record.update(applicable=False, note=str(err))
             records.append(record)
@@ -173,6 +173,12 @@ def _score_batch(grafter: Grafter, batch: list, records: list[dict], prompts, ri
         if rival is not None:
             step = logits[row, enc.scored].float()
             record["logit_diff"] = float(step[enc.scored_id] - step[rival])
+
+
+def _note(prompt, enc) -> str:
+    """The runner's note on the scored token, where the prompt can give it."""
+    note = getattr(prompt, "scored_note", None)
+    return note(enc) if note is not None else ""
 
 
 def _per_prompt(value, count: int, what: str) -> list:
