@@ -55,7 +55,8 @@ def _hook(store: dict, name: str, kind: str, rows):
 @torch.no_grad()
 def reference_activations(recipient, donors, ids, specs, num_layers: int) -> dict:
     """For one unpadded row `ids` under `specs`: {"acts": {name: [n, features]}, "hidden_states":
-    [layers + 1, n, hidden], "attentions": [layers, heads, n, n] (zero above the diagonal),
+    [layers + 1, n, hidden], "attentions": [layers, heads, n, n] (zero above the diagonal; None
+    under attention that returns no patterns),
     "logits": [n, vocab]}."""
     ids = [int(x) for x in ids]
     plan = resolve_row_donors(specs, len(ids), recipient.config)
@@ -90,15 +91,16 @@ def reference_activations(recipient, donors, ids, specs, num_layers: int) -> dic
         for name in modules:
             acts[name].append(store[name])
         hidden.append(torch.stack([h[0, -1] for h in out.hidden_states]))
-        step = torch.zeros(len(out.attentions), out.attentions[0].shape[1], n)
-        for layer, att in enumerate(out.attentions):
-            seen = att.shape[-1]  # a sliding-window layer's cache holds its last `window` tokens only
-            step[layer, :, t + 1 - seen : t + 1] = att[0, :, -1, :]
-        attentions.append(step)
+        if out.attentions:  # eager attention only (sdpa returns none)
+            step = torch.zeros(len(out.attentions), out.attentions[0].shape[1], n)
+            for layer, att in enumerate(out.attentions):
+                seen = att.shape[-1]  # a sliding-window layer's cache holds its last `window` tokens only
+                step[layer, :, t + 1 - seen : t + 1] = att[0, :, -1, :]
+            attentions.append(step)
         logits.append(out.logits[0, -1])
     return {
         "acts": {name: torch.stack(values) for name, values in acts.items()},
         "hidden_states": torch.stack(hidden, dim=1),
-        "attentions": torch.stack(attentions, dim=2),
+        "attentions": torch.stack(attentions, dim=2) if attentions else None,
         "logits": torch.stack(logits),
     }
