@@ -109,3 +109,12 @@ def test_logit_difference_against_a_competitor(world):
     logits = pre(torch.tensor([prompt.input_ids])).logits[0, -1]
     assert scores["logit_diff"] == pytest.approx((logits[target] - logits[rival]).item(), abs=1e-4)
     assert scores["prob"] == pytest.approx(torch.softmax(logits, -1)[target].item(), rel=1e-4)
+
+
+def test_score_takes_prompts():
+    art = tiny_artifacts()
+    grafter = Grafter(
+        AutoModelForCausalLM.from_pretrained(art.pretrained), AutoModelForCausalLM.from_pretrained(art.relation_model)
+    )
+    with pytest.raises(TypeError, match=r"score takes prompts with roles \(weightgraft.Prompt"):
+        grafter.score(torch.tensor([[1, 2, 3]]), " x")

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from weightgraft.engine.graft import Graft, as_graft_list
-from weightgraft.engine.inputs import align_on
+from weightgraft.engine.inputs import RolePrompt, align_on
 from weightgraft.engine.roles import NotApplicable
 
 if TYPE_CHECKING:
@@ -111,6 +111,12 @@ def score(grafter: Grafter, prompts, targets, grafts, competitors, batch_size: i
     import polars as pl
 
     prompts = list(prompts) if isinstance(prompts, (list, tuple)) else [prompts]
+    odd = [type(p).__name__ for p in prompts if not (isinstance(p, RolePrompt) and hasattr(p, "encode"))]
+    if odd or not prompts:
+        raise TypeError(
+            f"score takes prompts with roles (weightgraft.Prompt, or a list of them), not {odd or 'nothing'}: "
+            "their tokenizer finds the token the runner scores"
+        )
     targets = _per_prompt(targets, len(prompts), "targets")
     rivals = _per_prompt(competitors, len(prompts), "competitors")
     encoded = [p.encode(t) for p, t in zip(prompts, targets)]
