@@ -6,7 +6,10 @@
     recipient per token, donor weights copied in, one token against the KV cache);
 (c) the same for a sweep of 8 last-token component conditions, which share their prompt prefix
     through the KV cache;
-(d) peak memory of a grafted pass against the two models' weights alone (run in a subprocess).
+(d) peak memory of a grafted pass against the two models' weights alone (run in a subprocess);
+(e) the researcher's views against `logits` on the same rows and grafts: `score` (prompts with
+    roles, a 3-token target teacher-forced, scored by the runner's rule) against `logits` of the
+    same rows, and `cache` (every activation, or the residual stream only) against `logits`.
 
 Usage: python benchmarks/bench_engine.py [--quick] [--out benchmarks/results/engine.json]
 """
@@ -133,6 +136,60 @@ def bench_model(shape: str, quick: bool, reps: int) -> dict:
     }
 
 
+class _Encoded:
+    """What `Prompt.encode` returns, for a prompt of random token ids (no tokenizer here)."""
+
+    def __init__(self, input_ids: list[int], target_ids: list[int]):
+        self.input_ids, self.target_ids, self.scored = input_ids, target_ids, 0
+        self.scored_id = target_ids[0]
+
+
+class _RandomPrompt:
+    """A prompt with roles over random token ids: the protocol `Grafter.score` reads."""
+
+    def __init__(self, ids: list[int], target: list[int]):
+        self.input_ids, self.id, self._target = ids, "random", target
+        self.roles = {"first_entity": FIRST_ENTITY, "last_token": [len(ids) - 1]}
+
+    def encode(self, target=None) -> _Encoded:
+        return _Encoded(self.input_ids, self._target)
+
+    def decode(self, ids) -> str:
+        return " ".join(map(str, ids))
+
+
+def bench_views(shape: str, quick: bool, reps: int) -> dict:
+    """(e): score and cache against logits, same rows and grafts, alternated run by run."""
+    recipient, donor = make_models(shape, quick)
+    grafter = Grafter(recipient, donor)
+    torch.manual_seed(0)
+    ids = torch.randint(100, 30000, (BATCH, SEQ + 2))
+    prompts = [_RandomPrompt(row[:SEQ].tolist(), row[SEQ - 1 :].tolist()[1:] + [7]) for row in ids]
+    fe_lt = Graft("FE+LT", "all", "all")
+    rows = torch.stack([torch.tensor(p.input_ids + p.encode().target_ids[:-1]) for p in prompts])
+    concrete = [Graft([*FIRST_ENTITY, *range(SEQ - 1, rows.shape[1])], "all", "all")] * BATCH
+    plain = ids[:, :SEQ]
+    runs = {
+        "logits_rows": lambda: grafter.logits(rows, row_grafts=concrete),
+        "logits_kept": lambda: grafter.logits(rows, row_grafts=concrete, logits_to_keep=3),
+        "score": lambda: grafter.score(prompts, grafts=fe_lt),
+        "logits": lambda: grafter.logits(plain, grafts=Graft(FIRST_ENTITY + [-1], "all", "all")),
+        "cache_all": lambda: grafter.cache(plain, grafts=Graft(FIRST_ENTITY + [-1], "all", "all")),
+        "cache_resid": lambda: grafter.cache(plain, grafts=Graft(FIRST_ENTITY + [-1]), names="blocks.*.resid_post"),
+    }
+    times = {name: [] for name in runs}
+    for _ in range(reps):
+        for name, run in runs.items():
+            times[name].append(median_time(run, 1))
+    median = {name: statistics.median(values) for name, values in times.items()}
+    return {
+        "e_score_over_logits": median["score"] / median["logits_rows"],
+        "e_score_over_logits_kept": median["score"] / median["logits_kept"],
+        "e_cache_over_logits": median["cache_all"] / median["logits"],
+        "e_cache_resid_over_logits": median["cache_resid"] / median["logits"],
+    }
+
+
 def memory_child(shape: str, quick: bool) -> None:
     """Peak resident memory of one grafted pass, relative to the two models' weights."""
 
@@ -191,6 +248,7 @@ def main() -> None:
     for shape in ("gpt2", "llama"):
         print(f"benchmarking {shape}-shaped model ...", flush=True)
         rows[shape] = bench_model(shape, args.quick, args.reps) | bench_memory(shape, args.quick)
+        rows[shape] |= bench_views(shape, args.quick, args.reps)
 
     targets = [
         ("a_grafted_over_plain", "(a) grafted pass / plain forward", "<= 1.3"),
@@ -201,6 +259,10 @@ def main() -> None:
         ("d_peak_over_weights_last_logits", "    (d) peak memory / weights, last logits", ""),
         ("d_peak_over_weights_plain", "    (d) same for a plain forward, for scale", ""),
         ("d_peak_over_weights_library_overhead", "    (d) Python objects and code per weight byte", ""),
+        ("e_score_over_logits", "(e) score / logits, same rows and grafts", "<= 1.1"),
+        ("e_score_over_logits_kept", "    (e) score / logits of the scored columns", ""),
+        ("e_cache_over_logits", "(e) cache, every activation / logits", "<= 1.1"),
+        ("e_cache_resid_over_logits", "    (e) cache, residual stream only / logits", ""),
     ]
     print(f"\nbatch {BATCH} x {SEQ} tokens, torch {torch.__version__}, {torch.get_num_threads()} threads, CPU")
     print(f"{'measure':46s} {'gpt2':>9s} {'llama':>9s}  target")

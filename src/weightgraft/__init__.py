@@ -11,6 +11,7 @@ from weightgraft._version import __version__ as __version__
 _EXPORTS = {
     "Graft": "weightgraft.engine.graft",
     "Grafter": "weightgraft.engine.grafter",
+    "Prompt": "weightgraft.data.prompt",
     "Adapter": "weightgraft.adapters",
     "Part": "weightgraft.adapters",
     "adapter_for": "weightgraft.adapters",
@@ -26,6 +27,7 @@ __all__ = [
     "Graft",
     "Grafter",
     "Part",
+    "Prompt",
     "adapter_for",
     "attribute",
     "check_adapter",
@@ -44,6 +46,7 @@ if TYPE_CHECKING:
         supported_model_types,
     )
     from weightgraft.attribution import attribute, localize
+    from weightgraft.data.prompt import Prompt
     from weightgraft.engine.graft import Graft
     from weightgraft.engine.grafter import Grafter
 

@@ -138,3 +138,32 @@ def test_a_lora_donor_on_the_real_model_equals_its_merged_weights(real, tmp_path
     plain = recipient(input_ids=ids.view(1, -1)).logits[0]
     assert (want - plain).abs().max().item() > 0.1
     assert (got - want).abs().max().item() <= RTOL * want.abs().max().item()
+
+
+@pytest.mark.parametrize("real", MODELS, indirect=True)
+def test_activations_under_a_graft_equal_the_reference_on_the_real_model(real):
+    """`Grafter.cache` and `Grafter.run` (issue 39) on the real model: every activation, hidden
+    state and attention pattern of a first-entity + last-token graft against the per-token
+    reference's, each within RTOL of its own largest value (attention patterns: of 1)."""
+    from reference_activations import reference_activations
+
+    name, recipient, donor, _, ids = real
+    grafter = Grafter(recipient, donor)
+    spec = GraftSpec([1, 2, -1], "last_half", ["attn", "mlp"])
+    ref = reference_activations(recipient, donor, ids, spec, grafter.num_layers)
+    graft = Graft([1, 2, -1], "last_half", ["attn", "mlp"])
+    acts = grafter.cache(ids.view(1, -1), grafts=graft)
+    largest = 0.0
+    for key, value in acts.items():
+        want = ref["acts"][key]
+        relative = (value[0].reshape(len(ids), -1) - want).abs().max().item() / max(want.abs().max().item(), 1.0)
+        assert relative <= RTOL, f"{name} {key}: {relative:.2e} of its largest value"
+        largest = max(largest, relative)
+    out = grafter.run(ids.view(1, -1), grafts=graft, output_hidden_states=True, output_attentions=True)
+    if out.attentions and ref["attentions"] is not None:  # eager attention only
+        pattern = torch.stack([a[0] for a in out.attentions])
+        assert (pattern - ref["attentions"]).abs().max().item() <= RTOL, name
+    hidden = torch.stack([h[0] for h in out.hidden_states])
+    scale = ref["hidden_states"].abs().max().item()
+    assert (hidden - ref["hidden_states"]).abs().max().item() <= RTOL * scale, name
+    print(f"{name}: largest activation difference {largest:.2e} of its largest value")

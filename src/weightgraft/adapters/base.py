@@ -47,7 +47,15 @@ MLP_PARTS = ("gate", "up", "down", "router", "experts", "shared_expert", "shared
 
 @dataclass(frozen=True)
 class Part:
-    """A component that is one slice of a fused module's output (e.g. q of GPT-2's c_attn)."""
+    """A component that is one slice of a fused module's output (e.g. q of GPT-2's c_attn).
+
+    Args:
+        module: the fused module's path in a decoder block (e.g. "attn.c_attn").
+        part: the name of the slice, a key of the adapter's split rule for that module ("q").
+
+    Raises:
+        Nothing here; `check_adapter` checks the part against the split rule.
+    """
 
     module: str
     part: str
@@ -64,6 +72,21 @@ class Adapter:
     the causal-LM model itself. `attn_module` and `mlp_module` name the blocks' submodules whose
     parameters make up the `attn` and `mlp` groups ("" where the block holds those projections
     itself: the groups are then the canonical attention and MLP components).
+
+    Args:
+        model_types: the `config.model_type` values it serves (the first names it in errors).
+        layers: the path of the decoder blocks' `ModuleList` ("model.layers").
+        model_level: component -> module path in the model (embed, pos_embed, ln_final, lm_head).
+        per_layer: component -> module path in a block, or a `Part` of a fused module.
+        attn_module: the blocks' attention submodule (the `attn` group).
+        mlp_module: the blocks' MLP submodule (the `mlp` group).
+        splits: fused module path -> rule(config) giving each part's output columns.
+        seq_dims: block modules whose sequence axis is not dim 1 ({"self_attn.q_norm": 2}).
+        call_forms: block modules not called on plain rows ({"mlp.gate": "flat"}, `CALL_FORMS`).
+        origin: "registered", "inferred" or "alias of T" (set by inference; runs record it).
+
+    Raises:
+        ValueError: a component name outside the vocabulary.
     """
 
     model_types: tuple[str, ...]
@@ -133,7 +156,18 @@ _REGISTRY: dict[str, Adapter] = {}
 
 
 def register_adapter(adapter: Adapter, *, replace: bool = False) -> Adapter:
-    """Make an architecture graftable; keyed by `config.model_type`."""
+    """Make an architecture graftable; keyed by `config.model_type`.
+
+    Args:
+        adapter: the architecture's `Adapter`.
+        replace: replace an adapter already registered for one of its model types.
+
+    Returns:
+        The adapter, registered.
+
+    Raises:
+        ValueError: one of its model types has an adapter already and `replace` is False.
+    """
     for model_type in adapter.model_types:
         if model_type in _REGISTRY and not replace:
             raise ValueError(f"an adapter for {model_type!r} is already registered; pass replace=True")
@@ -142,6 +176,14 @@ def register_adapter(adapter: Adapter, *, replace: bool = False) -> Adapter:
 
 
 def supported_model_types() -> list[str]:
+    """The model types that have an adapter.
+
+    Returns:
+        The registered `config.model_type` values, sorted.
+
+    Raises:
+        Nothing.
+    """
     return sorted(_REGISTRY)
 
 

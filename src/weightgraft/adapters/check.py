@@ -29,11 +29,19 @@ class AdapterError(UserError, ValueError):
 def check_adapter(model: nn.Module, adapter: Adapter | None = None) -> None:
     """Raise `AdapterError` naming every way `adapter` does not fit `model`; return None if it fits.
 
-    model: the causal LM the adapter is for, with real weights (not on the meta device): a probe
-        forward pass on one row of three tokens runs on it, in eval mode and without gradients
-        (its training mode is restored afterwards).
-    adapter: the adapter to check; default `adapter_for(model)`: the registered one for
-        `model.config.model_type`, else the one inferred from the model.
+    Args:
+        model: the causal LM the adapter is for, with real weights (not on the meta device): a
+            probe forward pass on one row of three tokens runs on it, in eval mode and without
+            gradients (its training mode is restored afterwards).
+        adapter: the adapter to check; default `adapter_for(model)`: the registered one for
+            `model.config.model_type`, else the one inferred from the model.
+
+    Returns:
+        None when the adapter fits.
+
+    Raises:
+        AdapterError: every problem, numbered, with its fix.
+        AdapterError: no adapter given and none can be inferred (the reason, in one line).
 
     Checked: `layers` is a list of decoder blocks; every path in `model_level` and, in every block,
     `per_layer` names a module of the model; every parameter belongs to exactly one named module

@@ -38,6 +38,7 @@ from torch import nn
 
 from weightgraft.attribution.cells import CellLayout, cell_layout, donor_source
 from weightgraft.attribution.effect_hooks import EffectHooks
+from weightgraft.engine.grafter import Grafter
 
 Metric = Literal["logprob", "prob"] | Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 PAPER_ROLES = ("FE", "M", "R", "LT", "other")
@@ -158,7 +159,7 @@ def position_roles(roles: dict[str, Sequence[int]], length: int) -> list[str]:
 
 
 def attribute(
-    grafter,
+    grafter: Grafter,
     input_ids: torch.Tensor,
     targets: torch.Tensor | Sequence[int],
     attention_mask: torch.Tensor | None = None,
@@ -180,6 +181,25 @@ def attribute(
     `each_pass` wraps every pass (its forward and backward,
     with its hooks): the explorer passes its model lock, so that clicks run between the steps of
     an integrated attribution instead of waiting for all of them.
+
+    Args:
+        grafter: the `Grafter` whose recipient is attributed and whose donor a cell computes with.
+        input_ids: token ids [batch, seq].
+        targets: one token id per row, the token after its last real token.
+        attention_mask: 0/1 [batch, seq] for padded rows (either side).
+        method: "gradient" (one forward and backward) or "integrated" (`steps` points).
+        steps: the midpoint rule's points for "integrated".
+        metric: "logprob", "prob" or a function (logits [batch, vocab], targets [batch]) -> [batch].
+        donor: with several donors, the one whose weights a cell would compute with.
+        grain: "component", "head" or "neuron".
+        each_pass: a context manager factory wrapped around every pass.
+
+    Returns:
+        An `Attribution`: `cells` [batch, position, layer, component], `model_level`, `units`
+        (heads or neurons), `table(roles=...)`, and for "integrated" `completeness_gap`.
+
+    Raises:
+        ValueError: bad settings, a target count that is not one per row, or an unknown donor.
     """
     _check_settings(grain, method, steps)
     recipient = grafter.recipient

@@ -34,6 +34,7 @@ from weightgraft.attribution.groups import Group, parse_label, rank_groups
 from weightgraft.data.batching import right_pad
 from weightgraft.data.encode import encode_scored_prompt
 from weightgraft.engine.graft import Graft
+from weightgraft.engine.grafter import Grafter
 from weightgraft.errors import UserError
 from weightgraft.experiments.vocabulary import DECISION_METRICS
 from weightgraft.reporting import statistics as st
@@ -178,7 +179,7 @@ class LocalizeResult:
 
 
 def localize(
-    grafter,
+    grafter: Grafter,
     examples: Sequence[RoleExample],
     method: str = "gradient",
     steps: int = 16,
@@ -196,7 +197,30 @@ def localize(
     """Rank (role, layer, component) groups by attribution and find the smallest top-k set whose
     exact graft recovers `target` of the SFT gain on top-5 and on probability. With several
     donors, `donor` names the one to localize (SFT is that donor everywhere). `grain="head"` or
-    `"neuron"` searches over single heads or neurons (groups `(role, layer, "o#3")`)."""
+    `"neuron"` searches over single heads or neurons (groups `(role, layer, "o#3")`).
+
+    Args:
+        grafter: the `Grafter` of the recipient and the donor(s).
+        examples: the prompts (`RoleExample`, e.g. from `encode_role_examples`).
+        method: the attribution's method, "gradient" or "integrated".
+        steps: the integrated attribution's points.
+        target: the share of the SFT gain a set must recover (0..1].
+        batch_size: examples per pass.
+        sizes_per_pass: candidate set sizes evaluated in one pass.
+        dense_sizes: sizes 1..dense_sizes are tried one by one, then each a quarter larger.
+        max_groups: rank only the top groups (None: all).
+        seed: the random control sets' seed.
+        progress: print progress.
+        donor: with several donors, the one to localize.
+        stop_on: the metrics whose recovery must reach `target` (of top5, prob).
+        grain: "component", "head" or "neuron".
+
+    Returns:
+        A `LocalizeResult`: the ranked groups, the chosen set, its recovery curve and controls.
+
+    Raises:
+        ValueError: bad settings (target, stop_on, grain) or no examples.
+    """
     stop_on = _checked_stop_on(examples, target, stop_on, grain)
     examples = list(examples)
     seconds: dict[str, float] = {}

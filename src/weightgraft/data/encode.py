@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from weightgraft.data.errors import DataError
-from weightgraft.data.schema import EvalPrompt, Role
+from weightgraft.data.schema import CharSpan, EvalPrompt, Role
 
 
 class SpanMappingError(DataError):
@@ -160,12 +160,15 @@ def _visible_range(text: str, start: int, end: int) -> tuple[int, int] | None:
     return start + lead, start + lead + len(stripped)
 
 
-def encode_prompt(tokenizer, prompt: EvalPrompt) -> EncodedPrompt:
-    ids, offsets, special = _encode(tokenizer, prompt.text)
-    text = prompt.text
+def encode_roles(
+    tokenizer, text: str, spans: dict[Role, CharSpan], prompt_id: str
+) -> tuple[list[int], dict[Role, list[int]]]:
+    """A prompt's token ids and each role's token positions, from the tokenizer's offsets (the
+    module's rule); `last_token` is the last token alone. Raises SpanMappingError."""
+    ids, offsets, special = _encode(tokenizer, text)
     visible = [None if s else _visible_range(text, a, b) for (a, b), s in zip(offsets, special)]
     positions: dict[Role, list[int]] = {}
-    for role, span in prompt.spans.items():
+    for role, span in spans.items():
         inside = []
         for index, rng in enumerate(visible):
             if rng is None:  # a whitespace-only token counts when it lies inside the span
@@ -178,7 +181,7 @@ def encode_prompt(tokenizer, prompt: EvalPrompt) -> EncodedPrompt:
             if rng[0] < span.start or rng[1] > span.end:
                 raise SpanMappingError(
                     f"token {index} ({text[rng[0] : rng[1]]!r}) crosses the edge of the {role} span "
-                    f"{text[span.start : span.end]!r} in prompt {prompt.id}: {text!r}"
+                    f"{text[span.start : span.end]!r} in prompt {prompt_id}: {text!r}"
                 )
             inside.append(index)
         # Compare as sets of character indices: with byte-level tokenizers (and byte fallback)
@@ -188,15 +191,21 @@ def encode_prompt(tokenizer, prompt: EvalPrompt) -> EncodedPrompt:
         if not any(visible[i] for i in inside) or covered != wanted:
             raise SpanMappingError(
                 f"the {role} span {text[span.start : span.end]!r} does not map onto whole tokens "
-                f"in prompt {prompt.id}: {text!r}"
+                f"in prompt {prompt_id}: {text!r}"
             )
         positions[role] = inside
     if "last_token" in positions:
         last = len(ids) - 1
         if last not in positions["last_token"]:
-            raise SpanMappingError(f"the last token is outside the last_token span in prompt {prompt.id}: {text!r}")
+            raise SpanMappingError(f"the last token is outside the last_token span in prompt {prompt_id}: {text!r}")
         positions["last_token"] = [last]
+    return ids, positions
 
+
+def encode_prompt(tokenizer, prompt: EvalPrompt) -> EncodedPrompt:
+    """The prompt's tokens and roles (`encode_roles`) and its target's tokens after them."""
+    ids, positions = encode_roles(tokenizer, prompt.text, prompt.spans, prompt.id)
+    text = prompt.text
     full_ids, _, _ = _encode(tokenizer, text + prompt.target)
     if full_ids[: len(ids)] != ids or len(full_ids) == len(ids):
         raise SpanMappingError(

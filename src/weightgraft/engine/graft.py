@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from weightgraft.adapters.base import GROUPS, MODEL_LEVEL, PER_LAYER, Adapter
+from weightgraft.engine.roles import NotApplicable, PositionExpr, parse_positions
 from weightgraft.engine.units import EXPERT_COMPONENTS, HEAD_COMPONENTS, NEURON_COMPONENTS, UnitError
 
 Positions = str | int | Sequence[int] | slice | torch.Tensor | Sequence[bool]
@@ -59,6 +60,22 @@ class Graft:
     gate, up, down or the group mlp) or `experts` (with the component experts of a mixture-of-experts
     model) narrows the graft to those units (see `engine.units`).
     A Graft is hashable by identity (eq=False), so the engine can cache its resolution.
+
+    Args:
+        positions: "all", "last", a role expression ("FE+LT", "(FE+LT)^C"; the call then takes
+            `Prompt`s), an int, ints, a slice or a boolean mask, over a row's real tokens.
+        layers: "all", an int, ints, a range or a band ("last_quarter", "eighth_3", ...).
+        components: a component name or names, or a group (attn, mlp, norms, all).
+        donor: the Grafter's donor to take the weights from; None: its only donor.
+        heads: q, k, v or o heads only (k and v: key-value heads).
+        neurons: gate, up or down neurons only.
+        experts: single experts of a mixture-of-experts `experts` component only (the router's
+            choice stays the recipient's unless the router is grafted too).
+
+    Raises:
+        ValueError: an unknown component, band or position string; an empty layer list.
+        TypeError: positions or layers of a type that could be misread.
+        UnitError: more than one of heads, neurons and experts, or units on components without them.
     """
 
     positions: Positions = "all"
@@ -84,7 +101,7 @@ class Graft:
             raise TypeError(f"Graft donor must be a donor's name (a str) or None, not {type(self.donor).__name__}")
         object.__setattr__(self, "_units", normal_units(self.heads, self.neurons, names, self.experts))
         # The positions in one normal form, read once: ("all"|"last", None), ("slice", slice),
-        # ("mask", tuple of bools) or ("list", tuple of ints).
+        # ("mask", tuple of bools), ("list", tuple of ints) or ("roles", a parsed role expression).
         object.__setattr__(self, "_positions", _normal_positions(self.positions))
 
     def __repr__(self) -> str:
@@ -141,9 +158,12 @@ class Graft:
         return keys
 
     # --- resolution against a row -----------------------------------------------------------
-    def position_indices(self, length: int) -> list[int]:
-        """Indices among a row's `length` real tokens."""
+    def position_indices(self, length: int, roles: dict[str, list[int]] | None = None) -> list[int]:
+        """Indices among a row's `length` real tokens; `roles` (role name -> token indices, a
+        `weightgraft.Prompt`'s) resolves a role expression such as "FE+LT"."""
         kind, value = self._positions
+        if kind == "roles":
+            return role_indices(value, length, roles)
         if kind == "all":
             return list(range(length))
         if kind == "last":
@@ -210,18 +230,40 @@ def normal_units(
 
 
 _POSITIONS_HELP = (
-    "positions must be 'all', 'last', an int, a sequence/array/tensor of ints, a slice, or a "
-    "boolean mask (list, NumPy array or torch tensor of bools, one per real token)"
+    "positions must be 'all', 'last', a role expression ('FE+LT', '(FE+LT)^C', 'M'), an int, a "
+    "sequence/array/tensor of ints, a slice, or a boolean mask (list, NumPy array or torch tensor "
+    "of bools, one per real token)"
 )
+
+
+def role_indices(expr: PositionExpr, length: int, roles: dict[str, list[int]] | None) -> list[int]:
+    """A role expression's token indices on a row of `length` real tokens whose roles are
+    `roles`; a row without roles (bare token ids) or without a role the expression names is
+    refused, naming the fix."""
+    if roles is None:
+        raise ValueError(
+            f"Graft positions {expr.text!r} name token roles, but this row is bare token ids; pass "
+            "prompts with roles (weightgraft.Prompt, or a list of them) in place of input_ids"
+        )
+    try:
+        return expr.evaluate(roles, length)
+    except NotApplicable as err:
+        raise ValueError(
+            f"Graft positions {expr.text!r}: {err}; give the prompt that entity (e.g. Prompt(..., movie=...)) "
+            "or graft other roles"
+        ) from None
 
 
 def _normal_positions(spec: object) -> tuple[str, object]:
     """Read a positions spec once; anything ambiguous (floats, nested lists, ints mixed with
     bools, a bare bool) is an error rather than a guess."""
     if isinstance(spec, str):
-        if spec not in ("all", "last"):
-            raise ValueError(f"{_POSITIONS_HELP}; got the string {spec!r}")
-        return spec, None
+        if spec in ("all", "last"):
+            return spec, None
+        try:
+            return "roles", parse_positions(spec)
+        except ValueError as err:
+            raise ValueError(f"{_POSITIONS_HELP}; got the string {spec!r} ({err})") from None
     if isinstance(spec, slice):
         for part in (spec.start, spec.stop, spec.step):
             if part is not None and not _is_int(part):

@@ -13,7 +13,7 @@ from torch import nn
 from weightgraft.adapters import adapter_for
 from weightgraft.adapters.base import Part
 from weightgraft.adapters.coverage import uncovered_parameters
-from weightgraft.donors import DonorSource, as_donor_source
+from weightgraft.donors import DonorSource
 from weightgraft.donors.placement import execution_device
 from weightgraft.engine.compat import check_compatible
 from weightgraft.engine.decoding import cache_argument, check_generation_settings, eos_id_set, next_token
@@ -26,23 +26,22 @@ from weightgraft.engine.graft_masks import (
     row_graft_lists,
 )
 from weightgraft.engine.hooks import Splice, SpliceHooks, module_layouts
-from weightgraft.engine.inputs import prepare_inputs
+from weightgraft.engine.inputs import call_inputs
 from weightgraft.engine.layer_memo import LayerMemo, remembered
 from weightgraft.engine.layer_sharing import BEFORE_THE_LAYERS, LayerGroups, SharedLayers, plan_layer_groups
+from weightgraft.engine.named_donors import named_donors
 from weightgraft.engine.sharing import plan_segments
 from weightgraft.engine.splice_plan import plan_splices
 from weightgraft.engine.units import UnitColumns, UnitSpec, check_units, unit_columns, unit_specs
+from weightgraft.engine.views import GrafterViews
 
 RowGrafts = Sequence[Graft | Sequence[Graft] | None]
 
 # Attention implementations whose masks are plain per-row tensors (see _shares_layers).
 LAYER_SHARING_ATTENTION = (None, "eager", "sdpa", "flash_attention_2", "flash_attention_3")
 
-# The name a donor passed as `Grafter(recipient, donor)` goes by.
-DEFAULT_DONOR_NAME = "donor"
 
-
-class Grafter:
+class Grafter(GrafterViews):
     """Dynamic weight grafting of one or more donors into `recipient`.
 
     `Grafter(recipient, donor)` grafts one donor; `Grafter(recipient, donors={"sft": m1, "task":
@@ -61,6 +60,17 @@ class Grafter:
     computation through the KV cache, and rows that agree on everything below some layer share
     those layers (a layer sweep); `share_prefixes=False` runs every row in full (results then do
     not depend on what else is in the batch).
+
+    Args:
+        recipient: the model that runs; never modified.
+        donor: the one donor (a model, checkpoint folder, LoRA adapter or `DonorSource`).
+        donors: several donors by name, in place of `donor`.
+        share_prefixes: share rows' common prefixes and layers (results equal to ~1e-6).
+        allow_config_differences: config fields the donors may differ in.
+
+    Raises:
+        ValueError: a donor that does not fit the recipient; an adapter that leaves parameters out.
+        TypeError: no donor, or several donors not given by keyword.
     """
 
     def __init__(
@@ -74,7 +84,7 @@ class Grafter:
     ):
         if isinstance(allow_config_differences, str):
             allow_config_differences = (allow_config_differences,)
-        self.donors: dict[str, DonorSource] = _named_donors(donor, donors, recipient)
+        self.donors: dict[str, DonorSource] = named_donors(donor, donors, recipient)
         self.donor_names = list(self.donors)
         for name, source in self.donors.items():
             check_compatible(recipient, source, name, allow_config_differences)
@@ -185,8 +195,8 @@ class Grafter:
         """
         if isinstance(logits_to_keep, bool) or not isinstance(logits_to_keep, int) or logits_to_keep < 0:
             raise ValueError(f"logits_to_keep must be an int >= 0 (0: every position), not {logits_to_keep!r}")
-        ids, mask = prepare_inputs(input_ids, attention_mask, self.device)
-        grafted = self._graft_masks(grafts, row_grafts, mask)
+        ids, mask, roles = call_inputs(input_ids, attention_mask, self.device)
+        grafted = self._graft_masks(grafts, row_grafts, mask, roles)
         return self._forward(ids, mask, grafted, keep=min(logits_to_keep, ids.shape[1]))
 
     def last_logits(
@@ -197,8 +207,8 @@ class Grafter:
         attention_mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Logits `[batch, vocab]` at each row's last real token: the next-token prediction."""
-        ids, mask = prepare_inputs(input_ids, attention_mask, self.device)
-        grafted = self._graft_masks(grafts, row_grafts, mask)
+        ids, mask, roles = call_inputs(input_ids, attention_mask, self.device)
+        grafted = self._graft_masks(grafts, row_grafts, mask, roles)
         left_aligned = bool(mask[:, -1].all())
         logits = self._forward(ids, mask, grafted, keep=1 if left_aligned else 0)
         if left_aligned:
@@ -229,10 +239,10 @@ class Grafter:
         the same grafts as their row's last prompt token (`generated="last"`).
         """
         check_generation_settings(max_new_tokens, do_sample, temperature, top_k, top_p, generated)
-        ids, mask = prepare_inputs(input_ids, attention_mask, self.device)
+        ids, mask, roles = call_inputs(input_ids, attention_mask, self.device)
         if not bool(mask[:, -1].all()):
             raise ValueError("generate needs left-padded prompts: set tokenizer.padding_side = 'left'")
-        grafted = self._graft_masks(grafts, row_grafts, mask)
+        grafted = self._graft_masks(grafts, row_grafts, mask, roles)
         step = grafted.last_column() if generated == "last" else grafted.nothing_at_last_column()
         eos = eos_id_set(eos_token_id if eos_token_id is not None else self._config_eos())
         pad = pad_token_id if pad_token_id is not None else (min(eos) if eos else 0)
@@ -297,8 +307,9 @@ class Grafter:
             raise ValueError(f"{graft!r} names donor {graft.donor!r}; this Grafter's donors are {self.donor_names}")
         return self.donor_names.index(graft.donor)
 
-    def _graft_masks(self, grafts, row_grafts, mask: torch.Tensor) -> GraftMasks:
-        """Where each (layer, component) computes with each donor, for every row and position."""
+    def _graft_masks(self, grafts, row_grafts, mask: torch.Tensor, roles=None) -> GraftMasks:
+        """Where each (layer, component) computes with each donor, for every row and position
+        (`roles`: each row's token roles, for role positions such as "FE+LT")."""
         batch, seq = mask.shape
         per_row = row_graft_lists(grafts, row_grafts, batch)
         num_keys = len(self.keys)
@@ -310,7 +321,8 @@ class Grafter:
             for graft in row:
                 d = self._donor_index(graft)
                 keys = self._keys_of(graft).nonzero().squeeze(-1)
-                positions = real_positions[b][graft.position_indices(len(real_positions[b]))]
+                found = graft.position_indices(len(real_positions[b]), None if roles is None else roles[b])
+                positions = real_positions[b][found]
                 if not (keys.numel() and positions.numel()):
                     continue
                 units = self._graft_units[graft]
@@ -469,23 +481,3 @@ class Grafter:
         gen = getattr(self.recipient, "generation_config", None)
         eos = getattr(gen, "eos_token_id", None)
         return eos if eos is not None else getattr(self.recipient.config, "eos_token_id", None)
-
-
-def _named_donors(
-    donor: object | None, donors: Mapping[str, object] | None, recipient: nn.Module
-) -> dict[str, DonorSource]:
-    """One name per donor: `donor` alone is called DEFAULT_DONOR_NAME."""
-    if donor is not None and donors is not None:
-        raise ValueError("pass either donor (one donor) or donors={name: model, ...} (several), not both")
-    if donor is None and donors is None:
-        raise TypeError("Grafter needs a donor: Grafter(recipient, donor) or Grafter(recipient, donors={name: model})")
-    if donors is None:
-        if isinstance(donor, Mapping):
-            raise TypeError("several donors go by keyword: Grafter(recipient, donors={name: model, ...})")
-        return {DEFAULT_DONOR_NAME: as_donor_source(donor, recipient)}
-    if not isinstance(donors, Mapping) or not donors:
-        raise ValueError("donors must be a non-empty dict {name: model}")
-    bad = [name for name in donors if not isinstance(name, str) or not name]
-    if bad:
-        raise ValueError(f"donor names must be non-empty strings, got {bad}")
-    return {name: as_donor_source(model, recipient) for name, model in donors.items()}

@@ -2,8 +2,9 @@
 
 Each row (the recipient, a donor alone, the current graft) runs once through the engine; a hook on
 every decoder block keeps the residual stream at the scoring position, which is then read out
-through the recipient's final norm and unembedding, as the paper's runs read every position (its
-conditions: "the recipient's final norm and unembedding"). Every line is thus read in one basis;
+through the recipient's final norm and unembedding (`engine.activations.readout`, the basis of the
+API's `Grafter.lens` too), as the paper's runs read every position (its conditions: "the
+recipient's final norm and unembedding"). Every line is thus read in one basis;
 the model's own output at the end of each row is given beside it.
 """
 
@@ -14,6 +15,7 @@ from collections.abc import Sequence
 import torch
 
 from weightgraft.adapters import adapter_for
+from weightgraft.engine.activations import readout
 from weightgraft.engine.grafter import Grafter
 
 
@@ -23,17 +25,6 @@ def _scores(logits: torch.Tensor, target: int) -> tuple[list[float], list[int]]:
     chosen = logprobs[:, target]
     ranks = (logprobs > chosen[:, None]).sum(-1) + 1
     return chosen.tolist(), ranks.tolist()
-
-
-def _readout(model, hidden: torch.Tensor) -> torch.Tensor:
-    """Logits of residual-stream vectors through the recipient's final norm and unembedding (and
-    its logit soft-cap, where the architecture has one)."""
-    adapter = adapter_for(model)
-    norm = model.get_submodule(adapter.model_level["ln_final"])
-    head = model.get_submodule(adapter.model_level["lm_head"])
-    logits = head(norm(hidden))
-    cap = getattr(model.config, "final_logit_softcapping", None)
-    return torch.tanh(logits / cap) * cap if cap else logits
 
 
 @torch.no_grad()
@@ -61,7 +52,7 @@ def logit_lens(grafter: Grafter, ids: list[int], target: int, rows: Sequence[lis
         grafter.share_prefixes = sharing
         for handle in handles:
             handle.remove()
-    per_layer = [_scores(_readout(model, hidden.to(output.device)), target) for hidden in kept]
+    per_layer = [_scores(readout(model, hidden.to(output.device)), target) for hidden in kept]
     final_logprob, final_rank = _scores(output, target)
     return {
         "logprob": [[per_layer[layer][0][row] for layer in range(len(blocks))] for row in range(len(rows))],
