@@ -85,7 +85,7 @@ def _from_config(config: PretrainedConfig) -> Adapter:
         with torch.random.fork_rng():
             torch.manual_seed(0)
             try:
-                skeleton = AutoModelForCausalLM.from_config(small)
+                skeleton = AutoModelForCausalLM.from_config(small, trust_remote_code=False)
             except Exception as error:  # noqa: BLE001  any failure to build is the user's answer
                 raise AdapterError(
                     f"cannot build a {config.model_type!r} model from its config to infer its adapter "
