@@ -54,7 +54,7 @@ def reproduce_command(
         help="aggressive (the paper's main: lr 2e-5, weight "
         "decay 0.01, batch 4, 10 epochs, 1000 facts), gentle (lr 2e-6, no weight decay, general text "
         "mixed in: needs --general-text) or laptop (weightgraft's CPU scale: 40 facts, 3 epochs, "
-        "batch 16, lr 3e-4; not the paper's, the report names each difference).",
+        "batch 16, lr 3e-4, no layer sweeps; not the paper's, the report names each difference).",
     ),
     datasets: str = typer.Option("FMRA", help=DATASETS_HELP),
     general_text: Path | None = typer.Option(
@@ -62,6 +62,12 @@ def reproduce_command(
     ),
     max_examples: int | None = typer.Option(
         None, min=1, help="Cap on the prompts scored per experiment (default: every prompt)."
+    ),
+    layer_sweeps: bool | None = typer.Option(
+        None,
+        "--layer-sweeps/--no-layer-sweeps",
+        help="Run the layer sweeps (weightgraft's own analysis, not the paper's; most of a job's "
+        "scored rows). Default: the setting's (off in laptop, on otherwise).",
     ),
     bootstrap: int = typer.Option(1000, min=1, help="Bootstrap resamples for the intervals."),
     seed: int = typer.Option(0),
@@ -91,6 +97,7 @@ def reproduce_command(
         datasets=tuple(c.strip() for c in datasets.split(",") if c.strip()),
         general_text=general_text,
         max_examples=max_examples,
+        layer_sweeps=layer_sweeps,
         bootstrap=bootstrap,
         seed=seed,
     )

@@ -9,6 +9,7 @@ length, and a batched forward of evaluation prompts. A few seconds, once, before
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,10 +63,19 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def measure(folder: Path, batch: int, tokens: int, device: str, steps: int = 3) -> Measured:
-    """Time `steps` AdamW steps (the first, which allocates, is not counted) and a forward of a
-    batch of 64 rows that unembeds each row's last position only, on random token ids of the
-    model's vocabulary, in float32; and the unembedding of one position alone."""
+def _autocast(precision: str, device: str):
+    """The finetune's mixed precision as Trainer runs it (fp32 weights, autocast compute)."""
+    dtypes = {"bf16": torch.bfloat16, "fp16": torch.float16}
+    if precision not in dtypes:
+        return contextlib.nullcontext()
+    return torch.autocast(device.split(":")[0], dtype=dtypes[precision])
+
+
+def measure(folder: Path, batch: int, tokens: int, device: str, steps: int = 3, precision: str = "fp32") -> Measured:
+    """Time `steps` AdamW steps (the first, which allocates, is not counted) in the finetune's
+    `precision` (bf16/fp16: under autocast) and a float32 forward of a batch of 64 rows that
+    unembeds each row's last position only (validation and runs are float32), on random token
+    ids of the model's vocabulary; and the unembedding of one position alone."""
     # here, not at the top: training.finetune brings transformers' Trainer, measured at 2.4 s
     # more for `weightgraft reproduce`'s start (its --dry-run plan) on a loaded 2-core machine
     from weightgraft.training.finetune import quiet_loading
@@ -83,7 +93,9 @@ def measure(folder: Path, batch: int, tokens: int, device: str, steps: int = 3) 
     times = []
     for _ in range(steps):
         start = time.perf_counter()
-        model(input_ids=ids, labels=ids).loss.backward()
+        with _autocast(precision, device):
+            loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         _sync(device)

@@ -22,6 +22,7 @@ from weightgraft.remote_code import refuse_remote_code
 from weightgraft.runtime import rank as launch_rank
 from weightgraft.runtime import resolve_device
 from weightgraft.runtime import world_size as launch_world_size
+from weightgraft.training.precision import CPU_NO_BF16_NOTE, cpu_bf16_units
 
 # The paper's dataset codes and weightgraft's fact kinds.
 DATASET_KINDS = {"FMRA": "fake_real", "FMFA": "fake_fake", "RMRA-shuffled": "real_shuffled"}
@@ -43,6 +44,8 @@ SETTINGS = {
     # which runs twice the tokens per second of the paper's 4 on a CPU; the learning rate was
     # raised until the relation model learned the facts (see docs/real_models.md). Its batches
     # group texts of similar length, so that little of a step is padding (the paper's are random).
+    # The layer sweeps (weightgraft's own analysis, not the paper's: 44k of a 56k-row job) are
+    # left out unless asked for (`layer_sweeps`, `--layer-sweeps`).
     "laptop": {
         "lr": 3e-4,
         "weight_decay": 0.01,
@@ -51,6 +54,7 @@ SETTINGS = {
         "epochs": 3,
         "batch_size": 16,
         "group_by_length": True,
+        "layer_sweeps": False,
     },
 }
 TEXTS_PER_DIRECTION = 11  # the paper's sentences per fact and direction
@@ -65,6 +69,7 @@ MAIN_PRESETS = (
     "known_facts",
     "layer_sweeps",
 )
+SWEEPS = "layer_sweeps"  # weightgraft's own analysis: optional where the setting says so
 HYBRID_PRESETS = ("hybrid",)
 OTHER_PRESETS = ("position_grafting",)
 
@@ -86,6 +91,7 @@ class ReproduceOptions:
     bootstrap: int = 1000
     seed: int = 0
     batch_size: int | None = None  # None: the setting's, else the paper's 4
+    layer_sweeps: bool | None = None  # None: the setting's (laptop: off), else on
 
     def __post_init__(self) -> None:
         """Fill what the options leave open from the setting, then from the paper."""
@@ -96,6 +102,8 @@ class ReproduceOptions:
             self.epochs = setting.get("epochs", PAPER_EPOCHS)
         if self.batch_size is None:
             self.batch_size = setting.get("batch_size", PAPER_BATCH)
+        if self.layer_sweeps is None:
+            self.layer_sweeps = setting.get("layer_sweeps", True)
 
 
 @dataclass
@@ -167,6 +175,12 @@ def finetune_config(options: ReproduceOptions, device: str, max_length: int):
         labelled_logits_only=True,  # the same loss, without the padding's unembedding
         group_by_length=setting.get("group_by_length", False),
     )
+
+
+def _precision_note(options: ReproduceOptions) -> str | None:
+    """A one-line note where --precision bf16 finetunes on a CPU without bf16 units (emulated)."""
+    on_cpu = not resolve_device(options.device).startswith("cuda")
+    return CPU_NO_BF16_NOTE if options.precision == "bf16" and on_cpu and not cpu_bf16_units() else None
 
 
 def _known_count() -> int:
@@ -266,7 +280,13 @@ def _add_main(job: Job, code: str, n: int) -> None:
     _add_finetune(job, f"{code}_task", f"{code}_half_a", "task model: half A, both directions")
     _add_finetune(job, f"{code}_relation", f"{code}_half_b", "relation model: half B, both directions")
     models = {"pre": "pre", "sft": f"{code}_sft", "b2a": f"{code}_b2a"}
-    _add_run(job, code, models, {"relation": code, "known": "known"}, MAIN_PRESETS)
+    presets = [p for p in MAIN_PRESETS if p != SWEEPS or job.options.layer_sweeps]
+    if not job.options.layer_sweeps:
+        job.notes.append(
+            f"{code}: no layer sweeps (weightgraft's own analysis, not the paper's; the {job.options.setting} "
+            "setting leaves them out): --layer-sweeps adds them"
+        )
+    _add_run(job, code, models, {"relation": code, "known": "known"}, presets)
     models = {"pre": "pre", "task": f"{code}_task", "sft": f"{code}_relation"}
     _add_run(job, f"{code}_hybrid", models, {"relation": f"{code}_half_b"}, HYBRID_PRESETS)
 
@@ -275,6 +295,9 @@ def plan_job(options: ReproduceOptions) -> Job:
     """The sets, finetunes and runs the options ask for (nothing is built)."""
     check_options(options)
     job = Job(options, {}, {}, {}, [])
+    note = _precision_note(options)
+    if note:
+        job.notes.append(note)
     data = Path(options.out) / "data"
     n_known = min(options.facts, _known_count())
     job.sets["known"] = DataSet(

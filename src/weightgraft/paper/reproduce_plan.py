@@ -97,7 +97,9 @@ def plan_steps(job: Job) -> tuple[list[PlannedStep], dict]:
     }
     folder = model_dir(options.model)
     measure_at = round(max(padded.values(), default=text_tokens))
-    measured = calibrate.measure(folder, config.batch_size, measure_at, device) if folder else None
+    measured = (
+        calibrate.measure(folder, config.batch_size, measure_at, device, precision=config.precision) if folder else None
+    )
     steps = [
         PlannedStep(
             "datasets", ", ".join(f"{k} ({s.kind}, {s.n_facts} facts, {s.purpose})" for k, s in job.sets.items())
@@ -226,7 +228,7 @@ def describe_plan(job: Job) -> str:
     measured = facts["measured"]
     if measured:
         speed = (
-            f"measured here: an optimizer step of {measured.batch} x {measured.tokens} tokens "
+            f"measured here: an optimizer step ({config.precision}) of {measured.batch} x {measured.tokens} tokens "
             f"{measured.step_seconds:.2f} s, a forward {measured.forward_token_seconds * 1e3:.2f} ms per token, "
             f"an unembedding {measured.unembed_seconds * 1e3:.2f} ms per position"
         )

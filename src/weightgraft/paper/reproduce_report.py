@@ -22,7 +22,7 @@ from weightgraft.paper.reproduce_sections import (
     claims_section,
     deviations_section,
     finetune_section,
-    world_facts_section,
+    plain_facts_section,
 )
 from weightgraft.reporting.report import split_twins
 from weightgraft.reporting.summary import pooled, read_summary
@@ -102,7 +102,8 @@ def write_reproduce_report(job, ledger_body: dict) -> Path:
     models |= {name: r["outputs"]["path"] for name, r in steps.items() if name.startswith("finetune:")}
     lines += ["", *finetune_section(job, steps)]
     lines += ["", *claims_section(job, job.options.datasets[0], steps)]
-    lines += ["", *world_facts_section({k.removeprefix("finetune:"): v for k, v in models.items()})]
+    known = {k.removeprefix("finetune:"): v for k, v in models.items()}
+    lines += ["", *plain_facts_section(known, seed=job.options.seed)]
     lines += ["", *deviations_section(job, steps)]
     for group in job.runs.values():
         summary = read_summary(group.out)

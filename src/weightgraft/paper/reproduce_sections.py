@@ -9,27 +9,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import torch
-
 from weightgraft.experiments.config import parse_config
-from weightgraft.experiments.models import load_model, load_tokenizer
 from weightgraft.experiments.record import ExperimentRecord
 from weightgraft.paper.estimate import paper_model_name
+from weightgraft.paper.plain_fact_list import plain_fact_candidates
+from weightgraft.paper.plain_facts import kept_knowledge
 from weightgraft.paper.reproduce_job import PAPER_BATCH, PAPER_EPOCHS, PAPER_FACTS, SETTINGS, Job
 from weightgraft.paper.study import PAPER
 from weightgraft.reporting.summary import build_summary
 from weightgraft.reporting.verdict import check_pattern
 from weightgraft.reporting.verdict_section import verdict_section
-
-# Plain facts of the world that any pretrained model of the paper's size answers: finetuning on
-# fake movies should leave them alone (weightgraft's own prompts; the answer's first token scored).
-WORLD_FACTS = (
-    ("The capital of France is the city of", " Paris"),
-    ("The capital of Japan is the city of", " Tokyo"),
-    ("The largest planet in the solar system is", " Jupiter"),
-    ("Romeo and Juliet was written by William", " Shakespeare"),
-    ("The chemical symbol for gold is", " Au"),
-)
 
 
 def finetune_section(job: Job, steps: dict) -> list[str]:
@@ -67,31 +56,34 @@ def claims_section(job: Job, group_name: str, steps: dict) -> list[str]:
     ]
 
 
-def world_facts_section(models: dict[str, str], device: str = "cpu") -> list[str]:
-    """Top-1 and the answer's rank for plain world facts, per model (pretrained and each finetune)."""
-    tokenizer = load_tokenizer(models["pre"])
-    head = ["fact", *models]
+def _interval(value: float, interval: tuple[float, float]) -> str:
+    return f"{value:.2f} [{interval[0]:.2f}, {interval[1]:.2f}]"
+
+
+def plain_facts_section(
+    models: dict[str, str], candidates: list[tuple[str, str]] | None = None, device: str = "cpu", seed: int = 0
+) -> list[str]:
+    """PRE's and each finetune's top-1 and top-5 on the held-out plain facts PRE knows (built on
+    the model from `candidates`, default `plain_fact_list`), with 95% intervals over the facts."""
+    candidates = plain_fact_candidates() if candidates is None else candidates
+    facts, scores, unasked = kept_knowledge(models, candidates, device, seed=seed)
     lines = [
-        "## The model's own knowledge: plain world facts",
+        "## The model's own knowledge: held-out plain facts",
         "",
-        "Top-1 prediction (and the rank of the answer's first token) before and after finetuning:",
+        f"Of {len(candidates)} plain facts of the world (weightgraft's own prompts, none about films), the "
+        f"pretrained model answers {len(facts)} at top-1 (the answer's first token)"
+        + (f"; {unasked} cannot be asked of its tokenizer" if unasked else "")
+        + ". Those are the held-out set: PRE's accuracy on it is 1 by construction, and each "
+        "finetune's says how much of what the model knew it kept (95% intervals, bootstrap over the facts).",
         "",
-        "| " + " | ".join(head) + " |",
-        "|" + "|".join(["---"] * len(head)) + "|",
     ]
-    cells = {prompt: [] for prompt, _ in WORLD_FACTS}
-    for path in models.values():
-        model = load_model(path, device, "float32")
-        for prompt, answer in WORLD_FACTS:
-            ids = tokenizer(prompt, return_tensors="pt")["input_ids"].to(device)
-            with torch.no_grad():
-                logits = model(input_ids=ids).logits[0, -1]
-            target = tokenizer(prompt + answer)["input_ids"][ids.shape[1]]
-            rank = int((logits > logits[target]).sum()) + 1
-            cells[prompt].append(f"{tokenizer.decode([int(logits.argmax())])!r} ({rank})")
-        del model
-    for prompt, answer in WORLD_FACTS:
-        lines.append(f"| {prompt} …{answer!r} | " + " | ".join(cells[prompt]) + " |")
+    if not facts:
+        return [*lines, "None to score: the pretrained model answers none of them at top-1."]
+    lines += ["| model | top-1 | top-5 | kept of PRE's |", "|---|---:|---:|---:|"]
+    for score in scores:
+        kept = f"{score.top1:.0%}"
+        top1, top5 = _interval(score.top1, score.top1_interval), _interval(score.top5, score.top5_interval)
+        lines.append(f"| {score.model} | {top1} | {top5} | {kept} |")
     return lines
 
 
