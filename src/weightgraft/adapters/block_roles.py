@@ -108,6 +108,13 @@ class BlockInference:
             raise Refusal(f"attention projections after the mixing: {post}, not exactly one output projection")
         self.o = roles.per_layer["o"] = post[0]
         parts: dict[str, tuple[str, torch.Tensor]] = {}
+        fed = self.base[roles.attn].input
+        chained = [p for p in linears if p not in post and not torch.equal(self.base[p].input, fed)]
+        if chained:
+            raise Refusal(
+                f"attention projections {chained} read other projections' outputs (low-rank or multi-latent "
+                "attention): q, k and v have no weights of their own to graft"
+            )
         for path in [p for p in linears if p not in post]:
             layout = self._one_layout(path, self._attention_candidates(path), "attention")
             fused = len(layout) > 1 or next(iter(layout)) not in ("q", "k", "v")
