@@ -123,7 +123,7 @@ def splice_rows(
             change = _input_columns_change(donor_module, recipient_module, picked, splice.inputs)
             flat_out.index_copy_(0, rows, flat_out.index_select(0, rows) + change.to(flat_out.device, flat_out.dtype))
             continue
-        donor_rows = call_on_rows(donor_module, form, picked)
+        donor_rows = donor_module(picked) if form == "rows" else call_on_rows(donor_module, form, picked)
         if getattr(donor_module, "adds_to_output", False):  # an adapter's delta on the recipient's output
             donor_rows = flat_out.index_select(0, rows) + donor_rows
         donor_rows = donor_rows.to(flat_out.device, flat_out.dtype)  # no-op unless it differs
