@@ -200,7 +200,8 @@ def _compared_expectations(grafter, tokenizer) -> tuple[list[dict], int]:
     everywhere = [[Graft("all", "all", "all", donor=d)] for d in DONORS]
     columns = [_library_column(grafter, row, n, target_ids, g, rival) for g in [[], *everywhere, pin_b, pin_a, pin_b]]
     base, donor_p = columns[0], {d: columns[1 + i]["prob"] for i, d in enumerate(DONORS)}
-    for c in columns:
+    sources = [set(), {"sft"}, {"task"}, {"task"}, {"sft"}, {"task"}]  # recovery only of a donor grafted from
+    for c, used in zip(columns, sources):
         c["delta_logprob"] = c["logprob"] - base["logprob"]
         c["delta_target_logprob"] = c["target_logprob"] - base["target_logprob"]
         c["recovery"] = {

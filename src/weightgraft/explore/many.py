@@ -99,9 +99,11 @@ def score_prompts(
     columns = [{"name": n, "top5": s[0], "low": s[2], "high": s[3]} for n, s in zip(names, stats)]
     graft_point, graft_samples = stats[-1][0], stats[-1][1]
     base_point, base_samples = stats[0][0], stats[0][1]
-    for k, donor in enumerate(donors, start=1):
+    used = {g.graft.donor for g in role_grafts}  # recovery only of the gain of a donor the graft is from
+    columns[-1]["recovery"] = {}
+    for k, donor in ((k, d) for k, d in enumerate(donors, start=1) if d in used):
         r = recovery(graft_point, base_point, stats[k][0], graft_samples, base_samples, stats[k][1])
-        columns[-1].setdefault("recovery", {})[donor] = {
+        columns[-1]["recovery"][donor] = {
             "value": None if not r.defined else r.value,
             "low": None if not r.defined else r.low,
             "high": None if not r.defined else r.high,

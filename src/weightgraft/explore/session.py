@@ -23,7 +23,7 @@ from weightgraft.engine.graft import Graft
 from weightgraft.engine.grafter import Grafter
 from weightgraft.errors import UserError
 from weightgraft.experiments.conditions.roles import NotApplicable, parse_positions
-from weightgraft.explore.compare import MAX_PINS, Pin, extend_cells, score_columns, with_changes
+from weightgraft.explore.compare import MAX_PINS, Pin, extend_cells, graft_donors, score_columns, with_changes
 from weightgraft.explore.export import condition_yaml, python_code
 from weightgraft.explore.grid import Cells, Grid
 from weightgraft.explore.heads import head_attribution
@@ -355,7 +355,7 @@ class ExploreSession:
             grafts = self.grid.to_grafts(extend_cells(self.grid.check(selection, n), n, total))
             named.append((kind, label, grafts or None))
         columns = self._scored_rows(row, encoded, rival, [g for _, _, g in named])
-        columns = with_changes(columns, self.grid.donors)
+        columns = with_changes(columns, self.grid.donors, [graft_donors(g) for _, _, g in named])
         return {
             "columns": [{"kind": k, "name": name, **c} for (k, name, _), c in zip(named, columns)],
             "donors": self.grid.donors,
