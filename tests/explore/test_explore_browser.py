@@ -205,7 +205,7 @@ def _compared_expectations(grafter, tokenizer) -> tuple[list[dict], int]:
         c["delta_logprob"] = c["logprob"] - base["logprob"]
         c["delta_target_logprob"] = c["target_logprob"] - base["target_logprob"]
         c["recovery"] = {
-            d: (c["prob"] - base["prob"]) / (p - base["prob"]) if p - base["prob"] >= 0.01 else None
+            d: (c["prob"] - base["prob"]) / (p - base["prob"]) if p - base["prob"] >= 0.01 and d in used else None
             for d, p in donor_p.items()
         }
     return columns, rival

@@ -262,6 +262,7 @@ def test_recovery_needs_a_donor_gain_of_a_percentage_point():
         [column(0.001), column(0.001 + MIN_GAIN / 10), column(0.5), column(0.3)], ["tiny", "big"], sources
     )
     assert columns[3]["recovery"]["tiny"] is None
+    assert columns[1]["recovery"]["big"] is None  # a column from "tiny" recovers none of big's gain
     assert columns[3]["recovery"]["big"] == pytest.approx((0.3 - 0.001) / (0.5 - 0.001))
     assert columns[2]["recovery"]["big"] == pytest.approx(1.0) and columns[0]["recovery"]["big"] is None
 
