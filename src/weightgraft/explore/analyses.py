@@ -64,7 +64,7 @@ def exact_map(
         "metric": "target log-probability change",
         "values": [[round(float(v), 6) for v in row] for row in single.values],
         "ran": single.ran.tolist(),
-        "rows": single.rows + head_rows,
+        "rows": single.rows + head_rows + (left_out["rows"] if left_out else 0),  # every row that ran
         "heads": {group: nested(values) for group, values in heads.items()} or None,
         "seconds": round(seconds, 3),
         "leave_one_out": left_out,

@@ -255,6 +255,19 @@ function mapValue(c, pos) {       // a cell's value on the map; a head's where t
   const v = map.heads && map.heads[c.group] ? map.heads[c.group][pos][c.layer][c.head] : null;
   return v === undefined ? null : v;
 }
+// The map's colour scale: symmetric, clipped at the SCALE_PERCENTILE-th percentile of the cells'
+// |value| (zeros, cells known without a pass, left out), so that one cell (HEAD at LT) does not set
+// it and wash out the rest; cells beyond the clip are drawn at full colour, and the legend says so.
+const SCALE_PERCENTILE = 95;
+function mapScale(m) {
+  if (m.scale) return m.scale;
+  const sizes = m.values.flat().map(Math.abs).filter((v) => v > 0).sort((a, b) => a - b);
+  const clip = sizes.length ? sizes[Math.min(sizes.length - 1, Math.floor((SCALE_PERCENTILE / 100) * sizes.length))] : 0;
+  m.scale = { clip, max: sizes.length ? sizes[sizes.length - 1] : 0, beyond: sizes.filter((v) => v > clip).length };
+  return m.scale;
+}
+const scaleText = (m) => { const s = mapScale(m);
+  return `colour clipped at ±${s.clip.toPrecision(3)} (the ${SCALE_PERCENTILE}th percentile of |value|; largest ${s.max.toPrecision(3)}, ${s.beyond} cells beyond it at full colour)`; };
 function renderGrid() {
   const table = $("grid");
   if (!grid || !sameList(grid.tokens, view.tokens) || !sameList(grid.roles, view.roles) || grid.heads !== state.heads.join(","))
@@ -265,8 +278,7 @@ function renderGrid() {
   const cols = grid.cols, part = partial();
   const unchanged = cols.map((c) => same.has(`${c.group}|${c.layer === null ? "" : c.layer}`));
   const base = cols.map((c, i) => "cell" + (i === 0 || cols[i - 1].group !== c.group ? " gstart" : "") + (c.head === null ? "" : " hd"));
-  let scale = 0;
-  if (map) for (const row of map.values) for (const v of row) scale = Math.max(scale, Math.abs(v));
+  const scale = map ? mapScale(map).clip : 0;
   view.tokens.forEach((token, pos) => {
     const tds = grid.tds[pos], shown = grid.shown[pos];
     cols.forEach((c, i) => {
@@ -291,10 +303,10 @@ function renderGrid() {
   $("map-legend").hidden = !map;
   if (map && map.method === "exact") $("map-legend").textContent = `Exact effects from ${map.donor}: each cell's measured
     change of the target's log-probability when it alone is grafted (green raises it, red lowers it); the scale and the
-    first-order map's error are below the analyses' buttons.`;
+    first-order map's error are below the analyses' buttons; ${scaleText(map)}.`;
   else if (map) $("map-legend").textContent = `Attribution from ${map.donor} (${map.method}): each cell's estimated change of the
     target's log-probability if it alone were grafted (green raises it, red lowers it). Sum ${map.sum.toFixed(3)};
-    the donor everywhere changes it by ${(map.donor_everywhere - map.recipient).toFixed(3)}.`;
+    the donor everywhere changes it by ${(map.donor_everywhere - map.recipient).toFixed(3)}; ${scaleText(map)}.`;
 }
 
 function renderPredictions() {
