@@ -448,6 +448,8 @@ def test_a_new_prompt_clears_the_continuations_and_long_python_lines_wrap(served
     page.click("#apply")
     _answered(page, 2)
     assert page.locator("#continuations").text_content() == ""  # not the old prompt's continuations
+    page.click("th.tok >> nth=0")  # a whole row: a Graft line with every component, past 120 characters
+    _answered(page, 3)
     # Every line of the Python and of the condition is in view: wrapped, none past the pane's edge.
     python = page.locator("#python").text_content()
     assert max(len(line) for line in python.splitlines()) > 120  # lines longer than the pane is wide
@@ -507,3 +509,58 @@ def test_the_readme_pictures_script_on_the_builtin_model(browser, tmp_path):
         server.stop()
     assert set(sizes) == {"explore.png", "explore_compare.png", "explore_exact.png", "explore_lens.png"}
     assert all(10_000 < size < 200_000 for size in sizes.values()), sizes
+
+
+def test_a_wide_grid_keeps_its_tokens_in_view_pins_take_names_and_continuations_graft_the_target_way(
+    served, browser, grafter, root
+):
+    """Before: the token column scrolled away with the layers, a pin's label was only its size, and
+    the continuation left the generated tokens ungrafted while the whole target is scored with them
+    grafted as the last token."""
+    context = browser.new_context(viewport={"width": 500, "height": 900})  # a grid wider than the page
+    page = context.new_page()
+    try:
+        page.goto(served)
+        _answered(page, 1)
+        scroller = page.locator("#grid-scroll")
+        assert scroller.evaluate("(s) => s.scrollWidth > s.clientWidth + 100")
+        token = page.locator("th.tok").first
+        before = token.bounding_box()["x"]
+        scroller.evaluate("(s) => { s.scrollLeft = s.scrollWidth; }")
+        page.wait_for_timeout(50)
+        assert token.bounding_box()["x"] == pytest.approx(before, abs=1)
+        assert token.evaluate(
+            "(th) => { const r = th.getBoundingClientRect(); "
+            "return document.elementFromPoint(r.left + 3, r.top + r.height / 2).closest('th.tok') === th; }"
+        )
+        # A pin named at pinning, and renamed after.
+        page.click("button[data-sel='FE+LT']")
+        _answered(page, 2)
+        page.fill("#pin-name", "FE+LT from sft")
+        page.click("#pin")
+        _answered(page, 3)
+        assert page.locator("#compare th.pin").first.text_content().startswith("FE+LT from sft")
+        page.once("dialog", lambda dialog: dialog.accept("the paper's FE+LT"))
+        page.click("#compare th.pin >> nth=0 >> button.rename")
+        _answered(page, 4)
+        assert page.locator("#compare th.pin").first.text_content().startswith("the paper's FE+LT")
+        assert "the paper's FE+LT" in page.evaluate("decodeURIComponent(location.hash.replace(/\\+/g, ' '))")
+        # The continuation grafts its generated tokens as the last token by default, as the target is scored.
+        with page.expect_request("**/api/generate") as sent:
+            page.click("#generate")
+        assert json.loads(sent.value.post_data)["generated"] == "last"
+        page.wait_for_function("document.querySelectorAll('#continuations div').length === 4", timeout=30_000)
+        shown = page.locator("#continuations div").last.text_content()
+        count = int(page.locator("#new-tokens").input_value())
+    finally:
+        context.close()
+    tokenizer = load_tokenizer(world(root)[0]["pre"])
+    enc = encode_prompt(tokenizer, PROMPT)
+    fe_lt = sorted(enc.positions["first_entity"] + [len(enc.scoring_ids) - 1])
+    ids = torch.tensor([enc.scoring_ids])
+    graft = [Graft(fe_lt, "all", EVERY_WEIGHT, donor="sft")]
+    made = grafter.generate(ids, row_grafts=[graft], generated="last", max_new_tokens=count, do_sample=False)
+    new = made[0, ids.shape[1] :].tolist()
+    eos = tokenizer.eos_token_id
+    new = new[: new.index(eos)] if eos in new else new
+    assert shown.startswith("graft") and shown.endswith("▸" + tokenizer.decode(new))

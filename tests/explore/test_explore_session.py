@@ -213,7 +213,9 @@ def test_slow_requests_take_the_model_lock_a_pass_at_a_time(session, monkeypatch
     texts = {c["name"]: c["text"] for c in session.generate(encoded, cells, max_new_tokens=3)["continuations"]}
     assert len(entered) == 1 + len(DONORS) + 1
     grafts = session.grafts(encoded, cells)
-    made = session.grafter.generate(ids, grafts=grafts, max_new_tokens=3, do_sample=False, eos_token_id=session._eos())
+    made = session.grafter.generate(  # the default: generated tokens grafted as the last token
+        ids, grafts=grafts, generated="last", max_new_tokens=3, do_sample=False, eos_token_id=session._eos()
+    )
     assert texts["graft"] == session._decode_new(made[0, ids.shape[1] :])
     for kind in ("attribute", "generate"):
         older = session.latest_only(kind)

@@ -399,10 +399,11 @@ class ExploreSession:
 
     # --- continuation ---------------------------------------------------------------------------
     def generate(
-        self, encoded: Encoded, cells: Sequence[Cells], max_new_tokens: int = 20, generated: str = "none"
+        self, encoded: Encoded, cells: Sequence[Cells], max_new_tokens: int = 20, generated: str = "last"
     ) -> dict:
         """Greedy continuations: the recipient, each donor alone, and the current graft (its
-        generated tokens grafted as `generated` says: none, or as the prompt's last token)."""
+        generated tokens grafted as `generated` says: as the prompt's last token, as a whole target is
+        scored, or none)."""
         if not 1 <= max_new_tokens <= MAX_NEW_TOKENS:
             raise ExploreError(f"max_new_tokens must be in 1..{MAX_NEW_TOKENS}, not {max_new_tokens}")
         context = getattr(self.grafter.recipient.config, "max_position_embeddings", None)

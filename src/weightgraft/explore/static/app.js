@@ -361,6 +361,7 @@ function renderCompare() {
     if (c.kind === "pin") {
       const index = pin++;
       th.append(el("button", { class: "load", text: "load", title: "put this graft on the grid", onclick: () => commit(withCells({ ...state.pins[index].cells })) }),
+        el("button", { class: "rename", text: "✎", title: "rename this pin", onclick: () => renamePin(index) }),
         el("button", { class: "unpin", text: "✕", title: "unpin", onclick: () => commit({ ...state, pins: state.pins.filter((_, i) => i !== index) }) }));
     }
     head.append(th);
@@ -373,10 +374,17 @@ function renderCompare() {
   }
   table.append(el("thead", {}, head), body);
 }
-function pinCurrent() {
+const PIN_NAME_LENGTH = 80;        // the server's bound on a pin's label
+function pinCurrent() {           // named as the "as" box says, else by its size and donors
   const cells = Object.keys(state.cells).length, donors = [...new Set(Object.values(state.cells))];
-  const label = `#${state.pins.length + 1}: ${cells} cells` + (donors.length ? ` from ${donors.join("+")}` : "");
+  const named = $("pin-name").value.trim().slice(0, PIN_NAME_LENGTH);
+  const label = named || `#${state.pins.length + 1}: ${cells} cells` + (donors.length ? ` from ${donors.join("+")}` : "");
+  $("pin-name").value = "";
   commit({ ...state, pins: [...state.pins, { label, cells: { ...state.cells } }] });
+}
+function renamePin(index) {
+  const name = (prompt("this pin's name", state.pins[index].label) || "").trim().slice(0, PIN_NAME_LENGTH);
+  if (name) commit({ ...state, pins: state.pins.map((pin, i) => (i === index ? { ...pin, label: name } : pin)) });
 }
 
 // ---- exports of the comparison ------------------------------------------------------------------------
