@@ -96,7 +96,7 @@ def test_click_fe_lt_ungraft_undo_reload_and_run_the_python(served, page, grafte
     graft_fe_lt = [Graft(fe_lt, "all", EVERY_WEIGHT, donor="sft")]
     expected_fe_lt = _expected(grafter, tokenizer, ids, target, graft_fe_lt)
     _same(_shown(page), expected_fe_lt, tokenizer)
-    columns = 1 + 4 * 4  # EMB and ATTN, O, FFN, NORMS of 4 layers; not HEAD
+    columns = 1 + 4 * 4  # EMB and ATTN, O, FFN, NORMS of 4 layers; not FNORM or UNEMB
     assert _cells_on(page) == len(fe_lt) * columns
     address = page.url
 
@@ -310,7 +310,8 @@ def test_cells_a_donor_leaves_unchanged_are_marked_and_the_header_names_the_mode
             if torch.equal(a.input_layernorm.weight, b.input_layernorm.weight)
             and torch.equal(a.post_attention_layernorm.weight, b.post_attention_layernorm.weight)
         ]
-        assert same_norms and page.locator("td.cell.same").count() == tokens * len(same_norms)
+        final_norm = int(torch.equal(pre.model.norm.weight, sft.model.norm.weight))  # FNORM: a column of its own
+        assert same_norms and page.locator("td.cell.same").count() == tokens * (len(same_norms) + final_norm)
         assert page.locator("td.cell.same[data-group='NORMS']").count() == tokens * len(same_norms)
         page.select_option("#donor", "half")
         _answered(page, 2)
@@ -349,7 +350,7 @@ def test_rows_columns_selections_and_donors(served, page):
     assert _cells_on(page) == tokens
     page.click("th.tok >> nth=0")  # a whole row, from the same donor
     _answered(page, 3)
-    assert _cells_on(page) == tokens + 17  # the row's 18 columns, one of them already on
+    assert _cells_on(page) == tokens + 18  # the row's 19 columns (EMB, 16, FNORM, UNEMB), one of them already on
     assert page.locator("#condition").text_content() == "(none)"  # position 0 alone is no union of roles
     assert "not a union" in page.locator("#condition-note").text_content()
     page.click("#clear")
@@ -525,6 +526,7 @@ def test_a_wide_grid_keeps_its_tokens_in_view_pins_take_names_and_continuations_
         scroller = page.locator("#grid-scroll")
         assert scroller.evaluate("(s) => s.scrollWidth > s.clientWidth + 100")
         token = page.locator("th.tok").first
+        token.scroll_into_view_if_needed()
         before = token.bounding_box()["x"]
         scroller.evaluate("(s) => { s.scrollLeft = s.scrollWidth; }")
         page.wait_for_timeout(50)

@@ -51,8 +51,9 @@ def test_every_single_cell_effect_equals_the_reference(session, reference, donor
         if not ran[p, j]:  # skipped: an identical column, or the head away from the scored position
             assert expected == pytest.approx(0.0, abs=1e-6) and float(values[p, j]) == 0.0
     assert bool(ran.any()) and not bool(ran.all())
-    head = next(j for j, c in enumerate(columns) if c.group == "HEAD")
-    assert not bool(ran[: n - 1, head].any())
+    for group in ("FNORM", "UNEMB"):
+        head = next(j for j, c in enumerate(columns) if c.group == group)
+        assert not bool(ran[: n - 1, head].any())
 
 
 def test_leave_one_out_equals_the_reference(session, reference):

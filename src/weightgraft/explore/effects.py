@@ -51,7 +51,7 @@ def _target_logprobs(
 
 def _is_zero(grid: Grid, column: Column, position: int, n: int, identical: set[tuple]) -> bool:
     """A cell whose graft cannot move the scored logits (see the module's docstring)."""
-    return (column.group, column.layer) in identical or (column.group == "HEAD" and position != n - 1)
+    return (column.group, column.layer) in identical or (column.group in ("FNORM", "UNEMB") and position != n - 1)
 
 
 def single_cell_effects(

@@ -256,7 +256,7 @@ function mapValue(c, pos) {       // a cell's value on the map; a head's where t
   return v === undefined ? null : v;
 }
 // The map's colour scale: symmetric, clipped at the SCALE_PERCENTILE-th percentile of the cells'
-// |value| (zeros, cells known without a pass, left out), so that one cell (HEAD at LT) does not set
+// |value| (zeros, cells known without a pass, left out), so that one cell (UNEMB at LT) does not set
 // it and wash out the rest; cells beyond the clip are drawn at full colour, and the legend says so.
 const SCALE_PERCENTILE = 95;
 function mapScale(m) {
@@ -417,18 +417,33 @@ function renderExport() {
   setText("condition-note", view.condition_note || "");
 }
 
-let selectorsShown = null;         // the selections the buttons and menu were drawn for
+// The position buttons graft "every weight" in one of the two definitions (docs/methodology.md):
+// clean (embeddings and every layer's weights; the recipient's unembedding) or the authors' (the
+// token embedding and every layer's weights, and on a tied model the donor's unembedding with it,
+// so the donor's unembedding scores LT wherever LT's embedding is grafted). The buttons say which.
+const definitionsDiffer = () => JSON.stringify(info.component_sets.WEIGHTS) !== JSON.stringify(info.component_sets.AUTHORS_WEIGHTS);
+const definition = () => (definitionsDiffer() && $("definition").value === "authors" ? "authors" : "clean");
+function definitionText() {
+  if (!definitionsDiffer()) return "every weight: the authors' definition and the clean one graft the same on this model (untied unembedding)";
+  return definition() === "authors"
+    ? `every weight as the authors grafted it: ${info.component_sets.AUTHORS_WEIGHTS.join(", ")} (the donor's unembedding with the token embedding${info.tied ? ", as on this tied model" : ""})`
+    : `every weight, clean: ${info.component_sets.WEIGHTS.join(", ")} (the recipient's unembedding)`;
+}
+let selectorsShown = null;         // the selections (and definition) the buttons and menu were drawn for
 function renderSelectors() {
-  const drawn = JSON.stringify(view.selections);
+  const drawn = JSON.stringify([view.selections, definition()]);
   if (drawn === selectorsShown) return;
   selectorsShown = drawn;
-  const quick = $("quick");
+  const quick = $("quick"), groups = info.component_sets[definition() === "authors" ? "AUTHORS_WEIGHTS" : "WEIGHTS"];
+  const suffix = definitionsDiffer() ? (definition() === "authors" ? " (authors')" : " (clean)") : "";
+  $("definition-box").hidden = !definitionsDiffer();
+  $("definition-note").textContent = definitionsDiffer() ? definitionText() : "";  // else in the buttons' titles
   quick.replaceChildren();
   for (const name of ["FE", "LT", "FE+LT", "(FE+LT)^C", "FE^C", "LT^C"]) {
     const positions = view.selections[name];
-    quick.append(el("button", { text: name, "data-sel": name,
-      title: positions ? `every weight at ${name} (positions ${positions.join(", ")}), all layers` : `this prompt has no ${name}`,
-      onclick: () => positions && commit(withCells(select({}, positions, info.bands["all layers"], info.component_sets.WEIGHTS, true))) }));
+    quick.append(el("button", { text: name + suffix, "data-sel": name, "data-definition": definition(),
+      title: positions ? `${definitionText()} at ${name} (positions ${positions.join(", ")}), all layers` : `this prompt has no ${name}`,
+      onclick: () => positions && commit(withCells(select({}, positions, info.bands["all layers"], groups, true))) }));
     if (!positions) quick.lastChild.disabled = true;
   }
   const pos = $("sel-pos"), keep = pos.value;
@@ -547,6 +562,7 @@ async function start() {
     $(id).addEventListener("keydown", (e) => { if (e.key === "Enter" && (e.ctrlKey || id === "target")) { e.preventDefault(); promptFromInputs(); } });
   $("donor").onchange = () => commit({ ...state, donor: $("donor").value });
   $("topk").onchange = () => commit({ ...state, k: Math.max(1, Math.min(info.limits.max_top_k, Number($("topk").value) || 5)) });
+  $("definition").onchange = () => renderSelectors();
   $("sel-add").onclick = () => composed(true);
   $("sel-remove").onclick = () => composed(false);
   $("clear").onclick = () => commit(withCells({}));
