@@ -96,7 +96,7 @@ def test_click_fe_lt_ungraft_undo_reload_and_run_the_python(served, page, grafte
     graft_fe_lt = [Graft(fe_lt, "all", EVERY_WEIGHT, donor="sft")]
     expected_fe_lt = _expected(grafter, tokenizer, ids, target, graft_fe_lt)
     _same(_shown(page), expected_fe_lt, tokenizer)
-    columns = 1 + 4 * 4  # EMB and ATTN, O, FFN, NORMS of 4 layers; not HEAD
+    columns = 1 + 4 * 4  # EMB and ATTN, O, FFN, NORMS of 4 layers; not FNORM or UNEMB
     assert _cells_on(page) == len(fe_lt) * columns
     address = page.url
 
@@ -200,11 +200,12 @@ def _compared_expectations(grafter, tokenizer) -> tuple[list[dict], int]:
     everywhere = [[Graft("all", "all", "all", donor=d)] for d in DONORS]
     columns = [_library_column(grafter, row, n, target_ids, g, rival) for g in [[], *everywhere, pin_b, pin_a, pin_b]]
     base, donor_p = columns[0], {d: columns[1 + i]["prob"] for i, d in enumerate(DONORS)}
-    for c in columns:
+    sources = [set(), {"sft"}, {"task"}, {"task"}, {"sft"}, {"task"}]  # recovery only of a donor grafted from
+    for c, used in zip(columns, sources):
         c["delta_logprob"] = c["logprob"] - base["logprob"]
         c["delta_target_logprob"] = c["target_logprob"] - base["target_logprob"]
         c["recovery"] = {
-            d: (c["prob"] - base["prob"]) / (p - base["prob"]) if p - base["prob"] >= 0.01 else None
+            d: (c["prob"] - base["prob"]) / (p - base["prob"]) if p - base["prob"] >= 0.01 and d in used else None
             for d, p in donor_p.items()
         }
     return columns, rival
@@ -309,7 +310,8 @@ def test_cells_a_donor_leaves_unchanged_are_marked_and_the_header_names_the_mode
             if torch.equal(a.input_layernorm.weight, b.input_layernorm.weight)
             and torch.equal(a.post_attention_layernorm.weight, b.post_attention_layernorm.weight)
         ]
-        assert same_norms and page.locator("td.cell.same").count() == tokens * len(same_norms)
+        final_norm = int(torch.equal(pre.model.norm.weight, sft.model.norm.weight))  # FNORM: a column of its own
+        assert same_norms and page.locator("td.cell.same").count() == tokens * (len(same_norms) + final_norm)
         assert page.locator("td.cell.same[data-group='NORMS']").count() == tokens * len(same_norms)
         page.select_option("#donor", "half")
         _answered(page, 2)
@@ -348,7 +350,7 @@ def test_rows_columns_selections_and_donors(served, page):
     assert _cells_on(page) == tokens
     page.click("th.tok >> nth=0")  # a whole row, from the same donor
     _answered(page, 3)
-    assert _cells_on(page) == tokens + 17  # the row's 18 columns, one of them already on
+    assert _cells_on(page) == tokens + 18  # the row's 19 columns (EMB, 16, FNORM, UNEMB), one of them already on
     assert page.locator("#condition").text_content() == "(none)"  # position 0 alone is no union of roles
     assert "not a union" in page.locator("#condition-note").text_content()
     page.click("#clear")
@@ -447,6 +449,8 @@ def test_a_new_prompt_clears_the_continuations_and_long_python_lines_wrap(served
     page.click("#apply")
     _answered(page, 2)
     assert page.locator("#continuations").text_content() == ""  # not the old prompt's continuations
+    page.click("th.tok >> nth=0")  # a whole row: a Graft line with every component, past 120 characters
+    _answered(page, 3)
     # Every line of the Python and of the condition is in view: wrapped, none past the pane's edge.
     python = page.locator("#python").text_content()
     assert max(len(line) for line in python.splitlines()) > 120  # lines longer than the pane is wide
@@ -506,3 +510,59 @@ def test_the_readme_pictures_script_on_the_builtin_model(browser, tmp_path):
         server.stop()
     assert set(sizes) == {"explore.png", "explore_compare.png", "explore_exact.png", "explore_lens.png"}
     assert all(10_000 < size < 200_000 for size in sizes.values()), sizes
+
+
+def test_a_wide_grid_keeps_its_tokens_in_view_pins_take_names_and_continuations_graft_the_target_way(
+    served, browser, grafter, root
+):
+    """Before: the token column scrolled away with the layers, a pin's label was only its size, and
+    the continuation left the generated tokens ungrafted while the whole target is scored with them
+    grafted as the last token."""
+    context = browser.new_context(viewport={"width": 500, "height": 900})  # a grid wider than the page
+    page = context.new_page()
+    try:
+        page.goto(served)
+        _answered(page, 1)
+        scroller = page.locator("#grid-scroll")
+        assert scroller.evaluate("(s) => s.scrollWidth > s.clientWidth + 100")
+        token = page.locator("th.tok").first
+        token.scroll_into_view_if_needed()
+        before = token.bounding_box()["x"]
+        scroller.evaluate("(s) => { s.scrollLeft = s.scrollWidth; }")
+        page.wait_for_timeout(50)
+        assert token.bounding_box()["x"] == pytest.approx(before, abs=1)
+        assert token.evaluate(
+            "(th) => { const r = th.getBoundingClientRect(); "
+            "return document.elementFromPoint(r.left + 3, r.top + r.height / 2).closest('th.tok') === th; }"
+        )
+        # A pin named at pinning, and renamed after.
+        page.click("button[data-sel='FE+LT']")
+        _answered(page, 2)
+        page.fill("#pin-name", "FE+LT from sft")
+        page.click("#pin")
+        _answered(page, 3)
+        assert page.locator("#compare th.pin").first.text_content().startswith("FE+LT from sft")
+        page.once("dialog", lambda dialog: dialog.accept("the paper's FE+LT"))
+        page.click("#compare th.pin >> nth=0 >> button.rename")
+        _answered(page, 4)
+        assert page.locator("#compare th.pin").first.text_content().startswith("the paper's FE+LT")
+        assert "the paper's FE+LT" in page.evaluate("decodeURIComponent(location.hash.replace(/\\+/g, ' '))")
+        # The continuation grafts its generated tokens as the last token by default, as the target is scored.
+        with page.expect_request("**/api/generate") as sent:
+            page.click("#generate")
+        assert json.loads(sent.value.post_data)["generated"] == "last"
+        page.wait_for_function("document.querySelectorAll('#continuations div').length === 4", timeout=30_000)
+        shown = page.locator("#continuations div").last.text_content()
+        count = int(page.locator("#new-tokens").input_value())
+    finally:
+        context.close()
+    tokenizer = load_tokenizer(world(root)[0]["pre"])
+    enc = encode_prompt(tokenizer, PROMPT)
+    fe_lt = sorted(enc.positions["first_entity"] + [len(enc.scoring_ids) - 1])
+    ids = torch.tensor([enc.scoring_ids])
+    graft = [Graft(fe_lt, "all", EVERY_WEIGHT, donor="sft")]
+    made = grafter.generate(ids, row_grafts=[graft], generated="last", max_new_tokens=count, do_sample=False)
+    new = made[0, ids.shape[1] :].tolist()
+    eos = tokenizer.eos_token_id
+    new = new[: new.index(eos)] if eos in new else new
+    assert shown.startswith("graft") and shown.endswith("▸" + tokenizer.decode(new))

@@ -202,3 +202,45 @@ def test_a_click_is_answered_while_an_integrated_map_waits_between_its_passes(ro
     finally:
         gate.set()
         server.stop()
+
+
+def _alpha(colour: str) -> float:
+    """The alpha of a computed `rgb(...)`/`rgba(...)` colour."""
+    parts = colour[colour.index("(") + 1 : -1].split(",")
+    return float(parts[3]) if len(parts) == 4 else 1.0
+
+
+def test_the_exact_map_stays_readable_with_a_large_graft(page):
+    """Before: the colour scale was set by the one largest cell, a grafted cell's 3px outline hid its
+    colour, and the leave-one-out list was every cell, unsorted (363 lines on SmolLM2)."""
+    import io
+
+    from PIL import Image
+
+    page.select_option("#donor", "sft")
+    page.click("#quick button[data-sel='FE+LT']")
+    page.wait_for_function("window.explore.answered >= 2", timeout=30_000)
+    page.click("#exact")
+    page.wait_for_function("document.querySelector('#exact-status').textContent.includes('rows in')", timeout=60_000)
+    values = [abs(v) for row in page.evaluate("map.values") for v in row if v != 0]
+    alphas = page.locator("td.cell[style*='background']").evaluate_all(
+        "(tds) => tds.map((td) => getComputedStyle(td).backgroundColor)"
+    )
+    full = sum(_alpha(a) == 1.0 for a in alphas)
+    assert full >= 0.04 * len(values) and full > 1  # the top 5% saturate, not the one largest cell
+    assert "clipped at" in page.locator("#map-legend").text_content()
+    # The leave-one-out list: the 20 largest |effect| first, the rest behind "show all".
+    items = page.locator("#leave-one-out li").all_text_contents()
+    effects = [abs(float(t.rpartition(": ")[2])) for t in items]
+    assert len(items) == 20 and effects == sorted(effects, reverse=True)
+    page.click("#leave-one-out-all")
+    assert page.locator("#leave-one-out li").count() == len(page.evaluate("map.leave_one_out.cells")) > 20
+    # A grafted cell shows its map colour over most of it (its donor: a small corner).
+    cell = page.locator("td.cell.on[style*='background']").first
+    colour = cell.evaluate("(td) => getComputedStyle(td).backgroundColor")
+    parts = [float(x) for x in colour[colour.index("(") + 1 : -1].split(",")]
+    a = parts[3] if len(parts) == 4 else 1.0
+    want = [c * a + 255 * (1 - a) for c in parts[:3]]  # over the page's white
+    pixels = list(Image.open(io.BytesIO(cell.screenshot())).convert("RGB").get_flattened_data())
+    close = sum(all(abs(p - w) <= 6 for p, w in zip(px, want)) for px in pixels)
+    assert close >= 0.6 * len(pixels), (close, len(pixels), colour)

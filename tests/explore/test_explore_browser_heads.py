@@ -18,7 +18,7 @@ from weightgraft.experiments.models import load_tokenizer
 pytestmark = needs_chromium
 PROMPT = tiny_world.make_prompts()[0]  # the page opens on the dataset's first prompt
 HEADS, LAYERS = 4, 4  # the tiny world's Llama: 4 query heads (2 key-value heads), 4 layers
-COLUMNS = 1 + 4 * LAYERS + 1  # EMB, ATTN/O/FFN/NORMS of each layer, HEAD
+COLUMNS = 1 + 4 * LAYERS + 2  # EMB, ATTN/O/FFN/NORMS of each layer, FNORM, UNEMB
 
 
 def _answered(page, count: int) -> None:

@@ -51,15 +51,21 @@ def test_every_single_cell_effect_equals_the_reference(session, reference, donor
         if not ran[p, j]:  # skipped: an identical column, or the head away from the scored position
             assert expected == pytest.approx(0.0, abs=1e-6) and float(values[p, j]) == 0.0
     assert bool(ran.any()) and not bool(ran.all())
-    head = next(j for j, c in enumerate(columns) if c.group == "HEAD")
-    assert not bool(ran[: n - 1, head].any())
+    for group in ("FNORM", "UNEMB"):
+        head = next(j for j, c in enumerate(columns) if c.group == group)
+        assert not bool(ran[: n - 1, head].any())
 
 
 def test_leave_one_out_equals_the_reference(session, reference):
     encoded = session.encode(PROMPT.text, PROMPT.target, PROMPT.id)
     ids, target, n = encoded.input_ids, encoded.target_id, len(encoded.input_ids)
     current = [Cells("sft", "FFN", 1, (1, n - 1)), Cells("task", "O", 3, (n - 1,)), Cells("sft", "EMB", None, (0,))]
-    out = analyses.exact_map(session, encoded, "sft", current)["leave_one_out"]
+    whole_map = analyses.exact_map(session, encoded, "sft", current)
+    out = whole_map["leave_one_out"]
+    # Every row that ran is counted: the single cells', and the current graft's and one per cell left out.
+    assert whole_map["rows"] == int(torch.tensor(whole_map["ran"]).sum()) + 1 + len(out["cells"]) + 1
+    effects = [abs(c["effect"]) for c in out["cells"]]
+    assert effects == sorted(effects, reverse=True)  # the largest first
     single = [("sft", "FFN", 1, 1), ("sft", "FFN", 1, n - 1), ("task", "O", 3, n - 1), ("sft", "EMB", None, 0)]
     whole = _reference_logprob(reference, ids, target, single)
     assert out["current_logprob"] == pytest.approx(whole, abs=2e-5)

@@ -52,7 +52,8 @@ def test_many_prompts_equal_the_reference_prompt_by_prompt(session, reference):
         assert column["low"] <= column["top5"] + 1e-12 and column["top5"] <= column["high"] + 1e-12
     assert out["facts"] == len({p.fact_id for p in PROMPTS})
     base, graft = hits[:, 0].mean(), hits[:, -1].mean()
-    for k, donor in enumerate(DONORS, start=1):
+    assert list(out["columns"][-1]["recovery"]) == ["sft"]  # the graft is from sft only
+    for k, donor in enumerate(DONORS[:1], start=1):
         rec = out["columns"][-1]["recovery"][donor]
         full = hits[:, k].mean()
         if rec["value"] is not None:
@@ -80,3 +81,35 @@ def test_positions_that_are_no_roles_are_refused(session):
     assert len(fe) > 1
     with pytest.raises(ExploreError, match="not a union of this prompt's roles"):
         analyses.many_prompts(session, encoded, [Cells("sft", "O", 0, (fe[0],))])
+
+
+def test_repeated_requests_run_only_the_grafts_row(root, reference, monkeypatch):
+    """Before: every request ran the recipient's and each donor's row of every prompt again."""
+    from explore_fixtures import open_world_session
+
+    session = open_world_session(root)  # a session of its own: no rows kept from other tests
+    encoded = session.encode(PROMPT.text, PROMPT.target, PROMPT.id)
+    n = len(encoded.input_ids)
+    rows_run: list[int] = []
+    last_logits = session.grafter.last_logits
+
+    def counting(ids, **kwargs):
+        rows_run.append(ids.shape[0])
+        return last_logits(ids, **kwargs)
+
+    monkeypatch.setattr(session.grafter, "last_logits", counting)
+    cells = [Cells("sft", "FFN", 1, (n - 1,)), Cells("sft", "FFN", 2, (n - 1,))]
+    first = analyses.many_prompts(session, encoded, cells, count=len(PROMPTS))
+    assert sum(rows_run) == len(PROMPTS) * (2 + len(DONORS))
+    rows_run.clear()
+    again = analyses.many_prompts(session, encoded, cells, count=len(PROMPTS))
+    assert again == first and sum(rows_run) == len(PROMPTS)  # the graft's row alone
+    rows_run.clear()
+    other = analyses.many_prompts(session, encoded, [Cells("task", "O", 3, (n - 1,))], count=len(PROMPTS))
+    assert sum(rows_run) == len(PROMPTS)
+    hits = np.array([_hits(reference, session.tokenizer, p) for p in PROMPTS])
+    for k, column in enumerate(other["columns"][:-1]):  # the kept rows are the recipient's and donors'
+        assert column["top5"] == pytest.approx(hits[:, k].mean())
+    rows_run.clear()
+    assert analyses.many_prompts(session, encoded, [], count=len(PROMPTS))["prompts"] == len(PROMPTS)
+    assert rows_run == []  # nothing grafted: the recipient's kept hits are the graft's

@@ -16,6 +16,8 @@ from explore_fixtures import DONORS, EVERY_WEIGHT, LLAMA_GROUPS, world
 from weightgraft.data.encode import encode_prompt
 from weightgraft.experiments.conditions import ConditionSpec, resolve_condition
 from weightgraft.experiments.models import load_model
+from weightgraft.explore import analyses
+from weightgraft.explore.compare import Pin
 from weightgraft.explore.grid import Cells, GridError
 from weightgraft.explore.session import ExploreError
 
@@ -211,7 +213,9 @@ def test_slow_requests_take_the_model_lock_a_pass_at_a_time(session, monkeypatch
     texts = {c["name"]: c["text"] for c in session.generate(encoded, cells, max_new_tokens=3)["continuations"]}
     assert len(entered) == 1 + len(DONORS) + 1
     grafts = session.grafts(encoded, cells)
-    made = session.grafter.generate(ids, grafts=grafts, max_new_tokens=3, do_sample=False, eos_token_id=session._eos())
+    made = session.grafter.generate(  # the default: generated tokens grafted as the last token
+        ids, grafts=grafts, generated="last", max_new_tokens=3, do_sample=False, eos_token_id=session._eos()
+    )
     assert texts["graft"] == session._decode_new(made[0, ids.shape[1] :])
     for kind in ("attribute", "generate"):
         older = session.latest_only(kind)
@@ -255,7 +259,29 @@ def test_recovery_needs_a_donor_gain_of_a_percentage_point():
     def column(p: float) -> dict:
         return {"prob": p, "logprob": 0.0, "target_logprob": 0.0}
 
-    columns = with_changes([column(0.001), column(0.001 + MIN_GAIN / 10), column(0.5), column(0.3)], ["tiny", "big"])
+    sources = [set(), {"tiny"}, {"big"}, {"tiny", "big"}]
+    columns = with_changes(
+        [column(0.001), column(0.001 + MIN_GAIN / 10), column(0.5), column(0.3)], ["tiny", "big"], sources
+    )
     assert columns[3]["recovery"]["tiny"] is None
+    assert columns[1]["recovery"]["big"] is None  # a column from "tiny" recovers none of big's gain
     assert columns[3]["recovery"]["big"] == pytest.approx((0.3 - 0.001) / (0.5 - 0.001))
-    assert columns[2]["recovery"]["big"] == pytest.approx(1.0) and columns[0]["recovery"]["big"] == 0.0
+    assert columns[2]["recovery"]["big"] == pytest.approx(1.0) and columns[0]["recovery"]["big"] is None
+
+
+def test_recovery_is_shown_only_for_the_donor_the_graft_is_from(session):
+    """Before: a graft from sft showed a "recovery of task's gain" (the issue's 1.75 of b2a's)."""
+    encoded = session.encode(PROMPT.text, PROMPT.target, PROMPT.id)
+    n = len(encoded.input_ids)
+    pins = [Pin("from task", (Cells("task", "FFN", 3, (n - 1,)),))]
+    compared = session.compare(encoded, [Cells("sft", "FFN", 3, (n - 1,))], pins)
+    by_name = {c["name"]: c["recovery"] for c in compared["columns"]}
+    assert by_name["current graft"]["task"] is None and by_name["from task"]["sft"] is None
+    assert by_name["sft"]["task"] is None and by_name["task"]["sft"] is None
+    assert all(v is None for v in by_name["recipient"].values())
+    base, sft = (next(c["prob"] for c in compared["columns"] if c["name"] == k) for k in ("recipient", "sft"))
+    current = next(c["prob"] for c in compared["columns"] if c["name"] == "current graft")
+    if sft - base >= 0.01:
+        assert by_name["current graft"]["sft"] == pytest.approx((current - base) / (sft - base))
+    many = analyses.many_prompts(session, encoded, [Cells("sft", "FFN", 3, (n - 1,))], count=20)
+    assert list(many["columns"][-1]["recovery"]) == ["sft"]

@@ -19,7 +19,8 @@ LLAMA_GROUPS = {
     "O": ["o"],
     "FFN": ["gate", "up", "down"],
     "NORMS": ["ln1", "ln2"],
-    "HEAD": ["ln_final", "lm_head"],
+    "FNORM": ["ln_final"],
+    "UNEMB": ["lm_head"],
 }
 EVERY_WEIGHT = ["embed", "q", "k", "v", "o", "gate", "up", "down", "ln1", "ln2"]
 

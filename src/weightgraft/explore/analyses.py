@@ -64,7 +64,7 @@ def exact_map(
         "metric": "target log-probability change",
         "values": [[round(float(v), 6) for v in row] for row in single.values],
         "ran": single.ran.tolist(),
-        "rows": single.rows + head_rows,
+        "rows": single.rows + head_rows + (left_out["rows"] if left_out else 0),  # every row that ran
         "heads": {group: nested(values) for group, values in heads.items()} or None,
         "seconds": round(seconds, 3),
         "leave_one_out": left_out,
@@ -123,16 +123,20 @@ def many_prompts(
         ) from None
     role_grafts = [RoleGraft(role, graft) for role, graft in zip(roles, grafts)]
     prompts = chosen_prompts(list(session.prompts.values()), count, template, seed=0)
-    scored = []
-    for prompt in prompts:
+
+    def encoded_prompt(prompt) -> tuple:
         e = session.encode(prompt.text, prompt.target, prompt.id)
-        scored.append((prompt, e.input_ids, e.role_positions, e.target_id))
+        return (prompt, e.input_ids, e.role_positions, e.target_id)
+
+    # Encodings and the recipient's and donors' hits are kept per prompt (session.many_rows): a
+    # request on prompts seen before runs only the graft's row of each.
+    scored = [session.many_rows.get_or(("encoded", p.id), lambda p=p: encoded_prompt(p)) for p in prompts]
 
     def last_logits(ids: list[int], rows: list) -> torch.Tensor:
         with session.running():  # a prompt at a time: clicks get the lock in between
             return session.grafter.last_logits(torch.tensor([ids]).expand(len(rows), -1), row_grafts=rows)
 
-    out = score_prompts(last_logits, scored, role_grafts, session.grid.donors)
+    out = score_prompts(last_logits, scored, role_grafts, session.grid.donors, known=session.many_rows)
     return {
         **out,
         "positions": [g.positions for g in role_grafts],

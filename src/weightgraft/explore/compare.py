@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from weightgraft.engine.graft import Graft
 from weightgraft.experiments.metrics import score_rows
 from weightgraft.explore.grid import Cells
 
@@ -71,9 +72,11 @@ def recovery(p: float, p_recipient: float, p_donor: float) -> float | None:
     return (p - p_recipient) / gain if gain >= MIN_GAIN else None
 
 
-def with_changes(columns: list[dict], donors: Sequence[str]) -> list[dict]:
-    """Each column with its change from the recipient (the first column) and its recovery of each
-    donor's gain (the donors' columns follow the recipient's, in `donors`' order)."""
+def with_changes(columns: list[dict], donors: Sequence[str], sources: Sequence[set[str]]) -> list[dict]:
+    """Each column with its change from the recipient (the first column) and its recovery of the
+    gain of each donor it grafts from (`sources`, per column); None for any other donor: a graft
+    from sft recovers none of b2a's gain, whatever the numbers' ratio (the donors' columns follow
+    the recipient's, in `donors`' order)."""
     base = columns[0]
     donor_p = {d: columns[1 + i]["prob"] for i, d in enumerate(donors)}
     return [
@@ -81,7 +84,12 @@ def with_changes(columns: list[dict], donors: Sequence[str]) -> list[dict]:
             **c,
             "delta_logprob": c["logprob"] - base["logprob"],
             "delta_target_logprob": c["target_logprob"] - base["target_logprob"],
-            "recovery": {d: recovery(c["prob"], base["prob"], p) for d, p in donor_p.items()},
+            "recovery": {d: recovery(c["prob"], base["prob"], p) if d in used else None for d, p in donor_p.items()},
         }
-        for c in columns
+        for c, used in zip(columns, sources)
     ]
+
+
+def graft_donors(grafts: Sequence[Graft] | None) -> set[str]:
+    """The donors a column's grafts take weights from (none for the recipient's)."""
+    return {g.donor for g in grafts or ()}

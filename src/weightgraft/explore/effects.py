@@ -51,7 +51,7 @@ def _target_logprobs(
 
 def _is_zero(grid: Grid, column: Column, position: int, n: int, identical: set[tuple]) -> bool:
     """A cell whose graft cannot move the scored logits (see the module's docstring)."""
-    return (column.group, column.layer) in identical or (column.group == "HEAD" and position != n - 1)
+    return (column.group, column.layer) in identical or (column.group in ("FNORM", "UNEMB") and position != n - 1)
 
 
 def single_cell_effects(
@@ -131,8 +131,8 @@ def leave_one_out_effects(
     grafter: Grafter, grid: Grid, ids: list[int], target: int, cells: Sequence[Cells], running: Running = nullcontext
 ) -> dict:
     """logp(current graft) - logp(current graft without the cell), for each cell of the graft:
-    what that cell adds given all the others (cells of one column and position from two donors
-    cannot occur: the grid refuses them)."""
+    what that cell adds given all the others, largest |effect| first (cells of one column and
+    position from two donors cannot occur: the grid refuses them)."""
     singles = _split(cells)
     rows = [grid.to_grafts(list(cells)) or None] + [grid.to_grafts(_without(cells, s)) or None for s in singles]
     logprobs = _target_logprobs(grafter, ids, target, rows, running)
@@ -147,6 +147,7 @@ def leave_one_out_effects(
         }
         for (c, p), value in zip(singles, logprobs[1:])
     ]
+    effects.sort(key=lambda e: -abs(e["effect"]))  # the largest first: a 30-layer graft has hundreds
     return {"current_logprob": float(logprobs[0]), "cells": effects, "rows": len(rows)}
 
 

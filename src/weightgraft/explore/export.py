@@ -16,6 +16,7 @@ import yaml
 
 from weightgraft.engine.graft import Graft
 from weightgraft.experiments.conditions.roles import NotApplicable, parse_positions
+from weightgraft.pretrained import is_pretrained_name
 
 if TYPE_CHECKING:
     from weightgraft.explore.session import ModelNames
@@ -30,19 +31,7 @@ def python_code(
     """Python that computes the graft's next-token probabilities, as `probs`."""
     lines = ["import torch", "from weightgraft import Graft, Grafter", ""]
     if names is not None:
-        dtype = f"torch.{names.dtype}"
-        lines += [
-            "from transformers import AutoModelForCausalLM, AutoTokenizer",
-            "",
-            f"recipient = AutoModelForCausalLM.from_pretrained({names.recipient!r}, dtype={dtype}).to({names.device!r})",
-            "grafter = Grafter(recipient, donors={",
-            *(
-                f"    {name!r}: {path!r},  # read lazily, in the recipient's dtype"
-                for name, path in names.donors.items()
-            ),
-            "})",
-            f"tokenizer = AutoTokenizer.from_pretrained({names.recipient!r})",
-        ]
+        lines += _loading_lines(names)
     else:
         lines += ["# grafter, tokenizer: the Grafter and tokenizer this explorer was started with"]
     lines += ["", f"prompt = {json.dumps(text, ensure_ascii=False)}"]
@@ -59,6 +48,27 @@ def python_code(
         "print([(tokenizer.decode([int(i)]), round(float(p), 4)) for p, i in zip(top.values, top.indices)])",
     ]
     return "\n".join(lines) + "\n"
+
+
+def _loading_lines(names: ModelNames) -> list[str]:
+    """The models loaded the way weightgraft loads them: `load_model` takes a catalogue name (its
+    converted folder), a folder or a cached hub id, where `from_pretrained('smollm2-135m')` would
+    ask the hub for a repository of that name; a catalogue donor is its converted folder."""
+    catalogue = any(is_pretrained_name(path) for path in names.donors.values())
+    donor = lambda path: f"as_local({path!r})" if is_pretrained_name(path) else repr(path)  # noqa: E731
+    return [
+        "from weightgraft.experiments.models import load_model, load_tokenizer",
+        *(["from weightgraft.pretrained import as_local"] if catalogue else []),
+        "",
+        f"recipient = load_model({names.recipient!r}, {names.device!r}, {names.dtype!r})",
+        "grafter = Grafter(recipient, donors={",
+        *(
+            f"    {name!r}: {donor(path)},  # read lazily, in the recipient's dtype"
+            for name, path in names.donors.items()
+        ),
+        "})",
+        f"tokenizer = load_tokenizer({names.recipient!r})",
+    ]
 
 
 def graft_source(graft: Graft) -> str:

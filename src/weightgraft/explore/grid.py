@@ -1,5 +1,8 @@
 """The explorer's grid: token positions x columns, a column being one component group of one layer
-(or a model-level group: the embeddings, the final norm and unembedding).
+(or a model-level group: the token embedding, the position embedding, the final norm, the
+unembedding; each its own column, so that both definitions of a position condition can be drawn:
+the clean one, and the authors', which on a tied model grafts the donor's unembedding with the
+token embedding, docs/methodology.md).
 
 A selection is a list of `Cells` (one column, some positions, one donor). `to_grafts` turns it into
 the fewest `Graft`s that graft exactly those cells, so the Python the page shows stays short and
@@ -14,6 +17,7 @@ from dataclasses import dataclass
 from weightgraft.engine.graft import Graft
 from weightgraft.errors import UserError
 from weightgraft.experiments.conditions.paper_atoms import author_band
+from weightgraft.experiments.plan.selection import ties_embeddings
 from weightgraft.explore.heads import HeadCounts, check_head, head_counts, head_grafts
 
 # Component groups of the grid, in the paper's names (ATTN is q, k, v without o). Each keeps the
@@ -25,13 +29,18 @@ LAYER_GROUPS: dict[str, tuple[str, ...]] = {
     "NORMS": ("ln1", "ln2", "q_norm", "k_norm", "post_attn_norm", "post_mlp_norm"),
 }
 MODEL_GROUPS: dict[str, tuple[str, ...]] = {
-    "EMB": ("embed", "pos_embed"),
-    "HEAD": ("ln_final", "lm_head"),
+    "EMB": ("embed",),
+    "POS": ("pos_embed",),
+    "FNORM": ("ln_final",),
+    "UNEMB": ("lm_head",),
 }
-# Named component sets over groups. WEIGHTS is the paper's "every weight" of a position
-# condition: the embeddings and every layer's weights, not the final norm or unembedding.
+# Named component sets over groups. WEIGHTS is the clean "every weight" of a position condition:
+# the embeddings and every layer's weights, not the final norm or unembedding. AUTHORS_WEIGHTS is
+# the authors' (token embedding only; on a tied model the unembedding with it), offered where the
+# model ties its unembedding to its embedding (`Grid.tied`).
 COMPONENT_SETS: dict[str, tuple[str, ...]] = {
-    "WEIGHTS": ("EMB", "ATTN", "O", "FFN", "NORMS"),
+    "WEIGHTS": ("EMB", "POS", "ATTN", "O", "FFN", "NORMS"),
+    "AUTHORS_WEIGHTS": ("EMB", "ATTN", "O", "FFN", "NORMS", "UNEMB"),
     "ATTN+O+FFN": ("ATTN", "O", "FFN"),
     "ATTN+O": ("ATTN", "O"),
     "O+FFN": ("O", "FFN"),
@@ -40,8 +49,9 @@ COMPONENT_SETS: dict[str, tuple[str, ...]] = {
     "FFN": ("FFN",),
     "NORMS": ("NORMS",),
     "EMB": ("EMB",),
-    "HEAD": ("HEAD",),
-    "all": ("EMB", "ATTN", "O", "FFN", "NORMS", "HEAD"),
+    "UNEMB": ("UNEMB",),
+    "FNORM+UNEMB": ("FNORM", "UNEMB"),
+    "all": ("EMB", "POS", "ATTN", "O", "FFN", "NORMS", "FNORM", "UNEMB"),
 }
 AUTHOR_BAND_NAMES = {
     "authors_first_quarter": "Q1",
@@ -81,10 +91,16 @@ class Grid:
     """The columns and groups of one model, and selections on it."""
 
     def __init__(
-        self, components: Sequence[str], num_layers: int, donors: Sequence[str], heads: HeadCounts | None = None
+        self,
+        components: Sequence[str],
+        num_layers: int,
+        donors: Sequence[str],
+        heads: HeadCounts | None = None,
+        tied: bool = False,
     ):
         have = set(components)
         self.heads = heads
+        self.tied = tied  # the recipient's unembedding is its token embedding
         self.num_layers = num_layers
         self.donors = list(donors)
         self.layer_groups = {g: [c for c in m if c in have] for g, m in LAYER_GROUPS.items()}
@@ -92,15 +108,16 @@ class Grid:
         self.model_groups = {g: [c for c in m if c in have] for g, m in MODEL_GROUPS.items()}
         self.model_groups = {g: m for g, m in self.model_groups.items() if m}
         self.order = [c for c in components]  # the model's component order, for stable output
-        columns = [Column("EMB", None)] if "EMB" in self.model_groups else []
+        columns = [Column(g, None) for g in ("EMB", "POS") if g in self.model_groups]
         columns += [Column(g, layer) for g in self.layer_groups for layer in range(num_layers)]
-        columns += [Column("HEAD", None)] if "HEAD" in self.model_groups else []
+        columns += [Column(g, None) for g in ("FNORM", "UNEMB") if g in self.model_groups]
         self.columns = columns
 
     @classmethod
     def of(cls, grafter) -> Grid:
         """The grid of a Grafter's models, with their heads where the config counts them."""
-        return cls(grafter.components, grafter.num_layers, grafter.donor_names, head_counts(grafter))
+        tied = ties_embeddings(grafter.recipient)
+        return cls(grafter.components, grafter.num_layers, grafter.donor_names, head_counts(grafter), tied)
 
     def members(self, group: str) -> list[str]:
         return self.layer_groups.get(group) or self.model_groups[group]
@@ -115,6 +132,8 @@ class Grid:
     def component_sets(self) -> dict[str, list[str]]:
         groups = set(self.layer_groups) | set(self.model_groups)
         out = {name: [g for g in members if g in groups] for name, members in COMPONENT_SETS.items()}
+        if not self.tied:  # untied: the authors' unembedding stays the recipient's
+            out["AUTHORS_WEIGHTS"] = [g for g in out["AUTHORS_WEIGHTS"] if g != "UNEMB"]
         return {name: members for name, members in out.items() if members}
 
     def describe(self) -> dict:
@@ -127,6 +146,7 @@ class Grid:
             "component_sets": self.component_sets(),
             "donors": self.donors,
             "heads": self._heads_view(),
+            "tied": self.tied,
         }
 
     def _heads_view(self) -> dict | None:

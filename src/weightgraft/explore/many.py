@@ -21,6 +21,7 @@ import torch
 from weightgraft.data.schema import EvalPrompt
 from weightgraft.engine.graft import Graft
 from weightgraft.experiments.conditions.roles import NotApplicable, parse_positions
+from weightgraft.explore.lru import LRU
 from weightgraft.reporting.statistics import (
     clustered_means,
     draw_fact_counts,
@@ -56,6 +57,11 @@ def chosen_prompts(prompts: Sequence[EvalPrompt], count: int, template: str | No
     return [p for i, p in enumerate(pool) if i in picked]
 
 
+def _hits(logits: torch.Tensor, target: int) -> list[float]:
+    """Per row: 1.0 where `target` is in its top-5, else 0.0."""
+    return [float(hit) for hit in (logits.float().topk(TOP_K, dim=-1).indices == target).any(-1)]
+
+
 def _interval(index: np.ndarray, values: np.ndarray, counts: np.ndarray) -> tuple[float, np.ndarray, float, float]:
     """Mean of per-prompt values, its resamples and percentile interval, facts resampled."""
     sums, sizes = fact_sums(index, values, counts.shape[1])
@@ -70,12 +76,17 @@ def score_prompts(
     role_grafts: Sequence[RoleGraft],
     donors: Sequence[str],
     seed: int = 0,
+    known: LRU | None = None,
 ) -> dict:
     """Top-5 hits of the recipient, each donor alone and the graft on each prompt, summarized.
 
     `encoded_prompts`: (prompt, scoring ids, role positions, scored token id) each;
-    `last_logits(ids, rows)`: the last position's logits for each row's grafts."""
+    `last_logits(ids, rows)`: the last position's logits for each row's grafts; `known`: the
+    recipient's and donors' hits by prompt id, kept from earlier requests (the models do not
+    change), so that a request runs only the graft's row of a prompt seen before."""
     names = ["recipient", *donors, "graft"]
+    known = LRU(len(encoded_prompts)) if known is None else known
+    everywhere = [[Graft("all", "all", "all", donor=d)] for d in donors]
     hits: list[list[float]] = []
     facts: list[str] = []
     skipped: dict[str, int] = {}
@@ -85,10 +96,12 @@ def score_prompts(
         except NotApplicable as err:  # a prompt without a role the graft names
             skipped[str(err)] = skipped.get(str(err), 0) + 1
             continue
-        rows = [None, *([Graft("all", "all", "all", donor=d)] for d in donors), graft or None]
-        logits = last_logits(ids, rows)
-        top = logits.float().topk(TOP_K, dim=-1).indices
-        hits.append([float((top[r] == target).any()) for r in range(len(rows))])
+        base = known.get(("hits", prompt.id))
+        rows = ([None, *everywhere] if base is None else []) + ([graft] if graft else [])
+        row_hits = _hits(last_logits(ids, rows), target) if rows else []
+        if base is None:
+            base = known.put(("hits", prompt.id), row_hits[: 1 + len(donors)])
+        hits.append([*base, row_hits[-1] if graft else base[0]])  # nothing grafted: the recipient's
         facts.append(prompt.fact_id)
     if not hits:
         return {"prompts": 0, "skipped": skipped, "columns": []}
@@ -99,9 +112,11 @@ def score_prompts(
     columns = [{"name": n, "top5": s[0], "low": s[2], "high": s[3]} for n, s in zip(names, stats)]
     graft_point, graft_samples = stats[-1][0], stats[-1][1]
     base_point, base_samples = stats[0][0], stats[0][1]
-    for k, donor in enumerate(donors, start=1):
+    used = {g.graft.donor for g in role_grafts}  # recovery only of the gain of a donor the graft is from
+    columns[-1]["recovery"] = {}
+    for k, donor in ((k, d) for k, d in enumerate(donors, start=1) if d in used):
         r = recovery(graft_point, base_point, stats[k][0], graft_samples, base_samples, stats[k][1])
-        columns[-1].setdefault("recovery", {})[donor] = {
+        columns[-1]["recovery"][donor] = {
             "value": None if not r.defined else r.value,
             "low": None if not r.defined else r.low,
             "high": None if not r.defined else r.high,

@@ -54,7 +54,7 @@ class GenerateIn(_Strict):
     prompt: PromptIn
     cells: list[CellsIn] = Field(default_factory=list, max_length=MAX_CELL_ENTRIES)
     max_new_tokens: int = Field(20, ge=1, le=MAX_NEW_TOKENS)
-    generated: Literal["none", "last"] = "none"
+    generated: Literal["none", "last"] = "last"  # as a whole target is scored: its tokens get the last row's grafts
 
 
 class AttributeIn(_Strict):

@@ -9,7 +9,6 @@ bad one changes nothing. Model calls are serialised by a lock: the models are sh
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -23,10 +22,11 @@ from weightgraft.engine.graft import Graft
 from weightgraft.engine.grafter import Grafter
 from weightgraft.errors import UserError
 from weightgraft.experiments.conditions.roles import NotApplicable, parse_positions
-from weightgraft.explore.compare import MAX_PINS, Pin, extend_cells, score_columns, with_changes
+from weightgraft.explore.compare import MAX_PINS, Pin, extend_cells, graft_donors, score_columns, with_changes
 from weightgraft.explore.export import condition_yaml, python_code
 from weightgraft.explore.grid import Cells, Grid
 from weightgraft.explore.heads import head_attribution
+from weightgraft.explore.lru import LRU
 from weightgraft.explore.tokens import token_text
 
 # Bounds on what one request may ask for (the grid is tokens x columns).
@@ -96,10 +96,11 @@ class ExploreSession:
         self.grid = Grid.of(grafter)
         self.threads = threads
         self._lock = threading.Lock()
-        self._baselines: OrderedDict[tuple[int, ...], list[torch.Tensor]] = OrderedDict()
+        self._baselines: LRU[list[torch.Tensor]] = LRU(_BASELINE_CACHE)  # by the prompt's ids
+        self.many_rows: LRU = LRU(2 * MAX_LISTED_PROMPTS)  # per dataset prompt: its encoding, the baselines' hits
         self._same: dict[str, list[list]] | None = None  # donor -> identical columns, once asked
-        self._columns: OrderedDict[tuple, dict] = OrderedDict()  # a comparison's scores per row and graft
-        self._logits: OrderedDict[tuple, torch.Tensor] = OrderedDict()  # the current graft's target steps
+        self._columns: LRU[dict] = LRU(_COLUMN_CACHE)  # a comparison's scores per row and graft
+        self._logits: LRU[torch.Tensor] = LRU(_LOGITS_CACHE)  # the current graft's target steps
         self._tickets: dict[str, int] = {}  # per kind of long request, the newest one's number
 
     @contextmanager
@@ -307,16 +308,9 @@ class ExploreSession:
 
     def _baseline_logits(self, ids: torch.Tensor) -> list[torch.Tensor]:
         """Last-token logits of the recipient and of each donor alone (cached per prompt)."""
-        key = tuple(ids[0].tolist())
-        if key in self._baselines:
-            self._baselines.move_to_end(key)
-            return self._baselines[key]
         rows = [None, *(Graft("all", "all", "all", donor=d) for d in self.grid.donors)]
-        logits = self.grafter.last_logits(ids.expand(len(rows), -1), row_grafts=rows)
-        self._baselines[key] = list(logits)
-        while len(self._baselines) > _BASELINE_CACHE:
-            self._baselines.popitem(last=False)
-        return self._baselines[key]
+        compute = lambda: list(self.grafter.last_logits(ids.expand(len(rows), -1), row_grafts=rows))  # noqa: E731
+        return self._baselines.get_or(tuple(ids[0].tolist()), compute)
 
     def _scored(self, name: str, logits: torch.Tensor, encoded: Encoded, top_k: int) -> dict:
         probs = torch.softmax(logits.float(), -1)
@@ -355,7 +349,7 @@ class ExploreSession:
             grafts = self.grid.to_grafts(extend_cells(self.grid.check(selection, n), n, total))
             named.append((kind, label, grafts or None))
         columns = self._scored_rows(row, encoded, rival, [g for _, _, g in named])
-        columns = with_changes(columns, self.grid.donors)
+        columns = with_changes(columns, self.grid.donors, [graft_donors(g) for _, _, g in named])
         return {
             "columns": [{"kind": k, "name": name, **c} for (k, name, _), c in zip(named, columns)],
             "donors": self.grid.donors,
@@ -380,13 +374,9 @@ class ExploreSession:
         first of them are also the prediction's (a position sees only what comes before it)."""
         row = encoded.input_ids[: encoded.prompt_len] + encoded.target_ids[:-1]
         grafts = self.grid.to_grafts(extend_cells(self.grid.check(cells, len(encoded.input_ids)), len(encoded.input_ids), len(row)))  # fmt: skip
-        key = (tuple(row), repr(grafts or None))
-        if key not in self._logits:
-            ids = torch.tensor([row])
-            self._logits[key] = self.grafter.logits(ids, row_grafts=[grafts or None], logits_to_keep=len(encoded.target_ids))[0]  # fmt: skip
-            while len(self._logits) > _LOGITS_CACHE:
-                self._logits.popitem(last=False)
-        return self._logits[key]
+        keep = len(encoded.target_ids)
+        compute = lambda: self.grafter.logits(torch.tensor([row]), row_grafts=[grafts or None], logits_to_keep=keep)[0]  # noqa: E731
+        return self._logits.get_or((tuple(row), repr(grafts or None)), compute)
 
     def _scored_rows(self, row: list[int], encoded: Encoded, rival: int | None, grafts: list) -> list[dict]:
         """Each selection's scores on `row`, from the cache or in one batch (the recipient's and
@@ -396,27 +386,24 @@ class ExploreSession:
             for i, key in enumerate(keys):  # a column whose logits a prediction just computed
                 known = self._logits.get((tuple(row), repr(grafts[i])))
                 if key not in self._columns and known is not None:
-                    self._columns[key] = score_columns(known[None], encoded.target_ids, encoded.scored, rival)[0]
+                    self._columns.put(key, score_columns(known[None], encoded.target_ids, encoded.scored, rival)[0])
             missing = [i for i, k in enumerate(keys) if k not in self._columns]
             if missing:
                 ids = torch.tensor([row]).expand(len(missing), -1)
                 rows = [grafts[i] for i in missing]
                 logits = self.grafter.logits(ids, row_grafts=rows, logits_to_keep=len(encoded.target_ids))
                 for i, scores in zip(missing, score_columns(logits, encoded.target_ids, encoded.scored, rival)):
-                    self._columns[keys[i]] = scores
-            for k in keys:
-                self._columns.move_to_end(k)
-            out = [self._columns[k] for k in keys]
-            while len(self._columns) > _COLUMN_CACHE:
-                self._columns.popitem(last=False)
+                    self._columns.put(keys[i], scores)
+            out = [self._columns.get(k) for k in keys]
         return out
 
     # --- continuation ---------------------------------------------------------------------------
     def generate(
-        self, encoded: Encoded, cells: Sequence[Cells], max_new_tokens: int = 20, generated: str = "none"
+        self, encoded: Encoded, cells: Sequence[Cells], max_new_tokens: int = 20, generated: str = "last"
     ) -> dict:
         """Greedy continuations: the recipient, each donor alone, and the current graft (its
-        generated tokens grafted as `generated` says: none, or as the prompt's last token)."""
+        generated tokens grafted as `generated` says: as the prompt's last token, as a whole target is
+        scored, or none)."""
         if not 1 <= max_new_tokens <= MAX_NEW_TOKENS:
             raise ExploreError(f"max_new_tokens must be in 1..{MAX_NEW_TOKENS}, not {max_new_tokens}")
         context = getattr(self.grafter.recipient.config, "max_position_embeddings", None)

@@ -6,6 +6,7 @@
 "use strict";
 
 const analysisAsked = { exact: 0, lens: 0, many: 0 };
+const LEAVE_ONE_OUT_SHOWN = 20;  // the leave-one-out list's first lines; "show all" shows the rest
 
 function analysisStatus(kind, text) { $(`${kind}-status`).textContent = text; }
 
@@ -26,25 +27,25 @@ async function exactMap() {
 
 function renderExactInfo(data) {
   const box = $("exact-info");
-  let scale = 0;
-  for (const row of data.values) for (const v of row) scale = Math.max(scale, Math.abs(v));
+  const scale = mapScale(map).clip;
   const f = data.first_order;
   const bar = el("span", { class: "scale", title: "the colour of a cell's effect" });
   const parts = [
     el("span", { text: `−${scale.toPrecision(3)} ` }), bar, el("span", { text: ` +${scale.toPrecision(3)}` }),
-    el("span", { text: ` (change of the target's log-probability, ${data.donor} grafted in that cell alone; unshaded: known to be 0 without a pass)` }),
+    el("span", { text: ` (change of the target's log-probability, ${data.donor} grafted in that cell alone; unshaded: known to be 0 without a pass; ${scaleText(map)})` }),
   ];
   const agreement = f.cells ? `First-order map (${f.method}) against it over ${f.cells} cells: largest error ${f.max_abs_error.toPrecision(3)},
     mean ${f.mean_abs_error.toPrecision(3)}, correlation ${f.correlation === null ? "–" : f.correlation.toFixed(3)}.` : "";
   const rows = [el("p", {}, ...parts), el("p", { text: agreement })];
   if (data.leave_one_out) {
-    const cols = info.columns;
-    const list = data.leave_one_out.cells.map((c) => {
-      const col = cols[c.column];
-      return el("li", { text: `${view.tokens[c.position]} · ${columnName({ ...col, head: c.head })} (${c.donor}): ${c.effect >= 0 ? "+" : ""}${c.effect.toFixed(4)}` });
-    });
-    rows.push(el("p", { text: `Leave one out of the current graft (log p ${data.leave_one_out.current_logprob.toFixed(4)}): what each cell adds given the others` }),
-      el("ul", { id: "leave-one-out" }, ...list));
+    const cols = info.columns, cells = data.leave_one_out.cells;  // the largest |effect| first (the server sorts)
+    const item = (c) => el("li", { text: `${view.tokens[c.position]} · ${columnName({ ...cols[c.column], head: c.head })} (${c.donor}): ${c.effect >= 0 ? "+" : ""}${c.effect.toFixed(4)}` });
+    const list = el("ul", { id: "leave-one-out" }, ...cells.slice(0, LEAVE_ONE_OUT_SHOWN).map(item));
+    const more = cells.length > LEAVE_ONE_OUT_SHOWN ? el("button", { id: "leave-one-out-all", text: `show all ${cells.length}`,
+      onclick: () => { list.replaceChildren(...cells.map(item)); more.remove(); } }) : null;
+    const shown = more ? `the ${LEAVE_ONE_OUT_SHOWN} largest of ${cells.length}` : `${cells.length} cells`;
+    rows.push(el("p", { text: `Leave one out of the current graft (log p ${data.leave_one_out.current_logprob.toFixed(4)}): what each cell adds given the others; ${shown}, largest |effect| first` }),
+      list, more);
   }
   box.replaceChildren(...rows);
 }

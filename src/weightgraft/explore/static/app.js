@@ -255,6 +255,19 @@ function mapValue(c, pos) {       // a cell's value on the map; a head's where t
   const v = map.heads && map.heads[c.group] ? map.heads[c.group][pos][c.layer][c.head] : null;
   return v === undefined ? null : v;
 }
+// The map's colour scale: symmetric, clipped at the SCALE_PERCENTILE-th percentile of the cells'
+// |value| (zeros, cells known without a pass, left out), so that one cell (UNEMB at LT) does not set
+// it and wash out the rest; cells beyond the clip are drawn at full colour, and the legend says so.
+const SCALE_PERCENTILE = 95;
+function mapScale(m) {
+  if (m.scale) return m.scale;
+  const sizes = m.values.flat().map(Math.abs).filter((v) => v > 0).sort((a, b) => a - b);
+  const clip = sizes.length ? sizes[Math.min(sizes.length - 1, Math.floor((SCALE_PERCENTILE / 100) * sizes.length))] : 0;
+  m.scale = { clip, max: sizes.length ? sizes[sizes.length - 1] : 0, beyond: sizes.filter((v) => v > clip).length };
+  return m.scale;
+}
+const scaleText = (m) => { const s = mapScale(m);
+  return `colour clipped at ±${s.clip.toPrecision(3)} (the ${SCALE_PERCENTILE}th percentile of |value|; largest ${s.max.toPrecision(3)}, ${s.beyond} cells beyond it at full colour)`; };
 function renderGrid() {
   const table = $("grid");
   if (!grid || !sameList(grid.tokens, view.tokens) || !sameList(grid.roles, view.roles) || grid.heads !== state.heads.join(","))
@@ -265,8 +278,7 @@ function renderGrid() {
   const cols = grid.cols, part = partial();
   const unchanged = cols.map((c) => same.has(`${c.group}|${c.layer === null ? "" : c.layer}`));
   const base = cols.map((c, i) => "cell" + (i === 0 || cols[i - 1].group !== c.group ? " gstart" : "") + (c.head === null ? "" : " hd"));
-  let scale = 0;
-  if (map) for (const row of map.values) for (const v of row) scale = Math.max(scale, Math.abs(v));
+  const scale = map ? mapScale(map).clip : 0;
   view.tokens.forEach((token, pos) => {
     const tds = grid.tds[pos], shown = grid.shown[pos];
     cols.forEach((c, i) => {
@@ -291,10 +303,10 @@ function renderGrid() {
   $("map-legend").hidden = !map;
   if (map && map.method === "exact") $("map-legend").textContent = `Exact effects from ${map.donor}: each cell's measured
     change of the target's log-probability when it alone is grafted (green raises it, red lowers it); the scale and the
-    first-order map's error are below the analyses' buttons.`;
+    first-order map's error are below the analyses' buttons; ${scaleText(map)}.`;
   else if (map) $("map-legend").textContent = `Attribution from ${map.donor} (${map.method}): each cell's estimated change of the
     target's log-probability if it alone were grafted (green raises it, red lowers it). Sum ${map.sum.toFixed(3)};
-    the donor everywhere changes it by ${(map.donor_everywhere - map.recipient).toFixed(3)}.`;
+    the donor everywhere changes it by ${(map.donor_everywhere - map.recipient).toFixed(3)}; ${scaleText(map)}.`;
 }
 
 function renderPredictions() {
@@ -349,6 +361,7 @@ function renderCompare() {
     if (c.kind === "pin") {
       const index = pin++;
       th.append(el("button", { class: "load", text: "load", title: "put this graft on the grid", onclick: () => commit(withCells({ ...state.pins[index].cells })) }),
+        el("button", { class: "rename", text: "✎", title: "rename this pin", onclick: () => renamePin(index) }),
         el("button", { class: "unpin", text: "✕", title: "unpin", onclick: () => commit({ ...state, pins: state.pins.filter((_, i) => i !== index) }) }));
     }
     head.append(th);
@@ -361,10 +374,17 @@ function renderCompare() {
   }
   table.append(el("thead", {}, head), body);
 }
-function pinCurrent() {
+const PIN_NAME_LENGTH = 80;        // the server's bound on a pin's label
+function pinCurrent() {           // named as the "as" box says, else by its size and donors
   const cells = Object.keys(state.cells).length, donors = [...new Set(Object.values(state.cells))];
-  const label = `#${state.pins.length + 1}: ${cells} cells` + (donors.length ? ` from ${donors.join("+")}` : "");
+  const named = $("pin-name").value.trim().slice(0, PIN_NAME_LENGTH);
+  const label = named || `#${state.pins.length + 1}: ${cells} cells` + (donors.length ? ` from ${donors.join("+")}` : "");
+  $("pin-name").value = "";
   commit({ ...state, pins: [...state.pins, { label, cells: { ...state.cells } }] });
+}
+function renamePin(index) {
+  const name = (prompt("this pin's name", state.pins[index].label) || "").trim().slice(0, PIN_NAME_LENGTH);
+  if (name) commit({ ...state, pins: state.pins.map((pin, i) => (i === index ? { ...pin, label: name } : pin)) });
 }
 
 // ---- exports of the comparison ------------------------------------------------------------------------
@@ -397,18 +417,33 @@ function renderExport() {
   setText("condition-note", view.condition_note || "");
 }
 
-let selectorsShown = null;         // the selections the buttons and menu were drawn for
+// The position buttons graft "every weight" in one of the two definitions (docs/methodology.md):
+// clean (embeddings and every layer's weights; the recipient's unembedding) or the authors' (the
+// token embedding and every layer's weights, and on a tied model the donor's unembedding with it,
+// so the donor's unembedding scores LT wherever LT's embedding is grafted). The buttons say which.
+const definitionsDiffer = () => JSON.stringify(info.component_sets.WEIGHTS) !== JSON.stringify(info.component_sets.AUTHORS_WEIGHTS);
+const definition = () => (definitionsDiffer() && $("definition").value === "authors" ? "authors" : "clean");
+function definitionText() {
+  if (!definitionsDiffer()) return "every weight: the authors' definition and the clean one graft the same on this model (untied unembedding)";
+  return definition() === "authors"
+    ? `every weight as the authors grafted it: ${info.component_sets.AUTHORS_WEIGHTS.join(", ")} (the donor's unembedding with the token embedding${info.tied ? ", as on this tied model" : ""})`
+    : `every weight, clean: ${info.component_sets.WEIGHTS.join(", ")} (the recipient's unembedding)`;
+}
+let selectorsShown = null;         // the selections (and definition) the buttons and menu were drawn for
 function renderSelectors() {
-  const drawn = JSON.stringify(view.selections);
+  const drawn = JSON.stringify([view.selections, definition()]);
   if (drawn === selectorsShown) return;
   selectorsShown = drawn;
-  const quick = $("quick");
+  const quick = $("quick"), groups = info.component_sets[definition() === "authors" ? "AUTHORS_WEIGHTS" : "WEIGHTS"];
+  const suffix = definitionsDiffer() ? (definition() === "authors" ? " (authors')" : " (clean)") : "";
+  $("definition-box").hidden = !definitionsDiffer();
+  $("definition-note").textContent = definitionsDiffer() ? definitionText() : "";  // else in the buttons' titles
   quick.replaceChildren();
   for (const name of ["FE", "LT", "FE+LT", "(FE+LT)^C", "FE^C", "LT^C"]) {
     const positions = view.selections[name];
-    quick.append(el("button", { text: name, "data-sel": name,
-      title: positions ? `every weight at ${name} (positions ${positions.join(", ")}), all layers` : `this prompt has no ${name}`,
-      onclick: () => positions && commit(withCells(select({}, positions, info.bands["all layers"], info.component_sets.WEIGHTS, true))) }));
+    quick.append(el("button", { text: name + suffix, "data-sel": name, "data-definition": definition(),
+      title: positions ? `${definitionText()} at ${name} (positions ${positions.join(", ")}), all layers` : `this prompt has no ${name}`,
+      onclick: () => positions && commit(withCells(select({}, positions, info.bands["all layers"], groups, true))) }));
     if (!positions) quick.lastChild.disabled = true;
   }
   const pos = $("sel-pos"), keep = pos.value;
@@ -527,6 +562,7 @@ async function start() {
     $(id).addEventListener("keydown", (e) => { if (e.key === "Enter" && (e.ctrlKey || id === "target")) { e.preventDefault(); promptFromInputs(); } });
   $("donor").onchange = () => commit({ ...state, donor: $("donor").value });
   $("topk").onchange = () => commit({ ...state, k: Math.max(1, Math.min(info.limits.max_top_k, Number($("topk").value) || 5)) });
+  $("definition").onchange = () => renderSelectors();
   $("sel-add").onclick = () => composed(true);
   $("sel-remove").onclick = () => composed(false);
   $("clear").onclick = () => commit(withCells({}));
