@@ -25,7 +25,8 @@ from weightgraft.explore.heads import HeadCounts, check_head, head_counts, head_
 LAYER_GROUPS: dict[str, tuple[str, ...]] = {
     "ATTN": ("q", "k", "v"),
     "O": ("o",),
-    "FFN": ("gate", "up", "down"),
+    # On a mixture-of-experts layer FFN is the whole MoE block, as in the paper's sets (methodology.md).
+    "FFN": ("gate", "up", "down", "router", "experts", "shared_expert", "shared_expert_gate"),
     "NORMS": ("ln1", "ln2", "q_norm", "k_norm", "post_attn_norm", "post_mlp_norm"),
 }
 MODEL_GROUPS: dict[str, tuple[str, ...]] = {
