@@ -8,6 +8,7 @@ by the group as the user's other files can.
 from __future__ import annotations
 
 import errno
+import fnmatch
 import json
 import os
 import shutil
@@ -19,7 +20,7 @@ from pathlib import Path
 
 from weightgraft.errors import UserError
 from weightgraft.locking import LOCK_NAME, folder_lock, sibling_lock_file
-from weightgraft.runtime import sha256_file
+from weightgraft.runtime import sha256_file, sha256_verified
 
 
 def current_umask() -> int:
@@ -188,6 +189,27 @@ def read_record(folder: str | Path) -> OwnedRecord | None:
             )
         files[name] = digest
     return OwnedRecord(command, files)
+
+
+class DamagedFileError(UserError, ValueError):
+    """A file weightgraft wrote is no longer the bytes (sha256) it recorded writing."""
+
+
+def check_recorded_files(folder: str | Path, patterns: tuple[str, ...]) -> None:
+    """Refuse a file of `folder` matching one of `patterns` whose sha256 differs from the one
+    OWNED_RECORD holds for it (hashed once per process, whatever its mtime says): a model
+    folder weightgraft wrote is never used damaged. Files the record does not list pass."""
+    folder = Path(folder)
+    record = read_record(folder)
+    for name, digest in sorted(record.files.items()) if record else []:
+        path = folder / name
+        wanted = len(digest) == 64 and any(fnmatch.fnmatch(name, pattern) for pattern in patterns)
+        if wanted and path.is_file() and not path.is_symlink() and sha256_verified(path) != digest:
+            writer = f"`weightgraft {record.command}`" if record.command else "the weightgraft command that wrote it"
+            raise DamagedFileError(
+                f"{path} differs from the sha256 weightgraft recorded when it wrote it (damaged since); "
+                f"run {writer} again (or, if you changed it on purpose, delete {folder / OWNED_RECORD})"
+            )
 
 
 def owned_names(folder: Path) -> set[str]:

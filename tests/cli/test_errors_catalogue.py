@@ -26,11 +26,13 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from safetensors.torch import load_file, save_file
 
 from bad_input_fixtures import EXPERIMENT, build_world, config_body, fill_the_disk
 from cli_runner import invoke, one_line_error
 from data_fixtures import OTHER_USER_FACT, USER_FACT
 from weightgraft.atomic import OWNED_RECORD, atomic_directory, record_text
+from weightgraft.runtime import sha256_file
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "errors.md"
 
@@ -289,6 +291,31 @@ def data_over_a_model(w: World) -> list:
     with atomic_directory(out, command="train") as tmp:
         (tmp / "config.json").write_text("{}")
     return ["data", "--out", out, "--overwrite", "--facts-per-kind", "4", "--relation", "4", "--task", "0"]
+
+
+def damaged_recorded_model(w: World) -> list:
+    """`run` over a model folder `train` recorded, one byte of whose weights changed since, the
+    mtime put back (issue 41, item 1)."""
+
+    def damage(folder: Path) -> None:
+        (folder / OWNED_RECORD).write_text(
+            record_text("train", {p.name: sha256_file(p) for p in folder.iterdir() if p.is_file()})
+        )
+        weights = folder / "model.safetensors"
+        stat, data = weights.stat(), bytearray(weights.read_bytes())
+        data[-1] ^= 0x01
+        weights.write_bytes(bytes(data))
+        os.utime(weights, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+
+    return w.run(models={"pre": str(w["pre"]), "sft": w.model("damaged", damage)})
+
+
+def narrow_tensor(folder: Path) -> None:
+    """One tensor of the model cut to half its columns (a member of another shape)."""
+    weights = load_file(folder / "model.safetensors")
+    name = "model.layers.1.mlp.up_proj.weight"
+    weights[name] = weights[name][:, : weights[name].shape[1] // 2].contiguous()
+    save_file(weights, folder / "model.safetensors", metadata={"format": "pt"})
 
 
 def mount_point_out(w: World) -> list:
@@ -698,6 +725,16 @@ RECIPES: dict[str, R] = {
         lambda w: ["average", w["sft"], w.folder("pickled", "config.json", "pytorch_model.bin"), "--out", w.tmp / "a"],
         "has only pickled weights (.bin/.pt), which weightgraft does not load because unpickling can run code",
     ),
+    "E-train-20": R(
+        lambda w: ["average", w["sft"], w["lacking"], "--out", w.tmp / "avg"],
+        "lacks 1 tensor(s) that",
+        "lacks N tensor(s) that DIR holds",
+    ),
+    "E-train-21": R(
+        lambda w: ["average", w["sft"], w.model("narrow", narrow_tensor), "--out", w.tmp / "avg"],
+        "model.layers.1.mlp.up_proj.weight has shape",
+        "has shape [...] in DIR and [...] in DIR",
+    ),
     "E-train-12": R(lambda w: w.train(model=w["no_tokenizer"]), "--model: no usable tokenizer in"),
     "E-train-13": R(
         lambda w: w.train(model=w["lacking"]),
@@ -865,6 +902,11 @@ RECIPES: dict[str, R] = {
     "E-folder-14": R(
         another_config_run,
         "holds a run of another config (its run.json lists other experiments than",
+    ),
+    "E-folder-16": R(
+        damaged_recorded_model,
+        "model.safetensors differs from the sha256 weightgraft recorded when it wrote it (damaged since); run `weightgraft train` again",
+        "differs from the sha256 weightgraft recorded when it wrote it (damaged since)",
     ),
     "E-folder-15": R(
         lambda w: w.run("--shard", "0/2", "--overwrite"),

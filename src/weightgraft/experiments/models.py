@@ -18,7 +18,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from transformers.utils import cached_file
 from transformers.utils import logging as hf_logging
 
-from weightgraft.atomic import check_whole, write_text_atomic
+from weightgraft.atomic import check_recorded_files, check_whole, write_text_atomic
 from weightgraft.errors import UserError
 from weightgraft.pretrained import is_pretrained_name, resolve_pretrained
 from weightgraft.runtime import home, sha256_file
@@ -149,6 +149,7 @@ def check_model_files(name_or_path: str, field: str = "model") -> Path | None:
             )
         return None  # a hub id that is not cached: from_pretrained says whether it can be had
     check_whole(folder)
+    check_recorded_files(folder, FINGERPRINTED)
     if not (folder / "config.json").is_file():
         raise UserError(
             f"{field}: {folder} is not a model folder (no config.json); give the "

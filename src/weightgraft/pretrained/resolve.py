@@ -1,8 +1,9 @@
 """A real model's name (or a `.gguf` path) to its converted folder, converting on first use.
 
 The folder's record lists every file with its size, mtime and sha256. A folder is used only when
-every listed file is there with its size, and its sha256 still matches wherever the mtime moved;
-anything else (a damaged, truncated or half-deleted folder) is converted again, never used.
+every listed file is there with its size and its sha256 (hashed on each first use in a process,
+whatever the mtime says); anything else (a damaged, truncated or half-deleted folder) is
+converted again, with a line saying why, never used.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import tempfile
 from pathlib import Path
 
 from weightgraft.atomic import IncompleteFolderError, check_whole
-from weightgraft.errors import UserError
+from weightgraft.errors import UserError, warn
 from weightgraft.locking import waiting_lock
 from weightgraft.pretrained.catalog import CATALOG, PretrainedModel, require_gguf_reader
 from weightgraft.pretrained.convert import CONVERTER_VERSION, convert_gguf, read_record
@@ -32,7 +33,7 @@ def pretrained_home() -> Path:
 
 
 def intact(folder: Path) -> bool:
-    """Every file the record lists is there, of its size, with its sha256 where its mtime moved."""
+    """Every file the record lists is there, of its size and its sha256 (hashed once per process)."""
     record = read_record(folder)
     if record is None or record.get("converter") != CONVERTER_VERSION:
         return False
@@ -40,7 +41,21 @@ def intact(folder: Path) -> bool:
         check_whole(folder)
     except IncompleteFolderError:
         return False
-    return all(file_unchanged(folder / name, facts) for name, facts in record["files"].items())
+    return not damaged_files(folder, record)
+
+
+def damaged_files(folder: Path, record: dict) -> list[str]:
+    """The names the conversion record lists whose file is gone or not the bytes it recorded."""
+    return [name for name, facts in record["files"].items() if not file_unchanged(folder / name, facts)]
+
+
+def say_why_again(folder: Path) -> None:
+    """One line saying why a converted folder that exists is converted again."""
+    record = read_record(folder)
+    if record is not None and record.get("converter") == CONVERTER_VERSION:
+        names = damaged_files(folder, record)
+        if names:
+            warn(f"{folder / names[0]} differs from the sha256 recorded at its conversion (damaged); converting again")
 
 
 def _gguf_file(name: str) -> Path:
@@ -96,6 +111,7 @@ def resolve_pretrained(name: str | Path) -> Path:
     pretrained_home().mkdir(parents=True, exist_ok=True)
     with waiting_lock(pretrained_home() / f".{final.name}.lock"):  # a second caller waits, then reuses
         if not intact(final):
+            say_why_again(final)
             _convert(key, final, model)
     _resolved[memo] = final
     return final

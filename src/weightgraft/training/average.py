@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError, safe_open
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 from weightgraft.atomic import atomic_directory, check_whole, refuse_nonempty, write_json
@@ -56,7 +57,44 @@ def _check_members(models: list[Path]) -> list[dict]:
     for i, model in enumerate(models):
         for other in models[i + 1 :]:
             refuse_same_model(model, other, (str(model), str(other)), "average")
+    _check_tensors(models)
     return records
+
+
+def _tensor_shapes(model: Path) -> dict[str, tuple[int, ...]]:
+    """{tensor name: shape} of every safetensors file of `model`, read from the headers alone."""
+    shapes = {}
+    for shard in sorted(model.glob("*.safetensors")):
+        try:
+            with safe_open(str(shard), framework="pt") as handle:
+                shapes.update({name: tuple(handle.get_slice(name).get_shape()) for name in handle.keys()})
+        except (SafetensorError, OSError) as err:
+            raise DataError(f"{shard} is damaged ({err}); save or copy the model again") from None
+    return shapes
+
+
+def _check_tensors(models: list[Path]) -> None:
+    """Every member holds the first one's tensors, of its shapes, before anything loads: a
+    missing tensor would load as a random initialisation and be averaged in without a word."""
+    first = _tensor_shapes(models[0])
+    for model in models[1:]:
+        shapes = _tensor_shapes(model)
+        for lacking, holder, names in (
+            (model, models[0], first.keys() - shapes),
+            (models[0], model, shapes.keys() - first),
+        ):
+            if names:
+                shown = ", ".join(sorted(names)[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+                raise DataError(
+                    f"{lacking} lacks {len(names)} tensor(s) that {holder} holds ({shown}); "
+                    "average only finetunes of one base model, each saved whole"
+                )
+        for name in sorted(first):
+            if shapes[name] != first[name]:
+                raise DataError(
+                    f"{name} has shape {list(shapes[name])} in {model} and {list(first[name])} in {models[0]}; "
+                    "average only finetunes of one base model"
+                )
 
 
 def _check_folder(model: Path) -> None:
