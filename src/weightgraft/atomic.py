@@ -8,7 +8,6 @@ by the group as the user's other files can.
 from __future__ import annotations
 
 import errno
-import fnmatch
 import json
 import os
 import shutil
@@ -20,7 +19,7 @@ from pathlib import Path
 
 from weightgraft.errors import UserError
 from weightgraft.locking import LOCK_NAME, folder_lock, sibling_lock_file
-from weightgraft.runtime import sha256_file, sha256_verified
+from weightgraft.runtime import sha256_file
 
 
 def current_umask() -> int:
@@ -57,6 +56,14 @@ def make_temp_folder(parent: str | Path, prefix: str) -> Path:
     return tmp
 
 
+_written: set[str] = set()  # every file this process wrote through write_atomic (see `written_here`)
+
+
+def written_here(path: str | Path) -> bool:
+    """`path` was written by this process (through `write_atomic`): a file a record may claim."""
+    return os.path.abspath(path) in _written
+
+
 def write_atomic(path: str | Path, writer: Callable[[Path], None]) -> Path:
     """Call `writer(tmp_path)` on a temporary file in the same folder, then rename it over path."""
     path = Path(path)
@@ -67,6 +74,7 @@ def write_atomic(path: str | Path, writer: Callable[[Path], None]) -> Path:
         writer(Path(tmp))
         os.chmod(tmp, file_mode())  # mkstemp makes 0600
         os.replace(tmp, path)
+        _written.add(os.path.abspath(path))
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -110,6 +118,10 @@ class ForeignFolderError(OutputExistsError):
     """The output folder holds what another command (or someone else) wrote."""
 
 
+class UserFileError(OutputExistsError):
+    """An output would replace a file weightgraft did not record writing (the user's own)."""
+
+
 class CrossDeviceError(OutputExistsError):
     """The output folder is on another file system than the folder beside it where weightgraft
     builds the new files, so they cannot be moved in."""
@@ -147,6 +159,22 @@ def remove_entry(folder: str | Path, name: str) -> None:
         target.unlink(missing_ok=True)
     elif target.is_dir():
         shutil.rmtree(target)
+
+
+def remove_owned(folder: str | Path, name: str) -> None:
+    """Delete the entry `name` of `folder` as far as weightgraft wrote it: a folder holding its
+    own record loses only the entries recorded there (recursively) and goes only when nothing
+    else is left in it, so a user's file inside survives; anything else as `remove_entry`."""
+    target = Path(folder) / name
+    record = read_record(target) if is_plain_name(name) and target.is_dir() and not target.is_symlink() else None
+    if record is None:
+        remove_entry(folder, name)
+        return
+    for inner in sorted(record.files):
+        remove_owned(target, inner)
+    remove_entry(target, OWNED_RECORD)
+    if not any(target.iterdir()):
+        target.rmdir()
 
 
 def is_nonempty_folder(path: str | Path) -> bool:
@@ -189,27 +217,6 @@ def read_record(folder: str | Path) -> OwnedRecord | None:
             )
         files[name] = digest
     return OwnedRecord(command, files)
-
-
-class DamagedFileError(UserError, ValueError):
-    """A file weightgraft wrote is no longer the bytes (sha256) it recorded writing."""
-
-
-def check_recorded_files(folder: str | Path, patterns: tuple[str, ...]) -> None:
-    """Refuse a file of `folder` matching one of `patterns` whose sha256 differs from the one
-    OWNED_RECORD holds for it (hashed once per process, whatever its mtime says): a model
-    folder weightgraft wrote is never used damaged. Files the record does not list pass."""
-    folder = Path(folder)
-    record = read_record(folder)
-    for name, digest in sorted(record.files.items()) if record else []:
-        path = folder / name
-        wanted = len(digest) == 64 and any(fnmatch.fnmatch(name, pattern) for pattern in patterns)
-        if wanted and path.is_file() and not path.is_symlink() and sha256_verified(path) != digest:
-            writer = f"`weightgraft {record.command}`" if record.command else "the weightgraft command that wrote it"
-            raise DamagedFileError(
-                f"{path} differs from the sha256 weightgraft recorded when it wrote it (damaged since); "
-                f"run {writer} again (or, if you changed it on purpose, delete {folder / OWNED_RECORD})"
-            )
 
 
 def owned_names(folder: Path) -> set[str]:
@@ -332,7 +339,7 @@ def clear_folder(folder: str | Path, command: str, names: set[str]) -> None:
     whole) and leave its record naming `command` and nothing else, so nothing of before stays."""
     folder = Path(folder)
     for name in sorted(names):
-        remove_entry(folder, name)
+        remove_owned(folder, name)
     write_text_atomic(folder / OWNED_RECORD, record_text(command, {}))
 
 
@@ -364,13 +371,21 @@ def check_targets(tmp: Path, final: Path) -> None:
             f"{final} is on another file system than {tmp.parent}, where weightgraft builds the new "
             "files before moving them in; give a folder inside it as --out"
         )
+    recorded = owned_names(final)
     for source in tmp.iterdir():
         target = final / source.name
-        if target.is_symlink() or not target.is_dir():
+        if source.name == OWNED_RECORD or not (target.exists() or target.is_symlink()):
             continue
-        if not source.is_dir():
-            raise OutputExistsError(f"{target} is a folder where weightgraft writes a file; move it away")
-        check_targets(source, target)
+        if target.is_dir() and not target.is_symlink():
+            if not source.is_dir():
+                raise OutputExistsError(f"{target} is a folder where weightgraft writes a file; move it away")
+            check_targets(source, target)  # merged: only its files of our names matter
+        elif source.name not in recorded:
+            raise UserFileError(
+                f"{target} is not a file weightgraft recorded writing (its folder's {OWNED_RECORD} does not "
+                "list it), and the new output has one of that name; --overwrite replaces only weightgraft's "
+                "own files: move it away or choose another --out"
+            )
 
 
 def install_folder(
@@ -408,7 +423,7 @@ def install_folder(
             undo_marker(final, before)
         raise
     for stale in sorted(set(previous.files) - set(written)):
-        remove_entry(final, stale)
+        remove_owned(final, stale)
     os.replace(tmp / OWNED_RECORD, final / OWNED_RECORD)
     tmp.rmdir()
     (final / INSTALLING).unlink()

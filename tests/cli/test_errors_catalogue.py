@@ -318,6 +318,14 @@ def narrow_tensor(folder: Path) -> None:
     save_file(weights, folder / "model.safetensors", metadata={"format": "pt"})
 
 
+def users_eval_file(w: World) -> list:
+    """`data --overwrite` into a folder holding the user's own relation/eval.jsonl."""
+    mine = w.tmp / "d" / "relation" / "eval.jsonl"
+    mine.parent.mkdir(parents=True)
+    mine.write_text("mine\n")
+    return w.data("--overwrite", "--facts-per-kind", "4", "--relation", "4", "--task", "0")
+
+
 def mount_point_out(w: World) -> list:
     """`data --out DIR` where DIR is the top of another file system (its device differs)."""
     mounted = w.folder("mounted")
@@ -907,6 +915,16 @@ RECIPES: dict[str, R] = {
         damaged_recorded_model,
         "model.safetensors differs from the sha256 weightgraft recorded when it wrote it (damaged since); run `weightgraft train` again",
         "differs from the sha256 weightgraft recorded when it wrote it (damaged since)",
+    ),
+    "E-folder-17": R(
+        users_eval_file,
+        "relation/eval.jsonl is not a file weightgraft recorded writing",
+        "is not a file weightgraft recorded writing (its folder's .weightgraft-files does not list it)",
+    ),
+    "E-folder-18": R(
+        lambda w: ["average", w["sft"], w["pre"], "--out", w["sft"], "--overwrite"],
+        "is the command's own input model 1",
+        "is the command's own input OPTION PATH; writing there would replace what the command reads",
     ),
     "E-folder-15": R(
         lambda w: w.run("--shard", "0/2", "--overwrite"),

@@ -13,9 +13,10 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from weightgraft.atomic import OWNED_RECORD, DamagedFileError, atomic_directory, write_json
+from weightgraft.atomic import OWNED_RECORD, atomic_directory, write_json
 from weightgraft.experiments.models import check_model_files
 from weightgraft.ledger import Ledger
+from weightgraft.recorded import DamagedFileError
 from weightgraft.runtime import sha256_file
 from weightgraft.training.checkpoints import intact_checkpoint, seal_checkpoint
 

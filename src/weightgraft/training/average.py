@@ -22,6 +22,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 from weightgraft.atomic import atomic_directory, check_whole, refuse_nonempty, write_json
 from weightgraft.data.errors import DataError
 from weightgraft.model_identity import refuse_same_model
+from weightgraft.recorded import refuse_own_input, refuse_user_files
 from weightgraft.remote_code import refuse_remote_code
 from weightgraft.training import TRAINING_RECORD
 from weightgraft.training.finetune import quiet_loading
@@ -57,7 +58,6 @@ def _check_members(models: list[Path]) -> list[dict]:
     for i, model in enumerate(models):
         for other in models[i + 1 :]:
             refuse_same_model(model, other, (str(model), str(other)), "average")
-    _check_tensors(models)
     return records
 
 
@@ -168,7 +168,9 @@ def average_weights(
         refuse_remote_code(
             model, trust_remote_code, "average", "pass --trust-remote-code (Python: trust_remote_code=True)"
         )
+    refuse_own_input(out_dir, {f"model {i + 1}": m for i, m in enumerate(members)})
     refuse_nonempty(out_dir, overwrite, command="average")
+    refuse_user_files(out_dir)
     configs = [AutoConfig.from_pretrained(m, trust_remote_code=trust_remote_code) for m in members]
     for model, config in zip(members[1:], configs[1:]):
         differ = _config_differences(configs[0], config)
@@ -177,6 +179,7 @@ def average_weights(
                 f"{model}'s config differs from {members[0]}'s in {', '.join(differ)}; "
                 "average only finetunes of one base model"
             )
+    _check_tensors(members)
     with quiet_loading():
         nets = [_load(m, trust_remote_code) for m in members]
     averaged = average_state([net.state_dict() for net in nets])
