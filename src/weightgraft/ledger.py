@@ -88,7 +88,12 @@ class Ledger:
         return {self._stored(f): file_facts(f) for f in files}
 
     def _resolved(self, stored: str) -> Path:
-        return Path(stored) if self.base is None else self.base / stored
+        if self.base is None:
+            return Path(stored)
+        here = self.base / stored  # an absolute stored path stays itself
+        # A record written before its paths were kept relative to `base` holds them as given
+        # (relative to the working directory of the time): found there, they still count.
+        return here if here.exists() or not Path(stored).exists() else Path(stored)
 
     def is_done(self, name: str, inputs: dict) -> bool:
         record = self.record_of(name)
