@@ -408,6 +408,15 @@ def twin_of_pre(w: World) -> str:
     return str(folder)
 
 
+def localize_item_without_gain(w: World) -> list:
+    """`run` of a config whose `localize:` item grafts a twin of the recipient (no gain)."""
+    models = {"pre": str(w["pre"]), "sft": str(w["sft"]), "twin": twin_of_pre(w)}
+    item = {"localize": "where", "dataset": "relation", "recipient": "pre", "donor": "twin"}
+    return w.run(
+        "--no-progress", models=models, experiments=[EXPERIMENT, item], allow_config_differences=["weightgraft_note"]
+    )
+
+
 def explore(w: World, *args) -> list:
     """`weightgraft explore` on any free port (so that a taken 8765 cannot decide the outcome)."""
     return ["explore", "--port", "0", *args]
@@ -641,6 +650,11 @@ RECIPES: dict[str, R] = {
         lambda w: w.run(datasets={"relation": w.dataset(lambda r: r["spans"][next(iter(r["spans"]))].update(end=1))}),
         "span",
         "the LABEL span 'TEXT' does not map onto whole tokens",
+    ),
+    "E-load-10": R(
+        localize_item_without_gain,
+        "localize experiment 'where': the donor does not improve on the recipient",
+        "localize experiment 'NAME': MESSAGE",
     ),
     # Sharded and multi-process runs
     "E-shard-01": R(lambda w: w.run("--shard", "5/2"), "--shard '5/2': write it as I/N with 0 <= I < N"),

@@ -22,6 +22,7 @@ every prompt) is reused, by the ledger's rule (`weightgraft.ledger`). The run re
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -97,7 +98,9 @@ def localize_pair(
     try:
         grafter = Grafter(*models, allow_config_differences=pair.allow_config_differences)
     except ValueError as err:  # the engine's word on models that do not fit together
-        raise UserError(f"{recipient_label} and {donor_label} cannot be grafted: {err}") from None
+        raise UserError(
+            f"{recipient_label} and {donor_label} cannot be grafted: {_in_our_words(err, donor_label)}"
+        ) from None
     result = localize(
         grafter,
         examples,
@@ -113,6 +116,18 @@ def localize_pair(
     if settings.check_cells:
         result.agreement = cell_agreement(grafter, examples[: settings.check_cells], steps=settings.steps)
     return result
+
+
+def _in_our_words(err: ValueError, donor_label: str) -> str:
+    """The engine's refusal with the donor called by its label (the engine calls the one donor of
+    this Grafter `donor`, which read "donor 'donor'") and its fix said the way a run config and
+    the command line say it, not the engine's Python call."""
+    text = str(err).replace("donor 'donor'", donor_label)
+    return re.sub(
+        r"pass Grafter\(\.\.\., allow_config_differences=\((.*?),?\)\)",
+        r"allow them: allow_config_differences: [\1] in a run config, --allow-config-difference FIELD to localize",
+        text,
+    )
 
 
 # A localize experiment's folder keeps its ledger (one step, the search) beside the results.
