@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from weightgraft.atomic import remove_entry
+from weightgraft.atomic import OWNED_RECORD, remove_entry
 from weightgraft.attribution.agreement import cell_agreement
 from weightgraft.attribution.localize import LocalizeResult, encode_role_examples, localize
 from weightgraft.data.encode import check_context
@@ -191,7 +191,8 @@ def _search(config, spec: LocalizeSpec, prompts_read: list, progress: bool) -> L
 
 def _result_files(folder: Path) -> list[Path]:
     """The files a search wrote in `folder` (its ledger and old stamp are not results)."""
-    return sorted(p for p in folder.iterdir() if p.is_file() and p.name not in (LEDGER_FILE, OLD_STAMP))
+    # nor is the record of weightgraft's files there (`recorded.seal_tree`), rewritten as the run goes
+    return sorted(p for p in folder.iterdir() if p.is_file() and p.name not in (LEDGER_FILE, OLD_STAMP, OWNED_RECORD))
 
 
 def _adopt_old_stamp(ledger: Ledger, folder: Path, inputs: dict) -> None:
