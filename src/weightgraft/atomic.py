@@ -91,12 +91,11 @@ def write_json(path: str | Path, obj: dict) -> Path:
 
 
 # --- Output folders that may hold a user's own files -------------------------------------------
-# A folder weightgraft writes (a dataset, a model, a run, ...) holds OWNED_RECORD, written last:
-# a header naming the command that wrote the folder, then one line per entry it wrote, with the
-# entry's sha256 (FOLDER_MARK for a folder). It is the only proof that the folder is
-# weightgraft's: a file named run.json or localize.json proves nothing. Replacing the folder
-# touches only the names recorded there, and only for the same kind of command: a user's
-# notes.txt beside them survives, and `data --overwrite` never deletes a model `train` wrote.
+# A folder weightgraft writes (a dataset, a model, a run, ...) holds OWNED_RECORD, written last: a header naming
+# the command that wrote the folder, then one line per entry it wrote, with the entry's sha256 (FOLDER_MARK for
+# a folder). It alone proves that the folder is weightgraft's (a file named run.json proves nothing). Replacing
+# the folder touches only the names recorded there, and only for the same kind of command: a user's notes.txt
+# beside them survives, and `data --overwrite` never deletes a model `train` wrote.
 
 OWNED_RECORD = ".weightgraft-files"
 INSTALLING = ".weightgraft-installing"  # present while a folder is replaced entry by entry
@@ -399,8 +398,7 @@ def install_folder(
     `started` collects what has been moved (shared with the replacements of subfolders): a
     replacement that fails before moving anything leaves the folder unmarked, as it was."""
     tmp, final = Path(tmp), Path(final)
-    written = {entry.name: entry_digest(entry) for entry in tmp.iterdir() if entry.name != OWNED_RECORD}
-    (tmp / OWNED_RECORD).write_text(record_text(command, written), encoding="utf-8")
+    written = install_record(tmp, command)
     if final.is_dir() and not final.is_symlink() and not any(final.iterdir()):
         final.rmdir()
     if not final.exists() and not final.is_symlink():
@@ -428,6 +426,17 @@ def install_folder(
     tmp.rmdir()
     (final / INSTALLING).unlink()
     return final
+
+
+def install_record(folder: Path, command: str | None = None) -> dict[str, str]:
+    """Record every entry of `folder` (built whole by weightgraft) as written by `command`, in it
+    and in each plain folder inside it (everything in it is ours); the entries recorded."""
+    for entry in folder.iterdir():
+        if entry.is_dir() and not entry.is_symlink() and read_record(entry) is None:
+            install_record(entry)
+    files = {entry.name: entry_digest(entry) for entry in folder.iterdir() if entry.name != OWNED_RECORD}
+    (folder / OWNED_RECORD).write_text(record_text(command, files), encoding="utf-8")
+    return files
 
 
 def move_entries(tmp: Path, final: Path, names: list[str], command: str | None, started: list[str]) -> None:
