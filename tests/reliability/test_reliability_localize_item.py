@@ -58,3 +58,18 @@ def test_a_localize_item_whose_donor_gains_nothing_names_it(world, tmp_path, mon
     line = run_with_localize(world, tmp_path, donor, allow_config_differences=["weightgraft_note"])
     assert line.startswith("error: localize experiment 'where': the donor does not improve on the recipient")
     assert line.count("localize experiment") == 1
+
+
+def test_a_lock_that_does_not_say_when_it_was_taken_is_described_without_none(tmp_path):
+    import os
+    import socket
+
+    from weightgraft.locking import FolderInUseError, folder_lock
+
+    lock = tmp_path / ".weightgraft-lock"
+    lock.write_text(json.dumps({"pid": os.getppid(), "host": socket.gethostname()}))  # a live process
+    with pytest.raises(FolderInUseError) as err:
+        with folder_lock(lock, tmp_path):
+            pass
+    assert f"(pid {os.getppid()} on {socket.gethostname()}); wait until it finishes" in str(err.value)
+    assert "started None" not in str(err.value) and "`None`" not in str(err.value)
