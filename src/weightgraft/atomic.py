@@ -56,6 +56,14 @@ def make_temp_folder(parent: str | Path, prefix: str) -> Path:
     return tmp
 
 
+_written: set[str] = set()  # every file this process wrote through write_atomic (see `written_here`)
+
+
+def written_here(path: str | Path) -> bool:
+    """`path` was written by this process (through `write_atomic`): a file a record may claim."""
+    return os.path.abspath(path) in _written
+
+
 def write_atomic(path: str | Path, writer: Callable[[Path], None]) -> Path:
     """Call `writer(tmp_path)` on a temporary file in the same folder, then rename it over path."""
     path = Path(path)
@@ -66,6 +74,7 @@ def write_atomic(path: str | Path, writer: Callable[[Path], None]) -> Path:
         writer(Path(tmp))
         os.chmod(tmp, file_mode())  # mkstemp makes 0600
         os.replace(tmp, path)
+        _written.add(os.path.abspath(path))
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -82,12 +91,11 @@ def write_json(path: str | Path, obj: dict) -> Path:
 
 
 # --- Output folders that may hold a user's own files -------------------------------------------
-# A folder weightgraft writes (a dataset, a model, a run, ...) holds OWNED_RECORD, written last:
-# a header naming the command that wrote the folder, then one line per entry it wrote, with the
-# entry's sha256 (FOLDER_MARK for a folder). It is the only proof that the folder is
-# weightgraft's: a file named run.json or localize.json proves nothing. Replacing the folder
-# touches only the names recorded there, and only for the same kind of command: a user's
-# notes.txt beside them survives, and `data --overwrite` never deletes a model `train` wrote.
+# A folder weightgraft writes (a dataset, a model, a run, ...) holds OWNED_RECORD, written last: a header naming
+# the command that wrote the folder, then one line per entry it wrote, with the entry's sha256 (FOLDER_MARK for
+# a folder). It alone proves that the folder is weightgraft's (a file named run.json proves nothing). Replacing
+# the folder touches only the names recorded there, and only for the same kind of command: a user's notes.txt
+# beside them survives, and `data --overwrite` never deletes a model `train` wrote.
 
 OWNED_RECORD = ".weightgraft-files"
 INSTALLING = ".weightgraft-installing"  # present while a folder is replaced entry by entry
@@ -107,6 +115,10 @@ class IncompleteFolderError(UserError, ValueError):
 
 class ForeignFolderError(OutputExistsError):
     """The output folder holds what another command (or someone else) wrote."""
+
+
+class UserFileError(OutputExistsError):
+    """An output would replace a file weightgraft did not record writing (the user's own)."""
 
 
 class CrossDeviceError(OutputExistsError):
@@ -146,6 +158,22 @@ def remove_entry(folder: str | Path, name: str) -> None:
         target.unlink(missing_ok=True)
     elif target.is_dir():
         shutil.rmtree(target)
+
+
+def remove_owned(folder: str | Path, name: str) -> None:
+    """Delete the entry `name` of `folder` as far as weightgraft wrote it: a folder holding its
+    own record loses only the entries recorded there (recursively) and goes only when nothing
+    else is left in it, so a user's file inside survives; anything else as `remove_entry`."""
+    target = Path(folder) / name
+    record = read_record(target) if is_plain_name(name) and target.is_dir() and not target.is_symlink() else None
+    if record is None:
+        remove_entry(folder, name)
+        return
+    for inner in sorted(record.files):
+        remove_owned(target, inner)
+    remove_entry(target, OWNED_RECORD)
+    if not any(target.iterdir()):
+        target.rmdir()
 
 
 def is_nonempty_folder(path: str | Path) -> bool:
@@ -310,7 +338,7 @@ def clear_folder(folder: str | Path, command: str, names: set[str]) -> None:
     whole) and leave its record naming `command` and nothing else, so nothing of before stays."""
     folder = Path(folder)
     for name in sorted(names):
-        remove_entry(folder, name)
+        remove_owned(folder, name)
     write_text_atomic(folder / OWNED_RECORD, record_text(command, {}))
 
 
@@ -342,13 +370,21 @@ def check_targets(tmp: Path, final: Path) -> None:
             f"{final} is on another file system than {tmp.parent}, where weightgraft builds the new "
             "files before moving them in; give a folder inside it as --out"
         )
+    recorded = owned_names(final)
     for source in tmp.iterdir():
         target = final / source.name
-        if target.is_symlink() or not target.is_dir():
+        if source.name == OWNED_RECORD or not (target.exists() or target.is_symlink()):
             continue
-        if not source.is_dir():
-            raise OutputExistsError(f"{target} is a folder where weightgraft writes a file; move it away")
-        check_targets(source, target)
+        if target.is_dir() and not target.is_symlink():
+            if not source.is_dir():
+                raise OutputExistsError(f"{target} is a folder where weightgraft writes a file; move it away")
+            check_targets(source, target)  # merged: only its files of our names matter
+        elif source.name not in recorded:
+            raise UserFileError(
+                f"{target} is not a file weightgraft recorded writing (its folder's {OWNED_RECORD} does not "
+                "list it), and the new output has one of that name; --overwrite replaces only weightgraft's "
+                "own files: move it away or choose another --out"
+            )
 
 
 def install_folder(
@@ -362,8 +398,7 @@ def install_folder(
     `started` collects what has been moved (shared with the replacements of subfolders): a
     replacement that fails before moving anything leaves the folder unmarked, as it was."""
     tmp, final = Path(tmp), Path(final)
-    written = {entry.name: entry_digest(entry) for entry in tmp.iterdir() if entry.name != OWNED_RECORD}
-    (tmp / OWNED_RECORD).write_text(record_text(command, written), encoding="utf-8")
+    written = install_record(tmp, command)
     if final.is_dir() and not final.is_symlink() and not any(final.iterdir()):
         final.rmdir()
     if not final.exists() and not final.is_symlink():
@@ -386,11 +421,22 @@ def install_folder(
             undo_marker(final, before)
         raise
     for stale in sorted(set(previous.files) - set(written)):
-        remove_entry(final, stale)
+        remove_owned(final, stale)
     os.replace(tmp / OWNED_RECORD, final / OWNED_RECORD)
     tmp.rmdir()
     (final / INSTALLING).unlink()
     return final
+
+
+def install_record(folder: Path, command: str | None = None) -> dict[str, str]:
+    """Record every entry of `folder` (built whole by weightgraft) as written by `command`, in it
+    and in each plain folder inside it (everything in it is ours); the entries recorded."""
+    for entry in folder.iterdir():
+        if entry.is_dir() and not entry.is_symlink() and read_record(entry) is None:
+            install_record(entry)
+    files = {entry.name: entry_digest(entry) for entry in folder.iterdir() if entry.name != OWNED_RECORD}
+    (folder / OWNED_RECORD).write_text(record_text(command, files), encoding="utf-8")
+    return files
 
 
 def move_entries(tmp: Path, final: Path, names: list[str], command: str | None, started: list[str]) -> None:

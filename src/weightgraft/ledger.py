@@ -4,8 +4,8 @@ weightgraft's one resume mechanism for the steps of a pipeline (the built-in mod
 `weightgraft reproduce` and a run's `localize` experiments; a finetune's checkpoints, resumed
 while it runs, carry a stamp compared by the same rule: `stamp_matches`). A step is done when its record exists, the sha256 of its inputs (data
 manifests, model fingerprints, the step's own config) equals the one recorded, and every output
-it recorded still exists with the sha256 it was written with (checked when its size or mtime
-moved; a damaged output makes the step run again). A done step is never redone; a step whose inputs changed is redone.
+it recorded still exists with the sha256 it was written with (hashed on every reuse, once per
+process: a kept size and mtime prove nothing; a damaged output makes the step run again). A done step is never redone; a step whose inputs changed is redone.
 The file is replaced atomically after each step, so a job killed between steps resumes at the
 first step not recorded, and a step killed halfway leaves no record (its outputs are written
 atomically by the step itself). Only the main process (rank 0) writes.
@@ -88,7 +88,12 @@ class Ledger:
         return {self._stored(f): file_facts(f) for f in files}
 
     def _resolved(self, stored: str) -> Path:
-        return Path(stored) if self.base is None else self.base / stored
+        if self.base is None:
+            return Path(stored)
+        here = self.base / stored  # an absolute stored path stays itself
+        # A record written before its paths were kept relative to `base` holds them as given
+        # (relative to the working directory of the time): found there, they still count.
+        return here if here.exists() or not Path(stored).exists() else Path(stored)
 
     def is_done(self, name: str, inputs: dict) -> bool:
         record = self.record_of(name)
@@ -96,8 +101,14 @@ class Ledger:
             return False
         if not all(self._resolved(p).exists() for p in record.get("paths", [])):
             return False
+        return not self.changed_outputs(name)
+
+    def changed_outputs(self, name: str) -> list[Path]:
+        """The recorded outputs of step `name` that are gone or no longer the bytes (sha256)
+        recorded when the step wrote them: a step with any is done again."""
+        record = self.record_of(name) or {}
         hashes = record.get("hashes", {})  # absent in records written before hashes were kept
-        return all(file_unchanged(self._resolved(key), facts) for key, facts in hashes.items())
+        return [self._resolved(key) for key, facts in hashes.items() if not file_unchanged(self._resolved(key), facts)]
 
     def reuse(self, name: str) -> dict:
         self.session["reused"].append(name)

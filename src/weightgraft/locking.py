@@ -79,9 +79,10 @@ def _alive(pid: int) -> bool:
 
 
 def _describe(holder: dict) -> str:
-    return (
-        f"pid {holder.get('pid')} on {holder.get('host')}, started {holder.get('started')}: `{holder.get('command')}`"
-    )
+    """The holder in words; what its lock does not say is left out (never "started None")."""
+    started = f", started {holder['started']}" if holder.get("started") else ""
+    command = f": `{holder['command']}`" if holder.get("command") else ""
+    return f"pid {holder.get('pid')} on {holder.get('host')}{started}{command}"
 
 
 def _try_take(path: Path, what: str) -> bool:

@@ -133,16 +133,29 @@ def file_facts(path: Path) -> dict:
     return {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "sha256": sha256_file(path)}
 
 
+_verified: dict[tuple, str] = {}  # (path, device, inode, size, mtime, ctime) -> sha256, this process only
+
+
+def sha256_verified(path: Path) -> str:
+    """The sha256 of `path`, hashed once per process while its (device, inode, size, mtime,
+    ctime) stay put: a write changes its ctime even when its mtime is put back, so a file
+    rewritten in place is hashed again. Never kept across processes: bit rot moves nothing."""
+    stat = path.stat()
+    key = (os.path.abspath(path), stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
+    if key not in _verified:
+        _verified[key] = sha256_file(path)
+    return _verified[key]
+
+
 def file_unchanged(path: Path, facts: dict) -> bool:
-    """A file is still the bytes `file_facts` recorded: there, of its size and, when its mtime
-    moved, of its sha256 (an unmoved mtime and size are taken as unchanged: hashing gigabytes on
-    every reuse would cost more than the check is worth)."""
+    """A file is still the bytes `file_facts` recorded: there, of its size (the fast refusal),
+    and of its sha256, always (a kept size and mtime prove nothing: bit rot and `cp -p` of a
+    damaged copy keep both); hashed once per process (`sha256_verified`)."""
     if not path.is_file():
         return False
-    stat = path.stat()
-    if stat.st_size != facts.get("size"):
+    if path.stat().st_size != facts.get("size"):
         return False
-    return stat.st_mtime_ns == facts.get("mtime_ns") or sha256_file(path) == facts.get("sha256")
+    return sha256_verified(path) == facts.get("sha256")
 
 
 def sha256_json(obj) -> str:

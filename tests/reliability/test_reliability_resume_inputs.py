@@ -170,3 +170,20 @@ def test_a_localize_experiment_resumes_by_the_ledgers_rule(world, tmp_path, monk
         damaged.write(b"XXXX")
     run_localize(cfg.model_copy(update={"seed": cfg.seed + 1}), spec, out, progress=False)
     assert len(calls) == 3
+
+
+def test_a_localize_item_searched_again_is_then_reused_beside_the_records_of_its_folder(world, tmp_path, monkeypatch):
+    """Issue 41: a run's subfolders hold records of weightgraft's files (`recorded.seal_tree`),
+    rewritten as the run goes; a search must not count that record among its results, or each
+    run would find the search changed and search again."""
+    from weightgraft.atomic import OWNED_RECORD
+    from weightgraft.pipelines.run import run_all
+
+    cfg, _, _, calls = localize_world(world, tmp_path, monkeypatch)
+    out = tmp_path / "run"
+    run_all(cfg, out, progress=False, report=False)
+    assert (out / "localize" / "loc" / OWNED_RECORD).is_file()
+    other = cfg.model_copy(update={"seed": cfg.seed + 1})
+    run_all(other, out, progress=False, report=False)  # searched again, with the record present
+    run_all(other, out, progress=False, report=False)
+    assert len(calls) == 2

@@ -45,8 +45,10 @@ def _vocabulary() -> tuple[list[str], list[str]]:
     return tokens + ["<|endoftext|>"], merges
 
 
-def write_tiny_llama_gguf(path: str | Path, seed: int = 0) -> Path:
-    """Write a float32 Llama GGUF with random weights and its BPE tokenizer; return its path."""
+def write_tiny_llama_gguf(path: str | Path, seed: int = 0, architecture: str = "llama") -> Path:
+    """Write a float32 Llama GGUF with random weights and its BPE tokenizer; return its path.
+    `architecture`: the name the file gives its architecture (another one makes a file that
+    transformers cannot read as a Llama, for the bad-file tests)."""
     import gguf
 
     path = Path(path)
@@ -54,7 +56,7 @@ def write_tiny_llama_gguf(path: str | Path, seed: int = 0) -> Path:
     tokens, merges = _vocabulary()
     vocab, width, ffn = len(tokens), TINY["width"], TINY["ffn"]
     head_dim = width // TINY["heads"]
-    writer = gguf.GGUFWriter(str(path), "llama")
+    writer = gguf.GGUFWriter(str(path), architecture)
     writer.add_name("tiny-llama")
     writer.add_block_count(TINY["layers"])
     writer.add_context_length(TINY["context"])

@@ -22,11 +22,12 @@ every prompt) is reused, by the ledger's rule (`weightgraft.ledger`). The run re
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from weightgraft.atomic import remove_entry
+from weightgraft.atomic import OWNED_RECORD, remove_entry
 from weightgraft.attribution.agreement import cell_agreement
 from weightgraft.attribution.localize import LocalizeResult, encode_role_examples, localize
 from weightgraft.data.encode import check_context
@@ -97,7 +98,9 @@ def localize_pair(
     try:
         grafter = Grafter(*models, allow_config_differences=pair.allow_config_differences)
     except ValueError as err:  # the engine's word on models that do not fit together
-        raise UserError(f"{recipient_label} and {donor_label} cannot be grafted: {err}") from None
+        raise UserError(
+            f"{recipient_label} and {donor_label} cannot be grafted: {_in_our_words(err, donor_label)}"
+        ) from None
     result = localize(
         grafter,
         examples,
@@ -113,6 +116,18 @@ def localize_pair(
     if settings.check_cells:
         result.agreement = cell_agreement(grafter, examples[: settings.check_cells], steps=settings.steps)
     return result
+
+
+def _in_our_words(err: ValueError, donor_label: str) -> str:
+    """The engine's refusal with the donor called by its label (the engine calls the one donor of
+    this Grafter `donor`, which read "donor 'donor'") and its fix said the way a run config and
+    the command line say it, not the engine's Python call."""
+    text = str(err).replace("donor 'donor'", donor_label)
+    return re.sub(
+        r"pass Grafter\(\.\.\., allow_config_differences=\((.*?),?\)\)",
+        r"allow them: allow_config_differences: [\1] in a run config, --allow-config-difference FIELD to localize",
+        text,
+    )
 
 
 # A localize experiment's folder keeps its ledger (one step, the search) beside the results.
@@ -176,7 +191,8 @@ def _search(config, spec: LocalizeSpec, prompts_read: list, progress: bool) -> L
 
 def _result_files(folder: Path) -> list[Path]:
     """The files a search wrote in `folder` (its ledger and old stamp are not results)."""
-    return sorted(p for p in folder.iterdir() if p.is_file() and p.name not in (LEDGER_FILE, OLD_STAMP))
+    # nor is the record of weightgraft's files there (`recorded.seal_tree`), rewritten as the run goes
+    return sorted(p for p in folder.iterdir() if p.is_file() and p.name not in (LEDGER_FILE, OLD_STAMP, OWNED_RECORD))
 
 
 def _adopt_old_stamp(ledger: Ledger, folder: Path, inputs: dict) -> None:

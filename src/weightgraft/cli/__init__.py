@@ -17,6 +17,7 @@ from __future__ import annotations
 import errno
 import importlib
 import os
+import re
 import sys
 from typing import Literal
 
@@ -27,7 +28,7 @@ from safetensors import SafetensorError
 from typer.core import TyperGroup
 
 from weightgraft.errors import UserError
-from weightgraft.runtime import check_device
+from weightgraft.runtime import HOME_VARIABLE, check_device, home
 
 EXIT_USER_ERROR = 2
 DEVICE_HELP = "Device for every model: cpu, cuda, cuda:1, mps."
@@ -106,12 +107,9 @@ def user_message(err: BaseException) -> str | None:
         # click's usage errors (typer's own copy of click included): a bad option value, an
         # unknown option or command, found while the command line is read.
         return " ".join(err.format_message().split())
-    if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
-        where = f" while writing {err.filename}" if err.filename else ""
-        return (
-            f"no space left on the device{where}; free some space (or write to another disk with --out) "
-            "and run the command again: nothing half-written is kept"
-        )
+    disk = disk_problem(err)
+    if disk is not None:
+        return disk
     if isinstance(err, (FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError)):
         if err.filename:
             return f"{err.filename}: {err.strerror}; check the path and its permissions"
@@ -126,6 +124,29 @@ def user_message(err: BaseException) -> str | None:
         return f"not UTF-8 text ({err.reason} at byte {err.start}); save the file as UTF-8"
     if isinstance(err, SafetensorError):
         return f"damaged safetensors file ({err}); save or download the model again"
+    return None
+
+
+def disk_problem(err: BaseException) -> str | None:
+    """The one line for a write that the disk refused (full, or read-only), also where a library
+    reports it in its own words (safetensors: "No space left on device (os error 28)")."""
+    code = err.errno if isinstance(err, OSError) else None
+    if isinstance(err, SafetensorError):
+        found = re.search(r"os error (\d+)", str(err))
+        code = int(found.group(1)) if found else None
+    filename = getattr(err, "filename", None)
+    if code in (errno.ENOSPC, errno.EDQUOT):
+        where = f" while writing {filename}" if filename else ""
+        return (
+            f"no space left on the device{where}; free some space (or write to another disk with --out, "
+            f"or move weightgraft's cache with {HOME_VARIABLE}) and run the command again: nothing half-written is kept"
+        )
+    if code == errno.EROFS:
+        where = filename or "a folder weightgraft writes"
+        return (
+            f"{where} is on a read-only file system; give a writable --out, and set {HOME_VARIABLE} "
+            f"(weightgraft's cache, now {home()}) to a writable folder"
+        )
     return None
 
 

@@ -21,6 +21,7 @@ from transformers.utils import logging as hf_logging
 from weightgraft.atomic import check_whole, write_text_atomic
 from weightgraft.errors import UserError
 from weightgraft.pretrained import is_pretrained_name, resolve_pretrained
+from weightgraft.recorded import check_recorded_files
 from weightgraft.runtime import home, sha256_file
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -149,6 +150,7 @@ def check_model_files(name_or_path: str, field: str = "model") -> Path | None:
             )
         return None  # a hub id that is not cached: from_pretrained says whether it can be had
     check_whole(folder)
+    check_recorded_files(folder, FINGERPRINTED)
     if not (folder / "config.json").is_file():
         raise UserError(
             f"{field}: {folder} is not a model folder (no config.json); give the "

@@ -42,6 +42,7 @@ from weightgraft.atomic import (
     write_text_atomic,
 )
 from weightgraft.locking import folder_lock, lock_file
+from weightgraft.recorded import seal_tree
 from weightgraft.runtime import sha256_file, sha256_json
 
 SCHEMA = pa.schema(
@@ -331,6 +332,7 @@ def run_folder(out: Path, shard: tuple[int, int] | None = None) -> Iterator[Path
                 yield out
             finally:
                 seal_folder(out, "run", run_entries(out))
+                seal_tree(out, run_entries(out))
     finally:
         release_unused(out, made)  # stopped before writing anything (e.g. a check failed): no trace
 

@@ -99,7 +99,8 @@ def write_reproduce_report(job, ledger_body: dict) -> Path:
     lines += [f"\nNote: {note}" for note in job.notes]
     steps = ledger_body["steps"]
     models = {"pre": ledger_body["base_model"]["path"]}
-    models |= {name: r["outputs"]["path"] for name, r in steps.items() if name.startswith("finetune:")}
+    # Paths inside the job's folder are recorded relative to it (an older record's are absolute).
+    models |= {name: str(out / r["outputs"]["path"]) for name, r in steps.items() if name.startswith("finetune:")}
     lines += ["", *finetune_section(job, steps)]
     lines += ["", *claims_section(job, job.options.datasets[0], steps)]
     known = {k.removeprefix("finetune:"): v for k, v in models.items()}

@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from huggingface_hub import snapshot_download
@@ -38,6 +38,7 @@ from weightgraft.atomic import (
     refuse_foreign,
     release_unused,
     remove_entry,
+    remove_owned,
     seal_folder,
 )
 from weightgraft.data.build import split_disjoint
@@ -115,7 +116,9 @@ class Pipeline:
             "options": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(self.options).items()},
         }
         self.out.mkdir(parents=True, exist_ok=True)
-        self.ledger = Ledger(self.out / "provenance.json", header, write=self.is_main)
+        # Paths are kept relative to the job's folder (`portable`), so that it is found done by
+        # any spelling of --out and after it is moved: the folder is the job's identity.
+        self.ledger = Ledger(self.out / "provenance.json", header, write=self.is_main, base=self.out)
         self.ledger.save()  # at once: a folder with provenance.json is this job's, even if killed now
         self.model_paths: dict[str, str] = {}
         self.fingerprints: dict[str, str] = {}
@@ -126,11 +129,33 @@ class Pipeline:
         if self.is_main:
             self.echo(text)
 
+    def portable(self, value):
+        """`value` (inputs or outputs of a step) with every path inside the job's folder written
+        relative to it (`./data/FMRA`): what a step depends on does not name where the folder is."""
+        if isinstance(value, dict):
+            return {key: self.portable(item) for key, item in value.items()}
+        if isinstance(value, list | tuple):
+            return [self.portable(item) for item in value]
+        if isinstance(value, str | Path) and Path(value).is_absolute():
+            path = Path(value)
+            if path == self.out or self.out in path.parents:
+                return str(Path(".") / path.relative_to(self.out)) if path != self.out else "."
+        return value
+
+    def here(self, stored: str) -> str:
+        """A path a step's outputs recorded (`portable`), as a path of the job's folder now."""
+        return str(self.out / stored)
+
     def step(self, name: str, inputs: dict, build) -> dict:
         """Reuse `name` if its record matches `inputs`, else build it: `build()` returns
-        (outputs, paths) and the record is written."""
+        (outputs, paths) and the record is written (both with the job folder's paths portable)."""
         self.index += 1
-        return self.ledger.run(name, inputs, build, self.announce)["outputs"]
+
+        def portable_build() -> tuple[dict, list[Path]]:
+            outputs, paths = build()
+            return self.portable(outputs), paths
+
+        return self.ledger.run(name, self.portable(inputs), portable_build, self.announce)["outputs"]
 
     def announce(self, event: str, name: str, record: dict | None) -> None:
         """The ledger's events as numbered progress lines."""
@@ -147,7 +172,7 @@ class Pipeline:
         self.index += 1
         while True:
             self.ledger.reload_steps()
-            if self.ledger.is_done(name, inputs):
+            if self.ledger.is_done(name, self.portable(inputs)):
                 return self.ledger.record_of(name)["outputs"]
             time.sleep(poll)
 
@@ -210,6 +235,8 @@ class Pipeline:
             Member(key, facts_of[key], per_fact=spec.texts_per_fact, order=spec.order)
             for key, spec in self.job.sets.items()
         ]
+        for spec in self.job.sets.values():  # an earlier build's sets (a damaged one): only their own files
+            remove_owned(spec.directory.parent, spec.directory.name)
         write_family(self.out / "data", members, seed)
         outputs, paths = {}, []
         for key, spec in self.job.sets.items():
@@ -253,10 +280,10 @@ class Pipeline:
         else:  # other ranks train with rank 0 unless it has recorded the finetune as done
             self.index += 1
             self.ledger.reload_steps()
-            if not self.ledger.is_done(f"finetune:{ft.name}", inputs):
+            if not self.ledger.is_done(f"finetune:{ft.name}", self.portable(inputs)):
                 build()
             return
-        self.model_paths[ft.name] = outputs["path"]
+        self.model_paths[ft.name] = self.here(outputs["path"])
         self.fingerprints[ft.name] = outputs["sha256"]
 
     def claim_checkpoints(self, ft: FinetuneJob, inputs: dict) -> None:
@@ -336,7 +363,7 @@ class Pipeline:
             path = write_reproduce_report(self.job, self.ledger.body)
             return {"path": str(path)}, [path]
 
-        return Path(self.step("report", inputs, build)["path"])
+        return Path(self.here(self.step("report", inputs, build)["path"]))
 
 
 # Every entry a reproduce job writes at the top of its folder: its record lists those present.
@@ -355,6 +382,7 @@ def refuse_unstamped_checkpoints(ft: FinetuneJob) -> None:
 
 def reproduce(options: ReproduceOptions, progress: bool = True, echo=None) -> ReproduceResult:
     """Plan, print the plan, and run (or resume) the whole job."""
+    options = replace(options, out=Path(options.out).expanduser().resolve())  # one spelling of the folder
     job = plan_job(options)
     rank, _ = rank_and_world()
     if rank == 0:  # the other ranks start once rank 0 holds the folder

@@ -75,10 +75,25 @@ def run_all(
         for spec in config.localizations():
             try:
                 run_localize(config, spec, out, progress=progress)
+            except UserError as err:
+                mark_unfinished(out, f"localize {spec.localize}", err)
+                raise named_by_experiment(err, spec.localize) from None
             except BaseException as err:
                 mark_unfinished(out, f"localize {spec.localize}", err)
                 raise
         return RunOutcome(result, summarize(config, out, report, study, result.records))
+
+
+def named_by_experiment(err: UserError, name: str) -> UserError:
+    """`err` of a run config's `localize:` item, its message led by the experiment it failed
+    in (as every other error of a run config is), once."""
+    lead = f"localize experiment {name!r}"
+    if str(err).startswith(lead):
+        return err
+    try:
+        return type(err)(f"{lead}: {err}")  # the same kind of error, for callers that tell kinds apart
+    except TypeError:
+        return UserError(f"{lead}: {err}")
 
 
 def summarize(

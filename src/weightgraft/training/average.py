@@ -16,11 +16,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError, safe_open
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 from weightgraft.atomic import atomic_directory, check_whole, refuse_nonempty, write_json
 from weightgraft.data.errors import DataError
 from weightgraft.model_identity import refuse_same_model
+from weightgraft.recorded import refuse_own_input, refuse_user_files
 from weightgraft.remote_code import refuse_remote_code
 from weightgraft.training import TRAINING_RECORD
 from weightgraft.training.finetune import quiet_loading
@@ -57,6 +59,42 @@ def _check_members(models: list[Path]) -> list[dict]:
         for other in models[i + 1 :]:
             refuse_same_model(model, other, (str(model), str(other)), "average")
     return records
+
+
+def _tensor_shapes(model: Path) -> dict[str, tuple[int, ...]]:
+    """{tensor name: shape} of every safetensors file of `model`, read from the headers alone."""
+    shapes = {}
+    for shard in sorted(model.glob("*.safetensors")):
+        try:
+            with safe_open(str(shard), framework="pt") as handle:
+                shapes.update({name: tuple(handle.get_slice(name).get_shape()) for name in handle.keys()})
+        except (SafetensorError, OSError) as err:
+            raise DataError(f"{shard} is damaged ({err}); save or copy the model again") from None
+    return shapes
+
+
+def _check_tensors(models: list[Path]) -> None:
+    """Every member holds the first one's tensors, of its shapes, before anything loads: a
+    missing tensor would load as a random initialisation and be averaged in without a word."""
+    first = _tensor_shapes(models[0])
+    for model in models[1:]:
+        shapes = _tensor_shapes(model)
+        for lacking, holder, names in (
+            (model, models[0], first.keys() - shapes),
+            (models[0], model, shapes.keys() - first),
+        ):
+            if names:
+                shown = ", ".join(sorted(names)[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+                raise DataError(
+                    f"{lacking} lacks {len(names)} tensor(s) that {holder} holds ({shown}); "
+                    "average only finetunes of one base model, each saved whole"
+                )
+        for name in sorted(first):
+            if shapes[name] != first[name]:
+                raise DataError(
+                    f"{name} has shape {list(shapes[name])} in {model} and {list(first[name])} in {models[0]}; "
+                    "average only finetunes of one base model"
+                )
 
 
 def _check_folder(model: Path) -> None:
@@ -130,7 +168,9 @@ def average_weights(
         refuse_remote_code(
             model, trust_remote_code, "average", "pass --trust-remote-code (Python: trust_remote_code=True)"
         )
+    refuse_own_input(out_dir, {f"model {i + 1}": m for i, m in enumerate(members)})
     refuse_nonempty(out_dir, overwrite, command="average")
+    refuse_user_files(out_dir)
     configs = [AutoConfig.from_pretrained(m, trust_remote_code=trust_remote_code) for m in members]
     for model, config in zip(members[1:], configs[1:]):
         differ = _config_differences(configs[0], config)
@@ -139,6 +179,7 @@ def average_weights(
                 f"{model}'s config differs from {members[0]}'s in {', '.join(differ)}; "
                 "average only finetunes of one base model"
             )
+    _check_tensors(members)
     with quiet_loading():
         nets = [_load(m, trust_remote_code) for m in members]
     averaged = average_state([net.state_dict() for net in nets])

@@ -30,6 +30,7 @@ from weightgraft.data.family import Member, write_family
 from weightgraft.data.io import GENERATOR_VERSION, load_train_texts, write_dataset
 from weightgraft.data.templates import EVAL_TEMPLATES, VALIDATION_TEMPLATES, eval_prompts_for
 from weightgraft.data.world import World
+from weightgraft.errors import warn
 from weightgraft.ledger import Built, Ledger
 from weightgraft.locking import waiting_lock
 from weightgraft.runtime import home as runtime_home
@@ -346,6 +347,9 @@ def run_step(ledger: Ledger, step: BuildStep, worlds: _WorldOnce, size: str, pro
     if ledger.is_done(step.name, inputs):
         ledger.reuse(step.name)
         return None
+    changed = ledger.changed_outputs(step.name) if ledger.record_of(step.name) is not None else []
+    if changed:
+        warn(f"{changed[0]} differs from the sha256 the build recorded for it (damaged); rebuilding the {step.name}")
     if ledger.record_of(step.name) is None and all(path.exists() for path in step.outputs):
         ledger.finish(step.name, inputs, _fingerprints(step), list(step.outputs), None)
         return None

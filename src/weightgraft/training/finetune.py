@@ -37,6 +37,7 @@ from weightgraft.atomic import atomic_directory, check_whole, refuse_nonempty, r
 from weightgraft.data.errors import DataError
 from weightgraft.data.io import load_eval_prompts, load_manifest, load_train_texts, read_user_articles
 from weightgraft.pretrained import as_local
+from weightgraft.recorded import refuse_own_input, refuse_user_files
 from weightgraft.remote_code import refuse_remote_code
 from weightgraft.runtime import check_device, is_main_process, resolve_device
 from weightgraft.training import TRAINING_RECORD
@@ -419,7 +420,8 @@ def finetune_from_files(
 ) -> FinetuneResult:
     """`weightgraft train`'s work: `finetune`, with its general text read from `general_text`
     (see `read_general_text`); a non-empty `out_dir` is refused (unless `overwrite`) before
-    anything is read."""
+    anything is read, and so is an `out_dir` that is (or holds, or lies in) one of its inputs."""
+    refuse_own_input(out_dir, {"--model": model, "--data": data_dir, "--general-text": general_text})
     refuse_nonempty(out_dir, overwrite, command="train")
     general = read_general_text(general_text) if general_text is not None else None
     return finetune(
@@ -451,7 +453,9 @@ def finetune(
     `checkpoint_dir`: save every epoch there and resume from its latest checkpoint (the caller
     makes sure that a checkpoint found there belongs to this model, data and config)."""
     start = time.time()
+    refuse_own_input(out_dir, {"model": model, "data_dir": data_dir})
     refuse_nonempty(out_dir, overwrite, command="train")
+    refuse_user_files(out_dir)
     refuse_remote_code(model, trust_remote_code, "--model", "pass --trust-remote-code (Python: trust_remote_code=True)")
     device = _check_config(config, general_texts)
     data_dir, out_dir = Path(data_dir), Path(out_dir)
