@@ -79,7 +79,10 @@ def test_a_finetune_with_the_fast_loss_trains_the_same_weights(tmp_path):
     a, b, c = (load_file(r.path / "model.safetensors") for r in (plain, fast, grouped))
     moved = max((a[n] - before[n]).abs().max().item() for n in a)
     assert moved > 1e-3
+    # Round-off through Adam: 1.35e-4 of `moved` measured on lm_head on an AVX-512 Xeon (the sum
+    # over fewer logits rounds differently), below 1e-5 elsewhere; a wrong loss moves weights by
+    # the order of `moved` itself, so 1e-3 still tells them apart.
     for name in a:
-        torch.testing.assert_close(b[name], a[name], rtol=0, atol=1e-4 * moved, msg=name)
-    assert any(not torch.allclose(c[n], a[n], atol=1e-4 * moved) for n in a)  # other batches
+        torch.testing.assert_close(b[name], a[name], rtol=0, atol=1e-3 * moved, msg=name)
+    assert any(not torch.allclose(c[n], a[n], atol=1e-3 * moved) for n in a)  # other batches
     assert max((c[n] - before[n]).abs().max().item() for n in c) > 1e-3
