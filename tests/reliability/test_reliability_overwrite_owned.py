@@ -5,35 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-import yaml
-
 from cli_runner import invoke, one_line_error
-from data_fixtures import small_facts
-from exp_fixtures import build_models
-from tiny_world import base_config, write_dataset
-from weightgraft.data.build import build_dataset
-
-SMALL = ["--facts-per-kind", "2", "--relation", "2", "--task", "2", "--texts-per-fact", "2"]
-EXPERIMENT = {"name": "e", "dataset": "relation", "recipient": "pre", "donor": "sft", "conditions": ["PRE", "SFT"]}
-OTHER = {"name": "f", "dataset": "relation", "recipient": "pre", "donor": "sft", "conditions": ["PRE", "LT"]}
-
-
-@pytest.fixture(scope="module")
-def world(tmp_path_factory):
-    root = tmp_path_factory.mktemp("world")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("WEIGHTGRAFT_HOME", str(root / "home"))
-        models, data = build_models(root / "models", layers=2), write_dataset(root / "data")
-        built = build_dataset(root / "built", small_facts()[1][:6], seed=0, texts_per_fact=2)
-        for name, experiment in (("a", EXPERIMENT), ("b", OTHER)):
-            config = base_config(models, data, [experiment]) | {"bootstrap": 10, "name": name}
-            (root / f"{name}.yaml").write_text(yaml.safe_dump(config))
-        yield {"root": root, "models": models, "data": data, "built": Path(built)}
-
-
-def snapshot(folder: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+from ownership_fixtures import SMALL, snapshot
 
 
 def no_training(monkeypatch) -> list:
