@@ -95,7 +95,7 @@ def test_the_reproduce_family_matches_build_dataset_called_directly(tmp_path, mo
     monkeypatch.setattr(job_plan, "_check_tokenizer", lambda model: None)  # no model is read to plan the data
     options = job_plan.ReproduceOptions(model="m", out=tmp_path / "job", facts=8, datasets=("FMRA", "FMFA"), seed=2)
     job = job_plan.plan_job(options)
-    outputs, _ = rp.Pipeline.build_datasets(SimpleNamespace(options=options, job=job, out=options.out))
+    outputs, _ = rp.Pipeline.build_datasets(SimpleNamespace(recipe=job.recipe, job=job, out=job.recipe.out))
     keys = ["known", "FMRA", "FMRA_b2a", "FMRA_half_a", "FMRA_half_b", "FMFA"]
     assert family_calls == [keys] and list(outputs) == keys
     pool = NamePool(2)

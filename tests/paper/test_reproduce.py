@@ -164,7 +164,7 @@ def test_a_job_cut_in_its_report_step_finishes_it_on_the_next_call(job):
     out, provenance, _, _ = job
     before = (out / "report.md").read_bytes()
     (out / "report.md").unlink()
-    args = _args(Path(provenance["options"]["model"]), out)
+    args = _args(Path(provenance["recipe"]["model"]), out)
     with pytest.MonkeyPatch.context() as patch:
 
         def cut(*args, **kwargs):

@@ -15,6 +15,7 @@ from weightgraft.data.templates import EVAL_TEMPLATES
 from weightgraft.paper import reproduce_job
 from weightgraft.paper.reproduce_job import ReproduceOptions, finetune_config, plan_job
 from weightgraft.paper.reproduce_plan import plan_steps
+from weightgraft.paper.reproduce_recipe import SETTINGS, resolve_recipe
 from weightgraft.training.builtin import ensure_builtin
 from weightgraft.training.precision import CPU_NO_BF16_NOTE, cpu_bf16_units
 
@@ -42,13 +43,13 @@ def test_bf16_on_a_cpu_without_units_is_noted_and_auto_stays_fp32(tmp_path, monk
     """bf16 autocast measured slower than fp32 here (benchmarks/bench_finetune.py): no setting
     takes it by itself; asked for on a CPU without bf16 units, the plan says it is emulated."""
     monkeypatch.setattr(reproduce_job, "cpu_bf16_units", lambda: units)
-    assert finetune_config(_options(tmp_path), "cpu", 512).precision == "fp32"
+    assert finetune_config(plan_job(_options(tmp_path)).recipe).precision == "fp32"
     assert CPU_NO_BF16_NOTE not in plan_job(_options(tmp_path)).notes
     bf16 = _options(tmp_path, precision="bf16")
-    assert finetune_config(bf16, "cpu", 512).precision == "bf16"
+    assert finetune_config(plan_job(bf16).recipe).precision == "bf16"
     assert (CPU_NO_BF16_NOTE in plan_job(bf16).notes) is not units
-    aggressive = ReproduceOptions(model="gpt2-xl", out=tmp_path / "a", device="cpu")
-    assert finetune_config(aggressive, "cuda", 512).precision == "fp16"
+    aggressive = ReproduceOptions(model="gpt2-xl", out=tmp_path / "a", device="cuda")
+    assert resolve_recipe(aggressive, SETTINGS["aggressive"]).precision == "fp16"  # the paper's, on a GPU
 
 
 def test_layer_sweeps_are_off_in_laptop_unless_asked(tmp_path):

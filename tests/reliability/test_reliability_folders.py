@@ -209,12 +209,12 @@ def test_reproduce_keeps_a_checkpoints_folder_it_did_not_stamp(world, tmp_path):
     """Even inside its own job folder, a checkpoints folder without weightgraft's stamp is
     refused, not deleted ("checkpoints of other inputs, removed" used to delete it)."""
     from weightgraft.atomic import OutputExistsError
+    from weightgraft.paper.reproduce_job import ReproduceOptions, plan_job
     from weightgraft.pipelines import reproduce as pipeline
 
     root, config = world
     out = tmp_path / "job"
-    options = pipeline.ReproduceOptions(model=config["models"]["pre"], out=out, device="cpu", facts=6)
-    job = pipeline.plan_job(options)
+    job = plan_job(ReproduceOptions(model=config["models"]["pre"], out=out, device="cpu", facts=6))
     ft = next(iter(job.finetunes.values()))
     ft.checkpoints.mkdir(parents=True)
     (ft.checkpoints / "my-notes.txt").write_text("mine")

@@ -82,7 +82,7 @@ def reproduce_command(
     `torchrun` / `accelerate launch` the finetunes use every process; rank 0 runs the presets.
     \f
     Over 60 lines only by its option declarations (one typer.Option each); the body parses them
-    and calls `plan_job` and `reproduce`."""
+    and calls `plan_job` (once) and `reproduce`."""
     options = ReproduceOptions(
         model=model,
         out=out,
@@ -105,7 +105,7 @@ def reproduce_command(
     if dry_run:
         typer.echo(describe_plan(job))
         return
-    result = reproduce(options, progress=progress, echo=typer.echo)
+    result = reproduce(job, progress=progress, echo=typer.echo)
     if result.report is not None:
         typer.echo(
             f"{len(result.computed)} steps computed, {len(result.reused)} reused in "

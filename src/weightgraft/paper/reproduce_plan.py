@@ -22,12 +22,12 @@ from weightgraft.experiments.plan.checks import planned_model
 from weightgraft.experiments.plan.selection import experiment_conditions
 from weightgraft.paper import calibrate, estimate
 from weightgraft.paper.reproduce_job import (
+    TEXTS_PER_DIRECTION,
     Job,
     finetune_config,
     rank_and_world,
     run_config,
 )
-from weightgraft.runtime import resolve_device
 
 
 @dataclass
@@ -58,12 +58,12 @@ def _sample_lengths(job: Job) -> tuple[list[int], float, float, int, str]:
     """Tokens of sample training texts, their mean, an evaluation prompt's mean and the longest
     target's (the runner unembeds that many positions a row), from a few generated facts:
     counted by the model's tokenizer when it is on disk, else estimated at 4 characters a token."""
-    pool = NamePool(job.options.seed)
-    kind = job.sets[job.options.datasets[0]].kind
-    facts = generate_facts({kind: 8}, job.options.seed, pool, known_film_facts(job.options.seed, pool))
-    texts = template_texts(facts, job.options.seed, 2 * 11)
+    pool = NamePool(job.recipe.seed)
+    kind = job.sets[job.recipe.datasets[0]].kind
+    facts = generate_facts({kind: 8}, job.recipe.seed, pool, known_film_facts(job.recipe.seed, pool))
+    texts = template_texts(facts, job.recipe.seed, 2 * TEXTS_PER_DIRECTION)  # both directions
     prompts = [p for f in facts for p in eval_prompts_for(f, EVAL_TEMPLATES)]
-    folder = model_dir(job.options.model)
+    folder = model_dir(job.recipe.model)
     lengths, note = None, "estimated at 4 characters per token"
     if folder is not None:
         try:
@@ -84,21 +84,22 @@ def _sample_lengths(job: Job) -> tuple[list[int], float, float, int, str]:
 
 def plan_steps(job: Job) -> tuple[list[PlannedStep], dict]:
     """Every step with its estimated size and time, and facts about the estimate."""
-    options = job.options
-    device = resolve_device(options.device)
-    size = estimate.model_size(options.model)
+    recipe = job.recipe
+    size = estimate.model_size(recipe.model)
     _, world = rank_and_world()
-    config = finetune_config(options, device, size.max_length if size else 512)
+    config = finetune_config(recipe)
     text_lengths, text_tokens, prompt_tokens, scored, token_note = _sample_lengths(job)
     texts_by_finetune = {name: _finetune_texts(job, ft, config) for name, ft in job.finetunes.items()}
     padded = {
-        name: _padded(text_lengths, config.batch_size, options.seed, texts, config.group_by_length)
+        name: _padded(text_lengths, config.batch_size, recipe.seed, texts, config.group_by_length)
         for name, texts in texts_by_finetune.items()
     }
-    folder = model_dir(options.model)
+    folder = model_dir(recipe.model)
     measure_at = round(max(padded.values(), default=text_tokens))
     measured = (
-        calibrate.measure(folder, config.batch_size, measure_at, device, precision=config.precision) if folder else None
+        calibrate.measure(folder, config.batch_size, measure_at, recipe.device, precision=config.precision)
+        if folder
+        else None
     )
     steps = [
         PlannedStep(
@@ -116,7 +117,7 @@ def plan_steps(job: Job) -> tuple[list[PlannedStep], dict]:
             seconds = measured.finetune_seconds(optimizer_steps, padded[name])
             seconds += config.epochs * measured.forward_seconds(validation, prompt_tokens)
         else:
-            seconds = estimate.finetune_seconds(size, optimizer_steps, tokens, device) if size else None
+            seconds = estimate.finetune_seconds(size, optimizer_steps, tokens, recipe.device) if size else None
         total += seconds or 0.0
         steps.append(
             PlannedStep(
@@ -127,14 +128,14 @@ def plan_steps(job: Job) -> tuple[list[PlannedStep], dict]:
                 seconds,
             )
         )
-    base = _base_model(options.model)
+    base = _base_model(recipe.model)
     for group in job.runs.values():
-        step = _run_step(job, group, base, size, (prompt_tokens, scored), device, measured)
+        step = _run_step(job, group, base, size, (prompt_tokens, scored), recipe.device, measured)
         total += step.seconds or 0.0
         steps.append(step)
     steps.append(PlannedStep("report", "paper vs this run, one table per analysis"))
     facts = {
-        "device": device,
+        "device": recipe.device,
         "size": size,
         "config": config,
         "token_note": token_note,
@@ -178,8 +179,8 @@ def _run_step(
     config when on disk, else as written on the published depth) times its examples; `lengths`:
     a prompt's mean tokens and the longest target's."""
     prompt_tokens, scored = lengths
-    paths = {"pre": job.options.model, **{name: str(ft.out) for name, ft in job.finetunes.items()}}
-    cfg = parse_config(run_config(job, group, paths, device))
+    paths = {"pre": job.recipe.model, **{name: str(ft.out) for name, ft in job.finetunes.items()}}
+    cfg = parse_config(run_config(job, group, paths))
     layers = size.layers if size else 24
     counts = planned_conditions(cfg, dict.fromkeys(cfg.models, base)) if base else None
     rows, parts = 0, []
@@ -210,16 +211,16 @@ def _count(value: int | None) -> str:
 
 def describe_plan(job: Job) -> str:
     steps, facts = plan_steps(job)
-    options, size, config = job.options, facts["size"], facts["config"]
-    paper = estimate.paper_model_name(options.model)
+    recipe, size, config = job.recipe, facts["size"], facts["config"]
+    paper = estimate.paper_model_name(recipe.model)
     kind = estimate.device_kind(facts["device"])
     lines = ["weightgraft reproduce: plan", ""]
     if size:
         params = f"{size.params / 1e9:.2f} B" if size.params >= 1e8 else f"{size.params / 1e6:.2f} M"
-        lines.append(f"model      {options.model}: {params} parameters, {size.layers} layers ({size.source})")
+        lines.append(f"model      {recipe.model}: {params} parameters, {size.layers} layers ({size.source})")
     else:
         lines.append(
-            f"model      {options.model}: size unknown (no config on disk and not one of "
+            f"model      {recipe.model}: size unknown (no config on disk and not one of "
             "the paper's four models); no time estimate"
         )
     lines.append(
@@ -236,14 +237,14 @@ def describe_plan(job: Job) -> str:
         speed = f"assumed throughput (no model on disk to measure): {estimate.THROUGHPUT[kind].note}"
     lines.append(f"device     {facts['device']} x {facts['world']} process(es); {speed}")
     lines.append(
-        f"finetuning {options.setting}: lr {config.lr:g}, weight decay {config.weight_decay:g}, "
+        f"finetuning {recipe.setting}: lr {config.lr:g}, weight decay {config.weight_decay:g}, "
         f"batch {config.batch_size}, {config.epochs} epochs, {config.precision}, "
         f"max length {config.max_length}, general text share {config.mix_ratio:g}; "
         "a checkpoint every epoch"
     )
     lines.append(
-        f"runs       dtype {options.dtype}, examples per experiment "
-        f"{options.max_examples or 'all'}, bootstrap {options.bootstrap}"
+        f"runs       dtype {recipe.dtype}, examples per experiment "
+        f"{recipe.max_examples or 'all'}, bootstrap {recipe.bootstrap}"
     )
     lines.append(f"tokens     {facts['token_note']}")
     lines.append("")

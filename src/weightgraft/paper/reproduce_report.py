@@ -73,8 +73,8 @@ def paper_vs_run_table(summary: list[dict], record: ExperimentRecord, dataset: s
 
 
 def write_reproduce_report(job, ledger_body: dict) -> Path:
-    out = Path(job.options.out)
-    paper_model = paper_model_name(job.options.model)
+    out = Path(job.recipe.out)
+    paper_model = paper_model_name(job.recipe.model)
     beside = paper_model or "all four paper models (this model is none of them)"
     intro = (
         f"Published numbers beside this run: {beside}. Top-5 accuracy of the target's first "
@@ -82,7 +82,7 @@ def write_reproduce_report(job, ledger_body: dict) -> Path:
         "(`paper_1..3`); – where there is no published number."
     )
     lines = [
-        f"# weightgraft reproduce: {job.options.model}",
+        f"# weightgraft reproduce: {job.recipe.model}",
         "",
         intro,
         "",
@@ -102,14 +102,14 @@ def write_reproduce_report(job, ledger_body: dict) -> Path:
     # Paths inside the job's folder are recorded relative to it (an older record's are absolute).
     models |= {name: str(out / r["outputs"]["path"]) for name, r in steps.items() if name.startswith("finetune:")}
     lines += ["", *finetune_section(job, steps)]
-    lines += ["", *claims_section(job, job.options.datasets[0], steps)]
+    lines += ["", *claims_section(job, job.recipe.datasets[0], steps)]
     known = {k.removeprefix("finetune:"): v for k, v in models.items()}
-    lines += ["", *plain_facts_section(known, seed=job.options.seed)]
+    lines += ["", *plain_facts_section(known, seed=job.recipe.seed)]
     lines += ["", *deviations_section(job, steps)]
     for group in job.runs.values():
         summary = read_summary(group.out)
         hybrid_group = group.name.endswith("_hybrid")
-        code = job.options.datasets[0] if hybrid_group else group.name
+        code = job.recipe.datasets[0] if hybrid_group else group.name
         config = parse_config(ledger_body["steps"][f"run:{group.name}"]["inputs"]["config"])
         for experiment in config.expanded():
             record = ExperimentRecord.read(group.out, experiment.name)

@@ -14,7 +14,8 @@ from weightgraft.experiments.record import ExperimentRecord
 from weightgraft.paper.estimate import paper_model_name
 from weightgraft.paper.plain_fact_list import plain_fact_candidates
 from weightgraft.paper.plain_facts import kept_knowledge
-from weightgraft.paper.reproduce_job import PAPER_BATCH, PAPER_EPOCHS, PAPER_FACTS, SETTINGS, Job
+from weightgraft.paper.reproduce_job import Job
+from weightgraft.paper.reproduce_recipe import PAPER_BATCH, PAPER_EPOCHS, PAPER_FACTS, PAPER_SETTING
 from weightgraft.paper.study import PAPER
 from weightgraft.reporting.summary import build_summary
 from weightgraft.reporting.verdict import check_pattern
@@ -89,19 +90,18 @@ def plain_facts_section(
 
 def deviations_section(job: Job, steps: dict) -> list[str]:
     """Every way this job differs from the paper's recipe (conditions.md), named."""
-    options = job.options
+    recipe = job.recipe
     precisions = {r["inputs"]["config"].get("precision") for name, r in steps.items() if name.startswith("finetune:")}
-    setting = SETTINGS[options.setting]
     lines = ["## Deviations from the paper", ""]
-    if paper_model_name(options.model) is None:
-        lines.append(f"- Model: {options.model} is none of the paper's four; the tables show all four beside it.")
-    if options.setting != "aggressive":
-        lines.append(f"- Setting {options.setting!r}, not the paper's main (aggressive) setting.")
+    if paper_model_name(recipe.model) is None:
+        lines.append(f"- Model: {recipe.model} is none of the paper's four; the tables show all four beside it.")
+    if recipe.setting != "aggressive":
+        lines.append(f"- Setting {recipe.setting!r}, not the paper's main (aggressive) setting.")
     pairs = (
-        ("facts per dataset", options.facts, PAPER_FACTS),
-        ("epochs", options.epochs, PAPER_EPOCHS),
-        ("batch size", options.batch_size, PAPER_BATCH),
-        ("learning rate", options.lr if options.lr is not None else setting["lr"], SETTINGS["aggressive"]["lr"]),
+        ("facts per dataset", recipe.facts, PAPER_FACTS),
+        ("epochs", recipe.epochs, PAPER_EPOCHS),
+        ("batch size", recipe.batch_size, PAPER_BATCH),
+        ("learning rate", recipe.lr, PAPER_SETTING.lr),
     )
     for what, ours, paper in pairs:
         if ours != paper:
@@ -110,13 +110,13 @@ def deviations_section(job: Job, steps: dict) -> list[str]:
         lines.append(
             f"- Finetuning precision {', '.join(sorted(precisions))} (the paper: fp16 mixed precision on a GPU)."
         )
-    if setting.get("group_by_length"):
+    if recipe.group_by_length:
         lines.append(
             "- Batches group texts of similar length (transformers' length-grouped sampler, for "
             "speed; the paper: random batches)."
         )
-    if options.max_examples is not None:
-        lines.append(f"- At most {options.max_examples} prompts scored per experiment (the paper: all).")
+    if recipe.max_examples is not None:
+        lines.append(f"- At most {recipe.max_examples} prompts scored per experiment (the paper: all).")
     if not lines[2:]:
         lines.append("- None in the recipe: the paper's model-independent settings throughout.")
     return lines

@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import sys
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from huggingface_hub import snapshot_download
@@ -50,23 +50,20 @@ from weightgraft.experiments.config import parse_config
 from weightgraft.experiments.models import fingerprint_model, model_dir
 from weightgraft.ledger import Ledger, stamp_matches, write_stamp
 from weightgraft.locking import folder_lock, lock_file
-from weightgraft.paper.estimate import PAPER_MODELS, paper_model_name
 from weightgraft.paper.reproduce_job import (
     DATASET_KINDS,
     FinetuneJob,
     Job,
     ReproduceError,
-    ReproduceOptions,
     RunGroup,
     finetune_config,
-    plan_job,
     rank_and_world,
     run_config,
 )
 from weightgraft.paper.reproduce_plan import describe_plan
 from weightgraft.paper.reproduce_report import write_reproduce_report
 from weightgraft.pipelines.run import run_all
-from weightgraft.runtime import resolve_device, sha256_file, sha256_json
+from weightgraft.runtime import sha256_file, sha256_json
 from weightgraft.training import TRAINING_RECORD
 
 # A finetune's checkpoints folder holds this stamp: the sha256 of the inputs they were made from
@@ -103,17 +100,16 @@ class Pipeline:
 
     def __init__(self, job: Job, progress: bool = True, echo=None):
         self.job = job
-        self.options = job.options
-        self.out = Path(job.options.out)
+        self.recipe = job.recipe
+        self.out = job.recipe.out
         self.progress = progress
         self.echo = echo or (lambda text: print(text, flush=True))
         self.rank, self.world = rank_and_world()
         self.is_main = self.rank == 0
-        self.device = resolve_device(self.options.device)
         header = {
             "weightgraft": __version__,
-            "model": self.options.model,
-            "options": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(self.options).items()},
+            "model": self.recipe.model,
+            "recipe": self.recipe.record(),
         }
         self.out.mkdir(parents=True, exist_ok=True)
         # Paths are kept relative to the job's folder (`portable`), so that it is found done by
@@ -179,10 +175,10 @@ class Pipeline:
     # ---- steps --------------------------------------------------------------------------------
     def run(self) -> ReproduceResult:
         start = time.time()
-        pre = _local_model(self.options.model)
+        pre = _local_model(self.recipe.model)
         self.model_paths["pre"] = pre
         self.fingerprints["pre"] = fingerprint_model(pre)
-        self.ledger.body["base_model"] = {"model": self.options.model, "path": pre, "sha256": self.fingerprints["pre"]}
+        self.ledger.body["base_model"] = {"model": self.recipe.model, "path": pre, "sha256": self.fingerprints["pre"]}
         data_inputs = self.data_inputs()
         if self.is_main:
             data = self.step("datasets", data_inputs, self.build_datasets)
@@ -208,7 +204,7 @@ class Pipeline:
     def data_inputs(self) -> dict:
         return {
             "generator": GENERATOR_VERSION,
-            "seed": self.options.seed,
+            "seed": self.recipe.seed,
             "sets": {
                 k: {"kind": s.kind, "facts": s.n_facts, "order": s.order, "texts_per_fact": s.texts_per_fact}
                 for k, s in self.job.sets.items()
@@ -216,14 +212,14 @@ class Pipeline:
         }
 
     def build_datasets(self) -> tuple[dict, list[Path]]:
-        seed = self.options.seed
+        seed = self.recipe.seed
         pool = NamePool(seed)
         known = known_film_facts(seed, pool)
         facts_of: dict[str, list] = {}
-        for offset, code in enumerate(self.options.datasets):
+        for offset, code in enumerate(self.recipe.datasets):
             kind = DATASET_KINDS[code]
             facts_of[code] = generate_facts({kind: self.job.sets[code].n_facts}, seed + offset, pool, known)
-        first = self.options.datasets[0]
+        first = self.recipe.datasets[0]
         halves = split_disjoint(
             facts_of[first], {"a": len(facts_of[first]) // 2, "b": len(facts_of[first]) - len(facts_of[first]) // 2}
         )
@@ -249,20 +245,16 @@ class Pipeline:
         return outputs, paths
 
     def general_texts(self) -> tuple[list[str] | None, str | None]:
-        path = self.options.general_text
+        path = self.recipe.general_text
         if path is None:
             return None, None
         path = Path(path)
         texts = load_train_texts(path) if path.is_dir() else read_user_articles(path)
         return texts, sha256_json(texts)
 
-    def max_length(self) -> int:
-        name = paper_model_name(self.options.model)
-        return PAPER_MODELS[name][2] if name else 512
-
     def run_finetune(self, ft: FinetuneJob, data: dict) -> None:
         """One finetune as a ledger step (every rank trains; rank 0 records)."""
-        config = finetune_config(self.options, self.device, self.max_length())
+        config = finetune_config(self.recipe)
         general, general_sha = self.general_texts()
         inputs = {
             "base_model": self.fingerprints["pre"],
@@ -333,7 +325,7 @@ class Pipeline:
         return outputs, [ft.out / "model.safetensors"]
 
     def run_group(self, group: RunGroup, data: dict) -> None:
-        config = run_config(self.job, group, self.model_paths, self.device)
+        config = run_config(self.job, group, self.model_paths)
         inputs = {
             "config": config,
             "models": {k: self.fingerprints[s] for k, s in group.models.items()},
@@ -356,7 +348,7 @@ class Pipeline:
     def write_report(self) -> Path:
         inputs = {
             "runs": {g: self.ledger.record_of(f"run:{g}")["outputs"]["summary_sha256"] for g in self.job.runs},
-            "model": self.options.model,
+            "model": self.recipe.model,
         }
 
         def build() -> tuple[dict, list[Path]]:
@@ -380,13 +372,24 @@ def refuse_unstamped_checkpoints(ft: FinetuneJob) -> None:
         )
 
 
-def reproduce(options: ReproduceOptions, progress: bool = True, echo=None) -> ReproduceResult:
-    """Plan, print the plan, and run (or resume) the whole job."""
-    options = replace(options, out=Path(options.out).expanduser().resolve())  # one spelling of the folder
-    job = plan_job(options)
+def reproduce(job: Job, progress: bool = True, echo=None) -> ReproduceResult:
+    """Print the plan of `job` (from `plan_job`) and run (or resume) it, step by step.
+
+    Args:
+        job: the planned job; its recipe's folder (absolute) is the job's identity.
+        progress: show progress bars.
+        echo: where lines go (print by default).
+
+    Returns:
+        What was computed and reused, the time taken and the report's path.
+
+    Raises:
+        OutputExistsError: the folder holds files another command or the user wrote.
+    """
+    out = job.recipe.out
     rank, _ = rank_and_world()
     if rank == 0:  # the other ranks start once rank 0 holds the folder
-        refuse_foreign(options.out, "reproduce", ("provenance.json",))
+        refuse_foreign(out, "reproduce", ("provenance.json",))
         for ft in job.finetunes.values():  # before the plan is printed, so the refusal is the one line
             refuse_unstamped_checkpoints(ft)
     if rank == 0:
@@ -396,15 +399,13 @@ def reproduce(options: ReproduceOptions, progress: bool = True, echo=None) -> Re
     sys.stdout.flush()
     if rank != 0:
         return Pipeline(job, progress=progress, echo=echo).run()
-    made = not Path(options.out).exists()
+    made = not out.exists()
     try:
-        with folder_lock(lock_file(options.out), options.out):  # one job per folder
-            claim_folder(options.out, "reproduce")
+        with folder_lock(lock_file(out), out):  # one job per folder
+            claim_folder(out, "reproduce")
             try:
                 return Pipeline(job, progress=progress, echo=echo).run()
             finally:
-                seal_folder(
-                    options.out, "reproduce", [n for n in REPRODUCE_ENTRIES if (Path(options.out) / n).exists()]
-                )
+                seal_folder(out, "reproduce", [n for n in REPRODUCE_ENTRIES if (out / n).exists()])
     finally:
-        release_unused(Path(options.out), made)
+        release_unused(out, made)
