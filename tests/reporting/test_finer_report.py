@@ -9,9 +9,10 @@ import math
 import numpy as np
 import pytest
 
+from weightgraft.experiments.condition_kind import Plain, kind_of
 from weightgraft.experiments.conditions import ConditionMethod
 from weightgraft.experiments.record import ConditionRecord, ExperimentRecord
-from weightgraft.reporting.finer import curves, head_maps, plain_row
+from weightgraft.reporting.finer import curves, head_maps
 from weightgraft.reporting.finer_plots import curve_figure, head_figure
 from weightgraft.reporting.finer_section import experiment_finer
 from weightgraft.reporting.plots import plot_experiment
@@ -246,8 +247,9 @@ def test_dose_curve_table_plot_and_sentence(doses):
 
 def test_report_section_and_plot_files(heads, tmp_path):
     state, rows = heads
-    assert plain_row({}) and plain_row({"reference": "recipient"}) and not plain_row(_cell(6, 0))
-    assert plain_row({"reference": "component", "components": "O", "layer": 6})
+    plain = [isinstance(kind_of(meta), Plain) for meta in ({}, {"reference": "recipient"}, _cell(6, 0))]
+    assert plain == [True, True, False]
+    assert isinstance(kind_of({"reference": "component", "components": "O", "layer": 6}), Plain)
     paths = plot_experiment(rows, state, tmp_path)
     assert {p.name for p in paths} >= {"finer.png", "finer_heads.png", "finer_heads.svg"}
     assert all(p.stat().st_size > 1000 for p in paths)

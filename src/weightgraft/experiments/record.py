@@ -9,8 +9,9 @@ wrote it, and `from_json` reads it back (older files, written before `wording`, 
 `tied_embeddings`, `available_examples` or a graft's `layer_indices`, read with the defaults
 that the report used for them).
 
-A condition's `meta` stays a plain dict: it is the condition language's open set of tags
-(`grain`, `shape`, `reference`, `control`, sweep coordinates, ...), read by name in the report.
+A condition's `meta` stays a plain dict in the file: it is the condition language's open set of
+tags (`grain`, `shape`, `reference`, `control`, sweep coordinates, ...). The record reads it once
+into a typed `kind` (`condition_kind`), which is what the plots and the report go by.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from weightgraft.atomic import write_text_atomic
+from weightgraft.experiments.condition_kind import ConditionKind, kind_of
 from weightgraft.experiments.conditions import Condition, ConditionMethod
 from weightgraft.experiments.layers import concrete_layers
 from weightgraft.experiments.records import slug, state_file
@@ -96,7 +98,9 @@ class ConditionRecord:
     method: how the donor comes in (`weights` grafted, or `activations` patched).
     description: what the condition is, in words (the conditions' list of the report).
     meta: the condition's tags (sweep coordinates, `grain`, `shape`, `reference`, `control`,
-    `of`, ...): how the plots and the finer sections find their rows.
+    `of`, ...), as the state file holds them.
+    kind: what the tags make the row (`condition_kind.kind_of`): how the plots and the finer
+    sections find their rows; computed here, not stored.
     grafts: its grafts, with their concrete layers.
     fidelity: the definition it was computed in (`authors`, `clean`, `authors = clean`); "" outside
     the paper's presets (the key is then absent from the file).
@@ -112,6 +116,10 @@ class ConditionRecord:
     grafts: tuple[GraftRecord, ...]
     file: str
     fidelity: str = ""
+    kind: ConditionKind = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kind", kind_of(self.meta))
 
     @classmethod
     def from_condition(cls, cond: Condition, num_layers: int) -> ConditionRecord:

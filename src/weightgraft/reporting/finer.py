@@ -1,7 +1,8 @@
 """The numbers of grafts finer than a component, read from a run's summary by their conditions'
-`meta` (FINER_CONTRACT): a layer x head map (`grain: head`), rank curves (`shape: rank`) and
-dose-response curves (`shape: scale`), each with its references (`reference: recipient / donor /
-component`) and controls (`control: random / complement`, `of`: the controlled row).
+kinds (`experiments.condition_kind`, from the tags of FINER_CONTRACT): a layer x head map (head
+cells, `grain: head`), rank curves (`shape: rank`) and dose-response curves (`shape: scale`), each
+with its references (`reference: recipient / donor / component`) and controls (`control: random /
+complement`, `of`: the controlled row).
 
 Values are the pooled rows (every template and fact kind) with their 95% intervals over facts,
 exactly as summary.csv holds them; an effect is a row's value minus the recipient alone's value,
@@ -15,7 +16,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from weightgraft.experiments.record import ConditionRecord, ExperimentRecord
+from weightgraft.experiments.condition_kind import Control, CurvePoint, HeadCell, Plain
+from weightgraft.experiments.record import ExperimentRecord
 from weightgraft.experiments.vocabulary import DECISION_METRICS
 from weightgraft.reporting.summary import SummaryRow, by_condition
 
@@ -53,13 +55,14 @@ def estimates(table: dict, name: str, metrics=DECISION_METRICS) -> Estimates:
 
 
 def references(record: ExperimentRecord) -> dict[str, str]:
-    """role (recipient, donor, component) -> condition name: by `meta.reference` (a reference of
-    one layer left out), else the recipient alone and the donor alone by their shorthand names."""
+    """role (recipient, donor, component) -> condition name: by the rows' `reference` tag (a
+    reference of one layer left out), else the recipient alone and the donor alone by their
+    shorthand names."""
     out = {}
     for cond in record.conditions:
-        role = cond.meta.get("reference")
-        if role and role not in out and "layer" not in cond.meta:
-            out[role] = cond.name
+        kind = cond.kind
+        if isinstance(kind, Plain) and kind.reference and kind.reference not in out and kind.layer is None:
+            out[kind.reference] = cond.name
     names = [c.name for c in record.conditions]
     for role, known in REFERENCE_NAMES.items():
         if role not in out:
@@ -73,9 +76,12 @@ def layer_whole_names(record: ExperimentRecord, components: str) -> dict[int, st
     """layer -> the `reference: component` row of `components` in that one layer (every head):
     the scope a head and its complement make up."""
     return {
-        c.meta["layer"]: c.name
+        c.kind.layer: c.name
         for c in record.conditions
-        if c.meta.get("reference") == "component" and "layer" in c.meta and c.meta.get("components", "") == components
+        if isinstance(c.kind, Plain)
+        and c.kind.reference == "component"
+        and c.kind.layer is not None
+        and c.kind.components == components
     }
 
 
@@ -83,15 +89,10 @@ def controls_of(record: ExperimentRecord) -> dict[str, dict[str, list[str]]]:
     """controlled condition -> {"random": [names], "complement": [names]}."""
     out: dict[str, dict[str, list[str]]] = {}
     for cond in record.conditions:
-        meta = cond.meta
-        if meta.get("control") in ("random", "complement") and "of" in meta:
-            out.setdefault(meta["of"], {"random": [], "complement": []})[meta["control"]].append(cond.name)
+        kind = cond.kind
+        if isinstance(kind, Control) and kind.control in ("random", "complement") and kind.of is not None:
+            out.setdefault(kind.of, {"random": [], "complement": []})[kind.control].append(cond.name)
     return out
-
-
-def _main_rows(record: ExperimentRecord, key: str, value: str) -> list[ConditionRecord]:
-    """The conditions whose meta has `key: value` and that are not controls."""
-    return [c for c in record.conditions if c.meta.get(key) == value and "control" not in c.meta]
 
 
 @dataclass(frozen=True)
@@ -175,20 +176,20 @@ def _minus(a: float | None, b: float | None) -> float | None:
 
 def head_maps(rows: list[SummaryRow], record: ExperimentRecord) -> list[HeadMap]:
     """One map per component set of the experiment's `grain: head` rows."""
-    cells = _main_rows(record, "grain", "head")
+    cells = [(c.name, c.kind) for c in record.conditions if isinstance(c.kind, HeadCell)]
     if not cells:
         return []
     table, controls = by_condition(rows, record.name), controls_of(record)
     refs = {role: estimates(table, name) for role, name in references(record).items()}
     out = []
-    for comps in dict.fromkeys(c.meta.get("components", "") for c in cells):
-        mine = [c for c in cells if c.meta.get("components", "") == comps]
+    for comps in dict.fromkeys(cell.components for _, cell in cells):
+        mine = [(name, cell) for name, cell in cells if cell.components == comps]
         out.append(
             HeadMap(
                 comps,
-                sorted({c.meta["layer"] for c in mine}),
-                sorted({c.meta["head"] for c in mine}),
-                {(c.meta["layer"], c.meta["head"]): controlled(table, c.name, controls) for c in mine},
+                sorted({cell.layer for _, cell in mine}),
+                sorted({cell.head for _, cell in mine}),
+                {(cell.layer, cell.head): controlled(table, name, controls) for name, cell in mine},
                 refs,
                 {layer: estimates(table, name) for layer, name in layer_whole_names(record, comps).items()},
             )
@@ -222,28 +223,22 @@ def _rank_order(rank) -> float:
 
 def curves(rows: list[SummaryRow], record: ExperimentRecord, kind: str) -> list[Curve]:
     """The experiment's `shape: kind` rows (kind "rank" or "scale"), one curve per series."""
-    points = _main_rows(record, "shape", kind)
+    points = [(c.name, c.kind) for c in record.conditions if isinstance(c.kind, CurvePoint) and c.kind.shape == kind]
     if not points:
         return []
     table, controls = by_condition(rows, record.name), controls_of(record)
     refs = {role: estimates(table, name) for role, name in references(record).items()}
     order = _rank_order if kind == "rank" else float
     out = []
-    for series in dict.fromkeys(p.meta.get("series", "") for p in points):
-        mine = sorted((p for p in points if p.meta.get("series", "") == series), key=lambda p: order(p.meta[kind]))
+    for series in dict.fromkeys(point.series for _, point in points):
+        mine = sorted(((n, p) for n, p in points if p.series == series), key=lambda item: order(item[1].x))
         out.append(
             Curve(
                 kind,
                 series,
-                [p.meta[kind] for p in mine],
-                [controlled(table, p.name, controls) for p in mine],
+                [point.x for _, point in mine],
+                [controlled(table, name, controls) for name, _ in mine],
                 refs,
             )
         )
     return out
-
-
-def plain_row(meta: dict) -> bool:
-    """A row the bar chart and the conditions' list show one by one: no meta, or only a
-    reference's (a grid cell, a curve point, a control or a sweep cell is shown by its plot)."""
-    return set(meta) <= {"reference", "components", "layer"}

@@ -12,9 +12,9 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from weightgraft.experiments.condition_kind import Plain, SweepCell  # noqa: E402
 from weightgraft.experiments.record import ExperimentRecord  # noqa: E402
 from weightgraft.reporting.figure_files import save_figure  # noqa: E402
-from weightgraft.reporting.finer import plain_row  # noqa: E402
 from weightgraft.reporting.finer_plots import finer_plots  # noqa: E402
 from weightgraft.reporting.summary import by_condition  # noqa: E402
 
@@ -47,7 +47,7 @@ def _finish(fig, ax, labels, title, ylabel):
 def bar_chart(summary: list[dict], record: ExperimentRecord, stem: Path) -> list[Path]:
     """Grouped bars: one group per condition, one bar per headline metric."""
     table = by_condition(summary, record.name)
-    names = [c.name for c in record.conditions if plain_row(c.meta)]
+    names = [c.name for c in record.conditions if isinstance(c.kind, Plain)]
     metrics = record.headline
     width = 0.8 / len(metrics)
     fig, ax = plt.subplots(figsize=(max(6, 0.55 * len(names) + 2), 4.2))
@@ -82,18 +82,18 @@ def heatmaps(summary: list[dict], record: ExperimentRecord, stem: Path) -> list[
     """One heatmap per swept position: component sets (rows) x layer bands (columns)."""
     table = by_condition(summary, record.name)
     metric = record.headline[0]
-    sweep = [c for c in record.conditions if c.meta.get("sweep_at")]
-    positions = list(dict.fromkeys(c.meta["sweep_at"] for c in sweep))
+    sweep = [(c, c.kind) for c in record.conditions if isinstance(c.kind, SweepCell)]
+    positions = list(dict.fromkeys(kind.at for _, kind in sweep))
     fig, axes = plt.subplots(1, len(positions), figsize=(1.5 + 3.6 * len(positions), 3.6), squeeze=False)
     for ax, at in zip(axes[0], positions):
-        cells = [c for c in sweep if c.meta["sweep_at"] == at]
-        comps = list(dict.fromkeys(c.meta["components"] for c in cells))
-        bands = list(dict.fromkeys(c.meta["band"] for c in cells))
+        cells = [(c, kind) for c, kind in sweep if kind.at == at]
+        comps = list(dict.fromkeys(kind.components for _, kind in cells))
+        bands = list(dict.fromkeys(kind.band for _, kind in cells))
         grid = [[float("nan")] * len(bands) for _ in comps]
-        for c in cells:
+        for c, kind in cells:
             row = table.get((c.name, metric))
             if row and row["value"] is not None:
-                grid[comps.index(c.meta["components"])][bands.index(c.meta["band"])] = row["value"]
+                grid[comps.index(kind.components)][bands.index(kind.band)] = row["value"]
         image = ax.imshow(grid, vmin=0, vmax=1, cmap="viridis", aspect="auto")
         for i in range(len(comps)):
             for j in range(len(bands)):
@@ -121,6 +121,6 @@ def plot_experiment(summary: list[dict], record: ExperimentRecord, folder: Path)
     if record.plot == "paired":
         return paired_chart(summary, record, stem)
     paths = bar_chart(summary, record, stem)
-    if any(c.meta.get("sweep_at") for c in record.conditions):
+    if any(isinstance(c.kind, SweepCell) for c in record.conditions):
         paths += heatmaps(summary, record, folder / f"{record.name}_heatmap")
     return paths + finer_plots(summary, record, folder)

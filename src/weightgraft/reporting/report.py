@@ -15,10 +15,10 @@ from pathlib import Path
 import markdown
 
 from weightgraft.atomic import write_text_atomic
+from weightgraft.experiments.condition_kind import Plain, SweepCell
 from weightgraft.experiments.conditions.components import describe
 from weightgraft.experiments.record import ConditionRecord, ExperimentRecord, GraftRecord
 from weightgraft.experiments.vocabulary import CLEAN_SUFFIX, METRIC_WORDS, SUMMARY_METRICS
-from weightgraft.reporting.finer import plain_row
 from weightgraft.reporting.finer_section import experiment_finer
 from weightgraft.reporting.localize_section import localize_section
 from weightgraft.reporting.plots import plot_experiment
@@ -188,17 +188,17 @@ def _graft_text(graft: GraftRecord, num_layers: int) -> str:
 def _conditions_legend(record: ExperimentRecord) -> str:
     lines = []
     for cond in record.conditions:
-        if not plain_row(cond.meta):
+        if not isinstance(cond.kind, Plain):
             continue
         grafts = "; ".join(_graft_text(g, record.num_layers) for g in cond.grafts) or "no graft"
         lines.append(
             f"- **{escape_text(cond.name)}**: {escape_text(cond.description or 'custom grafts')}; recipient "
             f"`{cond.recipient}`; grafts: {grafts}"
         )
-    sweep = [c for c in record.conditions if c.meta.get("sweep_at")]
+    sweep = [c for c in record.conditions if isinstance(c.kind, SweepCell)]
     if sweep:
         lines.append(f"- plus {len(sweep)} sweep conditions `POSITION BAND COMPONENTS` ({sweep[0].description}, ...)")
-    finer = [c for c in record.conditions if not plain_row(c.meta) and not c.meta.get("sweep_at")]
+    finer = [c for c in record.conditions if not isinstance(c.kind, (Plain, SweepCell))]
     if finer:
         lines.append(
             f"- plus {len(finer)} finer-grain conditions and their controls (`{finer[0].name}`: {finer[0].description}, ...)"
