@@ -19,6 +19,8 @@ import math
 from dataclasses import dataclass
 from enum import StrEnum
 
+from weightgraft.reporting.numbers import with_interval
+
 
 class Outcome(StrEnum):
     """What a claim's evidence says. A str, so that it prints and compares as its words."""
@@ -49,7 +51,7 @@ class Decision:
     def interval(self, digits: int = 2) -> str:
         if self.outcome == Outcome.UNDEFINED:
             return "undefined"
-        return f"{self.value:.{digits}f} [{self.low:.{digits}f}, {self.high:.{digits}f}]"
+        return with_interval(self.value, self.low, self.high, digits=digits)
 
     def settle_note(self) -> str:
         if self.outcome != Outcome.INCONCLUSIVE:

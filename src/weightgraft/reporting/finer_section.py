@@ -20,6 +20,7 @@ from weightgraft.reporting.finer import (
     head_maps,
     random_mean,
 )
+from weightgraft.reporting.numbers import number, with_interval
 from weightgraft.reporting.summary import SummaryRow
 
 EXTENSION_NOTE = (
@@ -33,21 +34,13 @@ COST_WORDS = (
 ROLE_WORDS = {"recipient": "the recipient alone", "donor": "the donor alone", "component": "the whole component"}
 
 
-def _num(value: float | None, digits: int = 3, sign: bool = False) -> str:
-    """Fixed decimals; a value too small for them keeps two significant digits, so that a
-    probability of 4e-4 that decides a row does not print as 0.000."""
-    if value is None or value != value:
-        return "n/a"
-    style = ".1e" if 0 < abs(value) < 0.5 * 10**-digits else f".{digits}f"
-    return f"{value:+{style}}" if sign else f"{value:{style}}"
+def _num(value: float | None) -> str:
+    """A probability of 4e-4 that decides a row must not print as 0.000."""
+    return number(value, small=True)
 
 
 def _ci(value, low, high, sign: bool = False) -> str:
-    if value is None or value != value:
-        return "n/a"
-    if low is None or high is None:
-        return _num(value, sign=sign)
-    return f"{_num(value, sign=sign)} [{_num(low, 2, sign)}, {_num(high, 2, sign)}]"
+    return with_interval(value, low, high, digits=3, interval_digits=2, sign=sign, small=True)
 
 
 def _shifted(values: Estimates, metric: str, by: float | None, sign: bool = True) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from weightgraft.reporting.localize_results import LOCALIZE_FILE, LocalizeSummary
+from weightgraft.reporting.numbers import with_interval
 
 
 def localize_section(out: str | Path) -> list[str]:
@@ -84,6 +85,5 @@ def _agreement(s: LocalizeSummary) -> list[str]:
 
 def _with_interval(value: float, summary: LocalizeSummary, name: str, metric: str) -> str:
     interval = summary.intervals.get(name, {}).get(metric)
-    if interval and interval.defined:
-        return f"{value:.0%} [{interval.low:.0%}, {interval.high:.0%}]"
-    return f"{value:.0%}"
+    bounds = (interval.low, interval.high) if interval and interval.defined else (None, None)
+    return with_interval(value, *bounds, as_percent=True)

@@ -21,13 +21,14 @@ from weightgraft.experiments.record import ConditionRecord, ExperimentRecord, Gr
 from weightgraft.experiments.vocabulary import CLEAN_SUFFIX, METRIC_WORDS, SUMMARY_METRICS
 from weightgraft.reporting.finer_section import experiment_finer
 from weightgraft.reporting.localize_section import localize_section
+from weightgraft.reporting.numbers import number, with_interval
 from weightgraft.reporting.plots import plot_experiment
 from weightgraft.reporting.safe_html import escape_text, sanitize
 from weightgraft.reporting.statistics import ALL
 from weightgraft.reporting.study import Study
 from weightgraft.reporting.summary import RecoveryRow, RunSummary, SummaryRow, by_condition, pooled
 from weightgraft.reporting.verdict import Verdict
-from weightgraft.reporting.verdict_section import interval_text, verdict_section
+from weightgraft.reporting.verdict_section import verdict_section
 
 CSS = """body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;
 color:#222}table{border-collapse:collapse;font-size:13px;margin:1em 0}td,th{border:1px solid #ccc;
@@ -37,11 +38,11 @@ overflow-x:auto;font-size:12px}"""
 
 
 def _cell(row: SummaryRow | None, ci: bool = True) -> str:
-    if row is None or row["value"] is None:
+    if row is None:
         return "n/a"
     if not ci:
-        return f"{row['value']:.3f}"
-    return f"{row['value']:.3f} [{row['ci_low']:.2f}, {row['ci_high']:.2f}]"
+        return number(row["value"])
+    return with_interval(row["value"], row["ci_low"], row["ci_high"], digits=3, interval_digits=2)
 
 
 def experiment_table(summary: list[SummaryRow], record: ExperimentRecord, metrics=None, ci: bool = True) -> str:
@@ -228,7 +229,7 @@ def recovery_tables(recovery: list[RecoveryRow], name: str) -> list[str]:
             lines.append(
                 f"| {escape_text(cond)} | "
                 + " | ".join(
-                    interval_text(c["recovery"], c["ci_low"], c["ci_high"]) if c["defined"] else "undefined"
+                    with_interval(c["recovery"], c["ci_low"], c["ci_high"]) if c["defined"] else "undefined"
                     for c in (cells[(cond, m)] for m in metrics)
                 )
                 + " |"

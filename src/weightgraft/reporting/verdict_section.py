@@ -7,19 +7,11 @@ from __future__ import annotations
 
 from weightgraft.experiments.vocabulary import METRIC_WORDS, SAME_IN_BOTH
 from weightgraft.reporting.decision import Outcome
+from weightgraft.reporting.numbers import with_interval
 from weightgraft.reporting.safe_html import escape_text
 from weightgraft.reporting.study import Study
 from weightgraft.reporting.summary import ComparisonRow, RunSummary, SummaryRow
 from weightgraft.reporting.verdict import MIN_GAP, Check, Verdict, definition_of
-
-
-def interval_text(value, low, high, digits: int = 2) -> str:
-    """`value [low, high]` to `digits` places; the value alone without an interval."""
-    if value is None:
-        return "undefined"
-    if low is None or high is None:
-        return f"{value:.{digits}f}"
-    return f"{value:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"
 
 
 def verdict_table(checks: list[Check]) -> list[str]:
@@ -67,7 +59,7 @@ def paired_tests_table(comparisons: list[ComparisonRow]) -> list[str]:
         lines.append(
             f"| {escape_text(r['a'])} vs {escape_text(r['b'])} (`{r['experiment']}`) | "
             f"{METRIC_WORDS.get(r['metric'], r['metric'])} | "
-            f"{interval_text(r['difference'], r['ci_low'], r['ci_high'], 3)} | {d_z} | "
+            f"{with_interval(r['difference'], r['ci_low'], r['ci_high'], digits=3, missing='undefined')} | {d_z} | "
             f"{p_text} | {r['n_facts']} | {r['n']} |"
         )
     return lines
