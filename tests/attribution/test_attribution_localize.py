@@ -245,6 +245,7 @@ def test_localize_command_allows_config_differences_only_when_asked(world, tmp_p
 def test_localize_experiment_in_a_run_config_reports_and_is_reused(world, tmp_path):
     from weightgraft.experiments.config import ConfigError, parse_config
     from weightgraft.pipelines.run import run_all
+    from weightgraft.reporting.localize_results import LocalizeSummary
     from weightgraft.reporting.localize_section import localize_section
 
     tokenizer, examples, recipient = world
@@ -289,7 +290,8 @@ def test_localize_experiment_in_a_run_config_reports_and_is_reused(world, tmp_pa
     )
     report = (out / "report.md").read_text()
     assert "## Minimal graft: minimal" in report and "localize/minimal/recovery.png" in report
-    assert localize_section(out)[0] == "## Minimal graft: minimal"
+    found = {"minimal": LocalizeSummary.read(out / "localize" / "minimal" / "localize.json")}
+    assert localize_section(found)[0] == "## Minimal graft: minimal"
     stamp = (out / "localize" / "minimal" / "localize.json").stat().st_mtime_ns
     run_all(config, out, progress=False)  # same settings and models: reused, not recomputed
     assert (out / "localize" / "minimal" / "localize.json").stat().st_mtime_ns == stamp

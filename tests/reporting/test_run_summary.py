@@ -212,3 +212,19 @@ def test_localize_json_has_one_schema_that_keeps_its_bytes(tmp_path):
         LocalizeSummary.model_validate({**LOCALIZE, "surprise": 1})
     older = {k: v for k, v in LOCALIZE.items() if k not in ("stop_on", "intervals", "agreement", "notes")}
     assert LocalizeSummary.model_validate(older).stop_on == ["top5", "prob"]
+
+
+def test_the_report_formats_what_the_run_hands_over_and_reads_no_file(run):
+    """Issue 42: the report used to read run.json back; it now gets run.json's body (and the
+    localize results) from the caller, so it is written with run.json gone."""
+    config, out = run
+    done = run_pipeline.RunDone.read(config, out)
+    (out / "run.json").rename(out / "run.json.away")
+    try:
+        run_pipeline.summarize(config, out, report=True, study=Study(asked=ASKED), done=done)
+    finally:
+        (out / "run.json.away").rename(out / "run.json")
+    report = (out / "report.md").read_text()
+    assert "## Provenance" in report and f"seed: {config.seed}" in report
+    for key, info in done.provenance["models"].items():
+        assert f"| {key} | `{info['path']}` |" in report

@@ -48,6 +48,9 @@ class RunResult:
     # Each finished experiment's record as written to state/ (the plan's, with its results'
     # sha256), in the plan's order: what the summary reads, without reading the folder again.
     records: list[ExperimentRecord] = field(default_factory=list)
+    # run.json's body as this session last wrote it (provenance and sessions): what the report
+    # shows, without reading the file back.
+    provenance: dict = field(default_factory=dict)
 
 
 class Runner:
@@ -100,7 +103,8 @@ class Runner:
             computed=len(result.computed),
             reused=len(result.reused),
         )
-        records.write_run_json(self.out, dict(body, status="complete"), self.shard)
+        result.provenance = dict(body, status="complete")
+        records.write_run_json(self.out, result.provenance, self.shard)
         return result
 
     def run_experiment(self, plan: RunPlan, exp: ExperimentPlan, result: RunResult) -> None:

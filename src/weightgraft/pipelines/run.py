@@ -1,13 +1,16 @@
 """One run, start to finish: experiments (resumable), then summary, then verdict and report.
 
-Data flows one way, forward only: the runner writes per-example records; the summary
-(`RunSummary`) is built once from them and written as its CSV files; the verdict decides the
-caller's claims on that object; the report reads the summary and the verdict. Nothing is read
-back from the files the run just wrote.
+Data flows one way, forward only: the runner writes per-example records and hands over each
+experiment's record and the run's provenance; the localize searches hand over their results
+(`RunDone`); the summary (`RunSummary`) is built once from the records and written as its CSV
+files; the verdict decides the caller's claims on that object; the report formats the summary,
+the verdict and what was handed over. Nothing is read back from the files the run just wrote
+(a merge of shards, which has no runner, reads what the shards wrote).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -20,12 +23,13 @@ from weightgraft.attribution.experiment import run_localize
 from weightgraft.errors import UserError
 from weightgraft.experiments.config import RunConfig, parse_config
 from weightgraft.experiments.record import ExperimentRecord
-from weightgraft.experiments.records import mark_unfinished, replace_other_run, run_folder
+from weightgraft.experiments.records import mark_unfinished, replace_other_run, run_folder, run_json_file
 from weightgraft.experiments.runner import RunResult, run_experiments
 from weightgraft.experiments.shards import merge_shards, shard_from_env
 from weightgraft.paper.finer_presets import FINER_PRESETS  # noqa: F401  (registers weightgraft's finer presets)
 from weightgraft.paper.presets import PRESETS  # noqa: F401  (registers the paper's presets)
 from weightgraft.paper.study import PAPER
+from weightgraft.reporting.localize_results import LOCALIZE_FILE, LocalizeSummary
 from weightgraft.reporting.report import write_report
 from weightgraft.reporting.study import Study
 from weightgraft.reporting.summary import build_summary
@@ -72,16 +76,19 @@ def run_all(
         result = run_experiments(config, out, progress=progress, shard=shard)
         if shard is not None:
             return RunOutcome(result, [])
+        found: dict[str, LocalizeSummary] = {}
         for spec in config.localizations():
             try:
-                run_localize(config, spec, out, progress=progress)
+                folder = run_localize(config, spec, out, progress=progress)
+                found[spec.name] = LocalizeSummary.read(folder / LOCALIZE_FILE)  # searched now, or reused
             except UserError as err:
                 mark_unfinished(out, f"localize {spec.localize}", err)
                 raise named_by_experiment(err, spec.localize) from None
             except BaseException as err:
                 mark_unfinished(out, f"localize {spec.localize}", err)
                 raise
-        return RunOutcome(result, summarize(config, out, report, study, result.records))
+        done = RunDone(result.records, result.provenance, found)
+        return RunOutcome(result, summarize(config, out, report, study, done))
 
 
 def named_by_experiment(err: UserError, name: str) -> UserError:
@@ -96,27 +103,46 @@ def named_by_experiment(err: UserError, name: str) -> UserError:
         return UserError(f"{lead}: {err}")
 
 
+@dataclass(frozen=True)
+class RunDone:
+    """What a finished run hands to its summary and report, so that neither reads files back.
+
+    experiments: each experiment's record as the runner built it (`RunResult.records`).
+    provenance: run.json's body as the runner last wrote it (`RunResult.provenance`).
+    localizations: each localize experiment's results, by name (searched now, or reused).
+    """
+
+    experiments: Sequence[ExperimentRecord]
+    provenance: dict
+    localizations: dict[str, LocalizeSummary]
+
+    @classmethod
+    def read(cls, config: RunConfig, out: Path) -> RunDone:
+        """The same from the run folder's files, where no runner handed them over (after a
+        merge of shards, which wrote them)."""
+        return cls(
+            [ExperimentRecord.read(out, e.name) for e in config.expanded()],
+            json.loads(run_json_file(out).read_text()),
+            {s.name: LocalizeSummary.read(out / "localize" / s.name / LOCALIZE_FILE) for s in config.localizations()},
+        )
+
+
 def summarize(
-    config: RunConfig,
-    out: Path,
-    report: bool = True,
-    study: Study = PAPER,
-    experiments: Sequence[ExperimentRecord] | None = None,
+    config: RunConfig, out: Path, report: bool = True, study: Study = PAPER, done: RunDone | None = None
 ) -> list[Check]:
     """Build the summary of a run's records once, write its files, decide `study`'s claims on it
     and (unless `report=False`) write the report from both, with `study`'s sections (the paper's
     by default; `reporting.study.NO_STUDY` for none); returns the verdict's checks.
 
-    experiments: the run's records as the runner handed them over (`RunResult.records`, built
-    from its plan); read from `state/` when not given, as after a merge of shards."""
-    if experiments is None:
-        experiments = [ExperimentRecord.read(out, e.name) for e in config.expanded()]
-    experiments = list(experiments)
+    done: what the run handed over (`RunDone`); read from the folder when not given, as after a
+    merge of shards."""
+    done = done or RunDone.read(config, out)
+    experiments = list(done.experiments)
     summary = build_summary(out, experiments, config.bootstrap, config.seed, study.asked)
     summary.write(out)
     verdict = check_pattern(summary, study.asked.claims)
     if report:
-        write_report(out, summary, verdict, study, experiments)
+        write_report(out, summary, verdict, study, experiments, done.provenance, done.localizations)
     return verdict.checks
 
 

@@ -7,18 +7,15 @@ one schema, `reporting.localize_results.LocalizeSummary`.
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from weightgraft.reporting.localize_results import LOCALIZE_FILE, LocalizeSummary
+from weightgraft.reporting.localize_results import LocalizeSummary
 from weightgraft.reporting.numbers import with_interval
 
 
-def localize_section(out: str | Path) -> list[str]:
-    """Markdown for every finished localize experiment of a run folder (none: no lines)."""
+def localize_section(localizations: dict[str, LocalizeSummary]) -> list[str]:
+    """Markdown for every finished localize experiment of a run, by name (none: no lines)."""
     lines: list[str] = []
-    for summary_path in sorted(Path(out).glob(f"localize/*/{LOCALIZE_FILE}")):
-        s = LocalizeSummary.read(summary_path)
-        name, rel = summary_path.parent.name, f"localize/{summary_path.parent.name}"
+    for name in sorted(localizations):
+        s, rel = localizations[name], f"localize/{name}"
         lines += [
             f"## Minimal graft: {name}",
             "",

@@ -20,6 +20,7 @@ from weightgraft.experiments.conditions.components import describe
 from weightgraft.experiments.record import ConditionRecord, ExperimentRecord, GraftRecord
 from weightgraft.experiments.vocabulary import CLEAN_SUFFIX, METRIC_WORDS, SUMMARY_METRICS
 from weightgraft.reporting.finer_section import experiment_finer
+from weightgraft.reporting.localize_results import LocalizeSummary
 from weightgraft.reporting.localize_section import localize_section
 from weightgraft.reporting.numbers import number, with_interval
 from weightgraft.reporting.plots import plot_experiment
@@ -291,10 +292,12 @@ def build_markdown(
     plots: dict[str, list[Path]],
     study: Study,
     experiments: dict[str, ExperimentRecord],
+    run: dict,
+    localizations: dict[str, LocalizeSummary],
 ) -> str:
     """report.md's text: the verdict, the deviations, one section per experiment (from its
-    record in `experiments`, by name), the localize results and the provenance (run.json)."""
-    run = json.loads((out / "run.json").read_text())
+    record in `experiments`, by name), the localize results (by name) and the provenance (`run`:
+    run.json's body)."""
     lines = [
         f"# weightgraft report: {escape_text(run['config']['name'])}",
         "",
@@ -312,7 +315,7 @@ def build_markdown(
     lines += study.deviations()
     for name in summary.experiments:
         lines += experiment_section(summary, experiments[name], plots.get(name, []), study)
-    lines += localize_section(out)
+    lines += localize_section(localizations)
     lines += _provenance(run)
     return "\n".join(lines)
 
@@ -378,17 +381,24 @@ def scored_token_lines(record: ExperimentRecord) -> list[str]:
 
 
 def write_report(
-    out: str | Path, summary: RunSummary, verdict: Verdict, study: Study, experiments: list[ExperimentRecord]
+    out: str | Path,
+    summary: RunSummary,
+    verdict: Verdict,
+    study: Study,
+    experiments: list[ExperimentRecord],
+    run: dict,
+    localizations: dict[str, LocalizeSummary],
 ) -> tuple[Path, Path]:
     """Plots, report.md and report.html of the run folder `out` from its summary and verdict
-    (the report decides nothing itself) and the records of its experiments (read once by the
-    caller, who built the summary from them), with `study`'s sections (`reporting.study.NO_STUDY`:
-    none); returns the two files' paths."""
+    (the report decides nothing itself), the records of its experiments (read once by the
+    caller, who built the summary from them), run.json's body (`run`) and the localize results
+    by name, with `study`'s sections (`reporting.study.NO_STUDY`: none); returns the two files'
+    paths. It reads no file."""
     out = Path(out)
     rows = pooled(summary.rows)
     by_name = {record.name: record for record in experiments}
     plots = {name: plot_experiment(rows, by_name[name], out / "plots") for name in summary.experiments}
-    text = build_markdown(out, summary, verdict, plots, study, by_name)
+    text = build_markdown(out, summary, verdict, plots, study, by_name, run, localizations)
     md_path = write_text_atomic(out / "report.md", text)
     # The page holds text users wrote and is opened in browsers: only the report's own markup stays live.
     body = sanitize(markdown.markdown(text, extensions=["tables", "fenced_code", "md_in_html"]))
