@@ -13,6 +13,7 @@ from weightgraft.experiments.condition_kind import Plain, kind_of
 from weightgraft.experiments.conditions import ConditionMethod
 from weightgraft.experiments.record import ConditionRecord, ExperimentRecord
 from weightgraft.reporting.finer import curves, head_maps
+from weightgraft.reporting.finer_findings import finer_findings
 from weightgraft.reporting.finer_plots import curve_figure, head_figure
 from weightgraft.reporting.finer_section import experiment_finer
 from weightgraft.reporting.plots import plot_experiment
@@ -140,7 +141,7 @@ def test_head_figure_draws_the_maps(heads):
 
 def test_head_table_and_sentence(heads):
     state, rows = heads
-    text = "\n".join(experiment_finer(rows, state))
+    text = "\n".join(experiment_finer(finer_findings(rows, state)))
     assert "weightgraft's extension" in text and "not a finding of the paper" in text
     assert (
         "| 6 | 0 | 0.500 | +0.300 [+0.20, +0.40] | +0.150 [+0.10, +0.20] | +0.250 [+0.15, +0.35] | 0.300 | appears |"
@@ -195,7 +196,7 @@ def test_rank_curve_points_and_plot(ranks):
 
 def test_rank_table_and_sentence(ranks):
     state, rows = ranks
-    text = "\n".join(experiment_finer(rows, state))
+    text = "\n".join(experiment_finer(finer_findings(rows, state)))
     assert "| 1 | 0.300 [0.20, 0.40] | 0.150 [0.10, 0.20] | does not appear |" in text
     assert "| 2 | 0.550 [0.45, 0.65] | 0.275 [0.23, 0.33] | does not appear |" in text  # 0.65 < 0.70
     assert "| 4 | 0.700 [0.65, 0.75] | 0.350 [0.33, 0.38] | inconclusive |" in text
@@ -237,7 +238,7 @@ def test_dose_curve_table_plot_and_sentence(doses):
     assert list(fig.axes[1].lines[0].get_xdata()) == [-0.5, 0.0, 1.0, 2.0]
     assert list(fig.axes[1].lines[0].get_ydata()) == [0.01, 0.05, 0.40, 0.20]
     assert np.allclose(fig.axes[0].collections[1].get_offsets(), [[1.0, 0.12], [1.0, 0.14]])
-    text = "\n".join(experiment_finer(rows, state))
+    text = "\n".join(experiment_finer(finer_findings(rows, state)))
     assert "| 1 | 0.800 [0.70, 0.90] | 0.400 [0.35, 0.45] | appears |" in text
     assert "| 2 | 0.400 [0.05, 0.75] | 0.200 [0.03, 0.38] | inconclusive |" in text
     # lambda 0 is the recipient's own value: its interval straddles it, so inconclusive
@@ -250,10 +251,10 @@ def test_report_section_and_plot_files(heads, tmp_path):
     plain = [isinstance(kind_of(meta), Plain) for meta in ({}, {"reference": "recipient"}, _cell(6, 0))]
     assert plain == [True, True, False]
     assert isinstance(kind_of({"reference": "component", "components": "O", "layer": 6}), Plain)
-    paths = plot_experiment(rows, state, tmp_path)
+    paths = plot_experiment(rows, state, finer_findings(rows, state), tmp_path)
     assert {p.name for p in paths} >= {"finer.png", "finer_heads.png", "finer_heads.svg"}
     assert all(p.stat().st_size > 1000 for p in paths)
-    lines = experiment_section(RunSummary(rows), state, paths, NO_STUDY)
+    lines = experiment_section(RunSummary(rows), state, finer_findings(rows, state), paths, NO_STUDY)
     text = "\n".join(lines)
     assert "![finer_heads](plots/finer_heads.png)" in text and "### O per head (layer x head)" in text
     assert "- **B2A**:" in text and "- **O L6**:" in text and "- plus 8 finer-grain conditions" in text
@@ -265,15 +266,16 @@ def test_a_metric_equal_at_every_resample_decides_nothing_and_small_values_keep_
     the row is decided on probability alone, whose tiny lift prints with its digits."""
     from weightgraft.reporting.decision import Outcome
     from weightgraft.reporting.finer import Estimate
-    from weightgraft.reporting.finer_section import _ci, judge
+    from weightgraft.reporting.finer_findings import judge
+    from weightgraft.reporting.finer_section import _ci
 
     def est(top5, prob):
         return {"top5": Estimate("x", *top5, n_facts=50), "prob": Estimate("x", *prob, n_facts=50)}
 
     recipient = est((0.0, 0.0, 0.0), (1e-5, 5e-6, 2e-5))
-    assert judge(est((0.0, 0.0, 0.0), (4e-4, 2e-4, 6e-4)), recipient)[0] == Outcome.APPEARS
-    assert judge(est((0.0, 0.0, 0.0), (1e-5, 4e-6, 3e-5)), recipient)[0] == Outcome.INCONCLUSIVE
-    assert judge(est((0.0, 0.0, 0.0), (1e-5, 1e-5, 1e-5)), est((0.0, 0.0, 0.0), (1e-5, 1e-5, 1e-5)))[0] == (
+    assert judge(est((0.0, 0.0, 0.0), (4e-4, 2e-4, 6e-4)), recipient) == Outcome.APPEARS
+    assert judge(est((0.0, 0.0, 0.0), (1e-5, 4e-6, 3e-5)), recipient) == Outcome.INCONCLUSIVE
+    assert judge(est((0.0, 0.0, 0.0), (1e-5, 1e-5, 1e-5)), est((0.0, 0.0, 0.0), (1e-5, 1e-5, 1e-5))) == (
         Outcome.UNDEFINED
     )
     assert _ci(4e-4, 2e-4, 6e-4) == "4.0e-04 [2.0e-04, 6.0e-04]"

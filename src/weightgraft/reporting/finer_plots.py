@@ -19,8 +19,8 @@ from matplotlib.figure import Figure  # noqa: E402
 from weightgraft.experiments.record import ExperimentRecord  # noqa: E402
 from weightgraft.experiments.vocabulary import DECISION_METRICS, METRIC_WORDS  # noqa: E402
 from weightgraft.reporting.figure_files import save_figure  # noqa: E402
-from weightgraft.reporting.finer import Curve, HeadMap, curves, head_maps  # noqa: E402
-from weightgraft.reporting.summary import SummaryRow  # noqa: E402
+from weightgraft.reporting.finer import Curve, HeadMap  # noqa: E402
+from weightgraft.reporting.finer_findings import FinerFindings  # noqa: E402
 
 REF_STYLES = {"recipient": ":", "donor": "--", "component": "-."}
 
@@ -130,13 +130,13 @@ def curve_figure(curve: Curve, title: str) -> Figure:
     return fig
 
 
-def finer_plots(rows: list[SummaryRow], record: ExperimentRecord, folder: Path) -> list[Path]:
+def finer_plots(findings: FinerFindings, record: ExperimentRecord, folder: Path) -> list[Path]:
     """Every finer plot of one experiment (none when it has no finer rows)."""
     name, title = record.name, record.title
     paths: list[Path] = []
-    for i, grid in enumerate(head_maps(rows, record)):
-        paths += save_figure(head_figure(grid, title), folder / f"{name}_heads{'' if i == 0 else f'_{i}'}")
-    for kind, stem in (("rank", "rank"), ("scale", "dose")):
-        for i, curve in enumerate(curves(rows, record, kind)):
-            paths += save_figure(curve_figure(curve, title), folder / f"{name}_{stem}{'' if i == 0 else f'_{i}'}")
+    for i, found in enumerate(findings.heads):
+        paths += save_figure(head_figure(found.grid, title), folder / f"{name}_heads{'' if i == 0 else f'_{i}'}")
+    for judged, stem in ((findings.ranks, "rank"), (findings.doses, "dose")):
+        for i, found in enumerate(judged):
+            paths += save_figure(curve_figure(found.curve, title), folder / f"{name}_{stem}{'' if i == 0 else f'_{i}'}")
     return paths

@@ -1,27 +1,15 @@
-"""The report's tables and sentences for grafts finer than a component (`finer`'s head maps, rank
-curves and dose curves): one short table per plot with its numbers and 95% intervals, and one
-plain sentence of what it shows, decided by the one rule (`decision.decide`: a row's whole
-interval on one side of its reference's value; "inconclusive" when it straddles it; top-5 and
-probability combined by `decision.combine`). Marked as weightgraft's extension, not a finding of
-the paper."""
+"""The report's tables and sentences for grafts finer than a component, formatted from an
+experiment's `FinerFindings` (head maps, rank curves and dose curves, judged there by the one
+decision rule): one short table per plot with its numbers and 95% intervals, and one plain
+sentence of what it shows. Marked as weightgraft's extension, not a finding of the paper."""
 
 from __future__ import annotations
 
-from weightgraft.experiments.record import ExperimentRecord
 from weightgraft.experiments.vocabulary import DECISION_METRICS, METRIC_WORDS
-from weightgraft.reporting.decision import Decision, Outcome, combine, decide
-from weightgraft.reporting.finer import (
-    Controlled,
-    Curve,
-    Estimate,
-    Estimates,
-    HeadMap,
-    curves,
-    head_maps,
-    random_mean,
-)
+from weightgraft.reporting.decision import Outcome
+from weightgraft.reporting.finer import Controlled, Curve, Estimates, random_mean
+from weightgraft.reporting.finer_findings import CurveFindings, FinerFindings, HeadFindings
 from weightgraft.reporting.numbers import number, with_interval
-from weightgraft.reporting.summary import SummaryRow
 
 EXTENSION_NOTE = (
     "*weightgraft's extension of the paper's analysis (grafts finer than a component), not a finding of the paper.*"
@@ -53,26 +41,6 @@ def _shifted(values: Estimates, metric: str, by: float | None, sign: bool = True
     return _ci(est.value - by, low, high, sign)
 
 
-def judge(values: Estimates, reference: Estimates | None, direction: str = "at_least") -> tuple[Outcome, str]:
-    """Whether a row is above (`at_least`) or below (`at_most`) a reference's value on top-5
-    and probability together, by the decision rule on the row's own interval."""
-    if reference is None:
-        return Outcome.UNDEFINED, "no reference"
-    decisions: dict[str, Decision] = {}
-    for metric in DECISION_METRICS:
-        est, ref = values[metric], reference[metric]
-        if not (est.defined and ref.defined):
-            decisions[metric] = decide(float("nan"), float("nan"), float("nan"), 0.0, direction, 0)
-            continue
-        low = est.value if est.low is None else est.low
-        high = est.value if est.high is None else est.high
-        if low == high == ref.value:  # the same value at every resample: nothing to decide on it
-            decisions[metric] = decide(float("nan"), float("nan"), float("nan"), 0.0, direction, 0)
-            continue
-        decisions[metric] = decide(est.value, low, high, ref.value, direction, est.n_facts or 0)
-    return combine(decisions)
-
-
 def _grouped(outcomes: dict[str, Outcome]) -> str:
     """`appears: a, b (2); inconclusive: c (1)` over the named outcomes."""
     parts = []
@@ -84,7 +52,7 @@ def _grouped(outcomes: dict[str, Outcome]) -> str:
     return "; ".join(parts)
 
 
-def head_table(grid: HeadMap) -> list[str]:
+def head_table(found: HeadFindings) -> list[str]:
     """One line per (layer, head): values, effects against the recipient alone, the
     complement's cost (`HeadMap.cost`), the random heads' mean and the outcome."""
     lines = [
@@ -92,7 +60,7 @@ def head_table(grid: HeadMap) -> list[str]:
         "complement's cost, top-5 [95% CI] | random heads, top-5 (mean) | above the recipient? |",
         "|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
-    recipient = grid.refs.get("recipient")
+    grid = found.grid
     costs = {bound: grid.cost("top5", bound) for bound in ("value", "low", "high")}
     for (layer, head), cell in sorted(grid.cells.items()):
         i, j = grid.layers.index(layer), grid.heads.index(head)
@@ -101,7 +69,7 @@ def head_table(grid: HeadMap) -> list[str]:
             f"| {layer} | {head} | {_num(cell.values['top5'].value)} | "
             f"{_shifted(cell.values, 'top5', grid.baseline('recipient', 'top5'))} | "
             f"{_shifted(cell.values, 'prob', grid.baseline('recipient', 'prob'))} | {cost} | "
-            f"{_num(random_mean(cell, 'top5'))} | {judge(cell.values, recipient)[0]} |"
+            f"{_num(random_mean(cell, 'top5'))} | {found.above_recipient[(layer, head)]} |"
         )
     return lines + ["", COST_WORDS]
 
@@ -110,12 +78,13 @@ def _nan_none(value: float) -> float | None:
     return None if value != value else value
 
 
-def head_sentence(grid: HeadMap) -> str:
+def head_sentence(found: HeadFindings) -> str:
     """What the head map shows, by the decision rule against the recipient alone."""
+    grid = found.grid
     recipient = grid.refs.get("recipient")
     if recipient is None:
         return f"The map of {grid.components} per head has no recipient-alone row to compare with."
-    outcomes = {f"L{layer} h{head}": judge(cell.values, recipient)[0] for (layer, head), cell in grid.cells.items()}
+    outcomes = {f"L{layer} h{head}": outcome for (layer, head), outcome in found.above_recipient.items()}
     return (
         f"Is one head of {grid.components} enough to raise top-5 and probability above "
         f"{ROLE_WORDS['recipient']} (`{recipient['top5'].condition}`; the cell's whole 95% interval above "
@@ -141,19 +110,20 @@ def _control_lines(point: Controlled, x) -> list[str]:
     ]
 
 
-def curve_table(curve: Curve, against: Estimates | None, against_words: str) -> list[str]:
+def curve_table(found: CurveFindings, against_words: str) -> list[str]:
     """One line per point (value and interval on each metric, outcome against a reference),
     then its random controls and the references."""
+    curve = found.curve
     label = "rank" if curve.kind == "rank" else "lambda"
     lines = [
         f"| {label} | " + " | ".join(f"{METRIC_WORDS[m]} [95% CI]" for m in DECISION_METRICS) + f" | {against_words} |",
         "|---|" + "---:|" * len(DECISION_METRICS) + "---|",
     ]
-    for x, point in zip(curve.xs, curve.points):
+    for x, point, outcome in zip(curve.xs, curve.points, found.outcomes):
         cells = " | ".join(
             _ci(point.values[m].value, point.values[m].low, point.values[m].high) for m in DECISION_METRICS
         )
-        verdict = "(the reference)" if point.values is against else judge(point.values, against)[0]
+        verdict = "(the reference)" if outcome is None else outcome
         lines.append(f"| {_x(x)} | {cells} | {verdict} |")
     for x, point in zip(curve.xs, curve.points):
         lines += _control_lines(point, x)
@@ -164,12 +134,12 @@ def _x(x) -> str:
     return x if isinstance(x, str) else f"{x:g}"
 
 
-def rank_sentence(curve: Curve) -> str:
+def rank_sentence(found: CurveFindings) -> str:
     """Which ranks reach the whole change's value, by the decision rule."""
-    full = next((p.values for x, p in zip(curve.xs, curve.points) if x == "full"), None)
-    if full is None:
+    curve = found.curve
+    if found.against is None:
         return f"The {curve.series} rank curve has no full-rank point to compare with."
-    outcomes = {f"rank {_x(x)}": judge(p.values, full)[0] for x, p in zip(curve.xs, curve.points) if x != "full"}
+    outcomes = {f"rank {_x(x)}": o for x, o in zip(curve.xs, found.outcomes) if o is not None}
     reached = [name for name, o in outcomes.items() if o == Outcome.APPEARS]
     lowest = f"the lowest rank that does is {reached[0]}" if reached else "no rank below full does by the rule"
     return (
@@ -178,36 +148,32 @@ def rank_sentence(curve: Curve) -> str:
     )
 
 
-def dose_sentence(curve: Curve) -> str:
+def dose_sentence(found: CurveFindings) -> str:
     """Which doses lie above the recipient alone, and whether lambda = 1 beats its controls."""
-    recipient = curve.refs.get("recipient")
+    curve, recipient = found.curve, found.against
     if recipient is None:
         return f"The {curve.series} dose curve has no recipient-alone row to compare with."
-    outcomes = {f"lambda {_x(x)}": judge(p.values, recipient)[0] for x, p in zip(curve.xs, curve.points)}
+    outcomes = {f"lambda {_x(x)}": o for x, o in zip(curve.xs, found.outcomes)}
     text = (
         f"Which doses of the {curve.series} change lift top-5 and probability above the recipient alone "
         f"(`{recipient['top5'].condition}`)? {_grouped(outcomes)}."
     )
-    one = next((p for x, p in zip(curve.xs, curve.points) if x == 1 and p.random), None)
-    if one is not None:
-        means = {m: random_mean(one, m) for m in DECISION_METRICS}
-        if all(v is not None for v in means.values()):
-            control = {m: Estimate("random controls' mean", v, v, v) for m, v in means.items()}
-            text += f" At lambda = 1 against its random controls' mean: {judge(one.values, control)[0]}."
+    if found.beats_controls is not None:
+        text += f" At lambda = 1 against its random controls' mean: {found.beats_controls}."
     return text
 
 
-def experiment_finer(rows: list[SummaryRow], record: ExperimentRecord) -> list[str]:
+def experiment_finer(findings: FinerFindings) -> list[str]:
     """The finer tables and sentences of one experiment (nothing when it has no finer rows)."""
     lines: list[str] = []
-    for grid in head_maps(rows, record):
-        lines += [f"### {grid.components} per head (layer x head)", "", EXTENSION_NOTE, "", head_sentence(grid), ""]
-        lines += head_table(grid) + [""]
-    for curve in curves(rows, record, "rank"):
-        full = next((p.values for x, p in zip(curve.xs, curve.points) if x == "full"), None)
-        lines += [f"### {curve.series} by rank of the change", "", EXTENSION_NOTE, "", rank_sentence(curve), ""]
-        lines += curve_table(curve, full, "reaches full?") + [""]
-    for curve in curves(rows, record, "scale"):
-        lines += [f"### {curve.series} dose-response", "", EXTENSION_NOTE, "", dose_sentence(curve), ""]
-        lines += curve_table(curve, curve.refs.get("recipient"), "above the recipient?") + [""]
+    for found in findings.heads:
+        grid = found.grid
+        lines += [f"### {grid.components} per head (layer x head)", "", EXTENSION_NOTE, "", head_sentence(found), ""]
+        lines += head_table(found) + [""]
+    for found in findings.ranks:
+        lines += [f"### {found.curve.series} by rank of the change", "", EXTENSION_NOTE, "", rank_sentence(found), ""]
+        lines += curve_table(found, "reaches full?") + [""]
+    for found in findings.doses:
+        lines += [f"### {found.curve.series} dose-response", "", EXTENSION_NOTE, "", dose_sentence(found), ""]
+        lines += curve_table(found, "above the recipient?") + [""]
     return lines

@@ -15,6 +15,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from weightgraft.experiments.condition_kind import Plain, SweepCell  # noqa: E402
 from weightgraft.experiments.record import ExperimentRecord  # noqa: E402
 from weightgraft.reporting.figure_files import save_figure  # noqa: E402
+from weightgraft.reporting.finer_findings import FinerFindings  # noqa: E402
 from weightgraft.reporting.finer_plots import finer_plots  # noqa: E402
 from weightgraft.reporting.summary import by_condition  # noqa: E402
 
@@ -116,11 +117,11 @@ def heatmaps(summary: list[dict], record: ExperimentRecord, stem: Path) -> list[
     return save_figure(fig, stem)
 
 
-def plot_experiment(summary: list[dict], record: ExperimentRecord, folder: Path) -> list[Path]:
+def plot_experiment(summary: list[dict], record: ExperimentRecord, findings: FinerFindings, folder: Path) -> list[Path]:
     stem = folder / record.name
     if record.plot == "paired":
         return paired_chart(summary, record, stem)
     paths = bar_chart(summary, record, stem)
     if any(isinstance(c.kind, SweepCell) for c in record.conditions):
         paths += heatmaps(summary, record, folder / f"{record.name}_heatmap")
-    return paths + finer_plots(summary, record, folder)
+    return paths + finer_plots(findings, record, folder)

@@ -19,6 +19,7 @@ from weightgraft.experiments.condition_kind import Plain, SweepCell
 from weightgraft.experiments.conditions.components import describe
 from weightgraft.experiments.record import ConditionRecord, ExperimentRecord, GraftRecord
 from weightgraft.experiments.vocabulary import CLEAN_SUFFIX, METRIC_WORDS, SUMMARY_METRICS
+from weightgraft.reporting.finer_findings import FinerFindings, finer_findings
 from weightgraft.reporting.finer_section import experiment_finer
 from weightgraft.reporting.localize_results import LocalizeSummary
 from weightgraft.reporting.localize_section import localize_section
@@ -292,6 +293,7 @@ def build_markdown(
     plots: dict[str, list[Path]],
     study: Study,
     experiments: dict[str, ExperimentRecord],
+    findings: dict[str, FinerFindings],
     run: dict,
     localizations: dict[str, LocalizeSummary],
 ) -> str:
@@ -314,13 +316,15 @@ def build_markdown(
     lines += verdict_section(summary, verdict, study)
     lines += study.deviations()
     for name in summary.experiments:
-        lines += experiment_section(summary, experiments[name], plots.get(name, []), study)
+        lines += experiment_section(summary, experiments[name], findings[name], plots.get(name, []), study)
     lines += localize_section(localizations)
     lines += _provenance(run)
     return "\n".join(lines)
 
 
-def experiment_section(summary: RunSummary, record: ExperimentRecord, plots: list[Path], study: Study) -> list[str]:
+def experiment_section(
+    summary: RunSummary, record: ExperimentRecord, findings: FinerFindings, plots: list[Path], study: Study
+) -> list[str]:
     """One experiment: what it ran, its plots, its tables, the study's own tables (the paper's numbers beside its own),
     its recoveries, not-applicable notes and the conditions' grafts."""
     name, rows = record.name, summary.rows
@@ -349,7 +353,7 @@ def experiment_section(summary: RunSummary, record: ExperimentRecord, plots: lis
     kinds = fact_kind_table(rows, record)
     if kinds:
         lines += [kinds, ""]
-    lines += experiment_finer(pooled(rows), record)
+    lines += experiment_finer(findings)
     lines += study.experiment_section(rows, record)
     lines += recovery_tables(summary.recoveries, name)
     lines += [f"- {note}" for note in na_notes(rows, record)]
@@ -397,8 +401,9 @@ def write_report(
     out = Path(out)
     rows = pooled(summary.rows)
     by_name = {record.name: record for record in experiments}
-    plots = {name: plot_experiment(rows, by_name[name], out / "plots") for name in summary.experiments}
-    text = build_markdown(out, summary, verdict, plots, study, by_name, run, localizations)
+    findings = {name: finer_findings(rows, by_name[name]) for name in summary.experiments}  # once, for both
+    plots = {name: plot_experiment(rows, by_name[name], findings[name], out / "plots") for name in summary.experiments}
+    text = build_markdown(out, summary, verdict, plots, study, by_name, findings, run, localizations)
     md_path = write_text_atomic(out / "report.md", text)
     # The page holds text users wrote and is opened in browsers: only the report's own markup stays live.
     body = sanitize(markdown.markdown(text, extensions=["tables", "fenced_code", "md_in_html"]))
