@@ -113,18 +113,14 @@ def describe_scored(tokenizer, enc: EncodedPrompt) -> str:
     (empty for an ordinary target: its first token alone is scored)."""
     if enc.scored == 0 and enc.unit == 1:
         return ""
+    forced = f", after the whitespace-only {_forced(tokenizer, enc)!r}, teacher-forced" if enc.scored else ""
     if enc.unit > 1:
         first = tokenizer.decode(enc.unit_ids).lstrip()[:1]
         spelled = ", ".join(token_text(tokenizer, t) for t in enc.unit_ids)
-        unit = f"scored unit: target tokens {enc.scored + 1}-{enc.scored + enc.unit} of {len(enc.target_ids)} ({spelled}), the first character {first!r}"
-        return (
-            unit
-            if enc.scored == 0
-            else f"{unit}, after the whitespace-only {_forced(tokenizer, enc)!r}, teacher-forced"
-        )
+        tokens = f"{enc.scored + 1}-{enc.scored + enc.unit} of {len(enc.target_ids)}"
+        return f"scored unit: target tokens {tokens} ({spelled}), the first character {first!r}{forced}"
     return (
-        f"scored target token {enc.scored + 1} of {len(enc.target_ids)}, {token_text(tokenizer, enc.scored_id)}, "
-        f"after the whitespace-only {_forced(tokenizer, enc)!r}, teacher-forced"
+        f"scored target token {enc.scored + 1} of {len(enc.target_ids)}, {token_text(tokenizer, enc.scored_id)}{forced}"
     )
 
 
