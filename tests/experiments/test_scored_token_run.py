@@ -21,7 +21,7 @@ from weightgraft.data.encode import encode_prompt
 from weightgraft.data.schema import CharSpan, EvalPrompt
 from weightgraft.experiments.config import parse_config
 from weightgraft.experiments.records import slug
-from weightgraft.pipelines import run_all
+from weightgraft.pipelines import merge_run, run_all
 from weightgraft.training.evaluate import topk_hits
 
 NAMES = ["Émile Zola", "李小龍", "🎬 Star", "Αλέξης Τσίπρας", "Иван Петров", "Rosa Park"]
@@ -150,6 +150,25 @@ def test_the_state_and_the_report_say_which_token_is_scored(world):
         "Scored unit: 10 of 12 prompts have a target whose first character the tokenizer splits over 2 to 4 byte tokens"
         in report
     )
+
+
+def test_two_shards_merge_to_the_whole_runs_units_and_scores(world, tmp_path):
+    models, out = world
+    # small batches, so that each shard scores some of the split names
+    config = parse_config(dict(base_config(models, str(out.parent / "data"), [EXPERIMENT]), max_batch_tokens=150))
+    whole_out, sharded = tmp_path / "whole", tmp_path / "sharded"
+    run_all(config, whole_out, progress=False, report=False)
+    for shard in range(2):
+        run_all(config, sharded, progress=False, report=False, shard=(shard, 2))
+        part = json.loads((sharded / "state" / f"names.shard-{shard}-of-2.json").read_text())
+        assert part.get("scored_units"), f"shard {shard} has no split names"
+    merge_run(sharded, report=False)
+    whole, merged = (json.loads((o / "state" / "names.json").read_text()) for o in (whole_out, sharded))
+    assert merged["scored_units"] == whole["scored_units"] and len(whole["scored_units"]) == 10
+    assert merged["scored_after_whitespace"] == whole["scored_after_whitespace"]
+    name = f"{slug('PRE')}.parquet"
+    rows = [pq.read_table(o / "examples" / "names" / name).to_pylist() for o in (whole_out, sharded)]
+    assert rows[1] == rows[0]
 
 
 @torch.no_grad()
