@@ -108,3 +108,17 @@ def test_grafter_score_on_names_in_several_scripts_equals_the_full_logits(which)
         assert rows[("PRE", index)]["top5"] == (rows[("PRE", index)]["rank"] <= 5)
         assert (rows[("PRE", index)]["note"] != "") == (enc.unit > 1 or enc.scored > 0)
     assert units >= 6, f"{which}: only {units} names have a unit of several tokens"
+
+
+def test_a_competitor_is_refused_where_a_first_character_is_split():
+    """Two CJK names' units both begin with `'\\xe6'`: a logit difference at that step is 0 and
+    says nothing; the API refuses it and names the comparison that does."""
+    tokenizer = builtin_tokenizer()
+    grafter = Grafter(_model(len(tokenizer), 0), _model(len(tokenizer), 1))
+    prompt = Prompt(tokenizer, "Gus Hale stars in a movie alongside", first_entity="Gus Hale")
+    with pytest.raises(ValueError, match="splits over 3 tokens.*compare their `prob`"):
+        grafter.score(prompt, " 李小龍", competitors=" 林志玲")
+    with pytest.raises(ValueError, match="' Émile' begins with a character the tokenizer splits over 2 tokens"):
+        grafter.score(prompt, " Rosa Park", competitors=" Émile")
+    row = grafter.score(prompt, " Rosa Park", competitors=" Zoe").to_dicts()[0]
+    assert row["logit_diff"] is not None

@@ -183,8 +183,18 @@ def score(grafter: Grafter, prompts, targets, grafts, competitors, batch_size: i
 
 def rival_id(prompt, enc, rival: str) -> int:
     """The competitor's scored token; it must follow the same teacher-forced tokens as the
-    target's (the same leading whitespace), or the two logits would be read at different steps."""
+    target's (the same leading whitespace), or the two logits would be read at different steps.
+    Neither may have a scored unit of several tokens: one step's logits cannot compare two
+    characters whose first byte tokens are often the same (`data.encode`)."""
     other = prompt.encode(rival)
+    split = [(t, e.unit) for t, e in ((prompt.decode(enc.target_ids), enc), (rival, other)) if e.unit > 1]
+    if split:
+        text, unit = split[0]
+        raise ValueError(
+            f"{text!r} begins with a character the tokenizer splits over {unit} tokens, so a logit "
+            "difference at one step would compare byte tokens, not names: score the target and the "
+            "competitor as two targets and compare their `prob` (the probability of each first character)"
+        )
     if other.target_ids[: other.scored] != enc.target_ids[: enc.scored]:
         raise ValueError(
             f"the competitor {rival!r} is scored after other tokens than the target {prompt.decode(enc.target_ids)!r} "
