@@ -60,9 +60,11 @@ def test_score_rows_scores_a_unit_by_its_worst_rank_and_the_product_of_its_proba
     assert [a["rank"] for a in alone] != [f["rank"] for f in found]  # the units change the ranks here
 
 
-def test_a_unit_past_the_end_of_its_target_is_refused():
-    with pytest.raises(ValueError, match="runs past its target"):
+def test_a_unit_outside_its_target_is_refused():
+    with pytest.raises(ValueError, match="scored unit of 2 token.*does not fit its target's 2 tokens"):
         score_rows(torch.zeros(1, 3, 10), [0], [[1, 2]], [1], [2])
+    with pytest.raises(ValueError, match="scored unit of 0 token"):
+        score_rows(torch.zeros(1, 3, 10), [0], [[1, 2]], [0], [0])
 
 
 def _model(vocab: int, seed: int) -> LlamaForCausalLM:

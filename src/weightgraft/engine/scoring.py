@@ -60,11 +60,7 @@ def score_rows(
         row_of = [r for r, t in enumerate(targets) for _ in t]
         pos_of = [first_steps[r] + j for r, t in enumerate(targets) for j in range(len(t))]
         steps = logits[torch.tensor(row_of, device=device), torch.tensor(pos_of, device=device)].float()
-    if units is not None:
-        starts = scored or [0] * len(targets)
-        short = [r for r, (t, s, u) in enumerate(zip(targets, starts, units)) if s + u > len(t)]
-        if short:
-            raise ValueError(f"row {short[0]}'s scored unit runs past its target's {len(targets[short[0]])} tokens")
+    _check_units(targets, scored, units)
     row_of = [r for r, t in enumerate(targets) for _ in t]
     tokens = torch.tensor([tok for t in targets for tok in t], device=device)
     logp = torch.log_softmax(steps, dim=-1)
@@ -73,14 +69,13 @@ def score_rows(
     firsts = torch.tensor([0] + [len(t) for t in targets[:-1]], device=device).cumsum(0)
     if scored is not None and any(scored):
         firsts = firsts + torch.tensor(scored, device=device)
-    first_logits = steps[firsts]
     ranks, unit_logp = _unit_scores(steps, tokens, token_logp, firsts, units)
     rows = torch.tensor(row_of, device=device)
     total_logp = torch.zeros(len(targets), device=device).index_add_(0, rows, token_logp)
     wrong = torch.zeros(len(targets), device=device).index_add_(0, rows, (~correct).float())
     ranks, probs = ranks.tolist(), unit_logp.exp().tolist()
     total_logp, wrong = total_logp.tolist(), wrong.tolist()
-    predicted = first_logits.argmax(-1).tolist()
+    predicted = steps[firsts].argmax(-1).tolist()
     return [
         {
             "rank": int(ranks[i]),
@@ -93,6 +88,20 @@ def score_rows(
     ]
 
 
+def _check_units(targets: list[list[int]], scored: list[int] | None, units: list[int] | None) -> None:
+    """Every scored unit lies inside its row's target (past it, its steps would be the next row's)."""
+    if units is None:
+        return
+    starts = scored or [0] * len(targets)
+    short = [r for r, (t, s, u) in enumerate(zip(targets, starts, units)) if u < 1 or s + u > len(t)]
+    if short:
+        r = short[0]
+        raise ValueError(
+            f"row {r}'s scored unit of {units[r]} token(s) from target token {starts[r]} does not fit "
+            f"its target's {len(targets[r])} tokens; encode the prompt with data.encode (it sets both)"
+        )
+
+
 def _unit_scores(
     steps: torch.Tensor, tokens: torch.Tensor, token_logp: torch.Tensor, firsts: torch.Tensor, units: list[int] | None
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -101,8 +110,6 @@ def _unit_scores(
     if units is None or all(u == 1 for u in units):
         picked, owner, count = firsts, None, len(firsts)
     else:
-        if any(u < 1 for u in units):
-            raise ValueError(f"a scored unit needs at least one token, not {min(units)}")
         picked = torch.cat([firsts[r] + torch.arange(u, device=firsts.device) for r, u in enumerate(units)])
         owner = torch.tensor([r for r, u in enumerate(units) for _ in range(u)], device=firsts.device)
         count = len(units)
