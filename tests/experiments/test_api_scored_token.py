@@ -1,7 +1,8 @@
 """`Grafter.score` scores the runner's token where a target's leading space is a token of its own
 (issue 39, "Scores"): with the built-in byte-level tokenizer, " Émile Zola" is `' '` then
 `'\\xc3'` ...; the API scores the first content token after the space, teacher-forced, as the
-runner does, and says so in its note, where scoring the target's first token would score the space."""
+runner does, and says so in its note, where scoring the target's first token would score the space.
+The scored unit is the space's follower and the rest of É's bytes (issue 41, item 3)."""
 
 from __future__ import annotations
 
@@ -44,10 +45,15 @@ def test_score_scores_the_first_content_token_after_a_whitespace_token():
     ids = torch.tensor([prompt.input_ids + enc.target_ids[:-1]])
     graft = Graft([*prompt.positions("FE+LT"), *range(len(prompt.input_ids), ids.shape[1])])
     logits = grafter.logits(ids, grafts=graft)[0].float()
-    step = logits[len(prompt.input_ids) - 1 + enc.scored]
-    assert row["rank"] == 1 + int((step > step[enc.scored_id]).sum())
-    assert row["prob"] == pytest.approx(torch.softmax(step, -1)[enc.scored_id].item(), rel=1e-4)
-    assert row["note"].startswith("scored target token 2 of ") and "whitespace-only ' '" in row["note"]
+    # the scored unit is É's two byte tokens after the space (issue 41, item 3), teacher-forced
+    assert enc.unit == 2 and tok.decode(enc.unit_ids) == "É"
+    steps = [logits[len(prompt.input_ids) - 1 + enc.scored + j] for j in range(2)]
+    ranks = [1 + int((s > s[t]).sum()) for s, t in zip(steps, enc.unit_ids)]
+    probs = [torch.softmax(s, -1)[t].item() for s, t in zip(steps, enc.unit_ids)]
+    assert row["rank"] == max(ranks)
+    assert row["prob"] == pytest.approx(probs[0] * probs[1], rel=1e-4)
+    assert row["predicted_id"] == int(steps[0].argmax())
+    assert row["note"].startswith("scored unit: target tokens 2-3 of ") and "whitespace-only ' '" in row["note"]
     logp = torch.log_softmax(logits, -1)
     whole = sum(logp[len(prompt.input_ids) - 1 + j, t].item() for j, t in enumerate(enc.target_ids))
     assert row["target_logprob"] == pytest.approx(whole, rel=1e-4)

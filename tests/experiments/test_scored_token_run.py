@@ -1,9 +1,10 @@
 """A run on names whose first token is whitespace alone (issue 31, item 4): with the built-in
-byte-level tokenizer, " Émile" is `' '` then `'\\xc3'`. The runner scores rank, prob and the
-prediction at the name's first content token, the space teacher-forced before it (checked against
-a plain forward pass), `target_logprob` still covers the whole target, the records' note and the
-report say which token was scored, and training's top-k evaluation, localize's examples and the
-explorer score the same token."""
+byte-level tokenizer, " Émile" is `' '` then `'\\xc3'`, `'\\x89'`. The runner scores rank and prob on
+the name's first character's byte tokens (issue 41, item 3: the scored unit) and the prediction at
+its first, the space teacher-forced before them (checked against a plain forward pass),
+`target_logprob` still covers the whole target, the records' note, the state and the report say
+which tokens were scored, and training's top-k evaluation scores the same unit; localize's examples
+and the explorer score its first token."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from weightgraft.data.encode import encode_prompt
 from weightgraft.data.schema import CharSpan, EvalPrompt
 from weightgraft.experiments.config import parse_config
 from weightgraft.experiments.records import slug
-from weightgraft.pipelines import run_all
+from weightgraft.pipelines import merge_run, run_all
 from weightgraft.training.evaluate import topk_hits
 
 NAMES = ["Émile Zola", "李小龍", "🎬 Star", "Αλέξης Τσίπρας", "Иван Петров", "Rosa Park"]
@@ -116,8 +117,14 @@ def test_rank_prob_and_prediction_score_the_first_content_token(world):
         step = logits[n - 1 + enc.scored]  # after the prompt and the whitespace token
         scored = target[enc.scored]
         assert tokenizer.decode([scored]).strip(), "the scored token is whitespace alone"
-        assert row["rank"] == 1 + int((step > step[scored]).sum())
-        assert row["prob"] == pytest.approx(torch.softmax(step, -1)[scored].item(), rel=1e-4, abs=1e-6)
+        # the scored unit: the first character's byte tokens (one for an ASCII name), teacher-forced
+        unit = 1 if ascii_name else len(prompts[row["example_id"]].target.strip()[0].encode())
+        assert enc.unit == unit
+        steps = [logits[n - 1 + enc.scored + j] for j in range(unit)]
+        tokens = target[enc.scored : enc.scored + unit]
+        assert row["rank"] == max(1 + int((s > s[t]).sum()) for s, t in zip(steps, tokens))
+        prob = float(torch.tensor([torch.softmax(s, -1)[t].item() for s, t in zip(steps, tokens)]).prod())
+        assert row["prob"] == pytest.approx(prob, rel=1e-4, abs=1e-9)
         assert row["predicted"] == tokenizer.decode([int(step.argmax())])
         logp = torch.log_softmax(logits, -1)
         whole = sum(logp[n - 1 + j, t].item() for j, t in enumerate(target))
@@ -125,7 +132,8 @@ def test_rank_prob_and_prediction_score_the_first_content_token(world):
         if ascii_name:
             assert row["note"] == ""
         else:
-            assert row["note"].startswith("scored target token 2 of ") and "whitespace-only ' '" in row["note"]
+            assert row["note"].startswith(f"scored unit: target tokens 2-{1 + unit} of ")
+            assert "whitespace-only ' '" in row["note"]
 
 
 def test_the_state_and_the_report_say_which_token_is_scored(world):
@@ -135,6 +143,32 @@ def test_the_state_and_the_report_say_which_token_is_scored(world):
     assert sorted(split) == sorted(p.id for p in _prompts() if not p.target.strip().isascii())
     report = (out / "report.md").read_text()
     assert "Scored token: 10 of 12 prompts have a target whose first token is whitespace alone" in report
+    # the scored unit of each: the first character's UTF-8 bytes, one token each
+    units = {p.id: len(p.target.strip()[0].encode()) for p in _prompts() if not p.target.strip().isascii()}
+    assert state["scored_units"] == units
+    assert (
+        "Scored unit: 10 of 12 prompts have a target whose first character the tokenizer splits over 2 to 4 byte tokens"
+        in report
+    )
+
+
+def test_two_shards_merge_to_the_whole_runs_units_and_scores(world, tmp_path):
+    models, out = world
+    # small batches, so that each shard scores some of the split names
+    config = parse_config(dict(base_config(models, str(out.parent / "data"), [EXPERIMENT]), max_batch_tokens=150))
+    whole_out, sharded = tmp_path / "whole", tmp_path / "sharded"
+    run_all(config, whole_out, progress=False, report=False)
+    for shard in range(2):
+        run_all(config, sharded, progress=False, report=False, shard=(shard, 2))
+        part = json.loads((sharded / "state" / f"names.shard-{shard}-of-2.json").read_text())
+        assert part.get("scored_units"), f"shard {shard} has no split names"
+    merge_run(sharded, report=False)
+    whole, merged = (json.loads((o / "state" / "names.json").read_text()) for o in (whole_out, sharded))
+    assert merged["scored_units"] == whole["scored_units"] and len(whole["scored_units"]) == 10
+    assert merged["scored_after_whitespace"] == whole["scored_after_whitespace"]
+    name = f"{slug('PRE')}.parquet"
+    rows = [pq.read_table(o / "examples" / "names" / name).to_pylist() for o in (whole_out, sharded)]
+    assert rows[1] == rows[0]
 
 
 @torch.no_grad()
@@ -146,8 +180,11 @@ def test_training_evaluation_scores_the_same_token(world):
     hits = topk_hits(pre, tokenizer, prompts, k=5)
     for prompt, hit in zip(prompts, hits):
         enc = encode_prompt(tokenizer, prompt)
-        logits = pre(torch.tensor([enc.input_ids + enc.target_ids[: enc.scored]])).logits[0, -1]
-        assert hit == (enc.target_ids[enc.scored] in logits.topk(5).indices.tolist())
+        # every token of the scored unit in the top 5 at its step, the earlier ones teacher-forced
+        logits = pre(torch.tensor([enc.input_ids + enc.target_ids[: enc.scored + enc.unit - 1]])).logits[0]
+        steps = logits[len(enc.input_ids) + enc.scored - 1 :]
+        assert len(steps) == enc.unit
+        assert hit == all(t in s.topk(5).indices.tolist() for s, t in zip(steps, enc.unit_ids))
 
 
 def test_localize_examples_end_on_the_whitespace_token_in_the_last_tokens_role():

@@ -1,10 +1,14 @@
 """Small tokenizers built with `tokenizers` for span tests (no downloads): byte-level BPE
 (GPT-2-style leading-space tokens), Metaspace BPE and a SentencePiece Unigram with byte fallback
-(the \u2581 word marker), and BERT-style WordPiece."""
+(the \u2581 word marker), and BERT-style WordPiece; and two real ones, loaded without a model:
+the built-in models' byte-level BPE and SmolLM2's (from its GGUF file)."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
+from functools import lru_cache
+from pathlib import Path
 
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import PreTrainedTokenizerFast
@@ -78,3 +82,32 @@ def wordpiece(texts: list[str], vocab_size: int = 600) -> PreTrainedTokenizerFas
     return PreTrainedTokenizerFast(
         tokenizer_object=tok, unk_token="[UNK]", cls_token="[CLS]", sep_token="[SEP]", pad_token="[PAD]"
     )
+
+
+@lru_cache(maxsize=1)
+def builtin_tokenizer() -> PreTrainedTokenizerFast:
+    """The built-in models' tokenizer (its default size), trained on its world's text, seeded."""
+    from weightgraft.training import builtin, builtin_specs
+
+    spec = builtin_specs.SPECS["default"]
+    return builtin.pretraining_tokenizer(spec, builtin.build_world(spec))
+
+
+@lru_cache(maxsize=1)
+def smollm2_tokenizer() -> PreTrainedTokenizerFast:
+    """SmolLM2-135M's tokenizer, read from the GGUF file of its registry package (no conversion
+    of the model); the calling test skips where the package or `gguf` is missing."""
+    import pytest
+
+    from weightgraft.pretrained import CATALOG
+
+    pytest.importorskip("gguf", reason="SmolLM2's tokenizer is read from its GGUF file, which needs `gguf`")
+    model = CATALOG["smollm2-135m"]
+    if importlib.util.find_spec(model.module) is None:
+        pytest.skip(f"{model.package} is not installed: {model.install}")
+    path = model.package_folder() / model.gguf_name
+    if not path.is_file():
+        pytest.skip(f"SmolLM2's GGUF file is not here ({path})")
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(Path(path).parent), gguf_file=path.name)

@@ -14,8 +14,16 @@ the index in `target_ids` of the first token that is not whitespace alone; the t
 are teacher-forced after the prompt, exactly as the target's later tokens are for
 `target_logprob` and `exact_match` (which still cover the whole target), so the model predicts
 the content token with the whitespace token in front of it, as it would write the target. For
-ordinary names (" R", " Zo") `scored` is 0 and nothing changes. The scored token may be part of
-a character's bytes (`'\xe6'` of 李): it still names the character's first byte, not a space.
+ordinary names (" R", " Zo") `scored` is 0 and nothing changes.
+
+The scored unit: a byte-level tokenizer can split a name's first character over several tokens
+(李 is `'\xe6'`, `'\x9d'`, `'\x8e'`; É is `'\xc3'`, `'\x89'`), and the first of them is shared by
+a whole script (every CJK name in U+6000-U+6FFF starts with `'\xe6'`, É and Ü share `'\xc3'`):
+scored alone, it would measure the script, not the name. So the scored unit is the `unit` target
+tokens from `scored` on: the fewest that complete the first character (they decode, leading
+whitespace stripped, to text that does not begin with a replacement character). For a name whose
+first token holds a whole character (" R", " Zo", " É" in SmolLM2) `unit` is 1 and nothing
+changes. How a unit of several tokens is scored: `engine.scoring.score_rows`.
 """
 
 from __future__ import annotations
@@ -49,17 +57,24 @@ def check_context(lengths: dict[str, int], limit: int | None, where: str) -> Non
 @dataclass
 class EncodedPrompt:
     """A prompt's tokens, its roles' positions and its target's tokens; `scored` indexes the
-    target token the paper's measures score (see the module's docstring)."""
+    target token the paper's measures score, the first of the scored unit's `unit` tokens (see
+    the module's docstring)."""
 
     input_ids: list[int]
     positions: dict[Role, list[int]]
     target_ids: list[int]
     scored: int = 0
+    unit: int = 1
 
     @property
     def scored_id(self) -> int:
-        """The scored target token."""
+        """The scored target token (the scored unit's first)."""
         return self.target_ids[self.scored]
+
+    @property
+    def unit_ids(self) -> list[int]:
+        """The scored unit's tokens: the target tokens that spell its first character."""
+        return self.target_ids[self.scored : self.scored + self.unit]
 
     @property
     def scoring_ids(self) -> list[int]:
@@ -81,21 +96,41 @@ def scored_index(tokenizer, target_ids: list[int]) -> int:
     return next((i for i, t in enumerate(target_ids) if not is_whitespace_token(tokenizer, t)), 0)
 
 
+def unit_length(tokenizer, target_ids: list[int], scored: int) -> int:
+    """How many target tokens from `scored` on the scored unit takes: the fewest whose text,
+    leading whitespace stripped, begins with a whole character, not a replacement character (a
+    partial UTF-8 sequence); the rest of the target when none does."""
+    for end in range(scored + 1, len(target_ids) + 1):
+        text = tokenizer.decode(target_ids[scored:end]).lstrip()
+        if text and not text.startswith("\ufffd"):
+            return end - scored
+    return max(len(target_ids) - scored, 1)
+
+
 def describe_scored(tokenizer, enc: EncodedPrompt) -> str:
-    """A note for a record whose scored token is not the target's first: which token is scored
-    and which are teacher-forced before it (empty when the first is scored)."""
-    if enc.scored == 0:
+    """A note for a record whose scored token is not the target's first, or whose scored unit
+    holds several tokens: which tokens are scored and which are teacher-forced before them
+    (empty for an ordinary target: its first token alone is scored)."""
+    if enc.scored == 0 and enc.unit == 1:
         return ""
+    forced = f", after the whitespace-only {_forced(tokenizer, enc)!r}, teacher-forced" if enc.scored else ""
+    if enc.unit > 1:
+        first = tokenizer.decode(enc.unit_ids).lstrip()[:1]
+        spelled = ", ".join(token_text(tokenizer, t) for t in enc.unit_ids)
+        tokens = f"{enc.scored + 1}-{enc.scored + enc.unit} of {len(enc.target_ids)}"
+        return f"scored unit: target tokens {tokens} ({spelled}), the first character {first!r}{forced}"
+    return (
+        f"scored target token {enc.scored + 1} of {len(enc.target_ids)}, {token_text(tokenizer, enc.scored_id)}{forced}"
+    )
+
+
+def _forced(tokenizer, enc: EncodedPrompt) -> str:
+    """The whitespace-only target tokens before the scored one, as text."""
     # spelled by bytes where the vocabulary has them: a SentencePiece word marker alone decodes to ''
     spelled = [token_bytes(tokenizer, t) for t in enc.target_ids[: enc.scored]]
     if all(b is not None for b in spelled):
-        forced = b"".join(spelled).decode(errors="replace")
-    else:
-        forced = tokenizer.decode(enc.target_ids[: enc.scored])
-    return (
-        f"scored target token {enc.scored + 1} of {len(enc.target_ids)}, {token_text(tokenizer, enc.scored_id)}, "
-        f"after the whitespace-only {forced!r}, teacher-forced"
-    )
+        return b"".join(spelled).decode(errors="replace")
+    return tokenizer.decode(enc.target_ids[: enc.scored])
 
 
 def token_text(tokenizer, token_id: int) -> str:
@@ -213,8 +248,13 @@ def encode_prompt(tokenizer, prompt: EvalPrompt) -> EncodedPrompt:
             f"{text!r} + {prompt.target!r}; the target would not follow the prompt as tokenized"
         )
     target_ids = full_ids[len(ids) :]
+    scored = scored_index(tokenizer, target_ids)
     return EncodedPrompt(
-        input_ids=ids, positions=positions, target_ids=target_ids, scored=scored_index(tokenizer, target_ids)
+        input_ids=ids,
+        positions=positions,
+        target_ids=target_ids,
+        scored=scored,
+        unit=unit_length(tokenizer, target_ids, scored),
     )
 
 

@@ -4,8 +4,9 @@ runner (`experiments.execute`, through `experiments.metrics`) and the API (`Graf
 A row is a prompt followed by its target's tokens except the last, teacher-forced; the logits at
 the prompt's last token score the target's first token (where the target's first tokens are
 whitespace alone, the logits after them score its first token that carries content: the scored
-token of `data.encode`, which a `weightgraft.Prompt` computes by the runner's code), and the
-logits from there on score the whole target. Tokens after the prompt take the grafts of the
+token of `data.encode`, which a `weightgraft.Prompt` computes by the runner's code; where a
+byte-level tokenizer splits the name's first character over several tokens, the scored unit is
+all of them, see `score_rows`), and the logits from there on score the whole target. Tokens after the prompt take the grafts of the
 prompt's last token, as the run configs' conditions give them (`Condition.row_masks`).
 """
 
@@ -28,17 +29,27 @@ TOP_K = (1, 5, 10, 50, 100)  # the runner's top-k metrics (experiments.vocabular
 
 
 def score_rows(
-    logits: torch.Tensor, first_steps: list[int], targets: list[list[int]], scored: list[int] | None = None
+    logits: torch.Tensor,
+    first_steps: list[int],
+    targets: list[list[int]],
+    scored: list[int] | None = None,
+    units: list[int] | None = None,
 ) -> list[dict]:
     """Scores for each row of `logits` [rows, seq, vocab], or of a list of per-row [seq, vocab]
     tensors; `first_steps[row]` indexes the logits that score the row's first target token (the
     prompt's last token: its length - 1 in a right-padded row); `scored[row]` (default 0) the
-    target token that rank, prob and predicted_id score (`Example.scored`).
+    target token that rank, prob and predicted_id score (`Example.scored`); `units[row]`
+    (default 1) how many target tokens from there on make the scored unit (`Example.unit`: the
+    tokens of a first character that a byte-level tokenizer splits).
 
     rank: 1 + the number of vocabulary entries with a strictly larger logit than the scored
-    target token (ties count in the target's favour); prob: its softmax probability;
-    target_logprob: sum of log-probabilities of all target tokens; exact_match: greedy decoding
-    yields exactly the target tokens; predicted_id: the argmax where the scored token is scored."""
+    target token (ties count in the target's favour); for a unit of several tokens, the largest
+    of its tokens' ranks, each at its teacher-forced step, so top-k means every token of the unit
+    is in the top k (top-1: greedy decoding writes the whole first character); prob: the softmax
+    probability of the scored token, for a unit the product of its tokens' (the probability of
+    writing the first character); target_logprob: sum of log-probabilities of all target tokens;
+    exact_match: greedy decoding yields exactly the target tokens; predicted_id: the argmax where
+    the scored token (the unit's first) is scored."""
     # Gather every scored step of every row into one [steps, vocab] block: a few large tensor
     # operations instead of several small ones per row.
     if not torch.is_tensor(logits):  # one [seq, vocab] tensor per row (rows of varied width)
@@ -49,6 +60,7 @@ def score_rows(
         row_of = [r for r, t in enumerate(targets) for _ in t]
         pos_of = [first_steps[r] + j for r, t in enumerate(targets) for j in range(len(t))]
         steps = logits[torch.tensor(row_of, device=device), torch.tensor(pos_of, device=device)].float()
+    _check_units(targets, scored, units)
     row_of = [r for r, t in enumerate(targets) for _ in t]
     tokens = torch.tensor([tok for t in targets for tok in t], device=device)
     logp = torch.log_softmax(steps, dim=-1)
@@ -57,15 +69,13 @@ def score_rows(
     firsts = torch.tensor([0] + [len(t) for t in targets[:-1]], device=device).cumsum(0)
     if scored is not None and any(scored):
         firsts = firsts + torch.tensor(scored, device=device)
-    first_logits = steps[firsts]
-    first_target = first_logits.gather(1, tokens[firsts][:, None])
-    ranks = (first_logits > first_target).sum(-1) + 1
+    ranks, unit_logp = _unit_scores(steps, tokens, token_logp, firsts, units)
     rows = torch.tensor(row_of, device=device)
     total_logp = torch.zeros(len(targets), device=device).index_add_(0, rows, token_logp)
     wrong = torch.zeros(len(targets), device=device).index_add_(0, rows, (~correct).float())
-    ranks, probs = ranks.tolist(), token_logp[firsts].exp().tolist()
+    ranks, probs = ranks.tolist(), unit_logp.exp().tolist()
     total_logp, wrong = total_logp.tolist(), wrong.tolist()
-    predicted = first_logits.argmax(-1).tolist()
+    predicted = steps[firsts].argmax(-1).tolist()
     return [
         {
             "rank": int(ranks[i]),
@@ -76,6 +86,39 @@ def score_rows(
         }
         for i in range(len(targets))
     ]
+
+
+def _check_units(targets: list[list[int]], scored: list[int] | None, units: list[int] | None) -> None:
+    """Every scored unit lies inside its row's target (past it, its steps would be the next row's)."""
+    if units is None:
+        return
+    starts = scored or [0] * len(targets)
+    short = [r for r, (t, s, u) in enumerate(zip(targets, starts, units)) if u < 1 or s + u > len(t)]
+    if short:
+        r = short[0]
+        raise ValueError(
+            f"row {r}'s scored unit of {units[r]} token(s) from target token {starts[r]} does not fit "
+            f"its target's {len(targets[r])} tokens; encode the prompt with data.encode (it sets both)"
+        )
+
+
+def _unit_scores(
+    steps: torch.Tensor, tokens: torch.Tensor, token_logp: torch.Tensor, firsts: torch.Tensor, units: list[int] | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each row's rank and log-probability of its scored unit (`score_rows`): the largest rank and
+    the summed log-probability of the unit's tokens, at the flat steps `firsts[row]` onwards."""
+    if units is None or all(u == 1 for u in units):
+        picked, owner, count = firsts, None, len(firsts)
+    else:
+        picked = torch.cat([firsts[r] + torch.arange(u, device=firsts.device) for r, u in enumerate(units)])
+        owner = torch.tensor([r for r, u in enumerate(units) for _ in range(u)], device=firsts.device)
+        count = len(units)
+    at = steps[picked]
+    ranks = (at > at.gather(1, tokens[picked][:, None])).sum(-1) + 1
+    if owner is None:
+        return ranks, token_logp[picked]
+    worst = torch.zeros(count, dtype=ranks.dtype, device=ranks.device).scatter_reduce_(0, owner, ranks, "amax")
+    return worst, torch.zeros(count, device=steps.device).index_add_(0, owner, token_logp[picked])
 
 
 def conditions_of(grafts) -> dict[str, list[Graft]]:
@@ -147,8 +190,18 @@ def score(grafter: Grafter, prompts, targets, grafts, competitors, batch_size: i
 
 def rival_id(prompt, enc, rival: str) -> int:
     """The competitor's scored token; it must follow the same teacher-forced tokens as the
-    target's (the same leading whitespace), or the two logits would be read at different steps."""
+    target's (the same leading whitespace), or the two logits would be read at different steps.
+    Neither may have a scored unit of several tokens: one step's logits cannot compare two
+    characters whose first byte tokens are often the same (`data.encode`)."""
     other = prompt.encode(rival)
+    split = [(t, e.unit) for t, e in ((prompt.decode(enc.target_ids), enc), (rival, other)) if e.unit > 1]
+    if split:
+        text, unit = split[0]
+        raise ValueError(
+            f"{text!r} begins with a character the tokenizer splits over {unit} tokens, so a logit "
+            "difference at one step would compare byte tokens, not names: score the target and the "
+            "competitor as two targets and compare their `prob` (the probability of each first character)"
+        )
     if other.target_ids[: other.scored] != enc.target_ids[: enc.scored]:
         raise ValueError(
             f"the competitor {rival!r} is scored after other tokens than the target {prompt.decode(enc.target_ids)!r} "
@@ -170,7 +223,8 @@ def _score_batch(grafter: Grafter, batch: list, records: list[dict], prompts, ri
         ids, row_grafts=[g or None for _, _, g in batch], attention_mask=mask, logits_to_keep=ids.shape[1] - column
     )
     targets = [enc.target_ids for _, enc, _ in batch]
-    scores = score_rows(logits, [0] * len(batch), targets, [enc.scored for _, enc, _ in batch])
+    scored, units = [enc.scored for _, enc, _ in batch], [enc.unit for _, enc, _ in batch]
+    scores = score_rows(logits, [0] * len(batch), targets, scored, units)
     for row, ((index, enc, _), found) in enumerate(zip(batch, scores)):
         record = records[index]
         record.update({k: found[k] for k in ("rank", "prob", "target_logprob", "exact_match", "predicted_id")})

@@ -108,6 +108,7 @@ def compute_chunk(
                 first_steps,
                 [batch[row.example].target_ids for row in rows],
                 [batch[row.example].scored for row in rows],
+                [batch[row.example].unit for row in rows],
             )
             for row, score in zip(rows, scores):
                 predicted = decode([score["predicted_id"]])

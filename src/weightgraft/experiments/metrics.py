@@ -3,8 +3,9 @@
 A row is a prompt followed by its target's tokens except the last; the logits at the prompt's
 last token score the target's first token (the paper's measures; where the target's first tokens
 are whitespace alone, the logits after them score its first token that carries content, the
-scored token of `data.encode`, with those tokens teacher-forced), and the logits from there on
-score the whole target (log-probability, and greedy exact match: greedy decoding reproduces the
+scored token of `data.encode`, with those tokens teacher-forced; where the tokenizer splits the
+name's first character over byte tokens, all of them: the scored unit, `score_rows`), and the
+logits from there on score the whole target (log-probability, and greedy exact match: greedy decoding reproduces the
 target exactly when every teacher-forced argmax is the target token, because each step then sees
 the same prefix as greedy decoding would).
 """

@@ -214,6 +214,9 @@ class ExperimentRecord:
     result_sha256: result file name -> its sha256 when written: a damaged file is recomputed.
     scored_after_whitespace: example id -> note, for targets scored at a later token than their
     first (the first is whitespace alone); empty when none (the key is then absent).
+    scored_units: example id -> how many tokens its scored unit holds, for targets whose first
+    character the tokenizer splits over several tokens (`data.encode`); empty when none (the key
+    is then absent).
     shard: (I, N) of a shard's record; None for a whole run.
     merged: a shard's view of the whole run (None for a whole run).
     """
@@ -236,6 +239,7 @@ class ExperimentRecord:
     available_examples: int = 0
     result_sha256: dict[str, str] = field(default_factory=dict)
     scored_after_whitespace: dict[str, str] = field(default_factory=dict)
+    scored_units: dict[str, int] = field(default_factory=dict)
     shard: Shard | None = None
     merged: MergedPlan | None = None
 
@@ -272,6 +276,7 @@ class ExperimentRecord:
             tied_embeddings=plan.recipient.tied,
             available_examples=plan.available,
             scored_after_whitespace={e.prompt.id: e.note for e in mine if e.scored},
+            scored_units={e.prompt.id: e.unit for e in mine if e.unit != 1},
             shard=plan.shard,
             merged=merged,
         )
@@ -306,6 +311,8 @@ class ExperimentRecord:
         }
         if self.scored_after_whitespace:
             body["scored_after_whitespace"] = dict(self.scored_after_whitespace)
+        if self.scored_units:
+            body["scored_units"] = dict(self.scored_units)
         if self.shard is not None:
             body["shard"] = list(self.shard)
         if self.merged is not None:
@@ -334,6 +341,7 @@ class ExperimentRecord:
             available_examples=body.get("available_examples", 0),
             result_sha256=dict(body.get("result_sha256", {})),
             scored_after_whitespace=dict(body.get("scored_after_whitespace") or {}),
+            scored_units={k: int(v) for k, v in (body.get("scored_units") or {}).items()},
             shard=tuple(body["shard"]) if body.get("shard") else None,
             merged=MergedPlan.from_json(body["merged"]) if body.get("merged") else None,
         )

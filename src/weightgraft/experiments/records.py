@@ -72,7 +72,9 @@ FINGERPRINT_KEY = b"weightgraft_fingerprint"
 class Example:
     """One evaluation prompt, encoded: token ids, target ids and each role's token positions.
     `scored` indexes the target token that rank, prob and the prediction score: the first that is
-    not whitespace alone (`data.encode`), 0 for ordinary targets; `note` says so when it is not 0."""
+    not whitespace alone (`data.encode`), 0 for ordinary targets; `unit` how many target tokens
+    from there on rank and prob score (the tokens of a first character split over byte tokens),
+    1 for ordinary targets; `note` says so when either differs."""
 
     prompt: object  # EvalPrompt
     input_ids: list[int]
@@ -80,6 +82,7 @@ class Example:
     positions: dict[str, list[int]]
     scored: int = 0
     note: str = ""
+    unit: int = 1
 
 
 def slug(name: str) -> str:
@@ -125,8 +128,11 @@ def condition_fingerprint(
 
 def example_key(e: Example) -> tuple:
     """What of an example a condition's results depend on; the scored token only where it is not
-    the target's first (so that fingerprints of ordinary targets are those of earlier versions)."""
+    the target's first, its unit only where it holds several tokens (so that fingerprints of
+    ordinary targets are those of earlier versions)."""
     key = (e.prompt.id, e.input_ids, e.target_ids, e.positions, prompt_fields(e.prompt))
+    if e.unit != 1:
+        return (*key, {"scored": e.scored, "unit": e.unit, "note": e.note})
     return key if e.scored == 0 else (*key, {"scored": e.scored, "note": e.note})
 
 

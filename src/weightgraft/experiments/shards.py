@@ -102,11 +102,13 @@ def merge_experiment(out: Path, name: str, shards: list[tuple[int, int]]) -> Non
         )
     order = merged.examples
     scored = {k: v for part in parts for k, v in part.scored_after_whitespace.items()}
+    units = {k: v for part in parts for k, v in part.scored_units.items()}
     whole = replace(
         parts[0],
         examples=order,
         templates=tuple(sorted({t for part in parts for t in part.templates})),
         scored_after_whitespace={pid: scored[pid] for pid in order if pid in scored},
+        scored_units={pid: units[pid] for pid in order if pid in units},
         shard=None,
         merged=None,
     )

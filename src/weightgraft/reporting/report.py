@@ -373,13 +373,33 @@ def scored_token_lines(record: ExperimentRecord) -> list[str]:
     was scored instead (the record's `scored_after_whitespace`, id -> note); none: no line."""
     scored = record.scored_after_whitespace
     if not scored:
-        return []
+        return scored_unit_lines(record)
     pid, note = next(iter(scored.items()))
     return [
         f"Scored token: {len(scored)} of {len(record.examples)} prompts have a target whose first "
         "token is whitespace alone (the tokenizer splits the name's leading space off); for them "
         "rank, top-k, `prob` and the prediction score the first target token that carries content, "
         f"the whitespace token teacher-forced before it (the records' `note` says which; e.g. `{pid}`: {note}).",
+        "",
+    ] + scored_unit_lines(record)
+
+
+def scored_unit_lines(record: ExperimentRecord) -> list[str]:
+    """The experiment's prompts whose target's first character the tokenizer splits over several
+    tokens, and what is scored for them (the record's `scored_units`, id -> tokens); none: no line."""
+    units = record.scored_units
+    if not units:
+        return []
+    pid, unit = next(iter(units.items()))
+    low, high = min(units.values()), max(units.values())
+    spread = f"{low}" if low == high else f"{low} to {high}"
+    return [
+        f"Scored unit: {len(units)} of {len(record.examples)} prompts have a target whose first "
+        f"character the tokenizer splits over {spread} byte tokens (their first is shared by every "
+        "name of the script); for them the scored unit is that character's tokens, teacher-forced: "
+        "rank is the largest of their ranks (top-k: every one in the top k), `prob` the product of "
+        f"their probabilities, the prediction the first token's (e.g. `{pid}`: {unit} tokens; the "
+        "records' `note` says which).",
         "",
     ]
 

@@ -5,6 +5,9 @@ tokens after the prompt (the paper's measure). Datasets give every actor of a se
 name, so the first token picks out one answer. Where the target's first token is whitespace alone
 (a name whose first character the tokenizer does not join to the leading space), its first token
 that carries content is scored, after the whitespace token (`data.encode`: the scored token).
+Where the tokenizer splits the name's first character over several byte tokens, the prompt counts
+when every one of them is in the top k at its step, the earlier ones teacher-forced (the runner's
+top-k on the scored unit, `engine.scoring.score_rows`).
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from weightgraft.data.schema import EvalPrompt
 @torch.no_grad()
 def topk_hits(model, tokenizer, prompts: Sequence[EvalPrompt], k: int = 5, batch_size: int = 64) -> list[bool]:
     """One bool per prompt: is the target's scored token (its first that is not whitespace alone)
-    in the model's top k?"""
+    in the model's top k, and so is every later token of its scored unit, each at its step?"""
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
@@ -30,13 +33,12 @@ def topk_hits(model, tokenizer, prompts: Sequence[EvalPrompt], k: int = 5, batch
     hits: list[bool] = []
     for start in range(0, len(encoded), batch_size):
         batch = encoded[start : start + batch_size]
-        ids, mask = right_pad([e.scoring_ids for e in batch], pad_id)
+        ids, mask = right_pad([e.scoring_ids + e.unit_ids[:-1] for e in batch], pad_id)
         logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits
-        last = torch.tensor([len(e.scoring_ids) - 1 for e in batch], device=device)
-        final = logits[torch.arange(len(batch), device=device), last]
-        top = final.topk(k, dim=-1).indices.cpu()
         for row, e in enumerate(batch):
-            hits.append(bool((top[row] == e.scored_id).any()))
+            first = len(e.scoring_ids) - 1
+            top = logits[row, first : first + e.unit].topk(k, dim=-1).indices.cpu()
+            hits.append(all(bool((top[j] == t).any()) for j, t in enumerate(e.unit_ids)))
     model.train(was_training)
     return hits
 

@@ -197,7 +197,9 @@ def encode_examples(resources: PlanInputs, exp: ExperimentSpec, tokenizer) -> tu
         enc = encode_scored_prompt(tokenizer, prompt)
         positions = {str(k): list(v) for k, v in enc.positions.items()}
         note = describe_scored(tokenizer, enc)
-        examples.append(Example(prompt, list(enc.input_ids), list(enc.target_ids), positions, enc.scored, note))
+        examples.append(
+            Example(prompt, list(enc.input_ids), list(enc.target_ids), positions, enc.scored, note, enc.unit)
+        )
     check_context(
         {e.prompt.id: len(e.input_ids) + len(e.target_ids) for e in examples},
         context_length(resources.config.models[exp.recipient]),

@@ -251,8 +251,10 @@ def example_json(example: Example) -> dict:
         "target_ids": example.target_ids,
         "positions": example.positions,
     }
-    if example.scored:  # only then, so that plans of ordinary targets keep their digest
+    if example.scored or example.unit != 1:  # only then, so that plans of ordinary targets keep their digest
         body.update(scored=example.scored, note=example.note)
+    if example.unit != 1:
+        body["unit"] = example.unit
     return body
 
 
@@ -264,4 +266,5 @@ def example_from_json(body: dict) -> Example:
         {k: list(v) for k, v in body["positions"].items()},
         int(body.get("scored", 0)),
         str(body.get("note", "")),
+        int(body.get("unit", 1)),
     )
