@@ -56,7 +56,20 @@ class BlockInference:
         self._attention_roles(roles, [p for p in owners if _under(p, attn)])
         self._mlp_roles(roles, in_mlp)
         self._block_norms(roles, [p for p in owners if not _under(p, attn) and p not in in_mlp])
+        self._flat_forms(roles)
         return roles
+
+    def _flat_forms(self, roles: BlockRoles) -> None:
+        """Modules the block calls on its tokens laid flat ([batch * seq, ...]: OPT reshapes before
+        its MLP and norm) get the call form "flat", so that the engine indexes that axis."""
+        for ref in roles.per_layer.values():
+            path = ref[0] if isinstance(ref, tuple) else ref
+            seen = self.base[path]
+            if path in roles.call_forms or seen.input is None or seen.output is None:
+                continue
+            if seq_axis(seen.input) == 0 and seq_axis(seen.output) == 0:
+                roles.call_forms[path] = "flat"
+                roles.seq_dims.pop(path, None)
 
     # --- attention and MLP ----------------------------------------------------------------
     def _attention_and_mlp(self) -> tuple[str, str]:

@@ -15,6 +15,7 @@ from weightgraft.adapters.call_forms import (
     FORM_WORDS,
     call_flat,
     call_on_rows,
+    call_whole,
     first_tensor,
     part_of,
     token_count,
@@ -26,7 +27,8 @@ PROBE_ROWS = (0, 2)
 
 _DECLARE = (
     "declare its call form in call_forms ('batched' for a block that unpacks batch and sequence, 'flat' for a "
-    "module that sees the tokens as its first axis, as a MoE router and experts do)"
+    "module that sees the tokens as its first axis, as a MoE router and experts do; 'whole', in model_call_forms "
+    "for a model-level module, for one whose inputs are not rows of hidden states)"
 )
 
 
@@ -47,6 +49,8 @@ def call_problems(
         return _rows_problems(
             path, module, form, lambda rows: call_flat(module, args, kwargs, rows, length), output, length
         )
+    if form == "whole":
+        return _whole_problems(path, module, seq_dim, args, kwargs, output, length)
     if not isinstance(output, torch.Tensor) or not isinstance(x, torch.Tensor):
         return [f"{path!r} does not map a tensor to a tensor; name a position-wise module, or {_DECLARE}"]
     if any(t.dim() <= seq_dim or t.shape[0] != 1 or t.shape[seq_dim] != length for t in (x, output)):
@@ -62,6 +66,24 @@ def call_problems(
         return call_on_rows(module, form, flat_x.index_select(0, rows))
 
     return _rows_problems(path, module, form, call, flat_out, length)
+
+
+def _whole_problems(
+    path: str, module: nn.Module, seq_dim: int, args: tuple, kwargs: dict, output: object, length: int
+) -> list[str]:
+    """A "whole" module: only its output must keep [batch, seq, ...]; it is called again on its
+    own arguments, and the rows of that call must be the pass's own."""
+    if not isinstance(output, torch.Tensor) or output.dim() <= seq_dim or output.shape[seq_dim] != length:
+        return [
+            f"{path!r} is declared 'whole' but returns {_shape(output)} on a [1, {length}] input: its output must be "
+            f"a [batch, seq, ...] tensor with seq at dim {seq_dim}; fix its call form"
+        ]
+    flat_out = output.movedim(seq_dim, 1).reshape(length, *output.movedim(seq_dim, 1).shape[2:])
+
+    def call(rows: torch.Tensor) -> torch.Tensor:
+        return call_whole(module, args, kwargs, seq_dim).index_select(0, rows)
+
+    return _rows_problems(path, module, "whole", call, flat_out, length)
 
 
 def _rows_problems(path: str, module: nn.Module, form: str, call, output: object, length: int) -> list[str]:

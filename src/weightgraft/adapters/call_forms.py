@@ -5,7 +5,8 @@ A module's call form (`Adapter.call_forms`, see `base.CALL_FORMS`) says what its
 like: "rows" and "batched" modules see [batch, seq, ...] and are called on the grafted rows as
 [rows, ...] or [1, rows, ...]; "flat" modules (a mixture-of-experts router, its experts) see the
 [batch * seq, ...] tokens as their first axis, with every tensor argument and output laid out
-along it.
+along it; a "whole" module (a position embedding that reads the attention mask) is called on
+exactly the arguments the recipient's module got, and its [batch, seq, ...] output is spliced.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ FORM_WORDS = {
     "rows": "on [rows, ...]",
     "batched": "on [1, rows, ...]",
     "flat": "on [tokens, ...], every tensor argument taken at the rows",
+    "whole": "on the very arguments the module got, its output taken at the rows",
 }
 
 
@@ -102,3 +104,13 @@ def experts_count(module: nn.Module) -> int | None:
     common leading size of its 3-D parameters (None without any, or when they disagree)."""
     sizes = {p.shape[0] for p in module.parameters() if p.dim() == 3}
     return sizes.pop() if len(sizes) == 1 else None
+
+
+def call_whole(module: Callable, args: tuple, kwargs: dict, seq_dim: int = 1) -> torch.Tensor:
+    """A "whole" module's output on the arguments the recipient's module got, with its sequence
+    axis moved to dim 1 and laid flat: [batch * seq, ...], the rows the engine splices."""
+    out = module(*args, **kwargs)
+    if not isinstance(out, torch.Tensor) or out.dim() <= max(seq_dim, 1):
+        raise TypeError(f"a 'whole' module must return a [batch, seq, ...] tensor, not {type(out).__name__}")
+    out = out.movedim(seq_dim, 1)
+    return out.reshape(out.shape[0] * out.shape[1], *out.shape[2:])
