@@ -50,7 +50,7 @@ class EffectHooks:
                 return self._router(path, donor_module, args, kwargs, output)
             if not isinstance(output, torch.Tensor):
                 raise RuntimeError(f"cannot attribute {path!r}: its output is not a tensor; check the adapter")
-            flat = self.forms.get(path) == "flat"
+            flat = self.forms.get(path) in ("flat", "whole")  # called on every argument it got
             x = args[0] if args else next(iter(kwargs.values()))
             if path in self.input_side:
                 self.inputs[path] = x.detach()

@@ -1,0 +1,113 @@
+"""Inferred adapters that need more than rows graft exactly as the independent per-token reference
+computes them, on padded batches: OPT and BioGPT (position embeddings called 'whole' on the
+attention mask, OPT's MLP and its norm on flat tokens) and GraniteMoeShared (a dense shared MLP
+beside the MoE block, the `shared_expert`). The reference's tables are hand-written
+(`inferred_fixtures`), so the inferred roles are checked along with the engine."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from engine_fixtures import (
+    ATOL,
+    max_diff,
+    pad_batch,
+    random_positions,
+    random_prompt,
+    random_specs,
+    real_slice,
+    reference_rows,
+    stable_seed,
+    to_grafts,
+)
+from inferred_fixtures import KINDS, pair
+from reference_grafter import GraftSpec, reference_unit_logits, unit_counts
+
+# The component only these models have, or that only the new call forms reach.
+SPECIAL = {"opt": ["pos_embed", "up", "ln2"], "biogpt": ["pos_embed"], "granitemoeshared": ["shared_expert"]}
+
+
+def _grafter(kind: str):
+    from weightgraft import Grafter
+
+    recipient, donor = pair(kind)
+    return Grafter(recipient, donor)
+
+
+def _padded(rng: random.Random, side: str = "left"):
+    rows = [random_prompt(rng, rng.randrange(4, 9)) for _ in range(3)]
+    return rows, *pad_batch(rows, side)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("kind", KINDS)
+def test_random_grafts_match_reference(kind, seed):
+    """Random position x layer x component grafts, the model's special components among them."""
+    recipient, donor = pair(kind)
+    rng = random.Random(stable_seed("inferred-forms", kind, seed))
+    rows, ids, mask = _padded(rng, "left" if seed == 0 else "right")
+    layers = recipient.config.num_hidden_layers
+    specs = [random_specs(rng, recipient.config, len(row)) for row in rows]
+    specs[0] = GraftSpec(random_positions(rng, len(rows[0])), rng.randrange(layers), SPECIAL[kind])
+    specs[1] = GraftSpec("all", "all", ["mlp", "q"])
+    got = _grafter(kind).logits(ids, row_grafts=[to_grafts(s) for s in specs], attention_mask=mask)
+    want = reference_rows(recipient, donor, rows, specs)
+    for b in range(len(rows)):
+        diff = max_diff(got[b, real_slice(mask[b])], want[b])
+        assert diff < ATOL, f"{kind} row {b}: {specs[b]}: max abs diff {diff:.3g}"
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_position_graft_changes_and_matches(kind):
+    """One position of the special component: equal to the reference, and not a no-op."""
+    from weightgraft import Graft
+
+    recipient, donor = pair(kind)
+    row = random_prompt(random.Random(stable_seed("one-position", kind)), 7)
+    spec = GraftSpec([2], 0, SPECIAL[kind][0])
+    grafter = _grafter(kind)
+    import torch
+
+    ids = torch.tensor([row])
+    got = grafter.logits(ids, grafts=Graft([2], 0, SPECIAL[kind][0]))[0]
+    want = reference_rows(recipient, donor, [row], [spec])[0]
+    assert max_diff(got, want) < ATOL
+    assert max_diff(got, grafter.logits(ids)[0]) > 1e-3
+
+
+def _unit_specs(kind: str, config) -> list[GraftSpec]:
+    if kind == "granitemoeshared":
+        count = unit_counts(config)["experts"][0]
+        return [
+            GraftSpec("all", 1, "experts", experts=[1]),
+            GraftSpec([0, 3], "all", "experts", experts=list(range(1, count))),
+            GraftSpec("last", 2, "o", heads=[0, 3]),
+        ]
+    return [
+        GraftSpec("last", 1, "o", heads=[1]),
+        GraftSpec([1, 4], 0, "v", heads=[2, 3]),
+        GraftSpec("all", 1, "up", neurons=[0, 5, 77]),
+        GraftSpec([0, 2], 0, "down", neurons=list(range(40))),
+    ]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_unit_grafts_match_reference(kind):
+    """Heads, neurons of OPT's flat MLP (columns and input columns of a 'flat' module), experts."""
+    import torch
+
+    from weightgraft import Graft
+
+    recipient, donor = pair(kind)
+    row = random_prompt(random.Random(stable_seed("units", kind)), 6)
+    grafter = _grafter(kind)
+    for spec in _unit_specs(kind, recipient.config):
+        graft = Graft(
+            spec.positions, spec.layers, spec.components, heads=spec.heads, neurons=spec.neurons, experts=spec.experts
+        )
+        got = grafter.logits(torch.tensor([row]), grafts=graft)[0]
+        want = reference_unit_logits(recipient, donor, torch.tensor(row), spec)
+        diff = max_diff(got, want)
+        assert diff < ATOL, f"{kind}: {spec}: max abs diff {diff:.3g}"
