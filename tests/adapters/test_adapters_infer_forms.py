@@ -84,3 +84,23 @@ def test_opt_variants_refused_in_one_line(overrides, named):
         adapter_for(make_model("opt", 5, **overrides))
     message = str(caught.value)
     assert named in message and "\n" not in message
+
+
+def test_llama4_experts_are_per_expert():
+    """Llama 4 feeds its experts every token once per expert, expert-major: 'per_expert'."""
+    from weightgraft.adapters import adapter_for
+
+    adapter = adapter_for(pair("llama4_text")[0])
+    assert adapter.per_layer["experts"] == "feed_forward.experts"
+    assert adapter.call_forms["feed_forward.experts"] == "per_expert"
+    assert adapter.call_forms["feed_forward.router"] == "flat"
+
+
+def test_check_catches_flat_llama4_experts():
+    from weightgraft.adapters import AdapterError, adapter_for, check_adapter
+
+    recipient = pair("llama4_text")[0]
+    adapter = adapter_for(recipient)
+    wrong = dataclasses.replace(adapter, call_forms={**adapter.call_forms, "feed_forward.experts": "flat"})
+    with pytest.raises(AdapterError, match="feed_forward.experts"):
+        check_adapter(recipient, wrong)

@@ -1,7 +1,8 @@
 """Inferred adapters that need more than rows graft exactly as the independent per-token reference
 computes them, on padded batches: OPT and BioGPT (position embeddings called 'whole' on the
-attention mask, OPT's MLP and its norm on flat tokens) and GraniteMoeShared (a dense shared MLP
-beside the MoE block, the `shared_expert`). The reference's tables are hand-written
+attention mask, OPT's MLP and its norm on flat tokens), GraniteMoeShared (a dense shared MLP
+beside the MoE block, the `shared_expert`) and Llama 4 (experts called 'per_expert' on every token
+once per expert, single experts among them). The reference's tables are hand-written
 (`inferred_fixtures`), so the inferred roles are checked along with the engine."""
 
 from __future__ import annotations
@@ -26,7 +27,12 @@ from inferred_fixtures import KINDS, pair
 from reference_grafter import GraftSpec, reference_unit_logits, unit_counts
 
 # The component only these models have, or that only the new call forms reach.
-SPECIAL = {"opt": ["pos_embed", "up", "ln2"], "biogpt": ["pos_embed"], "granitemoeshared": ["shared_expert"]}
+SPECIAL = {
+    "opt": ["pos_embed", "up", "ln2"],
+    "biogpt": ["pos_embed"],
+    "granitemoeshared": ["shared_expert"],
+    "llama4_text": ["experts", "router"],
+}
 
 
 def _grafter(kind: str):
@@ -78,7 +84,7 @@ def test_position_graft_changes_and_matches(kind):
 
 
 def _unit_specs(kind: str, config) -> list[GraftSpec]:
-    if kind == "granitemoeshared":
+    if kind in ("granitemoeshared", "llama4_text"):
         count = unit_counts(config)["experts"][0]
         return [
             GraftSpec("all", 1, "experts", experts=[1]),
@@ -111,3 +117,21 @@ def test_unit_grafts_match_reference(kind):
         want = reference_unit_logits(recipient, donor, torch.tensor(row), spec)
         diff = max_diff(got, want)
         assert diff < ATOL, f"{kind}: {spec}: max abs diff {diff:.3g}"
+
+
+@pytest.mark.parametrize("kind", ["granitemoeshared", "llama4_text"])
+def test_one_expert_changes_and_the_experts_with_router_are_the_block(kind):
+    """A single expert's graft moves the logits; every expert plus the router (plus the shared
+    expert) is the group mlp."""
+    import torch
+
+    from weightgraft import Graft
+
+    recipient, donor = pair(kind)
+    count = unit_counts(recipient.config)["experts"][0]
+    ids = torch.tensor([random_prompt(random.Random(stable_seed("experts", kind)), 6)])
+    grafter = _grafter(kind)
+    plain = grafter.logits(ids)
+    assert max_diff(grafter.logits(ids, grafts=Graft("all", 1, "experts", experts=[2])), plain) > 1e-3
+    parts = [Graft("all", 1, "experts", experts=list(range(count))), Graft("all", 1, ["router", "shared_expert"])]
+    assert max_diff(grafter.logits(ids, grafts=parts), grafter.logits(ids, grafts=Graft("all", 1, "mlp"))) < ATOL

@@ -1,7 +1,8 @@
 """Tiny models of types no adapter is registered for, whose inferred adapters need more than rows:
 OPT and BioGPT (position embeddings computed from the attention mask, OPT's MLP called on flat
-tokens) and GraniteMoeShared (a dense shared MLP beside the MoE block); and their reference
-tables, written from the HF modeling files (opt, biogpt, granitemoeshared), not read off an
+tokens), GraniteMoeShared (a dense shared MLP beside the MoE block) and Llama 4 (experts fed
+every token once per expert); and their reference
+tables, written from the HF modeling files (opt, biogpt, granitemoeshared, llama4), not read off an
 adapter, so that the reference grafter checks the inferred roles as well as the engine.
 """
 
@@ -15,7 +16,7 @@ import transformers as hf
 import reference_grafter
 
 NOISE_STD = 0.1  # as tiny_model_fixtures: norms and biases must not all be 1 or 0
-KINDS = ("opt", "biogpt", "granitemoeshared")
+KINDS = ("opt", "biogpt", "granitemoeshared", "llama4_text")
 
 
 def tiny_config(kind: str, **overrides):
@@ -41,6 +42,19 @@ def tiny_config(kind: str, **overrides):
             residual_multiplier=0.7,
             attention_multiplier=0.3,
             logits_scaling=2.0,
+            tie_word_embeddings=False,
+        )
+    elif kind == "llama4_text":
+        config = hf.Llama4TextConfig(
+            **common,
+            num_hidden_layers=3,
+            num_key_value_heads=2,
+            head_dim=8,
+            intermediate_size=24,
+            intermediate_size_mlp=48,
+            num_local_experts=4,
+            num_experts_per_tok=2,
+            interleave_moe_layer_step=1,  # every block a MoE block (Scout); step 2 is refused: blocks differ
             tie_word_embeddings=False,
         )
     else:
@@ -112,6 +126,26 @@ def reference_table(config) -> tuple[dict, dict, str]:
             "router": [("block_sparse_moe.router", None)],
             "experts": [("block_sparse_moe.experts", None)],
             "shared_expert": [("shared_mlp", None)],
+        }
+        model = {
+            "embed": [("model.embed_tokens", None)],
+            "ln_final": [("model.norm", None)],
+            "lm_head": [("lm_head", None)],
+        }
+        return layer, model, "model.layers.{i}."
+    if kind == "llama4_text":
+        # Llama4TextDecoderLayer: input_layernorm -> self_attn -> + ; post_attention_layernorm ->
+        # feed_forward (router, experts on the tokens repeated per expert, shared_expert) -> +
+        layer = {
+            "q": [("self_attn.q_proj", None)],
+            "k": [("self_attn.k_proj", None)],
+            "v": [("self_attn.v_proj", None)],
+            "o": [("self_attn.o_proj", None)],
+            "ln1": [("input_layernorm", None)],
+            "ln2": [("post_attention_layernorm", None)],
+            "router": [("feed_forward.router", None)],
+            "experts": [("feed_forward.experts", None)],
+            "shared_expert": [("feed_forward.shared_expert", None)],
         }
         model = {
             "embed": [("model.embed_tokens", None)],

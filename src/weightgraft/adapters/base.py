@@ -40,8 +40,11 @@ MOE_COMPONENTS = ("router", "experts", "shared_expert", "shared_expert_gate")
 # "whole": the module's inputs are not rows of hidden states (OPT's and BioGPT's position
 #   embeddings read the attention mask): the donor module is called on exactly the arguments the
 #   recipient's module got in this forward, and the grafted rows of its [batch, seq, ...] output
-#   are spliced.
-CALL_FORMS = ("rows", "batched", "flat", "whole")
+#   are spliced;
+# "per_expert": the module sees every token once per expert, expert-major ([experts * tokens,
+#   ...]: row e * tokens + t is expert e on token t, as Llama 4's experts do); it is called on
+#   the grafted tokens' rows of every expert, and single experts splice only their own rows.
+CALL_FORMS = ("rows", "batched", "flat", "whole", "per_expert")
 NORMS = ("ln1", "ln2", "q_norm", "k_norm", "post_attn_norm", "post_mlp_norm", "ln_final")
 GROUPS = ("attn", "mlp", "norms", "all")
 # The members of attn and mlp where an adapter has no attention or MLP submodule to read them off.

@@ -15,8 +15,9 @@ import torch
 from torch import nn
 
 from weightgraft.adapters.base import Adapter
-from weightgraft.adapters.call_forms import call_on_rows, call_whole
+from weightgraft.adapters.call_forms import call_on_rows, call_whole, first_tensor
 from weightgraft.engine.flat_splice import splice_flat
+from weightgraft.engine.per_expert_splice import splice_per_expert
 
 
 @dataclass
@@ -80,6 +81,8 @@ class SpliceHooks:
                 x = args[0].reshape(*shape, *args[0].shape[1:])  # one tensor in, one out: rows, as [batch, seq, ...]
                 spliced = splice_rows(path, modules, x, output.reshape(*shape, *output.shape[1:]), splices, module)
                 return spliced.reshape(output.shape)
+            if form == "per_expert":
+                return splice_per_expert(path, modules, first_tensor(args, kwargs), output, splices, module)
             seq_dim = self.seq_dims.get(path, 1)
             if form == "whole":
                 return splice_rows(path, modules, None, output, splices, module, form, (args, kwargs, seq_dim))
