@@ -133,7 +133,9 @@ class Adapter:
             )
         stray = sorted(set(self.model_call_forms) - set(self.model_level.values()))
         if stray:
-            raise ValueError(f"adapter for {self.model_types} gives model_call_forms for {stray}, not model_level paths")
+            raise ValueError(
+                f"adapter for {self.model_types} gives model_call_forms for {stray}, not model_level paths"
+            )
         for comp, ref in self.per_layer.items():
             if isinstance(ref, Part) and ref.module not in self.splits:
                 raise ValueError(f"component {comp!r} is part of {ref.module!r}, which has no split rule")

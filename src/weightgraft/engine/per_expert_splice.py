@@ -39,7 +39,9 @@ def splice_per_expert(
     for splice in splices:
         rows = next((r for (batch, seq), r in splice.rows.items() if batch * seq == tokens), None)
         if rows is None:
-            raise RuntimeError(f"graft rows for {sorted(splice.rows)} (batch, seq) do not fit the {tokens} tokens of {path!r}")
+            raise RuntimeError(
+                f"graft rows for {sorted(splice.rows)} (batch, seq) do not fit the {tokens} tokens of {path!r}"
+            )
         rows = rows.to(output.device)
         if rows.numel() == 0:
             continue
