@@ -93,26 +93,34 @@ def reference_table(config) -> tuple[dict, dict, str]:
     """(per-layer table, model-level table, block prefix) in the reference grafter's format."""
     kind = config.model_type
     if kind in ("opt", "biogpt"):
-        # OPTDecoderLayer / BioGptDecoderLayer: self_attn_layer_norm -> self_attn (q/k/v/out_proj)
-        # -> + ; final_layer_norm -> fc1 -> act -> fc2 -> +
-        layer = {
-            "q": [("self_attn.q_proj", None)],
-            "k": [("self_attn.k_proj", None)],
-            "v": [("self_attn.v_proj", None)],
-            "o": [("self_attn.out_proj", None)],
-            "up": [("fc1", None)],
-            "down": [("fc2", None)],
-            "ln1": [("self_attn_layer_norm", None)],
-            "ln2": [("final_layer_norm", None)],
-        }
-        base = "model.decoder" if kind == "opt" else "biogpt"
-        model = {
-            "embed": [(f"{base}.embed_tokens", None)],
-            "pos_embed": [(f"{base}.embed_positions", None)],
-            "ln_final": [(f"{base}.final_layer_norm" if kind == "opt" else f"{base}.layer_norm", None)],
-            "lm_head": [("lm_head" if kind == "opt" else "output_projection", None)],
-        }
-        return layer, model, f"{base}.layers.{{i}}."
+        return _learned_positions_table(kind)
+    return _moe_table(kind)
+
+
+def _learned_positions_table(kind: str) -> tuple[dict, dict, str]:
+    # OPTDecoderLayer / BioGptDecoderLayer: self_attn_layer_norm -> self_attn (q/k/v/out_proj)
+    # -> + ; final_layer_norm -> fc1 -> act -> fc2 -> +
+    layer = {
+        "q": [("self_attn.q_proj", None)],
+        "k": [("self_attn.k_proj", None)],
+        "v": [("self_attn.v_proj", None)],
+        "o": [("self_attn.out_proj", None)],
+        "up": [("fc1", None)],
+        "down": [("fc2", None)],
+        "ln1": [("self_attn_layer_norm", None)],
+        "ln2": [("final_layer_norm", None)],
+    }
+    base = "model.decoder" if kind == "opt" else "biogpt"
+    model = {
+        "embed": [(f"{base}.embed_tokens", None)],
+        "pos_embed": [(f"{base}.embed_positions", None)],
+        "ln_final": [(f"{base}.final_layer_norm" if kind == "opt" else f"{base}.layer_norm", None)],
+        "lm_head": [("lm_head" if kind == "opt" else "output_projection", None)],
+    }
+    return layer, model, f"{base}.layers.{{i}}."
+
+
+def _moe_table(kind: str) -> tuple[dict, dict, str]:
     if kind == "granitemoeshared":
         # GraniteMoeSharedDecoderLayer: input_layernorm -> self_attn -> + ; post_attention_layernorm ->
         # block_sparse_moe (router, experts) + shared_mlp (input_linear, output_linear) -> +
