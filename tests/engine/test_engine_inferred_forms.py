@@ -10,6 +10,7 @@ from __future__ import annotations
 import random
 
 import pytest
+import torch
 
 from engine_fixtures import (
     ATOL,
@@ -17,6 +18,7 @@ from engine_fixtures import (
     pad_batch,
     random_positions,
     random_prompt,
+    random_spec,
     random_specs,
     real_slice,
     reference_rows,
@@ -24,6 +26,7 @@ from engine_fixtures import (
     to_grafts,
 )
 from inferred_fixtures import KINDS, pair
+from reference_activations import reference_activations, reference_modules
 from reference_grafter import GraftSpec, reference_unit_logits, unit_counts
 
 # The component only these models have, or that only the new call forms reach.
@@ -74,8 +77,6 @@ def test_position_graft_changes_and_matches(kind):
     row = random_prompt(random.Random(stable_seed("one-position", kind)), 7)
     spec = GraftSpec([2], 0, SPECIAL[kind][0])
     grafter = _grafter(kind)
-    import torch
-
     ids = torch.tensor([row])
     got = grafter.logits(ids, grafts=Graft([2], 0, SPECIAL[kind][0]))[0]
     want = reference_rows(recipient, donor, [row], [spec])[0]
@@ -102,8 +103,6 @@ def _unit_specs(kind: str, config) -> list[GraftSpec]:
 @pytest.mark.parametrize("kind", KINDS)
 def test_unit_grafts_match_reference(kind):
     """Heads, neurons of OPT's flat MLP (columns and input columns of a 'flat' module), experts."""
-    import torch
-
     from weightgraft import Graft
 
     recipient, donor = pair(kind)
@@ -123,8 +122,6 @@ def test_unit_grafts_match_reference(kind):
 def test_one_expert_changes_and_the_experts_with_router_are_the_block(kind):
     """A single expert's graft moves the logits; every expert plus the router (plus the shared
     expert) is the group mlp."""
-    import torch
-
     from weightgraft import Graft
 
     recipient, donor = pair(kind)
@@ -135,3 +132,26 @@ def test_one_expert_changes_and_the_experts_with_router_are_the_block(kind):
     assert max_diff(grafter.logits(ids, grafts=Graft("all", 1, "experts", experts=[2])), plain) > 1e-3
     parts = [Graft("all", 1, "experts", experts=list(range(count))), Graft("all", 1, ["router", "shared_expert"])]
     assert max_diff(grafter.logits(ids, grafts=parts), grafter.logits(ids, grafts=Graft("all", 1, "mlp"))) < ATOL
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_cache_equals_the_reference(kind):
+    """Every named activation, [batch, seq, ...] even where the block runs a module on flat tokens
+    (OPT's MLP) or the experts on every token once per expert (Llama 4: [batch, seq, experts, ...])."""
+    recipient, donor = pair(kind)
+    grafter = _grafter(kind)
+    rng = random.Random(stable_seed("activations", kind))
+    rows = [random_prompt(rng, 7), random_prompt(rng, 4)]
+    specs = [random_spec(rng, recipient.config, len(r), allow_mask=False) for r in rows]
+    ids, mask = pad_batch(rows, "left")
+    with torch.no_grad():
+        acts = grafter.cache(ids, row_grafts=[to_grafts(s) for s in specs], attention_mask=mask)
+    assert set(acts) == set(reference_modules(recipient.config, grafter.num_layers))
+    if kind == "llama4_text":
+        assert acts["blocks.0.experts"].shape[:3] == (2, 7, 4)
+    for b, (row, spec) in enumerate(zip(rows, specs)):
+        ref = reference_activations(recipient, donor, row, spec, grafter.num_layers)
+        real = mask[b].nonzero().flatten()
+        for name, value in acts.items():
+            diff = max_diff(value[b, real].reshape(len(real), -1), ref["acts"][name])
+            assert diff < ATOL, f"{kind} row {b} {name}: {diff:.3g}"
