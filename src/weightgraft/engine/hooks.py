@@ -99,6 +99,8 @@ def _plain_flat_shape(args: tuple, kwargs: dict, output: object, splices: list[S
     """The (batch, seq) of a "flat" module that maps one tensor of [batch * seq, ...] tokens to one
     (OPT's MLP, a shared expert): spliced as rows, so that neurons and adapter deltas work there
     too. None for a module with more arguments or outputs (a router, the experts)."""
+    if any(splice.experts is not None for splice in splices):
+        return None  # single experts are mixed by flat_splice (or refused there)
     tensors = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
     if len(tensors) != 1 or not args or args[0] is not tensors[0] or not isinstance(output, torch.Tensor):
         return None
