@@ -36,8 +36,15 @@ MOE_COMPONENTS = ("router", "experts", "shared_expert", "shared_expert_gate")
 # "batched": on [1, rows, ...], and the result squeezed (a block that unpacks batch and sequence);
 # "flat": the module sees [batch * seq, ...] tokens as its first axis (a MoE router or experts):
 #   every tensor argument whose first axis is the tokens is taken at the rows, and every tensor
-#   of its output (or of its output tuple) whose first axis is the tokens is spliced.
-CALL_FORMS = ("rows", "batched", "flat")
+#   of its output (or of its output tuple) whose first axis is the tokens is spliced;
+# "whole": the module's inputs are not rows of hidden states (OPT's and BioGPT's position
+#   embeddings read the attention mask): the donor module is called on exactly the arguments the
+#   recipient's module got in this forward, and the grafted rows of its [batch, seq, ...] output
+#   are spliced;
+# "per_expert": the module sees every token once per expert, expert-major ([experts * tokens,
+#   ...]: row e * tokens + t is expert e on token t, as Llama 4's experts do); it is called on
+#   the grafted tokens' rows of every expert, and single experts splice only their own rows.
+CALL_FORMS = ("rows", "batched", "flat", "whole", "per_expert")
 NORMS = ("ln1", "ln2", "q_norm", "k_norm", "post_attn_norm", "post_mlp_norm", "ln_final")
 GROUPS = ("attn", "mlp", "norms", "all")
 # The members of attn and mlp where an adapter has no attention or MLP submodule to read them off.
@@ -83,6 +90,8 @@ class Adapter:
         splits: fused module path -> rule(config) giving each part's output columns.
         seq_dims: block modules whose sequence axis is not dim 1 ({"self_attn.q_norm": 2}).
         call_forms: block modules not called on plain rows ({"mlp.gate": "flat"}, `CALL_FORMS`).
+        model_call_forms: model-level modules (by path) not called on plain rows
+            ({"model.decoder.embed_positions": "whole"}).
         origin: "registered", "inferred" or "alias of T" (set by inference; runs record it).
 
     Raises:
@@ -104,6 +113,9 @@ class Adapter:
     origin: str = "registered"
     # Per-layer modules not called as "rows" (see CALL_FORMS), e.g. {"mlp.gate": "flat"}.
     call_forms: Mapping[str, str] = field(default_factory=dict)
+    # Model-level modules (paths as in model_level) not called as "rows", e.g. a position
+    # embedding that reads the attention mask: {"model.decoder.embed_positions": "whole"}.
+    model_call_forms: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         unknown = [c for c in self.model_level if c not in MODEL_LEVEL]
@@ -113,10 +125,16 @@ class Adapter:
                 f"adapter for {self.model_types} uses non-canonical components {unknown}; "
                 f"model-level names are {list(MODEL_LEVEL)}, per-layer names are {list(PER_LAYER)}"
             )
-        wrong = {path: form for path, form in self.call_forms.items() if form not in CALL_FORMS}
+        forms = {**self.call_forms, **self.model_call_forms}
+        wrong = {path: form for path, form in forms.items() if form not in CALL_FORMS}
         if wrong:
             raise ValueError(
                 f"adapter for {self.model_types} gives unknown call forms {wrong}; use one of {CALL_FORMS}"
+            )
+        stray = sorted(set(self.model_call_forms) - set(self.model_level.values()))
+        if stray:
+            raise ValueError(
+                f"adapter for {self.model_types} gives model_call_forms for {stray}, not model_level paths"
             )
         for comp, ref in self.per_layer.items():
             if isinstance(ref, Part) and ref.module not in self.splits:

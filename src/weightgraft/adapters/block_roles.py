@@ -40,6 +40,7 @@ class BlockInference:
         self.base = probe.baseline
         self.middle = probe.tokens // 2
         self.virtual_mlp: list[str] = []
+        self.shared_beside = ""  # a dense MLP beside a MoE block, read from the same input (GraniteMoeShared)
         self._memo: dict[tuple, str | None] = {}
 
     def roles(self) -> BlockRoles:
@@ -55,8 +56,24 @@ class BlockInference:
         in_mlp = [p for p in owners if _under(p, mlp)] if mlp else list(self.virtual_mlp)
         self._attention_roles(roles, [p for p in owners if _under(p, attn)])
         self._mlp_roles(roles, in_mlp)
+        if self.shared_beside:
+            self._shared_beside(roles)
+            in_mlp += [p for p in owners if _under(p, self.shared_beside)]
         self._block_norms(roles, [p for p in owners if not _under(p, attn) and p not in in_mlp])
+        self._flat_forms(roles)
         return roles
+
+    def _flat_forms(self, roles: BlockRoles) -> None:
+        """Modules the block calls on its tokens laid flat ([batch * seq, ...]: OPT reshapes before
+        its MLP and norm) get the call form "flat", so that the engine indexes that axis."""
+        for ref in roles.per_layer.values():
+            path = ref[0] if isinstance(ref, tuple) else ref
+            seen = self.base[path]
+            if path in roles.call_forms or seen.input is None or seen.output is None:
+                continue
+            if seq_axis(seen.input) == 0 and seq_axis(seen.output) == 0:
+                roles.call_forms[path] = "flat"
+                roles.seq_dims.pop(path, None)
 
     # --- attention and MLP ----------------------------------------------------------------
     def _attention_and_mlp(self) -> tuple[str, str]:
@@ -72,12 +89,41 @@ class BlockInference:
         if len(wise) > 1 and all(is_linear_like(self.modules[n]) for n in wise):
             self.virtual_mlp = wise  # the block holds the MLP's projections itself (OPT, BioGPT)
             return mixing[0], ""
+        if len(wise) == 2:
+            wise = self._moe_and_shared(wise)
         if len(wise) != 1:
             raise Refusal(f"position-wise submodules {wise}: not exactly one MLP per block")
         loose = [f"{p}.{n}" for p in (mixing[0], wise[0]) for n in direct_parameters(self.modules[p])]
         if loose:
             raise Refusal(f"parameters {loose} sit on the attention or MLP itself, outside any projection")
         return mixing[0], wise[0]
+
+    def _moe_and_shared(self, wise: list[str]) -> list[str]:
+        """Of two position-wise children, a MoE block and a dense MLP of projections read from the
+        same input (a shared expert beside the block): the MoE block, the other kept aside."""
+        owned = {n: [p for p, m in self.modules.items() if _under(p, n) and direct_parameters(m)] for n in wise}
+        moe = [n for n in wise if expert_modules(self.modules, owned[n])]
+        if len(moe) != 1:
+            return wise
+        shared = next(n for n in wise if n != moe[0])
+        dense = owned[shared] and all(is_linear_like(self.modules[p]) for p in owned[shared])
+        if not dense or direct_parameters(self.modules[shared]):
+            return wise
+        if not torch.equal(self.base[shared].input, self.base[moe[0]].input):
+            return wise
+        self.shared_beside = shared
+        return moe
+
+    def _shared_beside(self, roles: BlockRoles) -> None:
+        """The dense MLP beside the MoE block is its shared expert; the `mlp` group is both, so
+        the adapter names no single MLP module (the group is read off the component names)."""
+        if "shared_expert" in roles.per_layer:
+            raise Refusal(
+                f"a shared expert inside the MoE block ({roles.per_layer['shared_expert']!r}) and one beside it "
+                f"({self.shared_beside!r})"
+            )
+        roles.per_layer["shared_expert"] = self.shared_beside
+        roles.mlp = ""
 
     def _mixes_positions(self, path: str) -> bool:
         seen = self.base.get(path)

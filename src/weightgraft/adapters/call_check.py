@@ -15,9 +15,13 @@ from weightgraft.adapters.call_forms import (
     FORM_WORDS,
     call_flat,
     call_on_rows,
+    call_per_expert,
+    call_whole,
+    experts_count,
     first_tensor,
     part_of,
     token_count,
+    token_major,
     token_outputs,
 )
 
@@ -26,7 +30,8 @@ PROBE_ROWS = (0, 2)
 
 _DECLARE = (
     "declare its call form in call_forms ('batched' for a block that unpacks batch and sequence, 'flat' for a "
-    "module that sees the tokens as its first axis, as a MoE router and experts do)"
+    "module that sees the tokens as its first axis, as a MoE router and experts do; 'whole', in model_call_forms "
+    "for a model-level module, for one whose inputs are not rows of hidden states)"
 )
 
 
@@ -47,6 +52,10 @@ def call_problems(
         return _rows_problems(
             path, module, form, lambda rows: call_flat(module, args, kwargs, rows, length), output, length
         )
+    if form == "whole":
+        return _whole_problems(path, module, seq_dim, args, kwargs, output, length)
+    if form == "per_expert":
+        return _per_expert_problems(path, module, x, output, length)
     if not isinstance(output, torch.Tensor) or not isinstance(x, torch.Tensor):
         return [f"{path!r} does not map a tensor to a tensor; name a position-wise module, or {_DECLARE}"]
     if any(t.dim() <= seq_dim or t.shape[0] != 1 or t.shape[seq_dim] != length for t in (x, output)):
@@ -62,6 +71,44 @@ def call_problems(
         return call_on_rows(module, form, flat_x.index_select(0, rows))
 
     return _rows_problems(path, module, form, call, flat_out, length)
+
+
+def _whole_problems(
+    path: str, module: nn.Module, seq_dim: int, args: tuple, kwargs: dict, output: object, length: int
+) -> list[str]:
+    """A "whole" module: only its output must keep [batch, seq, ...]; it is called again on its
+    own arguments, and the rows of that call must be the pass's own."""
+    if not isinstance(output, torch.Tensor) or output.dim() <= seq_dim or output.shape[seq_dim] != length:
+        return [
+            f"{path!r} is declared 'whole' but returns {_shape(output)} on a [1, {length}] input: its output must be "
+            f"a [batch, seq, ...] tensor with seq at dim {seq_dim}; fix its call form"
+        ]
+    flat_out = output.movedim(seq_dim, 1).reshape(length, *output.movedim(seq_dim, 1).shape[2:])
+
+    def call(rows: torch.Tensor) -> torch.Tensor:
+        return call_whole(module, args, kwargs, seq_dim).index_select(0, rows)
+
+    return _rows_problems(path, module, "whole", call, flat_out, length)
+
+
+def _per_expert_problems(
+    path: str, module: nn.Module, x: torch.Tensor | None, output: object, length: int
+) -> list[str]:
+    """A "per_expert" module: input and output [experts * tokens, ...]; called on some tokens'
+    rows of every expert, it must give the pass's own rows there."""
+    count = experts_count(module)
+    fits = count is not None and isinstance(x, torch.Tensor) and isinstance(output, torch.Tensor)
+    if not fits or x.shape[0] != count * length or output.shape[0] != count * length:
+        shapes = (None if x is None else tuple(x.shape), _shape(output))
+        return [
+            f"{path!r} is declared 'per_expert' but maps {shapes[0]} to {shapes[1]} with {count} experts on {length} "
+            f"tokens: its input and output must be [experts * tokens, ...], expert-major; fix its call form"
+        ]
+
+    def call(rows: torch.Tensor) -> torch.Tensor:
+        return token_major(call_per_expert(module, x, rows, length, count), count)
+
+    return _rows_problems(path, module, "per_expert", call, token_major(output, count), length)
 
 
 def _rows_problems(path: str, module: nn.Module, form: str, call, output: object, length: int) -> list[str]:

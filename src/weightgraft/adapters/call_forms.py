@@ -5,7 +5,9 @@ A module's call form (`Adapter.call_forms`, see `base.CALL_FORMS`) says what its
 like: "rows" and "batched" modules see [batch, seq, ...] and are called on the grafted rows as
 [rows, ...] or [1, rows, ...]; "flat" modules (a mixture-of-experts router, its experts) see the
 [batch * seq, ...] tokens as their first axis, with every tensor argument and output laid out
-along it.
+along it; a "whole" module (a position embedding that reads the attention mask) is called on
+exactly the arguments the recipient's module got, and its [batch, seq, ...] output is spliced;
+a "per_expert" module (Llama 4's experts) sees every token once per expert, expert-major.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ FORM_WORDS = {
     "rows": "on [rows, ...]",
     "batched": "on [1, rows, ...]",
     "flat": "on [tokens, ...], every tensor argument taken at the rows",
+    "whole": "on the very arguments the module got, its output taken at the rows",
+    "per_expert": "on [experts * rows, ...], the rows' tokens once per expert, expert-major",
 }
 
 
@@ -102,3 +106,31 @@ def experts_count(module: nn.Module) -> int | None:
     common leading size of its 3-D parameters (None without any, or when they disagree)."""
     sizes = {p.shape[0] for p in module.parameters() if p.dim() == 3}
     return sizes.pop() if len(sizes) == 1 else None
+
+
+def call_whole(module: Callable, args: tuple, kwargs: dict, seq_dim: int = 1) -> torch.Tensor:
+    """A "whole" module's output on the arguments the recipient's module got, with its sequence
+    axis moved to dim 1 and laid flat: [batch * seq, ...], the rows the engine splices."""
+    out = module(*args, **kwargs)
+    if not isinstance(out, torch.Tensor) or out.dim() <= max(seq_dim, 1):
+        raise TypeError(f"a 'whole' module must return a [batch, seq, ...] tensor, not {type(out).__name__}")
+    out = out.movedim(seq_dim, 1)
+    return out.reshape(out.shape[0] * out.shape[1], *out.shape[2:])
+
+
+def per_expert_rows(rows: torch.Tensor, tokens: int, experts: torch.Tensor) -> torch.Tensor:
+    """Rows of a "per_expert" module's [count * tokens, ...] input or output that hold token
+    `rows` for each of `experts`, expert-major: e * tokens + row."""
+    return (experts.to(rows.device)[:, None] * tokens + rows[None, :]).reshape(-1)
+
+
+def call_per_expert(module: Callable, x: torch.Tensor, rows: torch.Tensor, tokens: int, count: int) -> torch.Tensor:
+    """A "per_expert" module's output on token `rows` (of `tokens`) for all its `count` experts:
+    [count * len(rows), ...], expert-major, as it lays out its own input."""
+    return module(x.index_select(0, per_expert_rows(rows, tokens, torch.arange(count, device=rows.device))))
+
+
+def token_major(value: torch.Tensor, count: int) -> torch.Tensor:
+    """A "per_expert" [count * tokens, ...] tensor as [tokens, count * ...]: one row per token."""
+    tokens = value.shape[0] // count
+    return value.reshape(count, tokens, -1).transpose(0, 1).reshape(tokens, -1)

@@ -169,14 +169,15 @@ def _forward_problems(model: nn.Module, adapter: Adapter) -> list[str]:
 
 
 def _layouts(model: nn.Module, adapter: Adapter) -> dict[str, tuple[str, int]]:
-    """Per-layer module path -> (call form, sequence axis), where either is not the default."""
+    """Module path -> (call form, sequence axis), where either is not the default."""
     num_layers = len(adapter.decoder_layers(model))
     locals_ = set(adapter.seq_dims) | set(adapter.call_forms)
-    return {
+    layouts = {
         f"{adapter.layers}.{i}.{local}": (adapter.call_form(local), adapter.seq_dims.get(local, 1))
         for local in locals_
         for i in range(num_layers)
     }
+    return layouts | {path: (form, 1) for path, form in adapter.model_call_forms.items()}
 
 
 def _split_problems(model: nn.Module, adapter: Adapter, widths: dict[str, int]) -> list[str]:

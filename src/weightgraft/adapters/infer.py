@@ -20,6 +20,7 @@ from weightgraft.adapters.base import Adapter, Part
 from weightgraft.adapters.block_roles import BlockInference
 from weightgraft.adapters.check import AdapterError, check_adapter
 from weightgraft.adapters.coverage import uncovered_parameters
+from weightgraft.adapters.model_forms import model_call_forms
 from weightgraft.adapters.probe import BlockProbe, first_tensor, primary_input
 from weightgraft.adapters.role_types import BlockRoles, Refusal, direct_parameters, is_norm_like
 
@@ -62,7 +63,8 @@ def _infer(model: nn.Module) -> Adapter:
         _check_uniform(model, layers)
         probe = BlockProbe(model, model.get_submodule(layers))
         roles = BlockInference(probe, head_shapes(model)).roles()
-        adapter = _adapter(model_type, layers, model_level(model, layers), roles)
+        level = model_level(model, layers)
+        adapter = _adapter(model_type, layers, level, roles, model_call_forms(model, list(level.values())))
     except Refusal as refusal:
         raise AdapterError(f"weightgraft cannot graft this {model_type!r} model: {refusal}; {ADVICE}") from None
     except (RuntimeError, ValueError, TypeError, IndexError) as error:  # the model's own code failed on the probe
@@ -191,7 +193,7 @@ def _model_pass(model: nn.Module, layers: str, paths: list[str]) -> dict:
     return seen
 
 
-def _adapter(model_type: str, layers: str, level: dict[str, str], roles: BlockRoles) -> Adapter:
+def _adapter(model_type: str, layers: str, level: dict[str, str], roles: BlockRoles, forms: dict) -> Adapter:
     per_layer = {comp: Part(*ref) if isinstance(ref, tuple) else ref for comp, ref in roles.per_layer.items()}
     splits = {path: _fixed(layout) for path, layout in roles.splits.items()}
     return Adapter(
@@ -204,6 +206,7 @@ def _adapter(model_type: str, layers: str, level: dict[str, str], roles: BlockRo
         splits=splits,
         seq_dims=dict(roles.seq_dims),
         call_forms=dict(roles.call_forms),
+        model_call_forms=forms,
         origin="inferred",
     )
 
@@ -221,7 +224,8 @@ def same_table(adapter: Adapter, other: Adapter, config) -> bool:
     """Two adapters name the same modules, parts, columns and sequence axes for this config."""
 
     def table(a: Adapter) -> tuple:
-        return a.layers, dict(a.model_level), dict(a.per_layer), dict(a.seq_dims), a.attn_module, a.mlp_module
+        level = dict(a.model_level), dict(a.model_call_forms)
+        return a.layers, level, dict(a.per_layer), dict(a.seq_dims), a.attn_module, a.mlp_module
 
     if table(adapter) != table(other):
         return False

@@ -9,7 +9,8 @@ would, and the `mlp` group on its layer is the whole block. Inside it:
 - its gate is a projection fed by the block's input with a single output column.
 
 Modules called on tokens laid flat (`[batch * seq, ...]`, as transformers' MoE blocks call their
-router and experts) get the call form "flat", so that the engine indexes that axis directly.
+router and experts) get the call form "flat", so that the engine indexes that axis directly;
+experts that see every token once per expert (`[experts * tokens, ...]`, Llama 4) "per_expert".
 """
 
 from __future__ import annotations
@@ -59,7 +60,9 @@ def moe_roles(
         raise Refusal(f"MoE block {roles.mlp!r} has no router (a projection with one output per expert)")
     for role, path in found.items():
         roles.per_layer[role] = path
-        if _flat(seen[path], tokens):
+        if role == "experts" and _per_expert(seen[path], tokens, count):
+            roles.call_forms[path] = "per_expert"
+        elif _flat(seen[path], tokens):
             roles.call_forms[path] = "flat"
 
 
@@ -78,6 +81,13 @@ def _top_child(path: str, block: str) -> str:
 def _fed_by(tensor: torch.Tensor | None, feed: torch.Tensor) -> bool:
     """Whether `tensor` is the block's input, maybe laid flat."""
     return tensor is not None and tensor.numel() == feed.numel() and torch.equal(tensor.reshape(-1), feed.reshape(-1))
+
+
+def _per_expert(seen: Seen, tokens: int, count: int) -> bool:
+    """The experts see every token once per expert ([experts * tokens, ...], Llama 4)."""
+    return count > 1 and all(
+        t is not None and t.dim() == 2 and t.shape[0] == count * tokens for t in (seen.input, seen.output)
+    )
 
 
 def _flat(seen: Seen, tokens: int) -> bool:

@@ -36,6 +36,7 @@ import polars as pl
 import torch
 from torch import nn
 
+from weightgraft.adapters.call_forms import experts_count, token_major
 from weightgraft.attribution.cells import CellLayout, cell_layout, donor_source
 from weightgraft.attribution.effect_hooks import EffectHooks
 from weightgraft.engine.grafter import Grafter
@@ -382,6 +383,11 @@ def _products(
         product = grad.to(dtype) * state.deltas[target_module.path].to(dtype)
         if target_module.seq_dim != 1:
             product = product.movedim(target_module.seq_dim, 1)
+        per_expert = None
+        if target_module.form == "per_expert":  # [experts * tokens, ...] -> [tokens, experts, ...]
+            count = experts_count(recipient.get_submodule(target_module.path))
+            per_expert = token_major(product, count).reshape(batch * seq, count, -1).sum(-1)
+            product = token_major(product, count)
         product = product.reshape(batch, seq, -1)
         through_inputs = None
         if target_module.path in state.inputs:
@@ -392,7 +398,9 @@ def _products(
             part = product if columns is None else product[..., columns.to(product.device)]
             effects[key_index] = part.sum(-1)
             spec = units.get(key_index)
-            if spec is not None and spec.side == "expert":  # [experts, tokens, ...] -> [batch, seq, experts]
+            if spec is not None and spec.side == "expert" and per_expert is not None:  # each expert's own rows
+                unit_effects[key_index] = per_expert.reshape(batch, seq, spec.count).cpu()
+            elif spec is not None and spec.side == "expert":  # [experts, tokens, ...] -> [batch, seq, experts]
                 each = (grad.to(dtype) * state.expert_deltas[target_module.path].to(dtype)).flatten(2).sum(-1)
                 unit_effects[key_index] = each.T.reshape(batch, seq, spec.count).cpu()
             elif spec is not None:

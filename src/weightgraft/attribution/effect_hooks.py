@@ -26,21 +26,27 @@ class EffectHooks:
         self.expert_deltas: dict[str, torch.Tensor] = {}
         self.routing: dict[str, tuple] = {}  # router path -> the donor router's output
         self.input_side = {t.path for t in layout.targets for k, _ in t.keys if k in units and units[k].side == "in"}
+        self.forms = {t.path: t.form for t in layout.targets}
+        # "per_expert" experts (Llama 4) have one output row per token and expert: each expert's
+        # delta is its own rows of the whole delta, read off in the products (attribute._products).
         self.expert_units = {
             t.path: units[k].count
             for t in layout.targets
             for k, _ in t.keys
-            if k in units and units[k].side == "expert"
+            if k in units and units[k].side == "expert" and t.form != "per_expert"
         }
-        self.forms = {t.path: t.form for t in layout.targets}
         component = {t.path: layout.keys[t.keys[0][0]] for t in layout.targets}
         router_at = {layer: path for path, (layer, comp) in component.items() if comp == "router"}
+        per_expert = {layer for path, (layer, comp) in component.items() if self.forms[path] == "per_expert"}
+        # Their router's scores scale the experts' input (no top-k pair reaches the experts): its
+        # cell is measured at its scores, mixed like any other output.
+        self.score_routers = {router_at[layer] for layer in per_expert if layer in router_at}
         self.router_of = {
             path: router_at[layer]
             for path, (layer, comp) in component.items()
-            if comp == "experts" and layer in router_at
+            if comp == "experts" and layer in router_at and layer not in per_expert
         }
-        self.routers = set(router_at.values())
+        self.routers = set(router_at.values()) - self.score_routers
 
     def make(self, path: str, donor_module: nn.Module):
         """The hook of the module at `path`."""
@@ -48,15 +54,21 @@ class EffectHooks:
         def hook(module, args, kwargs, output):
             if path in self.routers:
                 return self._router(path, donor_module, args, kwargs, output)
+            if path in self.score_routers and isinstance(output, (tuple, list)):
+                mixed = hook(module, args, kwargs, output[0])
+                scores = mixed if mixed is not None else output[0]
+                return type(output)((scores, *output[1:]))
             if not isinstance(output, torch.Tensor):
                 raise RuntimeError(f"cannot attribute {path!r}: its output is not a tensor; check the adapter")
-            flat = self.forms.get(path) == "flat"
+            flat = self.forms.get(path) in ("flat", "whole")  # called on every argument it got
             x = args[0] if args else next(iter(kwargs.values()))
             if path in self.input_side:
                 self.inputs[path] = x.detach()
 
             def donor_output() -> torch.Tensor:
-                return (donor_module(*args, **kwargs) if flat else donor_module(x)).to(output.dtype)
+                out = donor_module(*args, **kwargs) if flat else donor_module(x)
+                out = out[0] if path in self.score_routers else out  # a router's scores
+                return out.to(output.dtype)
 
             if not self.gradients:
                 return output + self.alpha * (donor_output() - output)

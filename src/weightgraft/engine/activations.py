@@ -17,6 +17,9 @@ Names (`grafted_cache`):
 - `blocks.{i}.z`: the attention's output per head before `o` [batch, seq, heads, head_dim]
   (what `Graft(..., components="o", heads=...)` weighs);
 - `ln_final`, `lm_head`: the final norm's output and the logits.
+A module the block calls on its tokens laid flat (OPT's MLP, a MoE router) is kept as
+[batch, seq, ...] all the same; experts fed every token once per expert (Llama 4's) as
+[batch, seq, experts, hidden].
 """
 
 from __future__ import annotations
@@ -134,7 +137,8 @@ def grafted_cache(
             for name in wanted:
                 path, kind, cols = table[name]
                 module = grafter.recipient.get_submodule(path)
-                keep = _keeper(kept, name, kind, cols, grafter._seq_dims.get(path, 1), heads)
+                layout = (grafter._seq_dims.get(path, 1), grafter._call_forms.get(path, "rows"), call.input_ids.shape)
+                keep = _keeper(kept, name, kind, cols, layout, heads)
                 if kind == "post":
                     handles.append(module.register_forward_hook(keep, with_kwargs=True))
                 else:
@@ -148,10 +152,14 @@ def grafted_cache(
     return {name: kept[name] for name in wanted if name in kept}, logits
 
 
-def _keeper(kept: dict, name: str, kind: str, cols, seq_dim: int, heads: int | None):
+def _keeper(kept: dict, name: str, kind: str, cols, layout: tuple, heads: int | None):
     """A hook that stores one activation under `name`: the pass's own tensor, detached, not a
     copy (the engine's splices have written it before this hook runs, and the pass does not
-    write into a module's output afterwards; copying every activation cost a tenth of a pass)."""
+    write into a module's output afterwards; copying every activation cost a tenth of a pass).
+    `layout` is the module's (sequence axis, call form, the pass's [batch, seq]): a module that
+    sees flat tokens is kept as [batch, seq, ...], one fed every token per expert (Llama 4's
+    experts) as [batch, seq, experts, ...]."""
+    seq_dim, form, (batch, seq) = layout
 
     def keep(_module, args, kwargs, output=None):
         if kind == "post":
@@ -160,6 +168,11 @@ def _keeper(kept: dict, name: str, kind: str, cols, seq_dim: int, heads: int | N
             value = args[0] if args else next(iter(kwargs.values()))
         if seq_dim != 1:
             value = value.movedim(seq_dim, 1)
+        if form == "flat" and value.shape[0] == batch * seq:
+            # A copy: a block may add into such an output in place (Llama 4's shared expert's).
+            value = value.reshape(batch, seq, *value.shape[1:]).clone()
+        elif form == "per_expert":
+            value = value.reshape(-1, batch, seq, *value.shape[1:]).movedim(0, 2)
         if cols is not None:
             value = value.index_select(-1, cols.to(value.device))
         if kind == "z":

@@ -15,8 +15,9 @@ import torch
 from torch import nn
 
 from weightgraft.adapters.base import Adapter
-from weightgraft.adapters.call_forms import call_on_rows
+from weightgraft.adapters.call_forms import call_on_rows, call_whole, first_tensor
 from weightgraft.engine.flat_splice import splice_flat
+from weightgraft.engine.per_expert_splice import splice_per_expert
 
 
 @dataclass
@@ -74,15 +75,39 @@ class SpliceHooks:
                 return None
             form = self.call_forms.get(path, "rows")
             if form == "flat":
-                return splice_flat(path, modules, args, kwargs, output, splices, module)
-            x = args[0] if args else next(iter(kwargs.values()))
+                shape = _plain_flat_shape(args, kwargs, output, splices)
+                if shape is None:
+                    return splice_flat(path, modules, args, kwargs, output, splices, module)
+                x = args[0].reshape(*shape, *args[0].shape[1:])  # one tensor in, one out: rows, as [batch, seq, ...]
+                spliced = splice_rows(path, modules, x, output.reshape(*shape, *output.shape[1:]), splices, module)
+                return spliced.reshape(output.shape)
+            if form == "per_expert":
+                return splice_per_expert(path, modules, first_tensor(args, kwargs), output, splices, module)
             seq_dim = self.seq_dims.get(path, 1)
+            if form == "whole":
+                return splice_rows(path, modules, None, output, splices, module, form, (args, kwargs, seq_dim))
+            x = args[0] if args else next(iter(kwargs.values()))
             if seq_dim == 1:
                 return splice_rows(path, modules, x, output, splices, module, form)
             spliced = splice_rows(path, modules, x.movedim(seq_dim, 1), output.movedim(seq_dim, 1), splices, form=form)
             return spliced.movedim(1, seq_dim)
 
         return hook
+
+
+def _plain_flat_shape(args: tuple, kwargs: dict, output: object, splices: list[Splice]) -> tuple[int, int] | None:
+    """The (batch, seq) of a "flat" module that maps one tensor of [batch * seq, ...] tokens to one
+    (OPT's MLP, a shared expert): spliced as rows, so that neurons and adapter deltas work there
+    too. None for a module with more arguments or outputs (a router, the experts)."""
+    if any(splice.experts is not None for splice in splices):
+        return None  # single experts are mixed by flat_splice (or refused there)
+    tensors = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
+    if len(tensors) != 1 or not args or args[0] is not tensors[0] or not isinstance(output, torch.Tensor):
+        return None
+    tokens = args[0].shape[0] if args[0].dim() >= 1 else -1
+    if output.dim() < 1 or output.shape[0] != tokens:
+        return None
+    return next(((b, s) for splice in splices for (b, s) in splice.rows if b * s == tokens), None)
 
 
 def splice_rows(
@@ -93,9 +118,14 @@ def splice_rows(
     splices: list[Splice],
     recipient_module: nn.Module | None = None,
     form: str = "rows",
+    whole: tuple[tuple, dict, int] | None = None,
 ) -> torch.Tensor:
     """`output` with the spliced rows (and columns) replaced by their donor module's output,
-    the donor module called on the rows in its call `form` ("rows" or "batched")."""
+    the donor module called on the rows in its call `form` ("rows" or "batched"), or, for a
+    "whole" module, on `whole`: the (args, kwargs, sequence axis) the recipient's module got."""
+    if whole is not None:
+        output = output.movedim(whole[2], 1) if isinstance(output, torch.Tensor) else output
+        x = output  # a "whole" module's input need not lie along the rows: only its output does
     if not isinstance(output, torch.Tensor) or x.shape[:2] != output.shape[:2]:
         raise RuntimeError(
             f"cannot graft {path!r}: it is not a position-wise module with [batch, seq, ...] input and "
@@ -116,14 +146,20 @@ def splice_rows(
         if rows.numel() == 0:
             continue
         donor_module = modules[splice.donor]
-        # index_select / index_copy_ rather than x[rows] / out[rows] = ...: the same copies, but
-        # advanced indexing costs tens of times more on CPU for the few rows a graft usually has.
-        picked = flat_x.index_select(0, rows)
-        if splice.inputs is not None:
-            change = _input_columns_change(donor_module, recipient_module, picked, splice.inputs)
-            flat_out.index_copy_(0, rows, flat_out.index_select(0, rows) + change.to(flat_out.device, flat_out.dtype))
-            continue
-        donor_rows = donor_module(picked) if form == "rows" else call_on_rows(donor_module, form, picked)
+        if whole is not None:
+            if splice.inputs is not None:
+                raise RuntimeError(f"cannot graft input columns of {path!r}: it is called 'whole', not on rows")
+            donor_rows = call_whole(donor_module, *whole).index_select(0, rows)
+        else:
+            # index_select / index_copy_ rather than x[rows] / out[rows] = ...: the same copies, but
+            # advanced indexing costs tens of times more on CPU for the few rows a graft usually has.
+            picked = flat_x.index_select(0, rows)
+            if splice.inputs is not None:
+                change = _input_columns_change(donor_module, recipient_module, picked, splice.inputs)
+                change = flat_out.index_select(0, rows) + change.to(flat_out.device, flat_out.dtype)
+                flat_out.index_copy_(0, rows, change)
+                continue
+            donor_rows = donor_module(picked) if form == "rows" else call_on_rows(donor_module, form, picked)
         if getattr(donor_module, "adds_to_output", False):  # an adapter's delta on the recipient's output
             donor_rows = flat_out.index_select(0, rows) + donor_rows
         donor_rows = donor_rows.to(flat_out.device, flat_out.dtype)  # no-op unless it differs
@@ -132,7 +168,8 @@ def splice_rows(
             kept = flat_out.index_select(0, rows)
             donor_rows = kept.index_copy_(1, columns, donor_rows.index_select(1, columns))
         flat_out.index_copy_(0, rows, donor_rows)
-    return flat_out.reshape(output.shape)
+    spliced = flat_out.reshape(output.shape)
+    return spliced.movedim(1, whole[2]) if whole is not None else spliced
 
 
 def _input_columns_change(
@@ -161,4 +198,5 @@ def module_layouts(adapter: Adapter, num_layers: int) -> tuple[dict[str, int], d
     forms = {
         f"{adapter.layers}.{i}.{local}": form for local, form in adapter.call_forms.items() for i in range(num_layers)
     }
+    forms.update(adapter.model_call_forms)
     return seq_dims, {path: form for path, form in forms.items() if form != "rows"}
