@@ -145,6 +145,12 @@ def test_every_preset_has_results_and_the_report_compares_with_the_paper(job):
     assert cells[1] == "authors = clean", sft_row
     assert cells[2:6] == ["0.99", "1.00", "1.00", "0.99"], sft_row
     assert abs(float(cells[6]) - top5) < 0.006, (sft_row, top5)  # the report prints 2 decimals: <= 0.005 off
+    # The paper's claims, decided on the main run's summary as its own report decides them.
+    claims = report.split("## The paper's claims on this model")[1].split("\n## ")[0]
+    run_report = (out / "runs" / "FMRA" / "report.md").read_text()
+    ours = run_report.split("## Does the paper's pattern appear?")[1].split("\n## ")[0]
+    ours = ours.split('<details markdown="1"><summary>Deviations')[0]  # the run's study deviations follow
+    assert claims.strip() == ours.strip() and "FE+LT" in claims
 
 
 def test_a_second_invocation_reuses_everything(job):

@@ -7,17 +7,17 @@ way the job differs from the paper's recipe.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
-from weightgraft.experiments.config import parse_config
-from weightgraft.experiments.record import ExperimentRecord
 from weightgraft.paper.estimate import paper_model_name
 from weightgraft.paper.plain_fact_list import plain_fact_candidates
 from weightgraft.paper.plain_facts import kept_knowledge
 from weightgraft.paper.reproduce_job import Job
 from weightgraft.paper.reproduce_recipe import PAPER_BATCH, PAPER_EPOCHS, PAPER_FACTS, PAPER_SETTING
 from weightgraft.paper.study import PAPER
-from weightgraft.reporting.summary import build_summary
+from weightgraft.reporting.numbers import with_interval
+from weightgraft.reporting.summary import RunSummary
 from weightgraft.reporting.verdict import check_pattern
 from weightgraft.reporting.verdict_section import verdict_section
 
@@ -43,22 +43,18 @@ def finetune_section(job: Job, steps: dict) -> list[str]:
 
 
 def claims_section(job: Job, group_name: str, steps: dict) -> list[str]:
-    """The paper's claims decided on the main group's records, as a run's report decides them."""
+    """The paper's claims decided on the main group's summary (the run step's output, checked by
+    its recorded sha256 before reuse), as a run's report decides them."""
     group = job.runs.get(group_name)
     if group is None or f"run:{group_name}" not in steps:
         return []
-    config = parse_config(steps[f"run:{group_name}"]["inputs"]["config"])
-    experiments = [ExperimentRecord.read(Path(group.out), e.name) for e in config.expanded()]
-    summary = build_summary(Path(group.out), experiments, config.bootstrap, config.seed, PAPER.asked)
+    summary = RunSummary.read(Path(group.out))
     verdict = check_pattern(summary, PAPER.asked.claims)
-    lines = verdict_section(summary, verdict, PAPER)
-    return [
-        line.replace("## Does the paper's pattern appear?", "## The paper's claims on this model") for line in lines
-    ]
+    return verdict_section(summary, verdict, replace(PAPER, verdict_title="The paper's claims on this model"))
 
 
 def _interval(value: float, interval: tuple[float, float]) -> str:
-    return f"{value:.2f} [{interval[0]:.2f}, {interval[1]:.2f}]"
+    return with_interval(value, *interval)
 
 
 def plain_facts_section(

@@ -16,4 +16,5 @@ PAPER = Study(
     explain=missing_part,
     experiment_section=paper_tables,
     deviations=deviations_section,
+    verdict_title="Does the paper's pattern appear?",
 )

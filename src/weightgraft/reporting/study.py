@@ -32,12 +32,14 @@ class Study:
     recovery rows): a sentence on where a claim's missing part went, or None.
     experiment_section(summary rows, experiment record): markdown lines under one experiment's
     tables (e.g. published numbers beside this run's). deviations(): markdown lines after the
-    verdict (how the run's conditions differ from the study's)."""
+    verdict (how the run's conditions differ from the study's). verdict_title: the heading of the
+    verdict's section."""
 
     asked: ClaimSet = ClaimSet()
     explain: Callable[[Check, list[RecoveryRow]], str | None] = _no_explanation
     experiment_section: Callable[[list[SummaryRow], ExperimentRecord], list[str]] = _nothing
     deviations: Callable[[], list[str]] = _nothing
+    verdict_title: str = "Do the claims hold?"
 
 
 NO_STUDY = Study()

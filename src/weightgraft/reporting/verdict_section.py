@@ -100,7 +100,7 @@ def verdict_section(summary: RunSummary, verdict: Verdict, study: Study) -> list
     checks = verdict.checks
     if not checks:
         return []
-    lines = ["## Does the paper's pattern appear?", ""]
+    lines = [f"## {study.verdict_title}", ""]
     table = verdict_table(checks)
     if table:
         lines += table + [""]
