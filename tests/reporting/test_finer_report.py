@@ -18,6 +18,7 @@ from weightgraft.reporting.finer_plots import curve_figure, head_figure
 from weightgraft.reporting.finer_section import experiment_finer
 from weightgraft.reporting.plots import plot_experiment
 from weightgraft.reporting.report import experiment_section
+from weightgraft.reporting.report_model import experiment_report
 from weightgraft.reporting.statistics import ALL
 from weightgraft.reporting.study import NO_STUDY
 from weightgraft.reporting.summary import RunSummary
@@ -254,7 +255,7 @@ def test_report_section_and_plot_files(heads, tmp_path):
     paths = plot_experiment(rows, state, finer_findings(rows, state), tmp_path)
     assert {p.name for p in paths} >= {"finer.png", "finer_heads.png", "finer_heads.svg"}
     assert all(p.stat().st_size > 1000 for p in paths)
-    lines = experiment_section(RunSummary(rows), state, finer_findings(rows, state), paths, NO_STUDY)
+    lines = experiment_section(experiment_report(RunSummary(rows), state), paths, NO_STUDY, rows)
     text = "\n".join(lines)
     assert "![finer_heads](plots/finer_heads.png)" in text and "### O per head (layer x head)" in text
     assert "- **B2A**:" in text and "- **O L6**:" in text and "- plus 8 finer-grain conditions" in text

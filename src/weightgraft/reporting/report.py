@@ -19,12 +19,12 @@ from weightgraft.experiments.condition_kind import Plain, SweepCell
 from weightgraft.experiments.conditions.components import describe
 from weightgraft.experiments.record import ConditionRecord, ExperimentRecord, GraftRecord
 from weightgraft.experiments.vocabulary import CLEAN_SUFFIX, METRIC_WORDS, SUMMARY_METRICS
-from weightgraft.reporting.finer_findings import FinerFindings, finer_findings
 from weightgraft.reporting.finer_section import experiment_finer
 from weightgraft.reporting.localize_results import LocalizeSummary
 from weightgraft.reporting.localize_section import localize_section
 from weightgraft.reporting.numbers import number, with_interval
 from weightgraft.reporting.plots import plot_experiment
+from weightgraft.reporting.report_model import ExperimentReport, RunReport, bands_used, build_run_report
 from weightgraft.reporting.safe_html import escape_text, sanitize
 from weightgraft.reporting.statistics import ALL
 from weightgraft.reporting.study import Study
@@ -148,37 +148,24 @@ def _layers_text(indices: tuple[int, ...], num_layers: int) -> str:
 
 def layers_used(record: ExperimentRecord) -> str:
     """Every named band the experiment's grafts use, with the concrete layers it meant here."""
-    seen = {}
-    for cond in record.conditions:
-        for graft in cond.grafts:
-            if isinstance(graft.layers, str) and graft.layer_indices is not None:
-                seen[graft.layers] = graft.layer_indices
-    if not seen:
+    return bands_text(bands_used(record), record.num_layers)
+
+
+def bands_text(bands: dict[str, tuple[int, ...]], num_layers: int) -> str:
+    if not bands:
         return ""
-    parts = [f"`{band}` = {_layers_text(idx, record.num_layers)}" for band, idx in seen.items()]
-    return f"Layers used (of {record.num_layers}): " + "; ".join(parts) + "."
+    parts = [f"`{band}` = {_layers_text(idx, num_layers)}" for band, idx in bands.items()]
+    return f"Layers used (of {num_layers}): " + "; ".join(parts) + "."
 
 
-def na_notes(summary: list[SummaryRow], record: ExperimentRecord) -> list[str]:
-    notes = []
-    metric = record.headline[0]
-    for cond in record.conditions:
-        missing = [
-            r["template"]
-            for r in pooled(summary)
-            if r["experiment"] == record.name
-            and r["condition"] == cond.name
-            and r["metric"] == metric
-            and r["template"] != ALL
-            and r["n"] == 0
-        ]
-        if missing:
-            notes.append(
-                f"`{cond.name}` is not applicable to template(s) {', '.join(missing)} "
-                "(a role it names is absent there): reported as n/a with n=0; its ALL "
-                "value covers the other templates only."
-            )
-    return notes
+def na_notes(missing: dict[str, list[str]]) -> list[str]:
+    """One note per condition with templates where none of its prompts applies."""
+    return [
+        f"`{name}` is not applicable to template(s) {', '.join(templates)} "
+        "(a role it names is absent there): reported as n/a with n=0; its ALL "
+        "value covers the other templates only."
+        for name, templates in missing.items()
+    ]
 
 
 def _graft_text(graft: GraftRecord, num_layers: int) -> str:
@@ -209,9 +196,9 @@ def _conditions_legend(record: ExperimentRecord) -> str:
     return "\n".join(lines)
 
 
-def recovery_tables(recovery: list[RecoveryRow], name: str) -> list[str]:
-    """Per reference pair of an experiment: every condition's recovery over all templates."""
-    rows = [r for r in recovery if r["experiment"] == name and r["template"] == ALL and r.get("fact_kind", ALL) == ALL]
+def recovery_tables(rows: list[RecoveryRow]) -> list[str]:
+    """Per reference pair of an experiment: every condition's recovery over all templates (`rows`:
+    the experiment's, over every template and fact kind)."""
     lines = []
     for base, full in dict.fromkeys((r["base"], r["full"]) for r in rows):
         pair = [r for r in rows if (r["base"], r["full"]) == (base, full)]
@@ -286,20 +273,10 @@ def _provenance(run: dict) -> list[str]:
     return lines
 
 
-def build_markdown(
-    out: Path,
-    summary: RunSummary,
-    verdict: Verdict,
-    plots: dict[str, list[Path]],
-    study: Study,
-    experiments: dict[str, ExperimentRecord],
-    findings: dict[str, FinerFindings],
-    run: dict,
-    localizations: dict[str, LocalizeSummary],
-) -> str:
-    """report.md's text: the verdict, the deviations, one section per experiment (from its
-    record in `experiments`, by name), the localize results (by name) and the provenance (`run`:
-    run.json's body)."""
+def build_markdown(report: RunReport, plots: dict[str, list[Path]]) -> str:
+    """report.md's text: the verdict, the deviations, one section per experiment, the localize
+    results and the provenance."""
+    run, study = report.provenance, report.study
     lines = [
         f"# weightgraft report: {escape_text(run['config']['name'])}",
         "",
@@ -313,27 +290,28 @@ def build_markdown(
         "recovery, `comparisons.csv` the paired tests.",
         "",
     ]
-    lines += verdict_section(summary, verdict, study)
+    lines += verdict_section(report.summary, report.verdict, study)
     lines += study.deviations()
-    for name in summary.experiments:
-        lines += experiment_section(summary, experiments[name], findings[name], plots.get(name, []), study)
-    lines += localize_section(localizations)
+    for part in report.experiments:
+        lines += experiment_section(part, plots.get(part.record.name, []), study, report.summary.rows)
+    lines += localize_section(report.localizations)
     lines += _provenance(run)
     return "\n".join(lines)
 
 
 def experiment_section(
-    summary: RunSummary, record: ExperimentRecord, findings: FinerFindings, plots: list[Path], study: Study
+    part: ExperimentReport, plots: list[Path], study: Study, run_rows: list[SummaryRow]
 ) -> list[str]:
-    """One experiment: what it ran, its plots, its tables, the study's own tables (the paper's numbers beside its own),
-    its recoveries, not-applicable notes and the conditions' grafts."""
-    name, rows = record.name, summary.rows
+    """One experiment: what it ran, its plots, its tables, the study's own tables (the paper's
+    numbers beside its own, from the whole run's rows `run_rows`), its recoveries,
+    not-applicable notes and the conditions' grafts."""
+    record, rows = part.record, part.rows
     lines = [
         f"## {escape_text(record.title)}",
         "",
         escape_text(record.description),
         "",
-        f"Experiment `{name}`: recipient `{record.recipient}`, donor "
+        f"Experiment `{record.name}`: recipient `{record.recipient}`, donor "
         f"`{record.donor}`, dataset `{record.dataset}`, "
         f"{len(record.examples)} prompts over {len(record.templates)} templates"
         + (
@@ -345,7 +323,7 @@ def experiment_section(
         "",
     ]
     lines += scored_token_lines(record)
-    used = layers_used(record)
+    used = bands_text(part.bands, record.num_layers)
     if used:
         lines += [used, ""]
     lines += [line for path in plots if path.suffix == ".png" for line in (f"![{path.stem}](plots/{path.name})", "")]
@@ -353,10 +331,10 @@ def experiment_section(
     kinds = fact_kind_table(rows, record)
     if kinds:
         lines += [kinds, ""]
-    lines += experiment_finer(findings)
-    lines += study.experiment_section(rows, record)
-    lines += recovery_tables(summary.recoveries, name)
-    lines += [f"- {note}" for note in na_notes(rows, record)]
+    lines += experiment_finer(part.findings)
+    lines += study.experiment_section(run_rows, record)
+    lines += recovery_tables(part.recoveries)
+    lines += [f"- {note}" for note in na_notes(part.not_applicable)]
     return lines + [
         "",
         '<details markdown="1"><summary>Conditions</summary>',
@@ -417,13 +395,15 @@ def write_report(
     (the report decides nothing itself), the records of its experiments (read once by the
     caller, who built the summary from them), run.json's body (`run`) and the localize results
     by name, with `study`'s sections (`reporting.study.NO_STUDY`: none); returns the two files'
-    paths. It reads no file."""
+    paths. It reads no file: the report model (`report_model.build_run_report`) is computed once,
+    and the plots and the markdown format it."""
     out = Path(out)
-    rows = pooled(summary.rows)
-    by_name = {record.name: record for record in experiments}
-    findings = {name: finer_findings(rows, by_name[name]) for name in summary.experiments}  # once, for both
-    plots = {name: plot_experiment(rows, by_name[name], findings[name], out / "plots") for name in summary.experiments}
-    text = build_markdown(out, summary, verdict, plots, study, by_name, findings, run, localizations)
+    report = build_run_report(summary, verdict, study, experiments, run, localizations)
+    plots = {
+        part.record.name: plot_experiment(part.pooled, part.record, part.findings, out / "plots")
+        for part in report.experiments
+    }
+    text = build_markdown(report, plots)
     md_path = write_text_atomic(out / "report.md", text)
     # The page holds text users wrote and is opened in browsers: only the report's own markup stays live.
     body = sanitize(markdown.markdown(text, extensions=["tables", "fenced_code", "md_in_html"]))
