@@ -4,7 +4,9 @@ A graft drawn on one prompt names token positions; to ask the same question of o
 positions are read as the role expression that selects them (FE, LT, (FE+LT)^C, ...: the run
 config's language, `export.graft_roles`), and the layers, components and donors are kept.
 Each prompt is scored as the runner scores it (the target's first token that carries content,
-top-5), for the recipient, each donor alone and the graft; accuracies get a bootstrap interval
+top-5; but where the tokenizer splits the name's first character over byte tokens, on that
+character's first byte token, where the runner scores the whole character), for the recipient,
+each donor alone and the graft; accuracies get a bootstrap interval
 that resamples facts (a fact's prompts move together), and each donor's gain recovered by the
 graft the paper's recovery with its interval (`reporting.statistics`).
 """
