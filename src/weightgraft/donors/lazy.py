@@ -23,6 +23,12 @@ from weightgraft.donors.checkpoint import SafetensorsCheckpoint, resolve_folder
 from weightgraft.donors.placement import execution_device
 
 
+class CheckpointLayoutError(ValueError):
+    """A checkpoint whose tensors are not the model's parameters one for one (transformers writes
+    some, e.g. a mixture-of-experts block's experts one tensor each, and converts them as it
+    loads): it cannot be read module by module."""
+
+
 class LazyDonor:
     """A donor checkpoint (a local folder or a hub id) read module by module as grafts need it.
 
@@ -134,7 +140,7 @@ class LazyDonor:
             else:
                 out.update(dict.fromkeys(names, found))
         if missing:
-            raise ValueError(
+            raise CheckpointLayoutError(
                 f"donor checkpoint {self.folder} lacks tensors that its config.json implies: {missing[:6]}"
                 f"{f' (and {len(missing) - 6} more)' if len(missing) > 6 else ''}; it was saved from another "
                 "architecture or is incomplete"

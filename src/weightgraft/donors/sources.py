@@ -9,11 +9,11 @@ from typing import Protocol, runtime_checkable
 
 import torch
 from torch import nn
-from transformers import PretrainedConfig
+from transformers import AutoModelForCausalLM, PretrainedConfig
 
 from weightgraft.donors.checkpoint import resolve_folder
 from weightgraft.donors.full import FullDonor
-from weightgraft.donors.lazy import LazyDonor
+from weightgraft.donors.lazy import CheckpointLayoutError, LazyDonor
 from weightgraft.donors.lora import PEFT_CONFIG_FILE, LoraDonor
 
 
@@ -45,11 +45,37 @@ def as_donor_source(obj: object, recipient: nn.Module | None = None) -> DonorSou
         folder = resolve_folder(obj, kind="donor")
         if (folder / PEFT_CONFIG_FILE).is_file():
             return LoraDonor(folder, _needs(recipient, "an adapter folder"))
-        return LazyDonor(folder)
+        try:
+            return LazyDonor(folder)
+        except CheckpointLayoutError as err:
+            return _whole_donor(folder, recipient, err)
     raise TypeError(
         f"a donor must be a torch model (e.g. AutoModelForCausalLM.from_pretrained(...)), a checkpoint or "
         f"adapter folder, a peft.PeftModel or a weightgraft.donors.DonorSource, not {type(obj).__name__}"
     )
+
+
+def _whole_donor(folder: Path, recipient: nn.Module | None, err: CheckpointLayoutError) -> FullDonor:
+    """A checkpoint transformers converts as it loads (a MoE block's experts stored one tensor
+    each), loaded whole in the recipient's dtype and device; refused, as the lazy reader would
+    have refused it, when any parameter is missing from it or of another shape (never a weight left
+    at its random initialisation)."""
+    first = next(recipient.parameters()) if recipient is not None else None
+    try:
+        model, info = AutoModelForCausalLM.from_pretrained(
+            folder,
+            trust_remote_code=False,
+            use_safetensors=True,
+            dtype=first.dtype if first is not None else torch.float32,
+            output_loading_info=True,
+        )
+    except (RuntimeError, OSError, ValueError) as load_err:  # tensors of another shape: refused by transformers
+        raise ValueError(f"{err}; loading it whole fails: {str(load_err).splitlines()[0][:200]}") from None
+    if info.get("missing_keys") or info.get("mismatched_keys"):
+        raise ValueError(
+            f"{err}; loading it whole leaves {sorted(info.get('missing_keys') or [])[:6]} missing"
+        ) from None
+    return FullDonor(model.to(first.device if first is not None else "cpu").eval())
 
 
 def _is_peft_model(obj: object) -> bool:
