@@ -74,6 +74,7 @@ def _loading_lines(names: ModelNames) -> list[str]:
 def graft_source(graft: Graft) -> str:
     donor = "" if graft.donor is None else f", donor={graft.donor!r}"
     donor += "" if graft.heads is None else f", heads={list(graft.heads)!r}"
+    donor += "" if graft.experts is None else f", experts={list(graft.experts)!r}"
     return f"Graft(positions={list(graft.positions)!r}, layers={graft.layers!r}, components={list(graft.components)!r}{donor})"
 
 
@@ -104,6 +105,11 @@ def condition_yaml(
     grafts: Sequence[Graft], role_positions: dict[str, list[int]], num_tokens: int, has_roles: bool
 ) -> tuple[str | None, str]:
     """The grafts as one condition of a run config (YAML), or None and the reason there is none."""
+    if any(graft.experts is not None for graft in grafts):
+        return None, (
+            "a run config's grafts take heads or neurons, not single experts: use the Python form "
+            "(Graft(..., experts=[...])), or graft the FFN column whole for a run config"
+        )
     try:
         roles = graft_roles(grafts, role_positions, num_tokens, has_roles)
     except NotRoles as err:
