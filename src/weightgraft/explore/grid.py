@@ -201,13 +201,13 @@ class Grid:
             known = [*self.model_groups, *self.layer_groups]
             raise GridError(f"unknown component group {c.group!r}; use one of {known}")
         where = "" if c.layer is None else f" layer {c.layer}"
+        if c.head is not None and c.expert is not None:
+            raise GridError("a cell is one head or one expert, not both; give head or expert")
         if c.head is not None:
             why = check_head(c.group, c.head, self.heads, where)
             if why is not None:
                 raise GridError(why)
         if c.expert is not None:
-            if c.head is not None:
-                raise GridError("a cell is one head or one expert, not both; give head or expert")
             why = check_expert(c.group, c.expert, self.experts, where)
             if why is not None:
                 raise GridError(why)
