@@ -22,7 +22,7 @@ from weightgraft.explore.effects import (
     single_expert_effects,
     single_head_effects,
 )
-from weightgraft.explore.experts import EXPERT_GROUP, expert_attribution, expert_values
+from weightgraft.explore.experts import EXPERT_GROUP, expert_attribution
 from weightgraft.explore.export import NotRoles, graft_roles
 from weightgraft.explore.grid import Cells
 from weightgraft.explore.heads import nested
@@ -71,7 +71,7 @@ def exact_map(
         "ran": single.ran.tolist(),
         "rows": single.rows + head_rows + expert_rows + (left_out["rows"] if left_out else 0),  # every row run
         "heads": {group: nested(values) for group, values in heads.items()} or None,
-        "experts": None if experts is None else {EXPERT_GROUP: expert_values(experts)},
+        "experts": None if experts is None else {EXPERT_GROUP: nested(experts)},
         "seconds": round(seconds, 3),
         "leave_one_out": left_out,
         "first_order": {

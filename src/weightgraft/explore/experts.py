@@ -17,6 +17,7 @@ import torch
 
 from weightgraft.engine.graft import Graft
 from weightgraft.engine.units import UnitError
+from weightgraft.explore.heads import nested
 
 EXPERT_GROUP = "FFN"
 EXPERT_COMPONENT = "experts"
@@ -68,16 +69,9 @@ def expert_grafts(cells: dict[tuple[str, int, int], set[int]], donors: Sequence[
     return grafts
 
 
-def expert_values(per_expert: torch.Tensor) -> list:
-    """[position, layer, expert] as lists for the page, rounded; NaN (not run) as None."""
-    return [
-        [[None if v != v else round(v, 6) for v in experts] for experts in layers] for layers in per_expert.tolist()
-    ]
-
-
 def expert_attribution(units: dict[str, torch.Tensor], n: int) -> dict | None:
     """The attribution of each expert cell (grafted alone, to first order): `experts`' unit e of
     `attribute(grain="expert")`, {"FFN": [position][layer][expert]}; None without experts."""
     if EXPERT_COMPONENT not in units:
         return None
-    return {EXPERT_GROUP: expert_values(units[EXPERT_COMPONENT][0, :n])}
+    return {EXPERT_GROUP: nested(units[EXPERT_COMPONENT][0, :n])}
