@@ -104,7 +104,8 @@ def test_expert_cells_merge_into_few_grafts(session):
 def test_every_expert_with_the_router_is_the_whole_ffn_cell(arch):
     """As the library's own test (tests/engine/test_engine_moe.py): the grid's expert cells of a
     cell, with the router (and any shared expert) grafted, equal the whole FFN cell; the experts
-    alone are the donor's experts on the recipient's routing, not the block."""
+    alone are the donor's experts on the recipient's routing, not the block; one expert cell is the
+    independent reference's graft of that expert."""
     recipient, donor = make_pair(arch, 0)
     grafter = Grafter(recipient, donor)
     grid = Grid.of(grafter)
@@ -121,6 +122,8 @@ def test_every_expert_with_the_router_is_the_whole_ffn_cell(arch):
     one = grafter.logits(ids, grafts=grid.to_grafts([Cells("donor", "FFN", 1, (1, 5), expert=count - 1)]))
     direct = grafter.logits(ids, grafts=Graft([1, 5], [1], "experts", "donor", experts=[count - 1]))
     assert torch.equal(one, direct)
+    want = reference_unit_logits(recipient, donor, ids[0], [GraftSpec([1, 5], 1, "experts", experts=[count - 1])])
+    assert (one[0] - want).abs().max().item() < 1e-4
 
 
 def test_the_exact_map_runs_the_experts_of_split_layers(session):
