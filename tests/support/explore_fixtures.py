@@ -50,3 +50,31 @@ def world_reference(root: Path) -> ReferenceGrafter:
     return ReferenceGrafter(
         load_model(paths["pre"], "cpu", "float32"), {d: load_model(paths[d], "cpu", "float32") for d in DONORS}
     )
+
+
+@lru_cache(maxsize=4)
+def moe_world(root: Path, arch: str = "mixtral") -> tuple[dict[str, str], Path]:
+    """A tiny mixture-of-experts pair (`tiny_model_fixtures.make_pair`: recipient pre, donor sft,
+    3 layers of 4 experts, 2 picked per token) over the tiny world's tokenizer, saved as folders
+    with it, and the world's dataset."""
+    from tiny_model_fixtures import make_pair
+    from tiny_world import build_tokenizer
+
+    tokenizer = build_tokenizer()
+    pre, sft = make_pair(arch, 0, vocab_size=len(tokenizer), bos_token_id=1, pad_token_id=0)
+    paths = {}
+    for name, model in (("pre", pre), ("sft", sft)):
+        path = root / "models" / name
+        model.save_pretrained(path)
+        tokenizer.save_pretrained(path)
+        paths[name] = str(path)
+    data = root / "data"
+    tiny_world.write_dataset(data)
+    return paths, data
+
+
+def open_moe_session(root: Path, arch: str = "mixtral"):
+    from weightgraft.explore.launch import open_session
+
+    paths, data = moe_world(root, arch)
+    return open_session(paths["pre"], {"sft": paths["sft"]}, data)

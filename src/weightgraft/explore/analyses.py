@@ -13,8 +13,16 @@ from collections.abc import Sequence
 
 import torch
 
+from weightgraft.attribution.attribute import attribute
 from weightgraft.engine.graft import Graft
-from weightgraft.explore.effects import agreement, leave_one_out_effects, single_cell_effects, single_head_effects
+from weightgraft.explore.effects import (
+    agreement,
+    leave_one_out_effects,
+    single_cell_effects,
+    single_expert_effects,
+    single_head_effects,
+)
+from weightgraft.explore.experts import EXPERT_GROUP, expert_attribution
 from weightgraft.explore.export import NotRoles, graft_roles
 from weightgraft.explore.grid import Cells
 from weightgraft.explore.heads import nested
@@ -24,39 +32,36 @@ from weightgraft.explore.session import Encoded, ExploreError, ExploreSession
 
 
 def exact_map(
-    session: ExploreSession, encoded: Encoded, donor: str, cells: Sequence[Cells] = (), head_layers: Sequence[int] = ()
+    session: ExploreSession,
+    encoded: Encoded,
+    donor: str,
+    cells: Sequence[Cells] = (),
+    head_layers: Sequence[int] = (),
+    expert_layers: Sequence[int] = (),
 ) -> dict:
     """The exact effect map for one donor (`explore.effects`): every cell grafted alone (and
-    every head of O and ATTN at `head_layers`), each cell of the current graft left out of it, and
-    the first-order map's error against it."""
+    every head of O and ATTN at `head_layers`, every expert of FFN at `expert_layers`), each cell
+    of the current graft left out of it, and the first-order map's error against it."""
     if encoded.target_id is None:
         raise ExploreError("the exact map scores the target: give a target")
     if donor not in session.grid.donors:
         raise ExploreError(f"unknown donor {donor!r}; this session's donors are {session.grid.donors}")
     checked = session.grid.check(cells, len(encoded.input_ids))
-    head_layers = sorted(set(head_layers))
-    if head_layers and session.grid.heads is None:
-        raise ExploreError("this model's heads cannot be told apart, so the exact map has no heads")
-    if head_layers and not 0 <= head_layers[0] <= head_layers[-1] < session.grid.num_layers:
-        raise ExploreError(f"layers split into heads must be in 0..{session.grid.num_layers - 1}, not {head_layers}")
+    head_layers, expert_layers = _head_layers(session, head_layers), _expert_layers(session, expert_layers)
     identical = {(group, layer) for group, layer in session.identical_columns()[donor]}
     start = time.perf_counter()
     running = session.latest_only("exact")
-    single = single_cell_effects(
-        session.grafter, session.grid, encoded.input_ids, encoded.target_id, donor, identical, running
-    )
-    left_out = (
-        leave_one_out_effects(session.grafter, session.grid, encoded.input_ids, encoded.target_id, checked, running)
-        if checked
-        else None
-    )
-    heads, head_rows = (
-        single_head_effects(
-            session.grafter, session.grid, encoded.input_ids, encoded.target_id, donor, identical, head_layers, running
-        )  # fmt: skip
-        if head_layers
-        else ({}, 0)
-    )
+    ids, target, grafter, grid = encoded.input_ids, encoded.target_id, session.grafter, session.grid
+    single = single_cell_effects(grafter, grid, ids, target, donor, identical, running)
+    left_out = leave_one_out_effects(grafter, grid, ids, target, checked, running) if checked else None
+    heads, head_rows = {}, 0
+    if head_layers:
+        heads, head_rows = single_head_effects(grafter, grid, ids, target, donor, identical, head_layers, running)
+    experts, expert_rows = None, 0
+    if expert_layers:
+        experts, expert_rows = single_expert_effects(
+            grafter, grid, ids, target, donor, identical, expert_layers, running
+        )
     seconds = time.perf_counter() - start
     estimate = session.attribute(encoded, donor, "gradient")
     return {
@@ -64,8 +69,9 @@ def exact_map(
         "metric": "target log-probability change",
         "values": [[round(float(v), 6) for v in row] for row in single.values],
         "ran": single.ran.tolist(),
-        "rows": single.rows + head_rows + (left_out["rows"] if left_out else 0),  # every row that ran
+        "rows": single.rows + head_rows + expert_rows + (left_out["rows"] if left_out else 0),  # every row run
         "heads": {group: nested(values) for group, values in heads.items()} or None,
+        "experts": None if experts is None else {EXPERT_GROUP: nested(experts)},
         "seconds": round(seconds, 3),
         "leave_one_out": left_out,
         "first_order": {
@@ -73,6 +79,49 @@ def exact_map(
             **agreement(torch.tensor(estimate["values"]), single.values, single.ran),
         },
     }
+
+
+def _head_layers(session: ExploreSession, layers: Sequence[int]) -> list[int]:
+    """The layers whose O and ATTN the exact map runs head by head, checked."""
+    layers = sorted(set(layers))
+    if layers and session.grid.heads is None:
+        raise ExploreError("this model's heads cannot be told apart, so the exact map has no heads")
+    if layers and not 0 <= layers[0] <= layers[-1] < session.grid.num_layers:
+        raise ExploreError(f"layers split into heads must be in 0..{session.grid.num_layers - 1}, not {layers}")
+    return layers
+
+
+def _expert_layers(session: ExploreSession, layers: Sequence[int]) -> list[int]:
+    """The layers whose FFN the exact map runs expert by expert, checked."""
+    layers = sorted(set(layers))
+    if layers and session.grid.experts is None:
+        raise ExploreError(
+            "this model has no mixture-of-experts blocks, so the exact map has no experts; send no expert layers"
+        )
+    if layers and not 0 <= layers[0] <= layers[-1] < session.grid.num_layers:
+        raise ExploreError(f"layers split into experts must be in 0..{session.grid.num_layers - 1}, not {layers}")
+    return layers
+
+
+def attribution(session: ExploreSession, encoded: Encoded, donor: str, method: str = "gradient") -> dict:
+    """The session's attribution map, and on a mixture-of-experts model each expert cell's
+    (`attribute(grain="expert")`, one more pass: one grain per pass), {"FFN": [position][layer][expert]}."""
+    out = session.attribute(encoded, donor, method)
+    out["experts"] = None
+    if session.grid.experts is not None:
+        ids, running = torch.tensor([encoded.input_ids]), session.latest_only("attribute-experts")
+        result = attribute(
+            session.grafter,
+            ids,
+            [encoded.target_id],
+            method=method,
+            steps=8,
+            donor=donor,
+            grain="expert",
+            each_pass=running,
+        )
+        out["experts"] = expert_attribution(result.units, len(encoded.input_ids))
+    return out
 
 
 def lens(session: ExploreSession, encoded: Encoded, cells: Sequence[Cells] = ()) -> dict:

@@ -69,10 +69,10 @@ def create_app(session: ExploreSession, allowed_hosts: list[str] | None = None) 
         return session.generate(encoded(req.prompt), _cells(req.cells), req.max_new_tokens, req.generated)
 
     def attribute(req: AttributeIn) -> dict:
-        return session.attribute(encoded(req.prompt), req.donor, req.method)
+        return analyses.attribution(session, encoded(req.prompt), req.donor, req.method)
 
     def exact(req: ExactIn) -> dict:
-        return analyses.exact_map(session, encoded(req.prompt), req.donor, _cells(req.cells), req.heads)
+        return analyses.exact_map(session, encoded(req.prompt), req.donor, _cells(req.cells), req.heads, req.experts)
 
     def lens(req: LensIn) -> dict:
         return analyses.lens(session, encoded(req.prompt), _cells(req.cells))
@@ -169,4 +169,4 @@ def _validation_message(err: ValidationError) -> str:
 
 
 def _cells(cells) -> list[Cells]:
-    return [Cells(c.donor, c.group, c.layer, tuple(c.positions), c.head) for c in cells]
+    return [Cells(c.donor, c.group, c.layer, tuple(c.positions), c.head, c.expert) for c in cells]

@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from weightgraft.engine.grafter import Grafter
+from weightgraft.explore.experts import EXPERT_GROUP
 from weightgraft.explore.grid import Cells, Column, Grid
 from weightgraft.explore.heads import HEAD_GROUPS
 
@@ -111,6 +112,35 @@ def single_head_effects(
     return out, len(rows)
 
 
+def single_expert_effects(
+    grafter: Grafter,
+    grid: Grid,
+    ids: list[int],
+    target: int,
+    donor: str,
+    identical: set[tuple],
+    layers: Sequence[int],
+    running: Running = nullcontext,
+) -> tuple[torch.Tensor, int]:
+    """logp(expert cell grafted alone from `donor`) - logp(recipient) for every expert of FFN at
+    `layers` (those the page has split), [position, layer, expert], NaN at other layers; and the
+    rows run. The router stays the recipient's in each (`explore.experts`)."""
+    n = len(ids)
+    out = torch.full((n, grid.num_layers, grid.experts), float("nan"))
+    cells = []
+    for layer in layers:
+        if (EXPERT_GROUP, layer) in identical:
+            out[:, layer] = 0.0
+        else:
+            cells += [(layer, e, p) for e in range(grid.experts) for p in range(n)]
+    rows: list[list | None] = [None]
+    rows += [grid.to_grafts([Cells(donor, EXPERT_GROUP, layer, (p,), expert=e)]) for layer, e, p in cells]
+    logprobs = _target_logprobs(grafter, ids, target, rows, running)
+    for (layer, e, p), value in zip(cells, logprobs[1:] - logprobs[0]):
+        out[p, layer, e] = value
+    return out, len(rows)
+
+
 def _split(cells: Sequence[Cells]) -> list[tuple[Cells, int]]:
     """The current graft as single cells: (its column's Cells, one position)."""
     return [(c, p) for c in cells for p in sorted(set(c.positions))]
@@ -120,7 +150,7 @@ def _without(cells: Sequence[Cells], left_out: tuple[Cells, int]) -> list[Cells]
     column, position = left_out
     out = []
     for c in cells:
-        if (c.donor, c.group, c.layer, c.head) == (column.donor, column.group, column.layer, column.head):
+        if replace(c, positions=()) == replace(column, positions=()):  # the same column, head or expert
             c = replace(c, positions=tuple(p for p in c.positions if p != position))
         if c.positions:
             out.append(c)
@@ -143,6 +173,7 @@ def leave_one_out_effects(
             "position": p,
             "column": column_index[(c.group, c.layer)],
             "head": c.head,
+            "expert": c.expert,
             "effect": float(logprobs[0] - value),
         }
         for (c, p), value in zip(singles, logprobs[1:])

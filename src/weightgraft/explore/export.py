@@ -26,12 +26,19 @@ CONDITION_NAME = "explore"
 
 
 def python_code(
-    text: str, input_ids: list[int], tokenizer_matches: bool, grafts: Sequence[Graft], names: ModelNames | None
+    text: str,
+    input_ids: list[int],
+    tokenizer_matches: bool,
+    grafts: Sequence[Graft],
+    names: ModelNames | None,
+    whole_donors: bool = False,
 ) -> str:
-    """Python that computes the graft's next-token probabilities, as `probs`."""
+    """Python that computes the graft's next-token probabilities, as `probs`; `whole_donors`: load
+    the donors whole (a mixture-of-experts checkpoint, whose per-expert tensors transformers
+    converts on loading, cannot be read lazily)."""
     lines = ["import torch", "from weightgraft import Graft, Grafter", ""]
     if names is not None:
-        lines += _loading_lines(names)
+        lines += _loading_lines(names, whole_donors)
     else:
         lines += ["# grafter, tokenizer: the Grafter and tokenizer this explorer was started with"]
     lines += ["", f"prompt = {json.dumps(text, ensure_ascii=False)}"]
@@ -50,10 +57,12 @@ def python_code(
     return "\n".join(lines) + "\n"
 
 
-def _loading_lines(names: ModelNames) -> list[str]:
+def _loading_lines(names: ModelNames, whole_donors: bool = False) -> list[str]:
     """The models loaded the way weightgraft loads them: `load_model` takes a catalogue name (its
     converted folder), a folder or a cached hub id, where `from_pretrained('smollm2-135m')` would
     ask the hub for a repository of that name; a catalogue donor is its converted folder."""
+    if whole_donors:
+        return _whole_donor_lines(names)
     catalogue = any(is_pretrained_name(path) for path in names.donors.values())
     donor = lambda path: f"as_local({path!r})" if is_pretrained_name(path) else repr(path)  # noqa: E731
     return [
@@ -71,9 +80,26 @@ def _loading_lines(names: ModelNames) -> list[str]:
     ]
 
 
+def _whole_donor_lines(names: ModelNames) -> list[str]:
+    """As `_loading_lines`, each donor loaded whole with `load_model`."""
+    return [
+        "from weightgraft.experiments.models import load_model, load_tokenizer",
+        "",
+        f"recipient = load_model({names.recipient!r}, {names.device!r}, {names.dtype!r})",
+        "grafter = Grafter(recipient, donors={  # loaded whole: a MoE checkpoint's experts are not read lazily",
+        *(
+            f"    {name!r}: load_model({path!r}, {names.device!r}, {names.dtype!r}),"
+            for name, path in names.donors.items()
+        ),
+        "})",
+        f"tokenizer = load_tokenizer({names.recipient!r})",
+    ]
+
+
 def graft_source(graft: Graft) -> str:
     donor = "" if graft.donor is None else f", donor={graft.donor!r}"
     donor += "" if graft.heads is None else f", heads={list(graft.heads)!r}"
+    donor += "" if graft.experts is None else f", experts={list(graft.experts)!r}"
     return f"Graft(positions={list(graft.positions)!r}, layers={graft.layers!r}, components={list(graft.components)!r}{donor})"
 
 
@@ -104,6 +130,11 @@ def condition_yaml(
     grafts: Sequence[Graft], role_positions: dict[str, list[int]], num_tokens: int, has_roles: bool
 ) -> tuple[str | None, str]:
     """The grafts as one condition of a run config (YAML), or None and the reason there is none."""
+    if any(graft.experts is not None for graft in grafts):
+        return None, (
+            "a run config's grafts take heads or neurons, not single experts: use the Python form "
+            "(Graft(..., experts=[...])), or graft the FFN column whole for a run config"
+        )
     try:
         roles = graft_roles(grafts, role_positions, num_tokens, has_roles)
     except NotRoles as err:

@@ -18,6 +18,7 @@ from weightgraft.engine.graft import Graft
 from weightgraft.errors import UserError
 from weightgraft.experiments.conditions.paper_atoms import author_band
 from weightgraft.experiments.plan.selection import ties_embeddings
+from weightgraft.explore.experts import check_expert, expert_count, expert_grafts
 from weightgraft.explore.heads import HeadCounts, check_head, head_counts, head_grafts
 
 # Component groups of the grid, in the paper's names (ATTN is q, k, v without o). Each keeps the
@@ -74,18 +75,20 @@ class Column:
 @dataclass(frozen=True)
 class Cells:
     """Grafted cells of one column from one donor, at `positions` (real-token indices); `head`:
-    only that attention head of the column (O and ATTN, see `explore.heads`)."""
+    only that attention head of the column (O and ATTN, see `explore.heads`); `expert`: only that
+    expert of a MoE layer's FFN column, the router staying the recipient's (`explore.experts`)."""
 
     donor: str
     group: str
     layer: int | None
     positions: tuple[int, ...]
     head: int | None = None
+    expert: int | None = None
 
 
 class GridError(UserError, ValueError):
     """A selection that does not fit the grid (unknown group or donor, a position or layer out of
-    range, a head the model does not have, a cell given two donors)."""
+    range, a head or expert the model does not have, a cell given two donors)."""
 
 
 class Grid:
@@ -98,6 +101,7 @@ class Grid:
         donors: Sequence[str],
         heads: HeadCounts | None = None,
         tied: bool = False,
+        experts: int | None = None,
     ):
         have = set(components)
         self.heads = heads
@@ -108,6 +112,8 @@ class Grid:
         self.layer_groups = {g: m for g, m in self.layer_groups.items() if m}
         self.model_groups = {g: [c for c in m if c in have] for g, m in MODEL_GROUPS.items()}
         self.model_groups = {g: m for g, m in self.model_groups.items() if m}
+        # Experts per MoE block, where FFN holds them; None on a dense model.
+        self.experts = experts if "experts" in self.layer_groups.get("FFN", ()) else None
         self.order = [c for c in components]  # the model's component order, for stable output
         columns = [Column(g, None) for g in ("EMB", "POS") if g in self.model_groups]
         columns += [Column(g, layer) for g in self.layer_groups for layer in range(num_layers)]
@@ -118,7 +124,8 @@ class Grid:
     def of(cls, grafter) -> Grid:
         """The grid of a Grafter's models, with their heads where the config counts them."""
         tied = ties_embeddings(grafter.recipient)
-        return cls(grafter.components, grafter.num_layers, grafter.donor_names, head_counts(grafter), tied)
+        heads, experts = head_counts(grafter), expert_count(grafter)
+        return cls(grafter.components, grafter.num_layers, grafter.donor_names, heads, tied, experts)
 
     def members(self, group: str) -> list[str]:
         return self.layer_groups.get(group) or self.model_groups[group]
@@ -147,6 +154,7 @@ class Grid:
             "component_sets": self.component_sets(),
             "donors": self.donors,
             "heads": self._heads_view(),
+            "experts": self._experts_view(),
             "tied": self.tied,
         }
 
@@ -157,6 +165,12 @@ class Grid:
         view = self.heads.describe()
         view["groups"] = {g: n for g, n in view["groups"].items() if g in self.layer_groups}
         return view if view["groups"] else None
+
+    def _experts_view(self) -> dict | None:
+        """Experts per MoE block, and the column that splits into them (None: a dense model)."""
+        if self.experts is None:
+            return None
+        return {"count": self.experts, "groups": {"FFN": self.experts}}
 
     # --- selections ---------------------------------------------------------------------------
     def check(self, cells: Sequence[Cells], num_tokens: int) -> list[Cells]:
@@ -186,8 +200,15 @@ class Grid:
         else:
             known = [*self.model_groups, *self.layer_groups]
             raise GridError(f"unknown component group {c.group!r}; use one of {known}")
+        where = "" if c.layer is None else f" layer {c.layer}"
+        if c.head is not None and c.expert is not None:
+            raise GridError("a cell is one head or one expert, not both; give head or expert")
         if c.head is not None:
-            why = check_head(c.group, c.head, self.heads, "" if c.layer is None else f" layer {c.layer}")
+            why = check_head(c.group, c.head, self.heads, where)
+            if why is not None:
+                raise GridError(why)
+        if c.expert is not None:
+            why = check_expert(c.group, c.expert, self.experts, where)
             if why is not None:
                 raise GridError(why)
 
@@ -202,13 +223,17 @@ class Grid:
         model: dict[tuple[str, tuple[int, ...]], set[str]] = {}
         merged: dict[tuple[str, str, int | None], set[int]] = {}
         heads: dict[tuple[str, str, int, int], set[int]] = {}
+        experts: dict[tuple[str, int, int], set[int]] = {}
         for c in cells:
-            if c.head is None:
+            if c.head is None and c.expert is None:
                 merged.setdefault((c.donor, c.group, c.layer), set()).update(c.positions)
         for c in cells:  # a head of a cell grafted whole is in it already
             if c.head is not None and c.layer is not None:
                 whole = merged.get((c.donor, c.group, c.layer), set())
                 heads.setdefault((c.donor, c.group, c.layer, c.head), set()).update(set(c.positions) - whole)
+            elif c.expert is not None and c.layer is not None:
+                whole = merged.get((c.donor, c.group, c.layer), set())
+                experts.setdefault((c.donor, c.layer, c.expert), set()).update(set(c.positions) - whole)
         for (donor, group, layer), positions in merged.items():
             if not positions:
                 continue
@@ -232,6 +257,8 @@ class Grid:
                 grafts.append(Graft(list(positions), "all", list(extra), donor))
         if heads and self.heads is not None:
             grafts += head_grafts(heads, self.layer_groups, self.heads, self.order, self.donors, self.num_layers)
+        if experts:
+            grafts += expert_grafts(experts, self.donors, self.num_layers)
         return grafts
 
     def _ordered(self, comps: set[str]) -> tuple[str, ...]:

@@ -47,9 +47,8 @@ class RoleGraft:
 
     def on(self, role_positions: dict[str, list[int]], n: int) -> Graft:
         positions = parse_positions(self.positions).evaluate(role_positions, n)
-        return Graft(
-            positions, self.graft.layers, list(self.graft.components), self.graft.donor, heads=self.graft.heads
-        )
+        g = self.graft
+        return Graft(positions, g.layers, list(g.components), g.donor, heads=g.heads, experts=g.experts)
 
 
 def chosen_prompts(prompts: Sequence[EvalPrompt], count: int, template: str | None, seed: int) -> list[EvalPrompt]:

@@ -33,6 +33,7 @@ class CellsIn(_Strict):
     layer: int | None = Field(None, ge=0, le=10_000)
     positions: list[int] = Field(max_length=MAX_TOKENS)
     head: int | None = Field(None, ge=-10_000, le=10_000)  # one head of O or ATTN (the grid checks the range)
+    expert: int | None = Field(None, ge=-10_000, le=10_000)  # one expert of a MoE layer's FFN (likewise)
 
 
 class PinIn(_Strict):
@@ -68,6 +69,7 @@ class ExactIn(_Strict):
     donor: str = Field(max_length=64)
     cells: list[CellsIn] = Field(default_factory=list, max_length=MAX_CELL_ENTRIES)  # the current graft
     heads: list[int] = Field(default_factory=list, max_length=1024)  # layers whose heads are run too
+    experts: list[int] = Field(default_factory=list, max_length=1024)  # layers whose experts are run too
 
 
 class LensIn(_Strict):

@@ -268,7 +268,12 @@ class ExploreSession:
             **self.prompt_view(encoded),
             "predictions": rows,
             "python": python_code(
-                encoded.text, encoded.input_ids, self._tokenizer_matches(encoded), grafts, self.names
+                encoded.text,
+                encoded.input_ids,
+                self._tokenizer_matches(encoded),
+                grafts,
+                self.names,
+                whole_donors=self.grid.experts is not None,
             ),
             "condition": condition,
             "condition_note": why,

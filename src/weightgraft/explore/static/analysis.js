@@ -14,7 +14,8 @@ async function exactMap() {
   const mine = ++analysisAsked.exact, epoch = promptEpoch;
   analysisStatus("exact", "running every cell…");
   try {
-    const data = await post("/api/exact", { prompt: promptBody(), donor: state.donor, cells: cellsForApi(state.cells), heads: state.heads });
+    const data = await post("/api/exact", { prompt: promptBody(), donor: state.donor, cells: cellsForApi(state.cells), heads: state.heads,
+      experts: state.experts });
     if (mine !== analysisAsked.exact || epoch !== promptEpoch) return;
     map = { ...data, method: "exact", sum: data.values.flat().reduce((a, b) => a + b, 0) };
     renderGrid();
@@ -39,7 +40,7 @@ function renderExactInfo(data) {
   const rows = [el("p", {}, ...parts), el("p", { text: agreement })];
   if (data.leave_one_out) {
     const cols = info.columns, cells = data.leave_one_out.cells;  // the largest |effect| first (the server sorts)
-    const item = (c) => el("li", { text: `${view.tokens[c.position]} · ${columnName({ ...cols[c.column], head: c.head })} (${c.donor}): ${c.effect >= 0 ? "+" : ""}${c.effect.toFixed(4)}` });
+    const item = (c) => el("li", { text: `${view.tokens[c.position]} · ${columnName({ ...cols[c.column], head: c.head, expert: c.expert })} (${c.donor}): ${c.effect >= 0 ? "+" : ""}${c.effect.toFixed(4)}` });
     const list = el("ul", { id: "leave-one-out" }, ...cells.slice(0, LEAVE_ONE_OUT_SHOWN).map(item));
     const more = cells.length > LEAVE_ONE_OUT_SHOWN ? el("button", { id: "leave-one-out-all", text: `show all ${cells.length}`,
       onclick: () => { list.replaceChildren(...cells.map(item)); more.remove(); } }) : null;

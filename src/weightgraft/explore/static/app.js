@@ -8,25 +8,30 @@ let info = null;          // /api/info: grid columns, groups, bands, component s
 let view = null;          // the last /api/predict answer: tokens, roles, selections, predictions
 let map = null;           // the attribution map shown over the grid, or null
 let state = null;         // {text, target, id, donor, k, cells: {"group|layer|pos": donor}, pins: [{label, cells}], rival,
-                          //  heads: [layers whose O and ATTN columns are split into heads]}; a head cell is "group.head|layer|pos"
+                          //  heads: [layers whose O and ATTN columns are split into heads],
+                          //  experts: [layers whose MoE FFN column is split into experts]}; a head cell is "group.head|layer|pos",
+                          //  an expert cell "FFN:expert|layer|pos"
 const undoStack = [], redoStack = [];
 let asked = 0;            // sequence number of the latest request, to drop stale answers
 let promptEpoch = 0;      // counts prompt changes: a continuation of an earlier prompt is dropped
 window.explore = { answered: 0, latency: null, painted: null, framed: 0, timings: null };  // for tests and the benchmark
 
 // ---- state ----------------------------------------------------------------------------------
-const cellKey = (group, layer, pos, head = null) => `${group}${head === null ? "" : "." + head}|${layer === null ? "" : layer}|${pos}`;
+const cellKey = (group, layer, pos, head = null, expert = null) =>
+  `${group}${head === null ? "" : "." + head}${expert === null ? "" : ":" + expert}|${layer === null ? "" : layer}|${pos}`;
 function parseKey(key) {
   const [column, layer, pos] = key.split("|");
-  const [group, head] = column.split(".");
-  return { group, layer: layer === "" ? null : Number(layer), pos: Number(pos), head: head === undefined ? null : Number(head) };
+  const [unit, expert] = column.split(":");
+  const [group, head] = unit.split(".");
+  return { group, layer: layer === "" ? null : Number(layer), pos: Number(pos), head: head === undefined ? null : Number(head),
+           expert: expert === undefined ? null : Number(expert) };
 }
-function cellsForApi(cells) {   // {"g|l|p": donor} -> [{donor, group, layer, positions, head?}]
+function cellsForApi(cells) {   // {"g|l|p": donor} -> [{donor, group, layer, positions, head?, expert?}]
   const columns = new Map();
   for (const [key, donor] of Object.entries(cells)) {
-    const { group, layer, pos, head } = parseKey(key);
-    const id = `${donor}|${group}|${layer}|${head}`;
-    if (!columns.has(id)) columns.set(id, { donor, group, layer, positions: [], ...(head === null ? {} : { head }) });
+    const { group, layer, pos, head, expert } = parseKey(key);
+    const id = `${donor}|${group}|${layer}|${head}|${expert}`;
+    if (!columns.has(id)) columns.set(id, { donor, group, layer, positions: [], ...(head === null ? {} : { head }), ...(expert === null ? {} : { expert }) });
     columns.get(id).positions.push(pos);
   }
   for (const c of columns.values()) c.positions.sort((a, b) => a - b);
@@ -38,18 +43,28 @@ function encodeState(s) {
   const cells = cellsToList(s.cells);
   if (cells.length) p.set("c", JSON.stringify(cells));
   if (s.heads.length) p.set("h", s.heads.join(","));
+  if (s.experts.length) p.set("e", s.experts.join(","));
   if (s.rival) p.set("v", s.rival);
   if (s.pins.length) p.set("p", JSON.stringify(s.pins.map((pin) => [pin.label, cellsToList(pin.cells)])));
   return "#" + p.toString();
 }
-// A column of the address: [donor, group, layer, positions], and a head cell's head last.
-const cellsToList = (cells) => cellsForApi(cells).map((c) => [c.donor, c.group, c.layer, c.positions, ...(c.head === undefined ? [] : [c.head])]);
+// A column of the address: [donor, group, layer, positions], and a head cell's head last (an expert
+// cell's: null, then its expert).
+const cellsToList = (cells) => cellsForApi(cells).map((c) => [c.donor, c.group, c.layer, c.positions,
+  ...(c.head === undefined ? (c.expert === undefined ? [] : [null, c.expert]) : [c.head])]);
 function cellsFromList(list) {
   const cells = {};
-  for (const [donor, group, layer, positions, head = null] of list) for (const pos of positions) cells[cellKey(group, layer, pos, head)] = donor;
+  for (const [donor, group, layer, positions, head = null, expert = null] of list)
+    for (const pos of positions) cells[cellKey(group, layer, pos, head, expert)] = donor;
   return cells;
 }
 const headCount = (group) => (info.heads && info.heads.groups[group]) || 0;
+const expertCount = (group) => (info.experts && info.experts.groups[group]) || 0;
+function expertLayers(text) {     // the address's layers split into experts (layers this model has, with experts)
+  if (!info.experts || !text) return [];
+  const layers = text.split(",").map(Number).filter((l) => Number.isInteger(l) && l >= 0 && l < info.num_layers);
+  return [...new Set(layers)].sort((a, b) => a - b);
+}
 function headLayers(text) {       // the address's expanded layers: "2,5" -> [2, 5] (layers this model has, with heads)
   if (!info.heads || !text) return [];
   const layers = text.split(",").map(Number).filter((l) => Number.isInteger(l) && l >= 0 && l < info.num_layers);
@@ -61,7 +76,7 @@ function decodeState(hash) {
   const s = { text: p.get("t"), target: p.get("y") || "", id: p.get("id") || null,
               donor: info.donors.includes(p.get("d")) ? p.get("d") : info.donors[0],
               k: Math.max(1, Math.min(info.limits.max_top_k, Number(p.get("k")) || 5)), cells: {},
-              pins: [], rival: p.get("v") || "", heads: headLayers(p.get("h")) };
+              pins: [], rival: p.get("v") || "", heads: headLayers(p.get("h")), experts: expertLayers(p.get("e")) };
   try {
     s.cells = cellsFromList(JSON.parse(p.get("c") || "[]"));
     s.pins = JSON.parse(p.get("p") || "[]").map(([label, list]) => ({ label: String(label), cells: cellsFromList(list) }));
@@ -74,7 +89,7 @@ function commit(next) {           // a change the user made: undoable, in the ad
   setState(next);
 }
 function setState(next) {
-  next = { heads: [], ...next };  // a session file saved before heads has none
+  next = { heads: [], experts: [], ...next };  // a session file saved before heads (or experts) has none
   const promptChanged = !state || state.text !== next.text || state.target !== next.target || state.id !== next.id;
   state = next;
   if (promptChanged) {
@@ -171,16 +186,22 @@ function renderModels() {         // the header: the recipient, and each donor w
 // click then changes only the cells whose look changed (class, title, map colour), not ~2000
 // rebuilt cells and their layout. Its clicks are handled once, on the table, by the cell's indices.
 let grid = null;                  // {tokens, roles, heads, cols, tds: [[td]], shown: [[string]]} of the table drawn now
-function shownColumns() {         // info.columns, each split layer's O and ATTN followed by their heads
+function shownColumns() {         // info.columns, each split layer's O and ATTN followed by their heads, FFN by its experts
   const out = [];
   info.columns.forEach((c, index) => {
-    out.push({ ...c, head: null, index });
+    out.push({ ...c, head: null, expert: null, index });
     if (c.layer !== null && state.heads.includes(c.layer))
-      for (let h = 0; h < headCount(c.group); h++) out.push({ ...c, head: h, index });
+      for (let h = 0; h < headCount(c.group); h++) out.push({ ...c, head: h, expert: null, index });
+    if (c.layer !== null && state.experts.includes(c.layer))
+      for (let e = 0; e < expertCount(c.group); e++) out.push({ ...c, head: null, expert: e, index });
   });
   return out;
 }
-const columnName = (c) => `${c.group}${c.layer === null ? "" : " L" + c.layer}${c.head === null || c.head === undefined ? "" : " h" + c.head}`;
+const unitOf = (c, unit) => (c[unit] === undefined ? null : c[unit]);  // a column's head or expert (null: the whole cell)
+const columnName = (c) => `${c.group}${c.layer === null ? "" : " L" + c.layer}${unitOf(c, "head") === null ? "" : " h" + c.head}`
+  + (unitOf(c, "expert") === null ? "" : " e" + c.expert);
+const expertTitle = (c) => `FFN layer ${c.layer}, expert ${c.expert}: expert ${c.expert}'s weights from the donor wherever the
+  recipient's router picks it; the router stays the recipient's (graft the whole FFN cell for the donor's routing); every position`;
 function headTitle(c) {           // what a head column grafts
   if (c.group === "O") return `O layer ${c.layer}, head ${c.head}: what head ${c.head} writes (o's head ${c.head}); every position`;
   const kv = Math.floor(c.head / (info.heads.query / info.heads.kv));
@@ -188,14 +209,20 @@ function headTitle(c) {           // what a head column grafts
   return `ATTN layer ${c.layer}, head ${c.head}: q head ${c.head} and the key-value head it reads, k and v head ${kv}${shared}; every position`;
 }
 function columnHeader(c, i, start) {
-  const cls = "col" + (start ? " gstart" : "") + (c.head === null ? "" : " head");
+  const cls = "col" + (start ? " gstart" : "") + (c.head === null ? "" : " head") + (c.expert === null ? "" : " expert");
   if (c.head !== null) return el("th", { class: cls, text: String(c.head), title: headTitle(c), "data-col": i });
+  if (c.expert !== null) return el("th", { class: cls, text: String(c.expert), title: expertTitle(c), "data-col": i });
   const th = el("th", { class: cls, text: c.layer === null ? "·" : String(c.layer),
     title: `${c.group}${c.layer === null ? "" : " layer " + c.layer}: every position`, "data-col": i });
   if (c.layer !== null && headCount(c.group)) {
     const open = state.heads.includes(c.layer);
     th.append(el("button", { class: "hx", "data-layer": c.layer, text: open ? "−" : "+",
       title: `${open ? "join" : "split"} layer ${c.layer}'s O and ATTN ${open ? "again" : "into their " + headCount(c.group) + " heads"}` }));
+  }
+  if (c.layer !== null && expertCount(c.group)) {
+    const open = state.experts.includes(c.layer);
+    th.append(el("button", { class: "ex", "data-layer": c.layer, text: open ? "−" : "+",
+      title: `${open ? "join" : "split"} layer ${c.layer}'s FFN ${open ? "again" : "into its " + expertCount(c.group) + " experts"}` }));
   }
   return th;
 }
@@ -214,18 +241,21 @@ function buildGrid(table) {
     const tr = el("tr", {}, el("th", { class: "tok", title: `position ${pos}: every column`, "data-pos": pos },
       role ? el("span", { class: `role ${role}`, text: role }) : null, token));
     const row = cols.map((c, i) => el("td", { class: "cell" + (first(i) ? " gstart" : ""), "data-group": c.group,
-      "data-layer": c.layer === null ? "" : c.layer, "data-pos": pos, "data-col": i, ...(c.head === null ? {} : { "data-head": c.head }) }));
+      "data-layer": c.layer === null ? "" : c.layer, "data-pos": pos, "data-col": i, ...(c.head === null ? {} : { "data-head": c.head }),
+      ...(c.expert === null ? {} : { "data-expert": c.expert }) }));
     tr.append(...row);
     body.append(tr);
     tds.push(row);
     shown.push(row.map(() => null));
   });
   table.replaceChildren(el("thead", {}, groupRow, layerRow), body);
-  return { tokens: view.tokens, roles: view.roles, heads: state.heads.join(","), cols, tds, shown };
+  return { tokens: view.tokens, roles: view.roles, heads: state.heads.join(","), experts: state.experts.join(","), cols, tds, shown };
 }
 function gridClick(event) {
   const button = event.target.closest("button.hx");
   if (button) { toggleHeads([Number(button.dataset.layer)]); return; }
+  const expertButton = event.target.closest("button.ex");
+  if (expertButton) { toggleExperts([Number(expertButton.dataset.layer)]); return; }
   const target = event.target.closest("td.cell, th.tok, th.col");
   if (!target) return;
   const d = target.dataset;
@@ -240,17 +270,28 @@ function toggleHeads(layers) {    // split these layers into heads, or join them
   history.replaceState(null, "", encodeState(state));
   renderGrid();
 }
+function toggleExperts(layers) {  // split these layers' FFN into experts, or join them when all are split; a view too
+  const open = layers.every((l) => state.experts.includes(l));
+  const experts = open ? state.experts.filter((l) => !layers.includes(l)) : [...new Set([...state.experts, ...layers])].sort((a, b) => a - b);
+  state = { ...state, experts };
+  history.replaceState(null, "", encodeState(state));
+  renderGrid();
+}
 const sameList = (a, b) => a === b || (!!a && !!b && a.length === b.length && a.every((x, i) => x === b[i]));
 
-function partial() {              // "group|layer|pos" -> donor, of whole cells some of whose heads are grafted
+function partial() {              // "group|layer|pos" -> donor, of whole cells some of whose heads (or experts) are grafted
   const out = {};
   for (const [key, donor] of Object.entries(state.cells)) {
     const k = parseKey(key);
-    if (k.head !== null) out[cellKey(k.group, k.layer, k.pos)] = donor;
+    if (k.head !== null || k.expert !== null) out[cellKey(k.group, k.layer, k.pos)] = donor;
   }
   return out;
 }
-function mapValue(c, pos) {       // a cell's value on the map; a head's where the map has it (else null)
+function mapValue(c, pos) {       // a cell's value on the map; a head's or an expert's where the map has it (else null)
+  if (c.expert !== null) {
+    const v = map.experts && map.experts[c.group] ? map.experts[c.group][pos][c.layer][c.expert] : null;
+    return v === undefined ? null : v;
+  }
   if (c.head === null) return map.values[pos][c.index];
   const v = map.heads && map.heads[c.group] ? map.heads[c.group][pos][c.layer][c.head] : null;
   return v === undefined ? null : v;
@@ -270,27 +311,28 @@ const scaleText = (m) => { const s = mapScale(m);
   return `colour clipped at ±${s.clip.toPrecision(3)} (the ${SCALE_PERCENTILE}th percentile of |value|; largest ${s.max.toPrecision(3)}, ${s.beyond} cells beyond it at full colour)`; };
 function renderGrid() {
   const table = $("grid");
-  if (!grid || !sameList(grid.tokens, view.tokens) || !sameList(grid.roles, view.roles) || grid.heads !== state.heads.join(","))
+  if (!grid || !sameList(grid.tokens, view.tokens) || !sameList(grid.roles, view.roles) || grid.heads !== state.heads.join(",")
+      || grid.experts !== state.experts.join(","))
     grid = buildGrid(table);
   $("heads").textContent = state.heads.length === info.num_layers ? "join heads" : "split heads";
   const same = new Set((info.identical[state.donor] || []).map(([g, l]) => `${g}|${l === null ? "" : l}`));
   table.classList.toggle("map", !!map);
   const cols = grid.cols, part = partial();
   const unchanged = cols.map((c) => same.has(`${c.group}|${c.layer === null ? "" : c.layer}`));
-  const base = cols.map((c, i) => "cell" + (i === 0 || cols[i - 1].group !== c.group ? " gstart" : "") + (c.head === null ? "" : " hd"));
+  const base = cols.map((c, i) => "cell" + (i === 0 || cols[i - 1].group !== c.group ? " gstart" : "") + (c.head === null && c.expert === null ? "" : " hd"));
   const scale = map ? mapScale(map).clip : 0;
   view.tokens.forEach((token, pos) => {
     const tds = grid.tds[pos], shown = grid.shown[pos];
     cols.forEach((c, i) => {
-      const donor = state.cells[cellKey(c.group, c.layer, pos, c.head)];
-      const some = c.head === null && !donor ? part[cellKey(c.group, c.layer, pos)] : undefined;
+      const donor = state.cells[cellKey(c.group, c.layer, pos, c.head, c.expert)];
+      const some = c.head === null && c.expert === null && !donor ? part[cellKey(c.group, c.layer, pos)] : undefined;
       const v = map && scale > 0 ? mapValue(c, pos) : null;
       const look = `${donor || ""}|${some || ""}|${unchanged[i] ? state.donor : ""}|${v}|${scale}`;  // the title names the donor
       if (shown[i] === look) return;
       shown[i] = look;
       const td = tds[i];
       td.className = base[i] + (donor ? ` on ${donorClass(donor)}` : "") + (some ? ` part ${donorClass(some)}` : "") + (unchanged[i] ? " same" : "");
-      let title = `${token.trim() || token} · ${columnName(c)}` + (donor ? ` · from ${donor}` : "") + (some ? ` · some heads from ${some}` : "")
+      let title = `${token.trim() || token} · ${columnName(c)}` + (donor ? ` · from ${donor}` : "") + (some ? ` · some ${expertCount(c.group) ? "experts" : "heads"} from ${some}` : "")
         + (unchanged[i] ? ` · ${state.donor}'s weights here equal the recipient's: grafting them changes nothing` : "");
       if (v !== null) {
         const a = Math.min(1, Math.abs(v) / scale);
@@ -458,30 +500,30 @@ function select(cells, positions, layers, groups, on) {   // returns new cells: 
     if (!groups.includes(c.group) || (c.layer !== null && !layers.includes(c.layer))) continue;
     for (const p of positions) {
       const key = cellKey(c.group, c.layer, p);
-      dropHeads(next, c, p, null);
+      dropUnits(next, c, p, null);
       if (on) next[key] = state.donor; else delete next[key];
     }
   }
   return next;
 }
-// A whole cell and its heads are not grafted together, nor heads of one cell from two donors (the
-// engine takes one donor per position, layer and component): a cell turned on drops the others.
-function dropHeads(cells, c, pos, keep) {
+// A whole cell and its heads (or experts) are not grafted together, nor heads or experts of one cell
+// from two donors (the engine takes one donor per position, layer and component): a cell turned on
+// drops the others.
+function dropUnits(cells, c, pos, keep) {
   if (c.layer === null) return;
-  for (let h = 0; h < headCount(c.group); h++) {
-    const key = cellKey(c.group, c.layer, pos, h);
-    if (keep === null || cells[key] !== keep) delete cells[key];
-  }
+  const keys = [];
+  for (let h = 0; h < headCount(c.group); h++) keys.push(cellKey(c.group, c.layer, pos, h));
+  for (let e = 0; e < expertCount(c.group); e++) keys.push(cellKey(c.group, c.layer, pos, null, e));
+  for (const key of keys) if (keep === null || cells[key] !== keep) delete cells[key];
 }
 function toggleCells(pairs) {     // all on (from this donor) -> off; else -> on
-  const head = (c) => (c.head === undefined ? null : c.head);
-  const keys = pairs.map(([c, p]) => cellKey(c.group, c.layer, p, head(c)));
+  const keys = pairs.map(([c, p]) => cellKey(c.group, c.layer, p, unitOf(c, "head"), unitOf(c, "expert")));
   const allOn = keys.every((k) => state.cells[k] === state.donor);
   const next = { ...state.cells };
   pairs.forEach(([c, p], i) => {
     if (allOn) { delete next[keys[i]]; return; }
-    if (head(c) === null) dropHeads(next, c, p, null);
-    else { delete next[cellKey(c.group, c.layer, p)]; dropHeads(next, c, p, state.donor); }
+    if (unitOf(c, "head") === null && unitOf(c, "expert") === null) dropUnits(next, c, p, null);
+    else { delete next[cellKey(c.group, c.layer, p)]; dropUnits(next, c, p, state.donor); }
     next[keys[i]] = state.donor;
   });
   commit(withCells(next));
@@ -566,9 +608,10 @@ async function start() {
   $("sel-add").onclick = () => composed(true);
   $("sel-remove").onclick = () => composed(false);
   $("clear").onclick = () => commit(withCells({}));
-  // Undo and redo change the grafts, not which layers are split into heads (a view).
-  $("undo").onclick = () => { if (undoStack.length) { redoStack.push(state); setState({ ...undoStack.pop(), heads: state.heads }); } };
-  $("redo").onclick = () => { if (redoStack.length) { undoStack.push(state); setState({ ...redoStack.pop(), heads: state.heads }); } };
+  // Undo and redo change the grafts, not which layers are split into heads or experts (a view).
+  const splits = () => ({ heads: state.heads, experts: state.experts });
+  $("undo").onclick = () => { if (undoStack.length) { redoStack.push(state); setState({ ...undoStack.pop(), ...splits() }); } };
+  $("redo").onclick = () => { if (redoStack.length) { undoStack.push(state); setState({ ...redoStack.pop(), ...splits() }); } };
   document.addEventListener("keydown", (e) => {
     if (!(e.ctrlKey || e.metaKey) || e.key.toLowerCase() !== "z" || ["TEXTAREA", "INPUT"].includes(e.target.tagName)) return;
     e.preventDefault(); $(e.shiftKey ? "redo" : "undo").click();
@@ -592,11 +635,16 @@ async function start() {
     $("heads-hint").textContent = `+ on a layer of O or ATTN splits them into heads (${query} query heads, ${kv} key-value heads):
       O's head h is what head h writes; ${attn}. A half-filled cell has some of its heads grafted.`;
   }
+  if (info.experts) $("experts-hint").textContent = `+ on a layer of FFN splits this mixture-of-experts block into its
+    ${info.experts.count} experts: expert e's cell grafts expert e's weights alone (Graft(..., experts=[e])). The router stays
+    the recipient's unless it is grafted too (the whole FFN cell grafts router, experts and any shared expert together), so
+    each token still goes to the experts the recipient's router picks: an expert changes a token only where it is picked, and
+    all experts together are not the whole FFN cell.`;
   for (const b of document.querySelectorAll("button.copy")) b.onclick = () => copy(b);
 
   const first = info.prompts[0];
   setState(decodeState(location.hash) || { text: first ? first.text : "The capital of France is", target: first ? first.target : "",
-    id: first ? first.id : null, donor: info.donors[0], k: 5, cells: {}, pins: [], rival: "", heads: [] });
+    id: first ? first.id : null, donor: info.donors[0], k: 5, cells: {}, pins: [], rival: "", heads: [], experts: [] });
 }
 
 start().catch((err) => showError(`cannot start: ${err.message}`));

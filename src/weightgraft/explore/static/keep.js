@@ -28,6 +28,8 @@ function checkedSession(data) {
     throw new Error("the session's state is damaged (text, cells or pins missing)");
   if (s.heads !== undefined && !(Array.isArray(s.heads) && s.heads.every((l) => Number.isInteger(l) && l >= 0 && l < info.num_layers)))
     throw new Error("the session's layers split into heads are damaged");
+  if (s.experts !== undefined && !(Array.isArray(s.experts) && s.experts.every((l) => Number.isInteger(l) && l >= 0 && l < info.num_layers)))
+    throw new Error("the session's layers split into experts are damaged");
   return data;
 }
 
