@@ -74,21 +74,27 @@ def run_all(
     with run_folder(out, shard):
         replace_other_run(out, config, overwrite and shard is None)
         result = run_experiments(config, out, progress=progress, shard=shard)
-        if shard is not None:
+        if shard is not None:  # the localize experiments run once, at the merge (`merge_run`)
             return RunOutcome(result, [])
-        found: dict[str, LocalizeSummary] = {}
-        for spec in config.localizations():
-            try:
-                folder = run_localize(config, spec, out, progress=progress)
-                found[spec.name] = LocalizeSummary.read(folder / LOCALIZE_FILE)  # searched now, or reused
-            except UserError as err:
-                mark_unfinished(out, f"localize {spec.localize}", err)
-                raise named_by_experiment(err, spec.localize) from None
-            except BaseException as err:
-                mark_unfinished(out, f"localize {spec.localize}", err)
-                raise
+        found = localize_all(config, out, progress)
         done = RunDone(result.records, result.provenance, found)
         return RunOutcome(result, summarize(config, out, report, study, done))
+
+
+def localize_all(config: RunConfig, out: Path, progress: bool = True) -> dict[str, LocalizeSummary]:
+    """Each `localize:` experiment of `config`, searched or reused when done, by name."""
+    found: dict[str, LocalizeSummary] = {}
+    for spec in config.localizations():
+        try:
+            folder = run_localize(config, spec, out, progress=progress)
+            found[spec.name] = LocalizeSummary.read(folder / LOCALIZE_FILE)  # searched now, or reused
+        except UserError as err:
+            mark_unfinished(out, f"localize {spec.localize}", err)
+            raise named_by_experiment(err, spec.localize) from None
+        except BaseException as err:
+            mark_unfinished(out, f"localize {spec.localize}", err)
+            raise
+    return found
 
 
 def named_by_experiment(err: UserError, name: str) -> UserError:
@@ -117,14 +123,15 @@ class RunDone:
     localizations: dict[str, LocalizeSummary]
 
     @classmethod
-    def read(cls, config: RunConfig, out: Path) -> RunDone:
+    def read(cls, config: RunConfig, out: Path, localizations: dict[str, LocalizeSummary] | None = None) -> RunDone:
         """The same from the run folder's files, where no runner handed them over (after a
-        merge of shards, which wrote them)."""
-        return cls(
-            [ExperimentRecord.read(out, e.name) for e in config.expanded()],
-            json.loads(run_json_file(out).read_text()),
-            {s.name: LocalizeSummary.read(out / "localize" / s.name / LOCALIZE_FILE) for s in config.localizations()},
-        )
+        merge of shards, which wrote them); `localizations` where the caller has them."""
+        if localizations is None:
+            localizations = {
+                s.name: LocalizeSummary.read(out / "localize" / s.name / LOCALIZE_FILE) for s in config.localizations()
+            }
+        experiments = [ExperimentRecord.read(out, e.name) for e in config.expanded()]
+        return cls(experiments, json.loads(run_json_file(out).read_text()), localizations)
 
 
 def summarize(
@@ -146,12 +153,14 @@ def summarize(
     return verdict.checks
 
 
-def merge_run(out: str | Path, *, report: bool = True, study: Study = PAPER) -> list[Check]:
-    """Join the shards of the run in `out`, then write its summary and report as `run_all`."""
+def merge_run(out: str | Path, *, report: bool = True, study: Study = PAPER, progress: bool = True) -> list[Check]:
+    """Join the shards of the run in `out`, run its localize experiments (shards run none: a
+    search is not split), then write its summary and report as `run_all`."""
     out = Path(out)
     with run_folder(out):
         config = parse_config(merge_shards(out))
-        return summarize(config, out, report, study)
+        found = localize_all(config, out, progress)
+        return summarize(config, out, report, study, RunDone.read(config, out, found))
 
 
 def refuse_split_overwrite(overwrite: bool) -> None:
@@ -198,7 +207,7 @@ def run_ranks(
                 "Fix that error and launch again: finished results are reused"
             )
         if shard[0] == 0:
-            outcome = RunOutcome(outcome.run, merge_run(out, report=report))
+            outcome = RunOutcome(outcome.run, merge_run(out, report=report, progress=progress))
         dist.barrier()  # the merged files exist for every rank once this returns
         return outcome
     finally:
