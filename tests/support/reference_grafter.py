@@ -48,10 +48,11 @@ PER_LAYER = [
     "experts",
     "shared_expert",
     "shared_expert_gate",
+    "kv_latent",
 ]
 MODEL_LEVEL = ["embed", "pos_embed", "ln_final", "lm_head"]
 GROUPS = ["attn", "mlp", "norms", "all"]
-ATTN_GROUP = ["q", "k", "v", "o", "q_norm", "k_norm"]
+ATTN_GROUP = ["q", "k", "v", "o", "q_norm", "k_norm", "kv_latent"]
 MLP_GROUP = ["gate", "up", "down", "router", "experts", "shared_expert", "shared_expert_gate"]
 NORM_COMPONENTS = ["ln1", "ln2", "q_norm", "k_norm", "post_attn_norm", "post_mlp_norm"]
 
@@ -230,6 +231,56 @@ def _moe_table(config) -> tuple[dict, dict]:
 MOE_FAMILY = ["mixtral", "olmoe", "qwen3_moe", "qwen2_moe"]
 
 
+def _mla_table(config) -> tuple[dict, dict]:
+    """Multi-latent attention (modeling_deepseek_v3.py, modeling_minicpm3.py): q is q_proj, or with
+    q_lora_rank q_b_proj(q_a_layernorm(q_a_proj(x))); kv_a_proj_with_mqa's output is [latent
+    (kv_lora_rank) | rotary key (qk_rope_head_dim)], the latent goes through kv_a_layernorm into the
+    cache, and expand_kv runs kv_b_proj on it, whose output is per head [k_nope | v]. So k is the
+    rotary key's rows of kv_a plus the k_nope rows of kv_b, v the v rows, and kv_latent the latent
+    rows of kv_a with kv_a_layernorm. MiniCPM3 has a dense MLP, DeepSeek-V3 (all layers MoE here)
+    a router `gate`, `experts` and `shared_experts`."""
+    r, rope = config.kv_lora_rank, config.qk_rope_head_dim
+    nope, vd, heads = config.qk_nope_head_dim, config.v_head_dim, config.num_attention_heads
+    per = nope + vd
+    q = [("self_attn.q_proj", None)]
+    if config.q_lora_rank is not None:
+        q = [("self_attn.q_a_proj", None), ("self_attn.q_a_layernorm", None), ("self_attn.q_b_proj", None)]
+    layer = {
+        "q": q,
+        "k": [
+            ("self_attn.kv_a_proj_with_mqa", _span(r, r + rope)),
+            ("self_attn.kv_b_proj", torch.cat([_span(h * per, h * per + nope) for h in range(heads)])),
+        ],
+        "v": [("self_attn.kv_b_proj", torch.cat([_span(h * per + nope, (h + 1) * per) for h in range(heads)]))],
+        "kv_latent": [("self_attn.kv_a_proj_with_mqa", _span(0, r)), ("self_attn.kv_a_layernorm", None)],
+        "o": [("self_attn.o_proj", None)],
+        "ln1": [("input_layernorm", None)],
+        "ln2": [("post_attention_layernorm", None)],
+    }
+    if config.model_type == "minicpm3":
+        layer |= {"gate": [("mlp.gate_proj", None)], "up": [("mlp.up_proj", None)], "down": [("mlp.down_proj", None)]}
+    else:
+        layer |= {
+            "router": [("mlp.gate", None)],
+            "experts": [("mlp.experts", None)],
+            "shared_expert": [("mlp.shared_experts", None)],
+        }
+    model = {
+        "embed": [("model.embed_tokens", None)],
+        "ln_final": [("model.norm", None)],
+        "lm_head": [("lm_head", None)],
+    }
+    return layer, model
+
+
+MLA_FAMILY = ["minicpm3", "deepseek_v3"]
+# Modules run over every cached position at each step, and the axis of their positions: expand_kv
+# applies kv_b_proj to the cached latent [batch, 1, seq, kv_lora_rank]. A graft at position j must
+# compute position j's key and value with j's weights at every later step too, so the reference
+# gives such a module per-position weights (`_per_position_history`).
+HISTORY_MODULES = {"self_attn.kv_b_proj": 2}
+
+
 def component_table(config) -> tuple[dict, dict, str]:
     """(per-layer table, model-level table, decoder-layer path prefix with {i})."""
     kind = config.model_type
@@ -239,6 +290,8 @@ def component_table(config) -> tuple[dict, dict, str]:
         return (*_neox_table(config), "gpt_neox.layers.{i}.")
     if kind in LLAMA_FAMILY:
         return (*_llama_family_table(config), "model.layers.{i}.")
+    if kind in MLA_FAMILY:
+        return (*_mla_table(config), "model.layers.{i}.")
     if kind == "toy_decoder":
         return (*_toy_table(config), "trunk.cells.{i}.")
     if kind in EXTRA_TABLES:
@@ -451,10 +504,54 @@ def graft_into(model, donors, grafted) -> None:
         _copy_slices(params, donor_params, parameter_slices(model, component, layer_index))
 
 
+class _PerPosition(nn.Module):
+    """Position j (along `axis` of the input) computed by its own module `copies[j]`."""
+
+    def __init__(self, copies: list[nn.Module], axis: int):
+        super().__init__()
+        self.copies, self.axis = nn.ModuleList(copies), axis
+
+    def forward(self, x):
+        outs = [self.copies[j](x.narrow(self.axis, j, 1)) for j in range(x.shape[self.axis])]
+        return torch.cat(outs, dim=self.axis)
+
+
 @torch.no_grad()
-def _step(recipient, donors, token: int, t: int, grafted, cache):
+def _per_position_history(model, recipient, donors, history: list) -> None:
+    """Give each history module of `model` (HISTORY_MODULES) one copy per position j <= t, carrying
+    the donor slices grafted at j (`history[j]`, as `resolve_row_donors` gives)."""
+    _, _, prefix = component_table(recipient.config)
+    num_layers = recipient.config.get_text_config().num_hidden_layers
+    for local, axis in HISTORY_MODULES.items():
+        for i in range(num_layers):
+            path = prefix.format(i=i) + local
+            try:
+                own = recipient.get_submodule(path)
+            except AttributeError:
+                continue
+            copies = []
+            for grafted in history:
+                piece = copy.deepcopy(own)
+                params = dict(piece.named_parameters())
+                for (component, layer_index), name in grafted.items():
+                    if layer_index != i:
+                        continue
+                    donor = _donor_model(donors, name).get_submodule(path)
+                    theirs = dict(donor.named_parameters())
+                    found = parameter_slices(recipient, component, i)
+                    mine = [(n[len(path) + 1 :], d, rows) for n, d, rows in found if n.startswith(path + ".")]
+                    _copy_slices(params, theirs, mine)
+                copies.append(piece)
+            parent, _, leaf = path.rpartition(".")
+            setattr(model.get_submodule(parent), leaf, _PerPosition(copies, axis))
+
+
+@torch.no_grad()
+def _step(recipient, donors, token: int, t: int, grafted, cache, history=None):
     model = untied_copy(recipient)
     graft_into(model, donors, grafted)
+    if history is not None:
+        _per_position_history(model, recipient, donors, history)
     out = model(
         input_ids=torch.tensor([[token]]),
         position_ids=torch.tensor([[t]]),
@@ -474,7 +571,7 @@ def reference_logits(recipient, donors, ids, specs) -> torch.Tensor:
     cache = DynamicCache(config=recipient.config)
     rows = []
     for t, token in enumerate(ids):
-        logits, cache = _step(recipient, donors, token, t, plan[t], cache)
+        logits, cache = _step(recipient, donors, token, t, plan[t], cache, plan[: t + 1])
         rows.append(logits)
     return torch.stack(rows)
 
@@ -535,6 +632,8 @@ def unit_counts(config) -> dict[str, tuple[int, int]]:
     else:
         inner = getattr(config, "intermediate_size", None) or getattr(config, "n_inner", None) or 4 * hidden
     out = {"q": (heads, head_dim), "k": (kv, head_dim), "v": (kv, head_dim), "o": (heads, head_dim)}
+    if "kv_latent" in layer:  # multi-latent attention: a key and a value per query head, v_head_dim wide
+        out |= {"v": (heads, config.v_head_dim), "o": (heads, config.v_head_dim)}
     for name in ("gate", "up", "down"):
         if name in layer:
             out[name] = (inner, 1)

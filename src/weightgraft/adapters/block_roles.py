@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import torch
 
+from weightgraft.adapters.latent_roles import LatentAttention
 from weightgraft.adapters.layouts import Layout, attention_layouts, gate_up_layouts
 from weightgraft.adapters.moe_roles import expert_modules, moe_roles
 from weightgraft.adapters.probe import BlockProbe, changed_positions, is_linear_in, nudge, seq_axis
@@ -41,6 +42,7 @@ class BlockInference:
         self.middle = probe.tokens // 2
         self.virtual_mlp: list[str] = []
         self._memo: dict[tuple, str | None] = {}
+        self.chained: list[str] = []  # attention projections fed by other projections (latent_roles)
 
     def roles(self) -> BlockRoles:
         owners = [p for p, m in self.modules.items() if p and direct_parameters(m)]
@@ -110,11 +112,10 @@ class BlockInference:
         parts: dict[str, tuple[str, torch.Tensor]] = {}
         fed = self.base[roles.attn].input
         chained = [p for p in linears if p not in post and not torch.equal(self.base[p].input, fed)]
-        if chained:
-            raise Refusal(
-                f"attention projections {chained} read other projections' outputs (low-rank or multi-latent "
-                "attention): q, k and v have no weights of their own to graft"
-            )
+        if chained:  # low-rank or multi-latent attention: chains of projections and norms
+            self.chained = chained
+            LatentAttention(self, roles, linears, norms).assign()
+            return
         for path in [p for p in linears if p not in post]:
             layout = self._one_layout(path, self._attention_candidates(path), "attention")
             fused = len(layout) > 1 or next(iter(layout)) not in ("q", "k", "v")

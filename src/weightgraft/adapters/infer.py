@@ -20,6 +20,7 @@ from weightgraft.adapters.base import Adapter, Part
 from weightgraft.adapters.block_roles import BlockInference
 from weightgraft.adapters.check import AdapterError, check_adapter
 from weightgraft.adapters.coverage import uncovered_parameters
+from weightgraft.adapters.latent_roles import history_modules
 from weightgraft.adapters.probe import BlockProbe, first_tensor, primary_input
 from weightgraft.adapters.role_types import BlockRoles, Refusal, direct_parameters, is_norm_like
 
@@ -61,7 +62,10 @@ def _infer(model: nn.Module) -> Adapter:
         layers = decoder_stack(model)
         _check_uniform(model, layers)
         probe = BlockProbe(model, model.get_submodule(layers))
-        roles = BlockInference(probe, head_shapes(model)).roles()
+        inference = BlockInference(probe, head_shapes(model))
+        roles = inference.roles()
+        if inference.chained:
+            roles.history = history_modules(model, probe.block, inference.chained)
         adapter = _adapter(model_type, layers, model_level(model, layers), roles)
     except Refusal as refusal:
         raise AdapterError(f"weightgraft cannot graft this {model_type!r} model: {refusal}; {ADVICE}") from None
@@ -192,7 +196,10 @@ def _model_pass(model: nn.Module, layers: str, paths: list[str]) -> dict:
 
 
 def _adapter(model_type: str, layers: str, level: dict[str, str], roles: BlockRoles) -> Adapter:
-    per_layer = {comp: Part(*ref) if isinstance(ref, tuple) else ref for comp, ref in roles.per_layer.items()}
+    def ref(found):
+        return Part(*found) if isinstance(found, tuple) else found
+
+    per_layer = {c: tuple(map(ref, r)) if isinstance(r, list) else ref(r) for c, r in roles.per_layer.items()}
     splits = {path: _fixed(layout) for path, layout in roles.splits.items()}
     return Adapter(
         model_types=(model_type,),
@@ -204,6 +211,7 @@ def _adapter(model_type: str, layers: str, level: dict[str, str], roles: BlockRo
         splits=splits,
         seq_dims=dict(roles.seq_dims),
         call_forms=dict(roles.call_forms),
+        history_modules=tuple(roles.history),
         origin="inferred",
     )
 

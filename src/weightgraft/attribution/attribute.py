@@ -390,7 +390,7 @@ def _products(
             ).to(dtype)
         for key_index, columns in target_module.keys:
             part = product if columns is None else product[..., columns.to(product.device)]
-            effects[key_index] = part.sum(-1)
+            effects[key_index] += part.sum(-1)  # a chain: the sum over its modules
             spec = units.get(key_index)
             if spec is not None and spec.side == "expert":  # [experts, tokens, ...] -> [batch, seq, experts]
                 each = (grad.to(dtype) * state.expert_deltas[target_module.path].to(dtype)).flatten(2).sum(-1)

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from weightgraft.adapters import adapter_for
-from weightgraft.adapters.base import Part
+from weightgraft.adapters.base import Part, chain_of, module_path
 from weightgraft.adapters.coverage import uncovered_parameters
 from weightgraft.donors import DonorSource
 from weightgraft.donors.placement import execution_device
@@ -25,6 +25,7 @@ from weightgraft.engine.graft_masks import (
     resolve_partials,
     row_graft_lists,
 )
+from weightgraft.engine.history import grafts_history, history_keys, refuse_history_generation
 from weightgraft.engine.hooks import Splice, SpliceHooks, module_layouts
 from weightgraft.engine.inputs import call_inputs
 from weightgraft.engine.layer_memo import LayerMemo, remembered
@@ -102,8 +103,10 @@ class Grafter(GrafterViews):
             (layer, c) for layer in range(self.num_layers) for c in self.adapter.per_layer
         ]
         self._key_index = {key: i for i, key in enumerate(self.keys)}
+        # Per hooked module, the keys it serves; per key, its output's module (a chain's last).
+        self._key_target: dict[int, tuple[str, torch.Tensor | None]] = {}
         self._targets = self._module_targets()
-        self._key_target = {k: (path, cols) for path, served in self._targets.items() for k, cols in served}
+        self._history = history_keys(self.adapter, self._targets)  # engine.history
         self._units: dict[str, UnitSpec] | None = None
         self._unit_columns: dict[tuple[int, frozenset], UnitColumns] = {}
         self._lm_head_path = self.adapter.model_level.get("lm_head", "")
@@ -154,15 +157,15 @@ class Grafter(GrafterViews):
         grafting them changes nothing. A part of a fused matrix counts only when the whole module
         is identical (never a false "identical"). Reads every donor module once (lazy donors too)."""
         source = self.donors[donor]
-        same = []
+        same, differ = set(), set()
         for path, served in self._targets.items():
             mine = dict(self.recipient.get_submodule(path).named_parameters())
             theirs = dict(source.module(path).named_parameters())
-            if mine.keys() == theirs.keys() and all(
+            equal = mine.keys() == theirs.keys() and all(
                 torch.equal(mine[n].detach(), theirs[n].detach().to(mine[n].device)) for n in mine
-            ):
-                same += [self.keys[k] for k, _ in served]
-        return [key for key in self.keys if key in same]
+            )
+            (same if equal else differ).update(self.keys[k] for k, _ in served)
+        return [key for key in self.keys if key in same and key not in differ]  # a chain: all its modules
 
     def prefetch(self, grafts: Graft | Sequence[Graft]) -> None:
         """Load the donor modules these grafts need now (lazy donors read their tensors)."""
@@ -243,6 +246,8 @@ class Grafter(GrafterViews):
         if not bool(mask[:, -1].all()):
             raise ValueError("generate needs left-padded prompts: set tokenizer.padding_side = 'left'")
         grafted = self._graft_masks(grafts, row_grafts, mask, roles)
+        if grafts_history(grafted, self._history, len(self.keys), len(self.donors)):
+            refuse_history_generation(sorted({self.keys[k][1] for k in self._history}))
         step = grafted.last_column() if generated == "last" else grafted.nothing_at_last_column()
         eos = eos_id_set(eos_token_id if eos_token_id is not None else self._config_eos())
         pad = pad_token_id if pad_token_id is not None else (min(eos) if eos else 0)
@@ -346,7 +351,8 @@ class Grafter(GrafterViews):
 
     # --- running --------------------------------------------------------------------------------
     def _module_targets(self) -> dict[str, list[tuple[int, torch.Tensor | None]]]:
-        """For each module to hook: the keys it serves, with their output columns for fused parts."""
+        """For each module to hook: the keys it serves, with their output columns for fused parts.
+        A chain's key is served by each of its modules; `_key_target` keeps its last (its output)."""
         targets: dict[str, list[tuple[int, torch.Tensor | None]]] = {}
         config = self.recipient.config
         splits = {path: rule(config) for path, rule in self.adapter.splits.items()}
@@ -354,12 +360,14 @@ class Grafter(GrafterViews):
         for index, (layer, comp) in enumerate(self.keys):
             if layer is None:
                 path, columns = self.adapter.model_level[comp], None
-            else:
-                ref = self.adapter.per_layer[comp]
-                local = ref.module if isinstance(ref, Part) else ref
+                targets.setdefault(path, []).append((index, columns))
+                self._key_target[index] = (path, columns)
+                continue
+            for ref in chain_of(self.adapter.per_layer[comp]):  # a chain: each of its modules
                 columns = splits[ref.module][ref.part].to(self.device) if isinstance(ref, Part) else None
-                path = f"{layers_path}.{layer}.{local}"
-            targets.setdefault(path, []).append((index, columns))
+                path = f"{layers_path}.{layer}.{module_path(ref)}"
+                targets.setdefault(path, []).append((index, columns))
+                self._key_target[index] = (path, columns)
         return targets
 
     @contextmanager
@@ -429,7 +437,8 @@ class Grafter(GrafterViews):
 
     def _forward(self, ids: torch.Tensor, mask: torch.Tensor, grafted: GraftMasks, keep: int) -> torch.Tensor:
         """Logits of the last `keep` positions (0: all), segment by segment when rows share."""
-        segments = plan_segments(ids, mask, grafted.masks) if self.share_prefixes else None
+        cached = self.share_prefixes and not grafts_history(grafted, self._history, len(self.keys), len(self.donors))
+        segments = plan_segments(ids, mask, grafted.masks) if cached else None
 
         def layer_groups(rows, end: int) -> list[LayerGroups]:
             if not self._shares_layers():
