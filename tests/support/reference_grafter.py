@@ -273,6 +273,38 @@ def _mla_table(config) -> tuple[dict, dict]:
     return layer, model
 
 
+def _chain_table(config) -> tuple[dict, dict]:
+    """Llama-shaped blocks with modules on a projection's path. BitNet (modeling_bitnet.py):
+    o_proj reads attn_sub_norm(attention output), down_proj reads ffn_sub_norm(act(gate) * up),
+    so o and down take their sub-norm with them. Apertus (modeling_apertus.py): down_proj reads
+    act_fn(up_proj(x)), an xIELU with parameters, which goes with up; no gate; q/k norms; its
+    block norms are attention_layernorm and feedforward_layernorm."""
+    layer = {
+        "q": [("self_attn.q_proj", None)],
+        "k": [("self_attn.k_proj", None)],
+        "v": [("self_attn.v_proj", None)],
+        "o": [("self_attn.o_proj", None)],
+        "up": [("mlp.up_proj", None)],
+        "down": [("mlp.down_proj", None)],
+    }
+    if config.model_type == "bitnet":
+        layer["o"] = [("self_attn.attn_sub_norm", None), ("self_attn.o_proj", None)]
+        layer["down"] = [("mlp.ffn_sub_norm", None), ("mlp.down_proj", None)]
+        layer |= {"gate": [("mlp.gate_proj", None)], "ln1": [("input_layernorm", None)]}
+        layer["ln2"] = [("post_attention_layernorm", None)]
+    else:
+        layer["up"] = [("mlp.up_proj", None), ("mlp.act_fn", None)]
+        layer |= {"q_norm": [("self_attn.q_norm", None)], "k_norm": [("self_attn.k_norm", None)]}
+        layer |= {"ln1": [("attention_layernorm", None)], "ln2": [("feedforward_layernorm", None)]}
+    model = {
+        "embed": [("model.embed_tokens", None)],
+        "ln_final": [("model.norm", None)],
+        "lm_head": [("lm_head", None)],
+    }
+    return layer, model
+
+
+CHAIN_FAMILY = ["bitnet", "apertus"]
 MLA_FAMILY = ["minicpm3", "deepseek_v3"]
 # Modules run over every cached position at each step, and the axis of their positions: expand_kv
 # applies kv_b_proj to the cached latent [batch, 1, seq, kv_lora_rank]. A graft at position j must
@@ -292,6 +324,8 @@ def component_table(config) -> tuple[dict, dict, str]:
         return (*_llama_family_table(config), "model.layers.{i}.")
     if kind in MLA_FAMILY:
         return (*_mla_table(config), "model.layers.{i}.")
+    if kind in CHAIN_FAMILY:
+        return (*_chain_table(config), "model.layers.{i}.")
     if kind == "toy_decoder":
         return (*_toy_table(config), "trunk.cells.{i}.")
     if kind in EXTRA_TABLES:
@@ -665,6 +699,9 @@ def unit_parameter_slices(model, component: str, layer_index: int, units):
         if component == "experts":  # expert e: index e on the leading axis of every expert parameter
             out += [(f"{path}.{pname}", 0, own) for pname, _ in module.named_parameters()]
             continue
+        if component in ("o", "down") and _is_per_channel(module):  # a sub-norm before o or down
+            out += [(f"{path}.{pname}", 0, own) for pname, _ in module.named_parameters(recurse=False)]
+            continue
         if component in ("o", "down"):  # input features of the weight only
             out.append((f"{path}.weight", 0 if conv else 1, own))
             continue
@@ -673,6 +710,12 @@ def unit_parameter_slices(model, component: str, layer_index: int, units):
             dim = 1 if (conv and pname == "weight") else 0
             out.append((f"{path}.{pname}", dim, picked))
     return out
+
+
+def _is_per_channel(module: nn.Module) -> bool:
+    """A module whose every parameter is one value per feature (a norm's weight and bias)."""
+    params = list(module.parameters(recurse=False))
+    return bool(params) and all(p.dim() == 1 for p in params)
 
 
 def resolve_row_units(specs, n: int, config) -> list[dict]:

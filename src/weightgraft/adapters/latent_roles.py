@@ -48,7 +48,7 @@ class LatentAttention:
     def __init__(self, inference, roles: BlockRoles, linears: list[str], norms: list[str]):
         self.inf, self.roles, self.base = inference, roles, inference.base
         fed = self.base[roles.attn].input
-        self.o = roles.per_layer["o"]
+        self.o = inference.o
         self.firsts = [p for p in linears if p != self.o and _same(self.base[p].input, fed)]
         self.seconds = [p for p in linears if p != self.o and p not in self.firsts]
         self.norms = norms

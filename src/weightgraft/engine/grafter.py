@@ -105,10 +105,11 @@ class Grafter(GrafterViews):
         self._key_index = {key: i for i, key in enumerate(self.keys)}
         # Per hooked module, the keys it serves; per key, its output's module (a chain's last).
         self._key_target: dict[int, tuple[str, torch.Tensor | None]] = {}
+        self._key_paths: dict[int, tuple[str, ...]] = {}  # every module of a key (a chain's, in order)
         self._targets = self._module_targets()
         self._history = history_keys(self.adapter, self._targets)  # engine.history
         self._units: dict[str, UnitSpec] | None = None
-        self._unit_columns: dict[tuple[int, frozenset], UnitColumns] = {}
+        self._unit_columns: dict[tuple[int, frozenset, str], UnitColumns] = {}
         self._lm_head_path = self.adapter.model_level.get("lm_head", "")
         self._cache_name = cache_argument(recipient)  # read once, not on every pass
         self._layer_memo: LayerMemo | None = None  # remember_layers()
@@ -291,13 +292,19 @@ class Grafter(GrafterViews):
             return None
         return frozenset(units)
 
-    def _partial_columns(self, key: int, units: frozenset) -> UnitColumns:
-        """(output columns, input columns, experts) of a key's module that `units` of the key cover."""
-        found = self._unit_columns.get((key, units))
+    def _partial_columns(self, key: int, units: frozenset, path: str | None = None) -> UnitColumns:
+        """(output columns, input columns, experts) of a key's module at `path` (default: its last)
+        that `units` of the key cover; a per-channel module before a chain's last gives its output
+        columns the last module reads as those units' inputs."""
+        path = path or self._key_target[key][0]
+        found = self._unit_columns.get((key, units, path))
         if found is None:
             spec = self.units[self.keys[key][1]]
-            found = unit_columns(spec, self._key_target[key][1], units, self.device)
-            self._unit_columns[(key, units)] = found
+            if path == self._key_target[key][0]:
+                found = unit_columns(spec, self._key_target[key][1], units, self.device)
+            else:
+                found = (spec.columns(units).to(self.device), None, None)
+            self._unit_columns[(key, units, path)] = found
         return found
 
     def _donor_index(self, graft: Graft) -> int:
@@ -361,13 +368,14 @@ class Grafter(GrafterViews):
             if layer is None:
                 path, columns = self.adapter.model_level[comp], None
                 targets.setdefault(path, []).append((index, columns))
-                self._key_target[index] = (path, columns)
+                self._key_target[index], self._key_paths[index] = (path, columns), (path,)
                 continue
             for ref in chain_of(self.adapter.per_layer[comp]):  # a chain: each of its modules
                 columns = splits[ref.module][ref.part].to(self.device) if isinstance(ref, Part) else None
                 path = f"{layers_path}.{layer}.{module_path(ref)}"
                 targets.setdefault(path, []).append((index, columns))
                 self._key_target[index] = (path, columns)
+                self._key_paths[index] = (*self._key_paths.get(index, ()), path)
         return targets
 
     @contextmanager
@@ -383,7 +391,7 @@ class Grafter(GrafterViews):
             used += [
                 d
                 for i, (d, k, _) in enumerate(grafted.partials)
-                if grafted.classes[base + i] >= 0 and self._key_target[k][0] == path and d not in used
+                if grafted.classes[base + i] >= 0 and path in self._key_paths[k] and d not in used
             ]
             if used:
                 donor_modules[path] = {d: sources[d].module(path) for d in used}
@@ -410,7 +418,7 @@ class Grafter(GrafterViews):
         modules and donors."""
         return plan_splices(
             chunk, paths, keep, groups, num_keys=len(self.keys), num_donors=len(self.donors), targets=self._targets,
-            key_target=self._key_target, path_layer=self._path_layer, lm_head_path=self._lm_head_path,
+            key_paths=self._key_paths, path_layer=self._path_layer, lm_head_path=self._lm_head_path,
             partial_columns=self._partial_columns,
         )  # fmt: skip
 

@@ -24,10 +24,10 @@ def plan_splices(
     num_keys: int,
     num_donors: int,
     targets: Targets,
-    key_target: dict[int, tuple[str, torch.Tensor | None]],
+    key_paths: dict[int, tuple[str, ...]],
     path_layer: dict[str, int | None],
     lm_head_path: str,
-    partial_columns: Callable[[int, frozenset], tuple[torch.Tensor | None, ...]],
+    partial_columns: Callable[[int, frozenset, str], tuple[torch.Tensor | None, ...]],
 ) -> dict[str, list[Splice]]:
     """Per hooked module, this chunk's splices: for each donor, the output rows (and columns)
     it replaces. Fused parts that one donor grafts at the same rows merge into one splice.
@@ -73,14 +73,14 @@ def plan_splices(
                     splices.append(Splice(rows, cols, d))
         base = num_donors * num_keys
         for i, (d, k, units) in enumerate(chunk.partials):
-            if chunk.classes[base + i] < 0 or key_target[k][0] != path:
+            if chunk.classes[base + i] < 0 or path not in key_paths[k]:
                 continue
             rows = {(batch, seq): rows_of(base + i, 0)}
             layer = path_layer[path]
             if layer is not None and layer < len(groups):
                 rows[(len(groups[layer].representatives), seq)] = rows_of(base + i, 0, layer)
             if any(r.numel() for r in rows.values()):
-                out_cols, in_cols, experts = partial_columns(k, units)
+                out_cols, in_cols, experts = partial_columns(k, units, path)
                 splices.append(Splice(rows, out_cols, d, in_cols, experts))
         if splices:
             plan[path] = splices

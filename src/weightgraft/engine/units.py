@@ -70,6 +70,20 @@ def _out_features(module: nn.Module) -> int:
     return weight.shape[1] if type(module).__name__ == "Conv1D" else weight.shape[0]
 
 
+def _per_channel_before(layer: nn.Module, chain: tuple, comp: str) -> bool:
+    """Whether an o or down chain is per-channel modules (a sub-norm's weights, one per input
+    feature) before its last projection: a head or neuron is then those features' weights in
+    each module (`Grafter._partial_columns` grafts the earlier modules' output columns)."""
+    if comp not in ("o", "down") or any(isinstance(ref, Part) for ref in chain):
+        return False
+    width = _in_features(layer.get_submodule(chain[-1]))
+    for path in chain[:-1]:
+        params = list(layer.get_submodule(path).parameters())
+        if not params or any(p.dim() != 1 or p.numel() != width for p in params):
+            return False
+    return True
+
+
 def unit_specs(adapter: Adapter, model: nn.Module, splits: dict[str, dict[str, torch.Tensor]]) -> dict[str, UnitSpec]:
     """The units of every head and neuron component this model has, read from layer 0's modules
     and the config's head counts."""
@@ -85,9 +99,9 @@ def unit_specs(adapter: Adapter, model: nn.Module, splits: dict[str, dict[str, t
     out: dict[str, UnitSpec] = {}
     for comp in HEAD_COMPONENTS + NEURON_COMPONENTS:
         ref = adapter.per_layer.get(comp)
-        if ref is None or is_chain(ref):  # a chain's units span several modules: it has none here
-            continue
-        ref = chain_of(ref)[0]
+        if ref is None or (is_chain(ref) and not _per_channel_before(layer, ref, comp)):
+            continue  # a chain's units span several modules: only o's and down's may have them
+        ref = chain_of(ref)[-1]
         module = layer.get_submodule(ref.module if isinstance(ref, Part) else ref)
         if comp in ("o", "down"):
             width = _in_features(module)
