@@ -1,6 +1,7 @@
 """Chain components: a component computed by several position-wise modules in sequence. BitNet's
 o is (attn_sub_norm, o_proj) and its down (ffn_sub_norm, down_proj); Apertus' up is (up_proj,
-act_fn), an activation with parameters. The inferred adapters name the modeling files' chains,
+act_fn), an activation with parameters; BLOOM's embed is (word_embeddings,
+word_embeddings_layernorm), a model-level chain. The inferred adapters name the modeling files' chains,
 and whole grafts, heads of o and neurons of down (each module's features of those units) equal
 the independent per-token reference."""
 
@@ -108,3 +109,20 @@ def test_neurons_of_an_activation_chain_are_refused_by_name():
     ids = torch.tensor([random_prompt(random.Random(2), 4)])
     with pytest.raises(UnitError, match="chain"):
         _grafter("apertus").logits(ids, grafts=Graft("last", 0, "up", neurons=[1]))
+
+
+def test_bloom_embed_chain_matches_reference():
+    """BLOOM's embed is (word_embeddings, word_embeddings_layernorm): a model-level chain."""
+    from weightgraft.adapters import adapter_for
+
+    recipient, donor = _pair("bloom")
+    adapter = adapter_for(recipient)
+    assert adapter.model_level["embed"] == ("transformer.word_embeddings", "transformer.word_embeddings_layernorm")
+    rng = random.Random(stable_seed("bloom"))
+    rows = [random_prompt(rng, rng.randrange(4, 9)) for _ in range(2)]
+    ids, mask = pad_batch(rows, "left")
+    row_specs = [GraftSpec([0, -1], "all", "embed"), GraftSpec(random_positions(rng, len(rows[1])), 1, ["embed", "q"])]
+    got = _grafter("bloom").logits(ids, row_grafts=[to_grafts(s) for s in row_specs], attention_mask=mask)
+    want = reference_rows(recipient, donor, rows, row_specs)
+    for b in range(len(rows)):
+        assert max_diff(got[b, real_slice(mask[b])], want[b]) < ATOL, row_specs[b]

@@ -150,7 +150,10 @@ def adapter_table(model, adapter) -> tuple[dict, dict, str]:
                 layer[comp].append((refpath.module, torch.as_tensor(cols)))
             else:
                 layer[comp].append((refpath, None))
-    model_level = {comp: [(path, None)] for comp, path in adapter.model_level.items()}
+    model_level = {
+        comp: [(path, None) for path in (entry if isinstance(entry, tuple) else (entry,))]
+        for comp, entry in adapter.model_level.items()
+    }
     return layer, model_level, adapter.layers + ".{i}."
 
 

@@ -304,6 +304,34 @@ def _chain_table(config) -> tuple[dict, dict]:
     return layer, model
 
 
+def _bloom_table(config) -> tuple[dict, dict]:
+    """BLOOM (modeling_bloom.py): query_key_value viewed as [heads, 3, head_dim] (q, k, v per
+    head); the embedding goes through word_embeddings_layernorm before the first block, so embed
+    is both; no position embedding (ALiBi)."""
+    heads = config.n_head
+    hd = config.hidden_size // heads
+
+    def part(which: int) -> torch.Tensor:
+        return torch.cat([_span(h * 3 * hd + which * hd, h * 3 * hd + (which + 1) * hd) for h in range(heads)])
+
+    layer = {
+        "q": [("self_attention.query_key_value", part(0))],
+        "k": [("self_attention.query_key_value", part(1))],
+        "v": [("self_attention.query_key_value", part(2))],
+        "o": [("self_attention.dense", None)],
+        "up": [("mlp.dense_h_to_4h", None)],
+        "down": [("mlp.dense_4h_to_h", None)],
+        "ln1": [("input_layernorm", None)],
+        "ln2": [("post_attention_layernorm", None)],
+    }
+    model = {
+        "embed": [("transformer.word_embeddings", None), ("transformer.word_embeddings_layernorm", None)],
+        "ln_final": [("transformer.ln_f", None)],
+        "lm_head": [("lm_head", None)],
+    }
+    return layer, model
+
+
 CHAIN_FAMILY = ["bitnet", "apertus"]
 MLA_FAMILY = ["minicpm3", "deepseek_v3"]
 # Modules run over every cached position at each step, and the axis of their positions: expand_kv
@@ -326,6 +354,8 @@ def component_table(config) -> tuple[dict, dict, str]:
         return (*_mla_table(config), "model.layers.{i}.")
     if kind in CHAIN_FAMILY:
         return (*_chain_table(config), "model.layers.{i}.")
+    if kind == "bloom":
+        return (*_bloom_table(config), "transformer.h.{i}.")
     if kind == "toy_decoder":
         return (*_toy_table(config), "trunk.cells.{i}.")
     if kind in EXTRA_TABLES:

@@ -4,6 +4,8 @@ An adapter is data, not code: a table from the canonical component names to modu
 split rule for fused matrices (GPT-2's c_attn, NeoX's query_key_value, Phi-3's qkv_proj). The
 engine grafts a component by replacing the *output* of its module at the grafted rows with the
 donor module's output on the same input, which equals computing with the donor's weights there.
+A component may be a chain of modules (a low-rank q, a sub-norm and its projection): each is
+grafted so, in data-flow order.
 """
 
 from __future__ import annotations
@@ -99,7 +101,8 @@ class Adapter:
     Args:
         model_types: the `config.model_type` values it serves (the first names it in errors).
         layers: the path of the decoder blocks' `ModuleList` ("model.layers").
-        model_level: component -> module path in the model (embed, pos_embed, ln_final, lm_head).
+        model_level: component -> module path in the model (embed, pos_embed, ln_final, lm_head),
+            or a tuple of paths (a chain: BLOOM's embed is its embedding and the norm after it).
         per_layer: component -> module path in a block, a `Part` of a fused module, or a tuple of
             them (a chain, `ComponentRef`).
         attn_module: the blocks' attention submodule (the `attn` group).
@@ -116,7 +119,7 @@ class Adapter:
 
     model_types: tuple[str, ...]
     layers: str
-    model_level: Mapping[str, str]
+    model_level: Mapping[str, str | tuple[str, ...]]
     per_layer: Mapping[str, ComponentRef]
     attn_module: str
     mlp_module: str

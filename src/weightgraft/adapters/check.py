@@ -81,7 +81,8 @@ def _structure_problems(model: nn.Module, adapter: Adapter) -> list[str]:
     modules = dict(model.named_modules())
     problems = [
         f"model_level[{comp!r}]={path!r} is not a module of this model; fix the path (see model.named_modules())"
-        for comp, path in adapter.model_level.items()
+        for comp, entry in adapter.model_level.items()
+        for path in chain_of(entry)
         if path not in modules
     ]
     for comp, local in [(c, module_path(ref)) for c, entry in adapter.per_layer.items() for ref in chain_of(entry)]:

@@ -13,7 +13,7 @@ from weightgraft.adapters.base import Adapter, chain_of, module_path
 
 def adapter_module_paths(model: nn.Module, adapter: Adapter) -> list[str]:
     """Every module the adapter names, across all layers."""
-    paths = list(adapter.model_level.values())
+    paths = [path for entry in adapter.model_level.values() for path in chain_of(entry)]
     num_layers = len(adapter.decoder_layers(model))
     for entry in adapter.per_layer.values():
         for ref in chain_of(entry):

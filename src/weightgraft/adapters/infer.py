@@ -137,8 +137,9 @@ def head_shapes(model: nn.Module) -> list[tuple[int, int, int]]:
 
 
 @torch.no_grad()
-def model_level(model: nn.Module, layers: str) -> dict[str, str]:
-    """embed, lm_head, and by data flow ln_final (reads the last block) and pos_embed."""
+def model_level(model: nn.Module, layers: str) -> dict[str, str | tuple[str, ...]]:
+    """embed, lm_head, and by data flow ln_final (reads the last block), pos_embed and a norm of
+    the embedding's output (which joins embed as a chain)."""
     names = {id(m): n for n, m in model.named_modules()}
     embed, head = model.get_input_embeddings(), model.get_output_embeddings()
     if embed is None or head is None or id(head) not in names:
@@ -147,7 +148,8 @@ def model_level(model: nn.Module, layers: str) -> dict[str, str]:
     inside = layers + "."
     others = [n for n, m in model.named_modules() if direct_parameters(m) and not n.startswith(inside)]
     others = [n for n in others if n not in found.values()]
-    seen = _model_pass(model, layers, others + [found["embed"]])
+    embed_path = found["embed"]
+    seen = _model_pass(model, layers, others + [embed_path])
     last_block = seen.pop("last block")
     for path in others:
         module, x = model.get_submodule(path), seen.get(path, (None, None))[0]
@@ -161,7 +163,10 @@ def model_level(model: nn.Module, layers: str) -> dict[str, str]:
         elif is_norm_like(module) and x is not None and torch.equal(x, last_block) and "ln_final" not in found:
             found["ln_final"] = path
         else:
-            near_embed = x is not None and torch.equal(x, seen[found["embed"]][1])
+            near_embed = x is not None and torch.equal(x, seen[embed_path][1])
+            if near_embed and is_norm_like(module) and found["embed"] == embed_path:
+                found["embed"] = (embed_path, path)  # an embedding norm joins embed as a chain (BLOOM)
+                continue
             why = "an embedding norm" if near_embed else "outside the decoder blocks"
             params = [f"{path}.{p}" for p in direct_parameters(module)]
             raise Refusal(f"parameters {params} are {why}, which no canonical component takes")

@@ -70,7 +70,8 @@ def _resolve_targets(grafter) -> dict[str, list[tuple[int, torch.Tensor | None]]
     targets: dict[str, list[tuple[int, torch.Tensor | None]]] = {}
     for index, (layer, comp) in enumerate(grafter.keys):
         if layer is None:
-            targets.setdefault(adapter.model_level[comp], []).append((index, None))
+            for path in chain_of(adapter.model_level[comp]):
+                targets.setdefault(path, []).append((index, None))
             continue
         for ref in chain_of(adapter.per_layer[comp]):  # a chain: each of its modules
             columns = splits[ref.module][ref.part] if isinstance(ref, Part) else None

@@ -366,9 +366,10 @@ class Grafter(GrafterViews):
         layers_path = self.adapter.layers
         for index, (layer, comp) in enumerate(self.keys):
             if layer is None:
-                path, columns = self.adapter.model_level[comp], None
-                targets.setdefault(path, []).append((index, columns))
-                self._key_target[index], self._key_paths[index] = (path, columns), (path,)
+                for path in chain_of(self.adapter.model_level[comp]):
+                    targets.setdefault(path, []).append((index, None))
+                    self._key_target[index] = (path, None)
+                    self._key_paths[index] = (*self._key_paths.get(index, ()), path)
                 continue
             for ref in chain_of(self.adapter.per_layer[comp]):  # a chain: each of its modules
                 columns = splits[ref.module][ref.part].to(self.device) if isinstance(ref, Part) else None

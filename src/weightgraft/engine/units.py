@@ -1,7 +1,9 @@
 """Units finer than a component: attention heads, FFN neurons and mixture-of-experts experts.
 
 A head or neuron of a component is a block of columns of its module's weight (a component that
-is a chain of several modules, `adapters.base.ComponentRef`, has none: it is grafted whole):
+is a chain of several modules, `adapters.base.ComponentRef`, has none and is grafted whole,
+except an o or down whose earlier modules are per-feature, a sub-norm: a unit is then its
+features in each module):
 
 - `q`, `k`, `v` heads and `gate`, `up` neurons are *output* columns: grafting them replaces
   those columns of the module's output (through the fused split for GPT-2's `c_attn`, NeoX's

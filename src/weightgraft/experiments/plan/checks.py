@@ -148,7 +148,7 @@ def unit_facts(model_config, skeleton) -> tuple[dict, dict]:
     for comp in adapter.components:
         entry = adapter.per_layer.get(comp)
         if entry is None:
-            modules = [skeleton.get_submodule(adapter.model_level[comp])]
+            modules = [skeleton.get_submodule(path) for path in chain_of(adapter.model_level[comp])]
         else:  # a chain: the smallest matrix of any of its modules
             modules = [layer.get_submodule(module_path(ref)) for ref in chain_of(entry)]
         shapes = [list(p.shape) for module in modules for p in module.parameters() if p.dim() == 2]
