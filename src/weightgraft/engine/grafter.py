@@ -11,7 +11,6 @@ import torch
 from torch import nn
 
 from weightgraft.adapters import adapter_for
-from weightgraft.adapters.base import Part, chain_of, module_path
 from weightgraft.adapters.coverage import uncovered_parameters
 from weightgraft.donors import DonorSource
 from weightgraft.donors.placement import execution_device
@@ -32,7 +31,7 @@ from weightgraft.engine.layer_memo import LayerMemo, remembered
 from weightgraft.engine.layer_sharing import BEFORE_THE_LAYERS, LayerGroups, SharedLayers, plan_layer_groups
 from weightgraft.engine.named_donors import named_donors
 from weightgraft.engine.sharing import plan_segments
-from weightgraft.engine.splice_plan import plan_splices
+from weightgraft.engine.splice_plan import module_targets, plan_splices
 from weightgraft.engine.units import UnitColumns, UnitSpec, check_units, unit_columns, unit_specs
 from weightgraft.engine.views import GrafterViews
 
@@ -103,10 +102,11 @@ class Grafter(GrafterViews):
             (layer, c) for layer in range(self.num_layers) for c in self.adapter.per_layer
         ]
         self._key_index = {key: i for i, key in enumerate(self.keys)}
-        # Per hooked module, the keys it serves; per key, its output's module (a chain's last).
-        self._key_target: dict[int, tuple[str, torch.Tensor | None]] = {}
-        self._key_paths: dict[int, tuple[str, ...]] = {}  # every module of a key (a chain's, in order)
-        self._targets = self._module_targets()
+        # Per hooked module, the keys it serves; per key, its output's module (a chain's last) and
+        # every module it grafts (a chain's, in order).
+        self._targets, self._key_target, self._key_paths = module_targets(
+            self.adapter, self.keys, recipient.config, self.device
+        )
         self._history = history_keys(self.adapter, self._targets)  # engine.history
         self._units: dict[str, UnitSpec] | None = None
         self._unit_columns: dict[tuple[int, frozenset, str], UnitColumns] = {}
@@ -357,28 +357,6 @@ class Grafter(GrafterViews):
         return GraftMasks(out.to(mask.device), mask_classes(out), partials)
 
     # --- running --------------------------------------------------------------------------------
-    def _module_targets(self) -> dict[str, list[tuple[int, torch.Tensor | None]]]:
-        """For each module to hook: the keys it serves, with their output columns for fused parts.
-        A chain's key is served by each of its modules; `_key_target` keeps its last (its output)."""
-        targets: dict[str, list[tuple[int, torch.Tensor | None]]] = {}
-        config = self.recipient.config
-        splits = {path: rule(config) for path, rule in self.adapter.splits.items()}
-        layers_path = self.adapter.layers
-        for index, (layer, comp) in enumerate(self.keys):
-            if layer is None:
-                for path in chain_of(self.adapter.model_level[comp]):
-                    targets.setdefault(path, []).append((index, None))
-                    self._key_target[index] = (path, None)
-                    self._key_paths[index] = (*self._key_paths.get(index, ()), path)
-                continue
-            for ref in chain_of(self.adapter.per_layer[comp]):  # a chain: each of its modules
-                columns = splits[ref.module][ref.part].to(self.device) if isinstance(ref, Part) else None
-                path = f"{layers_path}.{layer}.{module_path(ref)}"
-                targets.setdefault(path, []).append((index, columns))
-                self._key_target[index] = (path, columns)
-                self._key_paths[index] = (*self._key_paths.get(index, ()), path)
-        return targets
-
     @contextmanager
     def _running(self, grafted: GraftMasks) -> Iterator[tuple[SpliceHooks, SharedLayers]]:
         """Eval mode, no grad, hooks on the modules that are grafted anywhere in this call, and the
