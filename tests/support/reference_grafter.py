@@ -337,7 +337,8 @@ MLA_FAMILY = ["minicpm3", "deepseek_v3"]
 # Modules run over every cached position at each step, and the axis of their positions: expand_kv
 # applies kv_b_proj to the cached latent [batch, 1, seq, kv_lora_rank]. A graft at position j must
 # compute position j's key and value with j's weights at every later step too, so the reference
-# gives such a module per-position weights (`_per_position_history`).
+# gives such a module per-position weights (`_per_position_history`; `reference_logits` only:
+# `reference_unit_logits` does not, so a head graft of an MLA model's v is not checked against it).
 HISTORY_MODULES = {"self_attn.kv_b_proj": 2}
 
 
