@@ -126,3 +126,30 @@ def test_the_error_is_a_user_error_and_meta_models_are_refused():
     with torch.device("meta"):
         model = hf.AutoModelForCausalLM.from_config(make_config("llama"), attn_implementation="eager")
     assert "the model is on the meta device; load it with weights" in _problems(model, adapter_for(model))
+
+
+def test_a_hand_written_chain_is_checked_and_grafts_as_its_modules():
+    """A chain (Qwen3's q as q_proj then q_norm: a tuple of modules) is checked module by module,
+    and grafting it equals grafting q and q_norm of the shipped adapter; an empty chain is
+    refused when built."""
+    from weightgraft import Graft, Grafter
+    from weightgraft.adapters import register_adapter
+
+    model, donor = make_model("qwen3", seed=0), make_model("qwen3", seed=1)
+    good = adapter_for(model)
+    ids = torch.tensor([[3, 9, 4, 7, 1]])
+    want = Grafter(model, donor).logits(ids, grafts=Graft([1, 3], 0, ["q", "q_norm"]))
+    layer = {c: r for c, r in good.per_layer.items() if c != "q_norm"}
+    chained = dataclasses.replace(good, per_layer=layer | {"q": ("self_attn.q_proj", "self_attn.q_norm")})
+    check_adapter(model, chained)
+    broken = dataclasses.replace(chained, per_layer={**chained.per_layer, "q": ("self_attn.q_prj", "self_attn.q_norm")})
+    assert "per_layer['q']='self_attn.q_prj' is not a module of any decoder block" in _problems(model, broken)
+    with pytest.raises(ValueError, match="empty chain"):
+        dataclasses.replace(chained, per_layer={**chained.per_layer, "q": ()})
+    register_adapter(chained, replace=True)
+    try:
+        got = Grafter(model, donor).logits(ids, grafts=Graft([1, 3], 0, "q"))
+    finally:
+        register_adapter(good, replace=True)
+    assert torch.equal(got, want)
+    assert not torch.equal(got, Grafter(model, donor).logits(ids, grafts=Graft([1, 3], 0, "q")))

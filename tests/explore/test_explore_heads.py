@@ -244,3 +244,16 @@ def test_every_architecture_splits_into_heads(arch):
     direct.append(Graft([2], [0], ["k", "v"], "donor", heads=[grid.heads.kv_of(last)]))
     ids = torch.tensor([[1, 2, 3, 4]])
     assert torch.allclose(grafter.last_logits(ids, grafts=grafts), grafter.last_logits(ids, grafts=direct), atol=1e-6)
+
+
+def test_multi_latent_attention_offers_heads_of_o_only():
+    """MiniCPM3's q is a chain and its k spans two projections: ATTN has no heads, O has."""
+    import census_models
+    from weightgraft import Grafter
+    from weightgraft.explore.heads import check_head, head_counts
+
+    recipient = census_models.build_tiny("minicpm3", 0)
+    counts = head_counts(Grafter(recipient, census_models.donor_of(recipient, 1)))
+    assert counts.groups == ("O",) and counts.describe()["groups"] == {"O": 4}
+    assert "ATTN has no heads" in check_head("ATTN", 0, counts, "")
+    assert check_head("O", 1, counts, "") is None

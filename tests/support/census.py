@@ -142,13 +142,18 @@ def adapter_table(model, adapter) -> tuple[dict, dict, str]:
 
     config = model.config
     layer = {}
-    for comp, refpath in adapter.per_layer.items():
-        if isinstance(refpath, Part):
-            cols = adapter.splits[refpath.module](config)[refpath.part]
-            layer[comp] = [(refpath.module, torch.as_tensor(cols))]
-        else:
-            layer[comp] = [(refpath, None)]
-    model_level = {comp: [(path, None)] for comp, path in adapter.model_level.items()}
+    for comp, entry in adapter.per_layer.items():
+        layer[comp] = []
+        for refpath in entry if isinstance(entry, tuple) else (entry,):  # a chain: every module's parameters
+            if isinstance(refpath, Part):
+                cols = adapter.splits[refpath.module](config)[refpath.part]
+                layer[comp].append((refpath.module, torch.as_tensor(cols)))
+            else:
+                layer[comp].append((refpath, None))
+    model_level = {
+        comp: [(path, None) for path in (entry if isinstance(entry, tuple) else (entry,))]
+        for comp, entry in adapter.model_level.items()
+    }
     return layer, model_level, adapter.layers + ".{i}."
 
 

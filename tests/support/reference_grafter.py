@@ -48,10 +48,11 @@ PER_LAYER = [
     "experts",
     "shared_expert",
     "shared_expert_gate",
+    "kv_latent",
 ]
 MODEL_LEVEL = ["embed", "pos_embed", "ln_final", "lm_head"]
 GROUPS = ["attn", "mlp", "norms", "all"]
-ATTN_GROUP = ["q", "k", "v", "o", "q_norm", "k_norm"]
+ATTN_GROUP = ["q", "k", "v", "o", "q_norm", "k_norm", "kv_latent"]
 MLP_GROUP = ["gate", "up", "down", "router", "experts", "shared_expert", "shared_expert_gate"]
 NORM_COMPONENTS = ["ln1", "ln2", "q_norm", "k_norm", "post_attn_norm", "post_mlp_norm"]
 
@@ -230,6 +231,117 @@ def _moe_table(config) -> tuple[dict, dict]:
 MOE_FAMILY = ["mixtral", "olmoe", "qwen3_moe", "qwen2_moe"]
 
 
+def _mla_table(config) -> tuple[dict, dict]:
+    """Multi-latent attention (modeling_deepseek_v3.py, modeling_minicpm3.py): q is q_proj, or with
+    q_lora_rank q_b_proj(q_a_layernorm(q_a_proj(x))); kv_a_proj_with_mqa's output is [latent
+    (kv_lora_rank) | rotary key (qk_rope_head_dim)], the latent goes through kv_a_layernorm into the
+    cache, and expand_kv runs kv_b_proj on it, whose output is per head [k_nope | v]. So k is the
+    rotary key's rows of kv_a plus the k_nope rows of kv_b, v the v rows, and kv_latent the latent
+    rows of kv_a with kv_a_layernorm. MiniCPM3 has a dense MLP, DeepSeek-V3 (all layers MoE here)
+    a router `gate`, `experts` and `shared_experts`."""
+    r, rope = config.kv_lora_rank, config.qk_rope_head_dim
+    nope, vd, heads = config.qk_nope_head_dim, config.v_head_dim, config.num_attention_heads
+    per = nope + vd
+    q = [("self_attn.q_proj", None)]
+    if config.q_lora_rank is not None:
+        q = [("self_attn.q_a_proj", None), ("self_attn.q_a_layernorm", None), ("self_attn.q_b_proj", None)]
+    layer = {
+        "q": q,
+        "k": [
+            ("self_attn.kv_a_proj_with_mqa", _span(r, r + rope)),
+            ("self_attn.kv_b_proj", torch.cat([_span(h * per, h * per + nope) for h in range(heads)])),
+        ],
+        "v": [("self_attn.kv_b_proj", torch.cat([_span(h * per + nope, (h + 1) * per) for h in range(heads)]))],
+        "kv_latent": [("self_attn.kv_a_proj_with_mqa", _span(0, r)), ("self_attn.kv_a_layernorm", None)],
+        "o": [("self_attn.o_proj", None)],
+        "ln1": [("input_layernorm", None)],
+        "ln2": [("post_attention_layernorm", None)],
+    }
+    if config.model_type == "minicpm3":
+        layer |= {"gate": [("mlp.gate_proj", None)], "up": [("mlp.up_proj", None)], "down": [("mlp.down_proj", None)]}
+    else:
+        layer |= {
+            "router": [("mlp.gate", None)],
+            "experts": [("mlp.experts", None)],
+            "shared_expert": [("mlp.shared_experts", None)],
+        }
+    model = {
+        "embed": [("model.embed_tokens", None)],
+        "ln_final": [("model.norm", None)],
+        "lm_head": [("lm_head", None)],
+    }
+    return layer, model
+
+
+def _chain_table(config) -> tuple[dict, dict]:
+    """Llama-shaped blocks with modules on a projection's path. BitNet (modeling_bitnet.py):
+    o_proj reads attn_sub_norm(attention output), down_proj reads ffn_sub_norm(act(gate) * up),
+    so o and down take their sub-norm with them. Apertus (modeling_apertus.py): down_proj reads
+    act_fn(up_proj(x)), an xIELU with parameters, which goes with up; no gate; q/k norms; its
+    block norms are attention_layernorm and feedforward_layernorm."""
+    layer = {
+        "q": [("self_attn.q_proj", None)],
+        "k": [("self_attn.k_proj", None)],
+        "v": [("self_attn.v_proj", None)],
+        "o": [("self_attn.o_proj", None)],
+        "up": [("mlp.up_proj", None)],
+        "down": [("mlp.down_proj", None)],
+    }
+    if config.model_type == "bitnet":
+        layer["o"] = [("self_attn.attn_sub_norm", None), ("self_attn.o_proj", None)]
+        layer["down"] = [("mlp.ffn_sub_norm", None), ("mlp.down_proj", None)]
+        layer |= {"gate": [("mlp.gate_proj", None)], "ln1": [("input_layernorm", None)]}
+        layer["ln2"] = [("post_attention_layernorm", None)]
+    else:
+        layer["up"] = [("mlp.up_proj", None), ("mlp.act_fn", None)]
+        layer |= {"q_norm": [("self_attn.q_norm", None)], "k_norm": [("self_attn.k_norm", None)]}
+        layer |= {"ln1": [("attention_layernorm", None)], "ln2": [("feedforward_layernorm", None)]}
+    model = {
+        "embed": [("model.embed_tokens", None)],
+        "ln_final": [("model.norm", None)],
+        "lm_head": [("lm_head", None)],
+    }
+    return layer, model
+
+
+def _bloom_table(config) -> tuple[dict, dict]:
+    """BLOOM (modeling_bloom.py): query_key_value viewed as [heads, 3, head_dim] (q, k, v per
+    head); the embedding goes through word_embeddings_layernorm before the first block, so embed
+    is both; no position embedding (ALiBi)."""
+    heads = config.n_head
+    hd = config.hidden_size // heads
+
+    def part(which: int) -> torch.Tensor:
+        return torch.cat([_span(h * 3 * hd + which * hd, h * 3 * hd + (which + 1) * hd) for h in range(heads)])
+
+    layer = {
+        "q": [("self_attention.query_key_value", part(0))],
+        "k": [("self_attention.query_key_value", part(1))],
+        "v": [("self_attention.query_key_value", part(2))],
+        "o": [("self_attention.dense", None)],
+        "up": [("mlp.dense_h_to_4h", None)],
+        "down": [("mlp.dense_4h_to_h", None)],
+        "ln1": [("input_layernorm", None)],
+        "ln2": [("post_attention_layernorm", None)],
+    }
+    model = {
+        "embed": [("transformer.word_embeddings", None), ("transformer.word_embeddings_layernorm", None)],
+        "ln_final": [("transformer.ln_f", None)],
+        "lm_head": [("lm_head", None)],
+    }
+    return layer, model
+
+
+CHAIN_FAMILY = ["bitnet", "apertus"]
+MLA_FAMILY = ["minicpm3", "deepseek_v3"]
+# Modules run over every cached position at each step, and the axis of their positions: expand_kv
+# applies kv_b_proj to the cached latent [batch, 1, seq, kv_lora_rank]. A graft at position j must
+# compute position j's key and value with j's weights at every later step too, so the reference
+# gives such a module per-position weights (`_per_position_history`; `reference_logits` only:
+# `reference_unit_logits` does not, so a head graft of an MLA model's v is not checked against it).
+HISTORY_MODULES = {"self_attn.kv_b_proj": 2}
+
+
 def component_table(config) -> tuple[dict, dict, str]:
     """(per-layer table, model-level table, decoder-layer path prefix with {i})."""
     kind = config.model_type
@@ -239,6 +351,12 @@ def component_table(config) -> tuple[dict, dict, str]:
         return (*_neox_table(config), "gpt_neox.layers.{i}.")
     if kind in LLAMA_FAMILY:
         return (*_llama_family_table(config), "model.layers.{i}.")
+    if kind in MLA_FAMILY:
+        return (*_mla_table(config), "model.layers.{i}.")
+    if kind in CHAIN_FAMILY:
+        return (*_chain_table(config), "model.layers.{i}.")
+    if kind == "bloom":
+        return (*_bloom_table(config), "transformer.h.{i}.")
     if kind == "toy_decoder":
         return (*_toy_table(config), "trunk.cells.{i}.")
     if kind in EXTRA_TABLES:
@@ -451,10 +569,54 @@ def graft_into(model, donors, grafted) -> None:
         _copy_slices(params, donor_params, parameter_slices(model, component, layer_index))
 
 
+class _PerPosition(nn.Module):
+    """Position j (along `axis` of the input) computed by its own module `copies[j]`."""
+
+    def __init__(self, copies: list[nn.Module], axis: int):
+        super().__init__()
+        self.copies, self.axis = nn.ModuleList(copies), axis
+
+    def forward(self, x):
+        outs = [self.copies[j](x.narrow(self.axis, j, 1)) for j in range(x.shape[self.axis])]
+        return torch.cat(outs, dim=self.axis)
+
+
 @torch.no_grad()
-def _step(recipient, donors, token: int, t: int, grafted, cache):
+def _per_position_history(model, recipient, donors, history: list) -> None:
+    """Give each history module of `model` (HISTORY_MODULES) one copy per position j <= t, carrying
+    the donor slices grafted at j (`history[j]`, as `resolve_row_donors` gives)."""
+    _, _, prefix = component_table(recipient.config)
+    num_layers = recipient.config.get_text_config().num_hidden_layers
+    for local, axis in HISTORY_MODULES.items():
+        for i in range(num_layers):
+            path = prefix.format(i=i) + local
+            try:
+                own = recipient.get_submodule(path)
+            except AttributeError:
+                continue
+            copies = []
+            for grafted in history:
+                piece = copy.deepcopy(own)
+                params = dict(piece.named_parameters())
+                for (component, layer_index), name in grafted.items():
+                    if layer_index != i:
+                        continue
+                    donor = _donor_model(donors, name).get_submodule(path)
+                    theirs = dict(donor.named_parameters())
+                    found = parameter_slices(recipient, component, i)
+                    mine = [(n[len(path) + 1 :], d, rows) for n, d, rows in found if n.startswith(path + ".")]
+                    _copy_slices(params, theirs, mine)
+                copies.append(piece)
+            parent, _, leaf = path.rpartition(".")
+            setattr(model.get_submodule(parent), leaf, _PerPosition(copies, axis))
+
+
+@torch.no_grad()
+def _step(recipient, donors, token: int, t: int, grafted, cache, history=None):
     model = untied_copy(recipient)
     graft_into(model, donors, grafted)
+    if history is not None:
+        _per_position_history(model, recipient, donors, history)
     out = model(
         input_ids=torch.tensor([[token]]),
         position_ids=torch.tensor([[t]]),
@@ -474,7 +636,7 @@ def reference_logits(recipient, donors, ids, specs) -> torch.Tensor:
     cache = DynamicCache(config=recipient.config)
     rows = []
     for t, token in enumerate(ids):
-        logits, cache = _step(recipient, donors, token, t, plan[t], cache)
+        logits, cache = _step(recipient, donors, token, t, plan[t], cache, plan[: t + 1])
         rows.append(logits)
     return torch.stack(rows)
 
@@ -535,6 +697,8 @@ def unit_counts(config) -> dict[str, tuple[int, int]]:
     else:
         inner = getattr(config, "intermediate_size", None) or getattr(config, "n_inner", None) or 4 * hidden
     out = {"q": (heads, head_dim), "k": (kv, head_dim), "v": (kv, head_dim), "o": (heads, head_dim)}
+    if "kv_latent" in layer:  # multi-latent attention: a key and a value per query head, v_head_dim wide
+        out |= {"v": (heads, config.v_head_dim), "o": (heads, config.v_head_dim)}
     for name in ("gate", "up", "down"):
         if name in layer:
             out[name] = (inner, 1)
@@ -566,6 +730,9 @@ def unit_parameter_slices(model, component: str, layer_index: int, units):
         if component == "experts":  # expert e: index e on the leading axis of every expert parameter
             out += [(f"{path}.{pname}", 0, own) for pname, _ in module.named_parameters()]
             continue
+        if component in ("o", "down") and _is_per_channel(module):  # a sub-norm before o or down
+            out += [(f"{path}.{pname}", 0, own) for pname, _ in module.named_parameters(recurse=False)]
+            continue
         if component in ("o", "down"):  # input features of the weight only
             out.append((f"{path}.weight", 0 if conv else 1, own))
             continue
@@ -574,6 +741,12 @@ def unit_parameter_slices(model, component: str, layer_index: int, units):
             dim = 1 if (conv and pname == "weight") else 0
             out.append((f"{path}.{pname}", dim, picked))
     return out
+
+
+def _is_per_channel(module: nn.Module) -> bool:
+    """A module whose every parameter is one value per feature (a norm's weight and bias)."""
+    params = list(module.parameters(recurse=False))
+    return bool(params) and all(p.dim() == 1 for p in params)
 
 
 def resolve_row_units(specs, n: int, config) -> list[dict]:

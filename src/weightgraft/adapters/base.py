@@ -4,6 +4,8 @@ An adapter is data, not code: a table from the canonical component names to modu
 split rule for fused matrices (GPT-2's c_attn, NeoX's query_key_value, Phi-3's qkv_proj). The
 engine grafts a component by replacing the *output* of its module at the grafted rows with the
 donor module's output on the same input, which equals computing with the donor's weights there.
+A component may be a chain of modules (a low-rank q, a sub-norm and its projection): each is
+grafted so, in data-flow order.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ PER_LAYER = (
     "q", "k", "v", "o", "q_norm", "k_norm",
     "gate", "up", "down",
     "ln1", "ln2", "post_attn_norm", "post_mlp_norm",
-    "router", "experts", "shared_expert", "shared_expert_gate",
+    "router", "experts", "shared_expert", "shared_expert_gate", "kv_latent",
 )  # fmt: skip
 # A mixture-of-experts block's components: its router, its routed experts (one module holding
 # every expert's weights on a leading axis) and, where the model has one, a shared expert and its
@@ -48,7 +50,9 @@ CALL_FORMS = ("rows", "batched", "flat", "whole", "per_expert")
 NORMS = ("ln1", "ln2", "q_norm", "k_norm", "post_attn_norm", "post_mlp_norm", "ln_final")
 GROUPS = ("attn", "mlp", "norms", "all")
 # The members of attn and mlp where an adapter has no attention or MLP submodule to read them off.
-ATTN_PARTS = ("q", "k", "v", "o", "q_norm", "k_norm")
+ATTN_PARTS = ("q", "k", "v", "o", "q_norm", "k_norm", "kv_latent")
+# `kv_latent`: multi-latent attention's shared key-value latent (DeepSeek-V2's kv_a_proj_with_mqa
+# latent columns and kv_a_layernorm), which k's and v's per-head projection reads.
 MLP_PARTS = ("gate", "up", "down", "router", "experts", "shared_expert", "shared_expert_gate")
 
 
@@ -69,6 +73,32 @@ class Part:
 
 
 ModuleRef = str | Part
+# A per-layer component is one module (or part), or a chain: several modules (or parts) that
+# compute it together, each position-wise, listed in data-flow order (a low-rank q: q_a_proj,
+# q_a_layernorm, q_b_proj). Grafting a chain grafts each of its modules at the same cells: each
+# output is spliced from the donor module on the already spliced input, which equals computing
+# the whole chain with the donor's weights there.
+ComponentRef = ModuleRef | tuple[ModuleRef, ...]
+
+
+def chain_of(entry: ComponentRef) -> tuple[ModuleRef, ...]:
+    """The modules (or parts) a per-layer entry computes with, in data-flow order."""
+    return entry if isinstance(entry, tuple) else (entry,)
+
+
+def module_path(ref: ModuleRef) -> str:
+    """The module a reference names (a part's fused module)."""
+    return ref.module if isinstance(ref, Part) else ref
+
+
+def model_level_paths(level: Mapping[str, str | tuple[str, ...]]) -> list[str]:
+    """Every module path of a model-level table, a chain's modules each."""
+    return [path for entry in level.values() for path in (entry if isinstance(entry, tuple) else (entry,))]
+
+
+def is_chain(entry: ComponentRef) -> bool:
+    """True for a component computed by several modules (or parts)."""
+    return isinstance(entry, tuple) and len(entry) > 1
 
 
 @dataclass(frozen=True)
@@ -83,8 +113,10 @@ class Adapter:
     Args:
         model_types: the `config.model_type` values it serves (the first names it in errors).
         layers: the path of the decoder blocks' `ModuleList` ("model.layers").
-        model_level: component -> module path in the model (embed, pos_embed, ln_final, lm_head).
-        per_layer: component -> module path in a block, or a `Part` of a fused module.
+        model_level: component -> module path in the model (embed, pos_embed, ln_final, lm_head),
+            or a tuple of paths (a chain: BLOOM's embed is its embedding and the norm after it).
+        per_layer: component -> module path in a block, a `Part` of a fused module, or a tuple of
+            them (a chain, `ComponentRef`).
         attn_module: the blocks' attention submodule (the `attn` group).
         mlp_module: the blocks' MLP submodule (the `mlp` group).
         splits: fused module path -> rule(config) giving each part's output columns.
@@ -92,6 +124,7 @@ class Adapter:
         call_forms: block modules not called on plain rows ({"mlp.gate": "flat"}, `CALL_FORMS`).
         model_call_forms: model-level modules (by path) not called on plain rows
             ({"model.decoder.embed_positions": "whole"}).
+        history_modules: block modules that run over every cached position at each step.
         origin: "registered", "inferred" or "alias of T" (set by inference; runs record it).
 
     Raises:
@@ -100,8 +133,8 @@ class Adapter:
 
     model_types: tuple[str, ...]
     layers: str
-    model_level: Mapping[str, str]
-    per_layer: Mapping[str, ModuleRef]
+    model_level: Mapping[str, str | tuple[str, ...]]
+    per_layer: Mapping[str, ComponentRef]
     attn_module: str
     mlp_module: str
     splits: Mapping[str, SplitRule] = field(default_factory=dict)
@@ -116,6 +149,9 @@ class Adapter:
     # Model-level modules (paths as in model_level) not called as "rows", e.g. a position
     # embedding that reads the attention mask: {"model.decoder.embed_positions": "whole"}.
     model_call_forms: Mapping[str, str] = field(default_factory=dict)
+    # Per-layer modules that run over every cached position at each step (multi-latent attention's
+    # kv_b_proj expands the cached latent): the engine grafts them in passes without a KV cache.
+    history_modules: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         unknown = [c for c in self.model_level if c not in MODEL_LEVEL]
@@ -131,14 +167,17 @@ class Adapter:
             raise ValueError(
                 f"adapter for {self.model_types} gives unknown call forms {wrong}; use one of {CALL_FORMS}"
             )
-        stray = sorted(set(self.model_call_forms) - set(self.model_level.values()))
+        stray = sorted(set(self.model_call_forms) - set(model_level_paths(self.model_level)))
         if stray:
             raise ValueError(
                 f"adapter for {self.model_types} gives model_call_forms for {stray}, not model_level paths"
             )
-        for comp, ref in self.per_layer.items():
-            if isinstance(ref, Part) and ref.module not in self.splits:
-                raise ValueError(f"component {comp!r} is part of {ref.module!r}, which has no split rule")
+        for comp, entry in self.per_layer.items():
+            if isinstance(entry, tuple) and not entry:
+                raise ValueError(f"component {comp!r} is an empty chain; name at least one module")
+            for ref in chain_of(entry):
+                if isinstance(ref, Part) and ref.module not in self.splits:
+                    raise ValueError(f"component {comp!r} is part of {ref.module!r}, which has no split rule")
 
     @property
     def components(self) -> tuple[str, ...]:
@@ -158,8 +197,8 @@ class Adapter:
             return tuple(c for c in self.components if c in {"attn": ATTN_PARTS, "mlp": MLP_PARTS}[name])
         prefix = module + "."
         return tuple(
-            c for c, ref in self.per_layer.items()
-            if (ref.module if isinstance(ref, Part) else ref).startswith(prefix)
+            c for c, entry in self.per_layer.items()
+            if module_path(chain_of(entry)[0]).startswith(prefix)
         )  # fmt: skip
 
     def call_form(self, local: str) -> str:

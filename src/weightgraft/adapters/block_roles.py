@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import torch
 
+from weightgraft.adapters.joined_roles import apply_joins, find_joins, head_of
+from weightgraft.adapters.latent_roles import LatentAttention
 from weightgraft.adapters.layouts import Layout, attention_layouts, gate_up_layouts
 from weightgraft.adapters.moe_roles import expert_modules, moe_roles
 from weightgraft.adapters.probe import BlockProbe, changed_positions, is_linear_in, nudge, seq_axis
@@ -42,6 +44,7 @@ class BlockInference:
         self.virtual_mlp: list[str] = []
         self.shared_beside = ""  # a dense MLP beside a MoE block, read from the same input (GraniteMoeShared)
         self._memo: dict[tuple, str | None] = {}
+        self.chained: list[str] = []  # attention projections fed by other projections (latent_roles)
 
     def roles(self) -> BlockRoles:
         owners = [p for p, m in self.modules.items() if p and direct_parameters(m)]
@@ -148,19 +151,23 @@ class BlockInference:
         after_mixing = [
             n for n in norms if changed_positions(self.base[n].input, moved[n].input, self._axis_in(n)) - {0}
         ]
-        if after_mixing:
-            raise Refusal(f"attention norms {after_mixing} act after the mixing, where no canonical norm sits")
         if len(post) != 1:
             raise Refusal(f"attention projections after the mixing: {post}, not exactly one output projection")
-        self.o = roles.per_layer["o"] = post[0]
+        self.o = self.o_in = roles.per_layer["o"] = post[0]
+        if after_mixing:  # a sub-norm that o reads (BitNet's attn_sub_norm) joins o as a chain
+            joins = find_joins(self.base, after_mixing, post)
+            if joins is None:
+                raise Refusal(f"attention norms {after_mixing} act after the mixing, where no canonical norm sits")
+            apply_joins(roles, joins)
+            self.o_in = head_of(roles.per_layer["o"])
+            norms = [n for n in norms if n not in after_mixing]
         parts: dict[str, tuple[str, torch.Tensor]] = {}
         fed = self.base[roles.attn].input
         chained = [p for p in linears if p not in post and not torch.equal(self.base[p].input, fed)]
-        if chained:
-            raise Refusal(
-                f"attention projections {chained} read other projections' outputs (low-rank or multi-latent "
-                "attention): q, k and v have no weights of their own to graft"
-            )
+        if chained:  # low-rank or multi-latent attention: chains of projections and norms
+            self.chained = chained
+            LatentAttention(self, roles, linears, norms).assign()
+            return
         for path in [p for p in linears if p not in post]:
             layout = self._one_layout(path, self._attention_candidates(path), "attention")
             fused = len(layout) > 1 or next(iter(layout)) not in ("q", "k", "v")
@@ -220,8 +227,8 @@ class BlockInference:
         return self.base[reader].input, *runs
 
     def _attention_part(self, path: str, cols: torch.Tensor) -> str | None:
-        base, once, twice = self._responses(path, cols, self.o)
-        rows = changed_positions(base, once, self._axis_in(self.o))
+        base, once, twice = self._responses(path, cols, self.o_in)
+        rows = changed_positions(base, once, self._axis_in(self.o_in))
         if rows == {self.middle}:
             return "q"
         if not rows or min(rows) != self.middle or len(rows) == 1:
@@ -258,13 +265,20 @@ class BlockInference:
             self.mlp_in, self.mlp_out = self.base[roles.mlp].input, self.base[roles.mlp].output
             return
         strange = sorted(p for p in owners if not is_linear_like(self.modules[p]))
-        if strange:
+        owners = [p for p in owners if p not in strange]
+        joins = find_joins(self.base, strange, owners) if strange else {}
+        if joins is None:
             kinds = (
                 "activation parameters" if any(p.rsplit(".", 1)[-1].startswith("act") for p in strange) else "a norm"
             )
             raise Refusal(
                 f"MLP parameters in {strange} are not projections ({kinds}, which no canonical component takes)"
             )
+        self._mlp_projections(roles, owners, joins)
+        apply_joins(roles, joins)
+
+    def _mlp_projections(self, roles: BlockRoles, owners: list[str], joins: dict) -> None:
+        """down, up and gate among the MLP's projections (`joins`: modules on their paths)."""
         first = min(owners, key=lambda p: self.base[p].order)
         feed = self.base[roles.mlp].input if roles.mlp else self.base[first].input
         inputs = [p for p in owners if torch.equal(self.base[p].input, feed)]
@@ -272,6 +286,7 @@ class BlockInference:
         if len(downs) != 1 or not inputs:
             raise Refusal(f"MLP projections {owners}: not one down projection fed by the rest")
         self.mlp_path, self.down = roles.mlp, downs[0]
+        self.down_in = joins[self.down][0][0] if self.down in joins and joins[self.down][0] else self.down
         self.mlp_in, self.mlp_out = feed, (self.base[roles.mlp].output if roles.mlp else self.base[self.down].output)
         roles.per_layer["down"] = self.down
         inner = self.base[self.down].input.shape[-1]
@@ -295,7 +310,7 @@ class BlockInference:
             raise Refusal("no MLP projection acts as up (the MLP's output is not linear in any of them)")
 
     def _mlp_part(self, path: str, cols: torch.Tensor) -> str | None:
-        linear = is_linear_in(self._responses(path, cols, self.down))
+        linear = is_linear_in(self._responses(path, cols, self.down_in))
         return None if linear is None else ("up" if linear else "gate")
 
     # --- norms of the block ---------------------------------------------------------------

@@ -13,7 +13,7 @@ from collections import Counter
 import torch
 from torch import nn
 
-from weightgraft.adapters.base import Adapter, Part
+from weightgraft.adapters.base import Adapter, Part, chain_of, module_path
 from weightgraft.adapters.call_check import call_problems
 from weightgraft.adapters.coverage import adapter_module_paths, uncovered_parameters
 from weightgraft.errors import UserError
@@ -81,11 +81,11 @@ def _structure_problems(model: nn.Module, adapter: Adapter) -> list[str]:
     modules = dict(model.named_modules())
     problems = [
         f"model_level[{comp!r}]={path!r} is not a module of this model; fix the path (see model.named_modules())"
-        for comp, path in adapter.model_level.items()
+        for comp, entry in adapter.model_level.items()
+        for path in chain_of(entry)
         if path not in modules
     ]
-    for comp, ref in adapter.per_layer.items():
-        local = ref.module if isinstance(ref, Part) else ref
+    for comp, local in [(c, module_path(ref)) for c, entry in adapter.per_layer.items() for ref in chain_of(entry)]:
         missing = [i for i in range(len(layers)) if f"{adapter.layers}.{i}.{local}" not in modules]
         if missing:
             where = "any decoder block" if len(missing) == len(layers) else f"decoder blocks {missing}"
@@ -184,7 +184,12 @@ def _split_problems(model: nn.Module, adapter: Adapter, widths: dict[str, int]) 
     """Each fused module's parts: a partition of its output features, each part named by a component."""
     problems = []
     for local, rule in adapter.splits.items():
-        named = {ref.part for ref in adapter.per_layer.values() if isinstance(ref, Part) and ref.module == local}
+        named = {
+            ref.part
+            for entry in adapter.per_layer.values()
+            for ref in chain_of(entry)
+            if isinstance(ref, Part) and ref.module == local
+        }
         width = widths.get(f"{adapter.layers}.0.{local}")
         if not named:
             continue  # a rule no component uses grafts nothing; unused, not wrong

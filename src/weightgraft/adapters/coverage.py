@@ -8,16 +8,16 @@ from __future__ import annotations
 
 from torch import nn
 
-from weightgraft.adapters.base import Adapter, Part
+from weightgraft.adapters.base import Adapter, chain_of, module_path
 
 
 def adapter_module_paths(model: nn.Module, adapter: Adapter) -> list[str]:
     """Every module the adapter names, across all layers."""
-    paths = list(adapter.model_level.values())
+    paths = [path for entry in adapter.model_level.values() for path in chain_of(entry)]
     num_layers = len(adapter.decoder_layers(model))
-    for ref in adapter.per_layer.values():
-        local = ref.module if isinstance(ref, Part) else ref
-        paths += [f"{adapter.layers}.{i}.{local}" for i in range(num_layers)]
+    for entry in adapter.per_layer.values():
+        for ref in chain_of(entry):
+            paths += [f"{adapter.layers}.{i}.{module_path(ref)}" for i in range(num_layers)]
     return list(dict.fromkeys(paths))
 
 

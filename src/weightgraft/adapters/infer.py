@@ -16,10 +16,11 @@ import hashlib
 import torch
 from torch import nn
 
-from weightgraft.adapters.base import Adapter, Part
+from weightgraft.adapters.base import Adapter, Part, model_level_paths
 from weightgraft.adapters.block_roles import BlockInference
 from weightgraft.adapters.check import AdapterError, check_adapter
 from weightgraft.adapters.coverage import uncovered_parameters
+from weightgraft.adapters.latent_roles import history_modules
 from weightgraft.adapters.model_forms import model_call_forms
 from weightgraft.adapters.probe import BlockProbe, first_tensor, primary_input
 from weightgraft.adapters.role_types import BlockRoles, Refusal, direct_parameters, is_norm_like
@@ -62,9 +63,12 @@ def _infer(model: nn.Module) -> Adapter:
         layers = decoder_stack(model)
         _check_uniform(model, layers)
         probe = BlockProbe(model, model.get_submodule(layers))
-        roles = BlockInference(probe, head_shapes(model)).roles()
+        inference = BlockInference(probe, head_shapes(model))
+        roles = inference.roles()
+        if inference.chained:
+            roles.history = history_modules(model, probe.block, inference.chained)
         level = model_level(model, layers)
-        adapter = _adapter(model_type, layers, level, roles, model_call_forms(model, list(level.values())))
+        adapter = _adapter(model_type, layers, level, roles, model_call_forms(model, model_level_paths(level)))
     except Refusal as refusal:
         raise AdapterError(f"weightgraft cannot graft this {model_type!r} model: {refusal}; {ADVICE}") from None
     except (RuntimeError, ValueError, TypeError, IndexError) as error:  # the model's own code failed on the probe
@@ -135,8 +139,9 @@ def head_shapes(model: nn.Module) -> list[tuple[int, int, int]]:
 
 
 @torch.no_grad()
-def model_level(model: nn.Module, layers: str) -> dict[str, str]:
-    """embed, lm_head, and by data flow ln_final (reads the last block) and pos_embed."""
+def model_level(model: nn.Module, layers: str) -> dict[str, str | tuple[str, ...]]:
+    """embed, lm_head, and by data flow ln_final (reads the last block), pos_embed and a norm of
+    the embedding's output (which joins embed as a chain)."""
     names = {id(m): n for n, m in model.named_modules()}
     embed, head = model.get_input_embeddings(), model.get_output_embeddings()
     if embed is None or head is None or id(head) not in names:
@@ -145,7 +150,8 @@ def model_level(model: nn.Module, layers: str) -> dict[str, str]:
     inside = layers + "."
     others = [n for n, m in model.named_modules() if direct_parameters(m) and not n.startswith(inside)]
     others = [n for n in others if n not in found.values()]
-    seen = _model_pass(model, layers, others + [found["embed"]])
+    embed_path = found["embed"]
+    seen = _model_pass(model, layers, others + [embed_path])
     last_block = seen.pop("last block")
     for path in others:
         module, x = model.get_submodule(path), seen.get(path, (None, None))[0]
@@ -159,7 +165,10 @@ def model_level(model: nn.Module, layers: str) -> dict[str, str]:
         elif is_norm_like(module) and x is not None and torch.equal(x, last_block) and "ln_final" not in found:
             found["ln_final"] = path
         else:
-            near_embed = x is not None and torch.equal(x, seen[found["embed"]][1])
+            near_embed = x is not None and torch.equal(x, seen[embed_path][1])
+            if near_embed and is_norm_like(module) and found["embed"] == embed_path:
+                found["embed"] = (embed_path, path)  # an embedding norm joins embed as a chain (BLOOM)
+                continue
             why = "an embedding norm" if near_embed else "outside the decoder blocks"
             params = [f"{path}.{p}" for p in direct_parameters(module)]
             raise Refusal(f"parameters {params} are {why}, which no canonical component takes")
@@ -193,8 +202,11 @@ def _model_pass(model: nn.Module, layers: str, paths: list[str]) -> dict:
     return seen
 
 
-def _adapter(model_type: str, layers: str, level: dict[str, str], roles: BlockRoles, forms: dict) -> Adapter:
-    per_layer = {comp: Part(*ref) if isinstance(ref, tuple) else ref for comp, ref in roles.per_layer.items()}
+def _adapter(model_type: str, layers: str, level: dict, roles: BlockRoles, forms: dict) -> Adapter:
+    def ref(found):
+        return Part(*found) if isinstance(found, tuple) else found
+
+    per_layer = {c: tuple(map(ref, r)) if isinstance(r, list) else ref(r) for c, r in roles.per_layer.items()}
     splits = {path: _fixed(layout) for path, layout in roles.splits.items()}
     return Adapter(
         model_types=(model_type,),
@@ -207,6 +219,7 @@ def _adapter(model_type: str, layers: str, level: dict[str, str], roles: BlockRo
         seq_dims=dict(roles.seq_dims),
         call_forms=dict(roles.call_forms),
         model_call_forms=forms,
+        history_modules=tuple(roles.history),
         origin="inferred",
     )
 

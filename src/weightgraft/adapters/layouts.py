@@ -66,6 +66,26 @@ def gate_up_layouts(width: int, inner: int) -> list[Layout]:
     return _distinct(found)
 
 
+def latent_kv_layouts(heads: int, k_width: int, v_width: int) -> list[Layout]:
+    """Candidate layouts of multi-latent attention's key-value expansion (kv_b_proj): per head a k
+    and a v of unequal widths, [k_0 v_0 | k_1 v_1 | ...] in either order, or all k then all v."""
+    if k_width <= 0 or v_width <= 0:
+        return []
+    found = []
+    for first, second in (("k", "v"), ("v", "k")):
+        widths = {"k": k_width, "v": v_width}
+        stride = k_width + v_width
+        starts = torch.arange(heads)[:, None] * stride
+        found.append(
+            {
+                first: (starts + torch.arange(widths[first])[None, :]).reshape(-1),
+                second: (starts + widths[first] + torch.arange(widths[second])[None, :]).reshape(-1),
+            }
+        )
+        found.append(contiguous_split({first: heads * widths[first], second: heads * widths[second]}))
+    return _distinct(found)
+
+
 def _distinct(layouts: list[Layout]) -> list[Layout]:
     """Drop layouts that give every part the same columns as an earlier one."""
     out, keys = [], set()

@@ -6,7 +6,8 @@ would, and the `mlp` group on its layer is the whole block. Inside it:
 - the experts are the module whose parameters carry a leading experts axis (3-D tensors);
 - the router is the projection fed by the block's input whose output has one column per expert;
 - a shared expert is a submodule of projections fed by the block's input, run on every token;
-- its gate is a projection fed by the block's input with a single output column.
+- its gate is a projection fed by the block's input with a single output column;
+- a norm whose output is the block's output is `post_mlp_norm`.
 
 Modules called on tokens laid flat (`[batch * seq, ...]`, as transformers' MoE blocks call their
 router and experts) get the call form "flat", so that the engine indexes that axis directly;
@@ -19,7 +20,7 @@ import torch
 from torch import nn
 
 from weightgraft.adapters.probe import Seen
-from weightgraft.adapters.role_types import BlockRoles, Refusal, is_linear_like
+from weightgraft.adapters.role_types import BlockRoles, Refusal, is_linear_like, is_norm_like
 
 
 def expert_modules(modules: dict[str, nn.Module], owners: list[str]) -> list[str]:
@@ -41,18 +42,7 @@ def moe_roles(
     for path in owners:
         if path == experts[0] or any(path.startswith(r + ".") for r in routers):
             continue  # the router's own statistics (a score-correction bias) belong to the router
-        top = _top_child(path, roles.mlp)
-        if not _fed_by(seen[top].input, feed):
-            raise Refusal(f"MoE module {top!r} is not fed by the block's input (experts inside experts?)")
-        width = seen[path].output.shape[-1] if seen[path].output is not None else None
-        if path in routers:
-            role = "router"  # maybe inside a routing module of its own: its logits decide the choice
-        elif is_linear_like(modules[path]) and width == 1 and top == path:
-            role = "shared_expert_gate"
-        elif top != path:  # a submodule of projections: a shared expert
-            role, path = "shared_expert", top
-        else:
-            raise Refusal(f"MoE module {path!r} is neither router, experts, shared expert nor its gate")
+        role, path = _role(path, roles.mlp, modules, seen, routers)
         if found.get(role, path) != path:
             raise Refusal(f"MoE modules {found[role]!r} and {path!r} both act as {role}")
         found[role] = path
@@ -64,6 +54,23 @@ def moe_roles(
             roles.call_forms[path] = "per_expert"
         elif _flat(seen[path], tokens):
             roles.call_forms[path] = "flat"
+
+
+def _role(path: str, block: str, modules: dict, seen: dict[str, Seen], routers: list[str]) -> tuple[str, str]:
+    """(role, the path that takes it) of one parameter-holding module of the MoE block."""
+    top = _top_child(path, block)
+    if top == path and is_norm_like(modules[path]) and _fed_by(seen[block].output, seen[path].output):
+        return "post_mlp_norm", path  # a norm of the block's output, inside the block (A.X-K1)
+    if not _fed_by(seen[top].input, seen[block].input):
+        raise Refusal(f"MoE module {top!r} is not fed by the block's input (experts inside experts?)")
+    width = seen[path].output.shape[-1] if seen[path].output is not None else None
+    if path in routers:
+        return "router", path  # maybe inside a routing module of its own: its logits decide the choice
+    if is_linear_like(modules[path]) and width == 1 and top == path:
+        return "shared_expert_gate", path
+    if top != path:  # a submodule of projections: a shared expert
+        return "shared_expert", top
+    raise Refusal(f"MoE module {path!r} is neither router, experts, shared expert nor its gate")
 
 
 def _is_router(module: nn.Module, seen: Seen, feed: torch.Tensor, count: int) -> bool:

@@ -20,10 +20,12 @@ class BlockRoles:
 
     attn: str
     mlp: str
-    per_layer: dict[str, object] = field(default_factory=dict)  # component -> path or (path, part)
+    # component -> path, (path, part), or a list of those (a chain, in data-flow order)
+    per_layer: dict[str, object] = field(default_factory=dict)
     splits: dict[str, Layout] = field(default_factory=dict)  # fused path -> part -> columns
     seq_dims: dict[str, int] = field(default_factory=dict)
     call_forms: dict[str, str] = field(default_factory=dict)  # path -> "flat" (tokens laid flat)
+    history: list[str] = field(default_factory=list)  # modules that run over the cached positions
 
 
 def direct_parameters(module: nn.Module) -> list[str]:

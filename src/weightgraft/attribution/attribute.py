@@ -396,7 +396,7 @@ def _products(
             ).to(dtype)
         for key_index, columns in target_module.keys:
             part = product if columns is None else product[..., columns.to(product.device)]
-            effects[key_index] = part.sum(-1)
+            effects[key_index] += part.sum(-1)  # a chain: the sum over its modules
             spec = units.get(key_index)
             if spec is not None and spec.side == "expert" and per_expert is not None:  # each expert's own rows
                 unit_effects[key_index] = per_expert.reshape(batch, seq, spec.count).cpu()

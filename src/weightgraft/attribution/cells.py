@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-from weightgraft.adapters.base import Part
+from weightgraft.adapters.base import Part, chain_of, module_path
 
 
 @dataclass(frozen=True)
@@ -70,13 +70,12 @@ def _resolve_targets(grafter) -> dict[str, list[tuple[int, torch.Tensor | None]]
     targets: dict[str, list[tuple[int, torch.Tensor | None]]] = {}
     for index, (layer, comp) in enumerate(grafter.keys):
         if layer is None:
-            path, columns = adapter.model_level[comp], None
-        else:
-            ref = adapter.per_layer[comp]
-            local = ref.module if isinstance(ref, Part) else ref
+            for path in chain_of(adapter.model_level[comp]):
+                targets.setdefault(path, []).append((index, None))
+            continue
+        for ref in chain_of(adapter.per_layer[comp]):  # a chain: each of its modules
             columns = splits[ref.module][ref.part] if isinstance(ref, Part) else None
-            path = f"{adapter.layers}.{layer}.{local}"
-        targets.setdefault(path, []).append((index, columns))
+            targets.setdefault(f"{adapter.layers}.{layer}.{module_path(ref)}", []).append((index, columns))
     return targets
 
 

@@ -11,7 +11,6 @@ import torch
 from torch import nn
 
 from weightgraft.adapters import adapter_for
-from weightgraft.adapters.base import Part
 from weightgraft.adapters.coverage import uncovered_parameters
 from weightgraft.donors import DonorSource
 from weightgraft.donors.placement import execution_device
@@ -25,13 +24,14 @@ from weightgraft.engine.graft_masks import (
     resolve_partials,
     row_graft_lists,
 )
+from weightgraft.engine.history import grafts_history, history_keys, refuse_history_generation
 from weightgraft.engine.hooks import Splice, SpliceHooks, module_layouts
 from weightgraft.engine.inputs import call_inputs
 from weightgraft.engine.layer_memo import LayerMemo, remembered
 from weightgraft.engine.layer_sharing import BEFORE_THE_LAYERS, LayerGroups, SharedLayers, plan_layer_groups
 from weightgraft.engine.named_donors import named_donors
 from weightgraft.engine.sharing import plan_segments
-from weightgraft.engine.splice_plan import plan_splices
+from weightgraft.engine.splice_plan import module_targets, plan_splices
 from weightgraft.engine.units import UnitColumns, UnitSpec, check_units, unit_columns, unit_specs
 from weightgraft.engine.views import GrafterViews
 
@@ -102,10 +102,14 @@ class Grafter(GrafterViews):
             (layer, c) for layer in range(self.num_layers) for c in self.adapter.per_layer
         ]
         self._key_index = {key: i for i, key in enumerate(self.keys)}
-        self._targets = self._module_targets()
-        self._key_target = {k: (path, cols) for path, served in self._targets.items() for k, cols in served}
+        # Per hooked module, the keys it serves; per key, its output's module (a chain's last) and
+        # every module it grafts (a chain's, in order).
+        self._targets, self._key_target, self._key_paths = module_targets(
+            self.adapter, self.keys, recipient.config, self.device
+        )
+        self._history = history_keys(self.adapter, self._targets)  # engine.history
         self._units: dict[str, UnitSpec] | None = None
-        self._unit_columns: dict[tuple[int, frozenset], UnitColumns] = {}
+        self._unit_columns: dict[tuple[int, frozenset, str], UnitColumns] = {}
         self._lm_head_path = self.adapter.model_level.get("lm_head", "")
         self._cache_name = cache_argument(recipient)  # read once, not on every pass
         self._layer_memo: LayerMemo | None = None  # remember_layers()
@@ -154,15 +158,15 @@ class Grafter(GrafterViews):
         grafting them changes nothing. A part of a fused matrix counts only when the whole module
         is identical (never a false "identical"). Reads every donor module once (lazy donors too)."""
         source = self.donors[donor]
-        same = []
+        same, differ = set(), set()
         for path, served in self._targets.items():
             mine = dict(self.recipient.get_submodule(path).named_parameters())
             theirs = dict(source.module(path).named_parameters())
-            if mine.keys() == theirs.keys() and all(
+            equal = mine.keys() == theirs.keys() and all(
                 torch.equal(mine[n].detach(), theirs[n].detach().to(mine[n].device)) for n in mine
-            ):
-                same += [self.keys[k] for k, _ in served]
-        return [key for key in self.keys if key in same]
+            )
+            (same if equal else differ).update(self.keys[k] for k, _ in served)
+        return [key for key in self.keys if key in same and key not in differ]  # a chain: all its modules
 
     def prefetch(self, grafts: Graft | Sequence[Graft]) -> None:
         """Load the donor modules these grafts need now (lazy donors read their tensors)."""
@@ -243,6 +247,8 @@ class Grafter(GrafterViews):
         if not bool(mask[:, -1].all()):
             raise ValueError("generate needs left-padded prompts: set tokenizer.padding_side = 'left'")
         grafted = self._graft_masks(grafts, row_grafts, mask, roles)
+        if grafts_history(grafted, self._history, len(self.keys), len(self.donors)):
+            refuse_history_generation(sorted({self.keys[k][1] for k in self._history}))
         step = grafted.last_column() if generated == "last" else grafted.nothing_at_last_column()
         eos = eos_id_set(eos_token_id if eos_token_id is not None else self._config_eos())
         pad = pad_token_id if pad_token_id is not None else (min(eos) if eos else 0)
@@ -286,13 +292,19 @@ class Grafter(GrafterViews):
             return None
         return frozenset(units)
 
-    def _partial_columns(self, key: int, units: frozenset) -> UnitColumns:
-        """(output columns, input columns, experts) of a key's module that `units` of the key cover."""
-        found = self._unit_columns.get((key, units))
+    def _partial_columns(self, key: int, units: frozenset, path: str | None = None) -> UnitColumns:
+        """(output columns, input columns, experts) of a key's module at `path` (default: its last)
+        that `units` of the key cover; a per-channel module before a chain's last gives its output
+        columns the last module reads as those units' inputs."""
+        path = path or self._key_target[key][0]
+        found = self._unit_columns.get((key, units, path))
         if found is None:
             spec = self.units[self.keys[key][1]]
-            found = unit_columns(spec, self._key_target[key][1], units, self.device)
-            self._unit_columns[(key, units)] = found
+            if path == self._key_target[key][0]:
+                found = unit_columns(spec, self._key_target[key][1], units, self.device)
+            else:
+                found = (spec.columns(units).to(self.device), None, None)
+            self._unit_columns[(key, units, path)] = found
         return found
 
     def _donor_index(self, graft: Graft) -> int:
@@ -345,23 +357,6 @@ class Grafter(GrafterViews):
         return GraftMasks(out.to(mask.device), mask_classes(out), partials)
 
     # --- running --------------------------------------------------------------------------------
-    def _module_targets(self) -> dict[str, list[tuple[int, torch.Tensor | None]]]:
-        """For each module to hook: the keys it serves, with their output columns for fused parts."""
-        targets: dict[str, list[tuple[int, torch.Tensor | None]]] = {}
-        config = self.recipient.config
-        splits = {path: rule(config) for path, rule in self.adapter.splits.items()}
-        layers_path = self.adapter.layers
-        for index, (layer, comp) in enumerate(self.keys):
-            if layer is None:
-                path, columns = self.adapter.model_level[comp], None
-            else:
-                ref = self.adapter.per_layer[comp]
-                local = ref.module if isinstance(ref, Part) else ref
-                columns = splits[ref.module][ref.part].to(self.device) if isinstance(ref, Part) else None
-                path = f"{layers_path}.{layer}.{local}"
-            targets.setdefault(path, []).append((index, columns))
-        return targets
-
     @contextmanager
     def _running(self, grafted: GraftMasks) -> Iterator[tuple[SpliceHooks, SharedLayers]]:
         """Eval mode, no grad, hooks on the modules that are grafted anywhere in this call, and the
@@ -375,7 +370,7 @@ class Grafter(GrafterViews):
             used += [
                 d
                 for i, (d, k, _) in enumerate(grafted.partials)
-                if grafted.classes[base + i] >= 0 and self._key_target[k][0] == path and d not in used
+                if grafted.classes[base + i] >= 0 and path in self._key_paths[k] and d not in used
             ]
             if used:
                 donor_modules[path] = {d: sources[d].module(path) for d in used}
@@ -402,7 +397,7 @@ class Grafter(GrafterViews):
         modules and donors."""
         return plan_splices(
             chunk, paths, keep, groups, num_keys=len(self.keys), num_donors=len(self.donors), targets=self._targets,
-            key_target=self._key_target, path_layer=self._path_layer, lm_head_path=self._lm_head_path,
+            key_paths=self._key_paths, path_layer=self._path_layer, lm_head_path=self._lm_head_path,
             partial_columns=self._partial_columns,
         )  # fmt: skip
 
@@ -429,7 +424,8 @@ class Grafter(GrafterViews):
 
     def _forward(self, ids: torch.Tensor, mask: torch.Tensor, grafted: GraftMasks, keep: int) -> torch.Tensor:
         """Logits of the last `keep` positions (0: all), segment by segment when rows share."""
-        segments = plan_segments(ids, mask, grafted.masks) if self.share_prefixes else None
+        cached = self.share_prefixes and not grafts_history(grafted, self._history, len(self.keys), len(self.donors))
+        segments = plan_segments(ids, mask, grafted.masks) if cached else None
 
         def layer_groups(rows, end: int) -> list[LayerGroups]:
             if not self._shares_layers():

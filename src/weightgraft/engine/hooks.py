@@ -166,7 +166,7 @@ def splice_rows(
         if splice.columns is not None:
             columns = splice.columns if splice.columns.device == flat_out.device else splice.columns.to(flat_out.device)
             kept = flat_out.index_select(0, rows)
-            donor_rows = kept.index_copy_(1, columns, donor_rows.index_select(1, columns))
+            donor_rows = kept.index_copy_(-1, columns, donor_rows.index_select(-1, columns))  # last axis: features
         flat_out.index_copy_(0, rows, donor_rows)
     spliced = flat_out.reshape(output.shape)
     return spliced.movedim(1, whole[2]) if whole is not None else spliced

@@ -7,12 +7,40 @@ from collections.abc import Callable, Sequence
 
 import torch
 
+from weightgraft.adapters.base import Adapter, Part, chain_of, module_path
 from weightgraft.engine.graft_masks import GraftMasks
 from weightgraft.engine.hooks import Splice
 from weightgraft.engine.layer_sharing import LayerGroups
 
 # For each hooked module path: the keys it serves, with their output columns for fused parts.
 Targets = dict[str, list[tuple[int, torch.Tensor | None]]]
+
+
+def module_targets(
+    adapter: Adapter, keys: list[tuple[int | None, str]], config, device: torch.device
+) -> tuple[Targets, dict[int, tuple[str, torch.Tensor | None]], dict[int, tuple[str, ...]]]:
+    """For each module to hook, the keys it serves with their output columns for fused parts;
+    for each key, its output's module and columns (a chain's last) and all its modules' paths
+    (a chain is served by each of its modules, in data-flow order)."""
+    targets: Targets = {}
+    key_target: dict[int, tuple[str, torch.Tensor | None]] = {}
+    key_paths: dict[int, tuple[str, ...]] = {}
+    splits = {path: rule(config) for path, rule in adapter.splits.items()}
+    for index, (layer, comp) in enumerate(keys):
+        if layer is None:
+            served = [(path, None) for path in chain_of(adapter.model_level[comp])]
+        else:
+            served = [
+                (
+                    f"{adapter.layers}.{layer}.{module_path(ref)}",
+                    splits[ref.module][ref.part].to(device) if isinstance(ref, Part) else None,
+                )
+                for ref in chain_of(adapter.per_layer[comp])
+            ]
+        for path, columns in served:
+            targets.setdefault(path, []).append((index, columns))
+        key_target[index], key_paths[index] = served[-1], tuple(path for path, _ in served)
+    return targets, key_target, key_paths
 
 
 def plan_splices(
@@ -24,10 +52,10 @@ def plan_splices(
     num_keys: int,
     num_donors: int,
     targets: Targets,
-    key_target: dict[int, tuple[str, torch.Tensor | None]],
+    key_paths: dict[int, tuple[str, ...]],
     path_layer: dict[str, int | None],
     lm_head_path: str,
-    partial_columns: Callable[[int, frozenset], tuple[torch.Tensor | None, ...]],
+    partial_columns: Callable[[int, frozenset, str], tuple[torch.Tensor | None, ...]],
 ) -> dict[str, list[Splice]]:
     """Per hooked module, this chunk's splices: for each donor, the output rows (and columns)
     it replaces. Fused parts that one donor grafts at the same rows merge into one splice.
@@ -73,14 +101,14 @@ def plan_splices(
                     splices.append(Splice(rows, cols, d))
         base = num_donors * num_keys
         for i, (d, k, units) in enumerate(chunk.partials):
-            if chunk.classes[base + i] < 0 or key_target[k][0] != path:
+            if chunk.classes[base + i] < 0 or path not in key_paths[k]:
                 continue
             rows = {(batch, seq): rows_of(base + i, 0)}
             layer = path_layer[path]
             if layer is not None and layer < len(groups):
                 rows[(len(groups[layer].representatives), seq)] = rows_of(base + i, 0, layer)
             if any(r.numel() for r in rows.values()):
-                out_cols, in_cols, experts = partial_columns(k, units)
+                out_cols, in_cols, experts = partial_columns(k, units, path)
                 splices.append(Splice(rows, out_cols, d, in_cols, experts))
         if splices:
             plan[path] = splices

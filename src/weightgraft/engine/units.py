@@ -1,6 +1,9 @@
 """Units finer than a component: attention heads, FFN neurons and mixture-of-experts experts.
 
-A head or neuron of a component is a block of columns of its module's weight:
+A head or neuron of a component is a block of columns of its module's weight (a component that
+is a chain of several modules, `adapters.base.ComponentRef`, has none and is grafted whole,
+except an o or down whose earlier modules are per-feature, a sub-norm: a unit is then its
+features in each module):
 
 - `q`, `k`, `v` heads and `gate`, `up` neurons are *output* columns: grafting them replaces
   those columns of the module's output (through the fused split for GPT-2's `c_attn`, NeoX's
@@ -27,7 +30,7 @@ from typing import Literal
 import torch
 from torch import nn
 
-from weightgraft.adapters.base import Adapter, Part
+from weightgraft.adapters.base import Adapter, Part, chain_of, is_chain, module_path
 from weightgraft.adapters.call_forms import experts_count
 from weightgraft.errors import UserError
 
@@ -69,6 +72,20 @@ def _out_features(module: nn.Module) -> int:
     return weight.shape[1] if type(module).__name__ == "Conv1D" else weight.shape[0]
 
 
+def _per_channel_before(layer: nn.Module, chain: tuple, comp: str) -> bool:
+    """Whether an o or down chain is per-channel modules (a sub-norm's weights, one per input
+    feature) before its last projection: a head or neuron is then those features' weights in
+    each module (`Grafter._partial_columns` grafts the earlier modules' output columns)."""
+    if comp not in ("o", "down") or any(isinstance(ref, Part) for ref in chain):
+        return False
+    width = _in_features(layer.get_submodule(chain[-1]))
+    for path in chain[:-1]:
+        params = list(layer.get_submodule(path).parameters())
+        if not params or any(p.dim() != 1 or p.numel() != width for p in params):
+            return False
+    return True
+
+
 def unit_specs(adapter: Adapter, model: nn.Module, splits: dict[str, dict[str, torch.Tensor]]) -> dict[str, UnitSpec]:
     """The units of every head and neuron component this model has, read from layer 0's modules
     and the config's head counts."""
@@ -84,8 +101,9 @@ def unit_specs(adapter: Adapter, model: nn.Module, splits: dict[str, dict[str, t
     out: dict[str, UnitSpec] = {}
     for comp in HEAD_COMPONENTS + NEURON_COMPONENTS:
         ref = adapter.per_layer.get(comp)
-        if ref is None:
-            continue
+        if ref is None or (is_chain(ref) and not _per_channel_before(layer, ref, comp)):
+            continue  # a chain's units span several modules: only o's and down's may have them
+        ref = chain_of(ref)[-1]
         module = layer.get_submodule(ref.module if isinstance(ref, Part) else ref)
         if comp in ("o", "down"):
             width = _in_features(module)
@@ -99,7 +117,7 @@ def unit_specs(adapter: Adapter, model: nn.Module, splits: dict[str, dict[str, t
             count = kv_heads if comp in ("k", "v") else heads
             out[comp] = UnitSpec("kv_head" if comp in ("k", "v") else "head", side, count, width // count)
     ref = adapter.per_layer.get("experts")
-    count = experts_count(layer.get_submodule(ref.module if isinstance(ref, Part) else ref)) if ref else None
+    count = experts_count(layer.get_submodule(module_path(chain_of(ref)[-1]))) if ref else None
     if count is not None:
         out["experts"] = UnitSpec("expert", "expert", count, 1)
     return out
@@ -120,6 +138,12 @@ def check_units(units: tuple[int, ...], components: list[str], specs: dict[str, 
     """Every index in range for every component it applies to; the message names the counts."""
     for comp in components:
         spec = specs.get(comp)
+        if spec is None and comp in HEAD_COMPONENTS + NEURON_COMPONENTS:
+            raise UnitError(
+                f"this {model_type} model's {comp!r} is computed by several modules in sequence (a chain, such as a "
+                "low-rank q or multi-latent attention's k), so its heads or neurons cannot be grafted apart; graft "
+                f"{comp!r} whole"
+            )
         if spec is None:
             raise UnitError(
                 f"this {model_type} model's {comp!r} holds no per-expert weights (3-D parameters with the experts "

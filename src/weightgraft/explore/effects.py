@@ -96,7 +96,7 @@ def single_head_effects(
     """logp(head cell grafted alone from `donor`) - logp(recipient) for every head of O and ATTN
     at `layers` (those the page has split), {group: [position, layer, head]}, NaN at other layers;
     and the rows run."""
-    n, groups = len(ids), [g for g in HEAD_GROUPS if g in grid.layer_groups]
+    n, groups = len(ids), [g for g in HEAD_GROUPS if g in grid.layer_groups and g in grid.heads.groups]
     out = {g: torch.full((n, grid.num_layers, grid.heads.query), float("nan")) for g in groups}
     cells = []
     for g, layer in ((g, layer) for g in groups for layer in layers):

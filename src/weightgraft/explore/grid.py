@@ -21,10 +21,11 @@ from weightgraft.experiments.plan.selection import ties_embeddings
 from weightgraft.explore.experts import check_expert, expert_count, expert_grafts
 from weightgraft.explore.heads import HeadCounts, check_head, head_counts, head_grafts
 
-# Component groups of the grid, in the paper's names (ATTN is q, k, v without o). Each keeps the
-# members a model has; a group with none is left out.
+# Component groups of the grid, in the paper's names (ATTN is q, k, v without o; with multi-latent
+# attention also the key-value latent k and v read). Each keeps the members a model has; a group
+# with none is left out.
 LAYER_GROUPS: dict[str, tuple[str, ...]] = {
-    "ATTN": ("q", "k", "v"),
+    "ATTN": ("q", "k", "v", "kv_latent"),
     "O": ("o",),
     # On a mixture-of-experts layer FFN is the whole MoE block, as in the paper's sets (methodology.md).
     "FFN": ("gate", "up", "down", "router", "experts", "shared_expert", "shared_expert_gate"),

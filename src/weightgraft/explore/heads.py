@@ -28,13 +28,16 @@ class HeadCounts:
 
     query: int
     kv: int
+    # The groups whose every component has heads (multi-latent attention's ATTN has chains and a
+    # shared latent, which have none: only its O has heads).
+    groups: tuple[str, ...] = HEAD_GROUPS
 
     def kv_of(self, head: int) -> int:
         """The key-value head query head `head` reads."""
         return head // (self.query // self.kv)
 
     def describe(self) -> dict:
-        return {"query": self.query, "kv": self.kv, "groups": {g: self.query for g in HEAD_GROUPS}}
+        return {"query": self.query, "kv": self.kv, "groups": {g: self.query for g in self.groups}}
 
 
 def head_counts(grafter) -> HeadCounts | None:
@@ -51,7 +54,9 @@ def head_counts(grafter) -> HeadCounts | None:
     kv_count = kv.count if kv is not None else query.count
     if kv_count < 1 or query.count % kv_count:
         return None
-    return HeadCounts(query.count, kv_count)
+    attn = [c for c in grafter.components if c in ("q", "k", "v", "kv_latent")]
+    groups = tuple(g for g in HEAD_GROUPS if g == "O" or all(c in units for c in attn))
+    return HeadCounts(query.count, kv_count, groups)
 
 
 def head_units(group: str, head: int, members: Sequence[str], counts: HeadCounts) -> dict[str, int]:
@@ -67,6 +72,11 @@ def check_head(group: str, head: int, counts: HeadCounts | None, where: str) -> 
         return f"this model's heads cannot be told apart (its config gives no head counts), so {group} has no heads"
     if group not in HEAD_GROUPS:
         return f"group {group} has no heads; heads refine {' and '.join(HEAD_GROUPS)}"
+    if group not in counts.groups:
+        return (
+            f"this model's {group} has no heads: some of its components are computed by several modules (a "
+            "chain, as multi-latent attention's q, k and latent), which graft whole; O has heads"
+        )
     if not 0 <= head < counts.query:
         return (
             f"head {head} of {group}{where} is out of range: this model has {counts.query} query heads "

@@ -17,7 +17,7 @@ from pydantic import ValidationError
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from weightgraft.adapters import adapter_for
-from weightgraft.adapters.base import Part
+from weightgraft.adapters.base import chain_of, module_path
 from weightgraft.data.io import load_eval_prompts
 from weightgraft.engine.compat import config_differences
 from weightgraft.engine.units import UnitError, unit_specs
@@ -146,12 +146,12 @@ def unit_facts(model_config, skeleton) -> tuple[dict, dict]:
     layer = adapter.decoder_layers(skeleton)[0]
     matrices = {}
     for comp in adapter.components:
-        ref = adapter.per_layer.get(comp)
-        if ref is None:
-            module = skeleton.get_submodule(adapter.model_level[comp])
-        else:
-            module = layer.get_submodule(ref.module if isinstance(ref, Part) else ref)
-        shapes = [list(p.shape) for p in module.parameters() if p.dim() == 2]
+        entry = adapter.per_layer.get(comp)
+        if entry is None:
+            modules = [skeleton.get_submodule(path) for path in chain_of(adapter.model_level[comp])]
+        else:  # a chain: the smallest matrix of any of its modules
+            modules = [layer.get_submodule(module_path(ref)) for ref in chain_of(entry)]
+        shapes = [list(p.shape) for module in modules for p in module.parameters() if p.dim() == 2]
         if shapes:
             matrices[comp] = min(shapes, key=min)
     return units, matrices
