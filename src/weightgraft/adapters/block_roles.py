@@ -69,7 +69,8 @@ class BlockInference:
     def _flat_forms(self, roles: BlockRoles) -> None:
         """Modules the block calls on its tokens laid flat ([batch * seq, ...]: OPT reshapes before
         its MLP and norm) get the call form "flat", so that the engine indexes that axis."""
-        for ref in roles.per_layer.values():
+        refs = [r for entry in roles.per_layer.values() for r in (entry if isinstance(entry, list) else [entry])]
+        for ref in refs:  # a chain (a list) flattened to its modules
             path = ref[0] if isinstance(ref, tuple) else ref
             seen = self.base[path]
             if path in roles.call_forms or seen.input is None or seen.output is None:
