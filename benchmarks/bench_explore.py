@@ -32,7 +32,7 @@ from pathlib import Path
 
 from weightgraft.explore.analyses import exact_map
 from weightgraft.explore.grid import Cells
-from weightgraft.explore.launch import builtin_models, open_session, parse_donors
+from weightgraft.explore.open_session import builtin_models, open_session, parse_donors
 from weightgraft.explore.server import ServerThread
 
 ROOT = Path(__file__).resolve().parents[1]

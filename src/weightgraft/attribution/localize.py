@@ -27,7 +27,7 @@ import polars as pl
 import torch
 
 from weightgraft.atomic import write_text_atomic
-from weightgraft.attribution import plots
+from weightgraft.attribution import attribution_plots
 from weightgraft.attribution.attribute import GRAINS, PAPER_ROLES, Attribution, attribute, position_roles
 from weightgraft.attribution.cells import donor_name
 from weightgraft.attribution.groups import Group, parse_label, rank_groups
@@ -171,10 +171,10 @@ class LocalizeResult:
         pl.DataFrame(self.curve).write_parquet(written["curve"])
         cells = self.cell_table()
         cells.write_parquet(written["cells"])
-        written["heatmaps"] = plots.role_heatmaps(self.ranking_table(), folder / "heatmaps.png")
-        written["recovery"] = plots.recovery_curve(self, folder / "recovery.png")
-        written["positions"] = plots.position_heatmaps(cells, self.examples[0].id, folder / "positions.png")
-        written["tokens"] = plots.token_view(cells, self.examples, set(self.chosen), folder / "tokens.html")
+        written["heatmaps"] = attribution_plots.role_heatmaps(self.ranking_table(), folder / "heatmaps.png")
+        written["recovery"] = attribution_plots.recovery_curve(self, folder / "recovery.png")
+        written["positions"] = attribution_plots.position_heatmaps(cells, self.examples[0].id, folder / "positions.png")
+        written["tokens"] = attribution_plots.token_view(cells, self.examples, set(self.chosen), folder / "tokens.html")
         return {k: str(v) for k, v in written.items()}
 
 

@@ -25,7 +25,7 @@ from weightgraft.atomic import write_text_atomic
 from weightgraft.experiments.condition_kind import ConditionKind, kind_of
 from weightgraft.experiments.conditions import Condition, ConditionMethod
 from weightgraft.experiments.layers import concrete_layers
-from weightgraft.experiments.records import slug, state_file
+from weightgraft.experiments.run_folder import slug, state_file
 
 if TYPE_CHECKING:
     from weightgraft.experiments.plan.types import ExperimentPlan

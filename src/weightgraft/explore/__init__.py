@@ -2,7 +2,7 @@
 
 `session` is the state and compute (no web), `grid` the cells and their Grafts, `compare` the
 table of pinned grafts, `tokens` a token as the page shows it, `export` the Python and run-config
-text of a graft, `schema` what a request may hold, `api` the ASGI app,
+text of a graft, `page_requests` what a request may hold, `api` the ASGI app,
 `server` uvicorn around it; `static/` is the page (plain HTML, CSS and one JS file).
 """
 

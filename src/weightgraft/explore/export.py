@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import yaml
 
 from weightgraft.engine.graft import Graft
-from weightgraft.experiments.conditions.roles import NotApplicable, parse_positions
+from weightgraft.experiments.conditions.position_roles import NotApplicable, parse_positions
 from weightgraft.pretrained import is_pretrained_name
 
 if TYPE_CHECKING:

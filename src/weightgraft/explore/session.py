@@ -21,7 +21,7 @@ from weightgraft.data.schema import EvalPrompt
 from weightgraft.engine.graft import Graft
 from weightgraft.engine.grafter import Grafter
 from weightgraft.errors import UserError
-from weightgraft.experiments.conditions.roles import NotApplicable, parse_positions
+from weightgraft.experiments.conditions.position_roles import NotApplicable, parse_positions
 from weightgraft.explore.compare import MAX_PINS, Pin, extend_cells, graft_donors, score_columns, with_changes
 from weightgraft.explore.export import condition_yaml, python_code
 from weightgraft.explore.grid import Cells, Grid

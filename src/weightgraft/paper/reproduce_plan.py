@@ -17,8 +17,8 @@ from weightgraft.data.templates import EVAL_TEMPLATES, VALIDATION_TEMPLATES, eva
 from weightgraft.experiments.config import parse_config
 from weightgraft.experiments.models import model_dir
 from weightgraft.experiments.plan import PlannedModel
-from weightgraft.experiments.plan.build import planned_conditions
 from weightgraft.experiments.plan.checks import planned_model
+from weightgraft.experiments.plan.planner import planned_conditions
 from weightgraft.experiments.plan.selection import experiment_conditions
 from weightgraft.paper import calibrate, estimate
 from weightgraft.paper.reproduce_job import (

@@ -12,10 +12,10 @@ from pathlib import Path
 
 from transformers import AutoConfig
 
-from weightgraft.atomic import refuse_foreign
 from weightgraft.experiments.config import RunConfig, parse_config
-from weightgraft.experiments.records import RUN_MARKS
+from weightgraft.experiments.run_folder import RUN_MARKS
 from weightgraft.experiments.vocabulary import ModelRole, builtin_role_models
+from weightgraft.folder_ownership import refuse_foreign
 from weightgraft.paper.organism import with_organism
 from weightgraft.paper.presets import PRESET_NAMES
 from weightgraft.paper.study import PAPER

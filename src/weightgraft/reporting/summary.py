@@ -37,8 +37,8 @@ import polars as pl
 
 from weightgraft.atomic import write_text_atomic
 from weightgraft.experiments.record import ExperimentRecord
-from weightgraft.experiments.records import read_condition
-from weightgraft.reporting.claims import Claim, ClaimSet
+from weightgraft.experiments.result_files import read_condition
+from weightgraft.reporting.claim_types import Claim, ClaimSet
 from weightgraft.reporting.experiment_stats import ExperimentStats, experiment_stats, interval_rows, recovery_rows
 from weightgraft.reporting.statistics import ALL, seed_for
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from weightgraft.experiments.vocabulary import CLEAN_SUFFIX, DECISION_METRICS, HEADLINE_METRIC, METRIC_WORDS
-from weightgraft.reporting.claims import Claim
+from weightgraft.reporting.claim_types import Claim
 from weightgraft.reporting.decision import Decision, Outcome, combine, decide
 from weightgraft.reporting.statistics import ALL
 from weightgraft.reporting.summary import RecoveryRow, RunSummary, SummaryRow

@@ -13,7 +13,7 @@ from typing import Protocol
 import torch
 
 from weightgraft.experiments.conditions import Condition, ResolvedGraft
-from weightgraft.experiments.records import Example
+from weightgraft.experiments.example_rows import Example
 
 
 @dataclass(frozen=True)
