@@ -6,6 +6,7 @@ text of a graft, `page_requests` what a request may hold, `api` the ASGI app,
 `server` uvicorn around it; `static/` is the page (plain HTML, CSS and one JS file).
 """
 
-from weightgraft.explore.session import ExploreSession, ModelNames
+from weightgraft.explore.export import ModelNames
+from weightgraft.explore.session import ExploreSession
 
 __all__ = ["ExploreSession", "ModelNames"]

@@ -23,7 +23,7 @@ from weightgraft.engine.grafter import Grafter
 from weightgraft.errors import UserError
 from weightgraft.experiments.conditions.position_roles import NotApplicable, parse_positions
 from weightgraft.explore.compare import MAX_PINS, Pin, extend_cells, graft_donors, score_columns, with_changes
-from weightgraft.explore.export import condition_yaml, python_code
+from weightgraft.explore.export import ModelNames, condition_yaml, python_code
 from weightgraft.explore.grid import Cells, Grid
 from weightgraft.explore.heads import head_attribution
 from weightgraft.explore.lru import LRU
@@ -61,16 +61,6 @@ class Encoded:
     target_ids: list[int] = field(default_factory=list)  # the whole target's tokens
     scored: int = 0  # the index of the scored one (after whitespace-only tokens, teacher-forced)
     prompt_len: int = 0  # tokens of the prompt alone
-
-
-@dataclass
-class ModelNames:
-    """Where the session's models came from, for the Python the page shows."""
-
-    recipient: str
-    donors: dict[str, str]
-    dtype: str = "float32"
-    device: str = "cpu"
 
 
 class ExploreSession:
