@@ -39,6 +39,9 @@ NAMED_POSITIONS = ("FE", "M", "R", "LT", "FE+LT", "(FE+LT)^C", "FE^C", "LT^C", "
 _BASELINE_CACHE = 64
 _COLUMN_CACHE = 1024
 _LOGITS_CACHE = 4  # [target tokens, vocab] each: the last few grafts' target steps
+# The page's integrated-gradients map: 8 midpoint steps, half of `attribute`'s default 16, so that
+# the map comes in half the passes while the page waits (the lock is let go between them).
+PAGE_INTEGRATION_STEPS = 8
 
 
 class ExploreError(UserError, ValueError):
@@ -443,8 +446,8 @@ class ExploreSession:
         if method not in tuple(AttributionMethod):
             raise ExploreError(f"method must be gradient or integrated, not {method!r}")
         ids, grain = torch.tensor([encoded.input_ids]), "head" if self.grid.heads else "component"
-        result = attribute(  # the model lock per pass: clicks run between an integrated map's 8 steps
-            self.grafter, ids, [encoded.target_id], method=method, steps=8, donor=donor, grain=grain,
+        result = attribute(  # the model lock per pass: clicks run between an integrated map's steps
+            self.grafter, ids, [encoded.target_id], method=method, steps=PAGE_INTEGRATION_STEPS, donor=donor, grain=grain,
             each_pass=self.latest_only("attribute"),
         )  # fmt: skip
         n = len(encoded.input_ids)

@@ -29,6 +29,11 @@ from weightgraft.paper.reproduce_job import (
     run_config,
 )
 
+# The depth a model is planned with when nothing tells it (no config on disk, not one of the
+# paper's four): only the count of a layer sweep's conditions depends on it, and 24 lies within
+# the paper's models' depths (16 to 48 layers).
+ASSUMED_LAYERS = 24
+
 
 @dataclass
 class PlannedStep:
@@ -181,7 +186,7 @@ def _run_step(
     prompt_tokens, scored = lengths
     paths = {"pre": job.recipe.model, **{name: str(ft.out) for name, ft in job.finetunes.items()}}
     cfg = parse_config(run_config(job, group, paths))
-    layers = size.layers if size else 24
+    layers = size.layers if size else ASSUMED_LAYERS
     counts = planned_conditions(cfg, dict.fromkeys(cfg.models, base)) if base else None
     rows, parts = 0, []
     for exp in cfg.expanded():
