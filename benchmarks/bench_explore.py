@@ -209,7 +209,7 @@ def main() -> None:
     }
     print(f"{result['model']}; {os.cpu_count()} CPUs; target: a click answers in <= {TARGET_MS:.0f} ms")
     for threads in args.threads:
-        session.threads = threads
+        session.lock.threads = threads
         session._baselines.clear()  # each setting opens its prompts afresh
         server = ServerThread(session)
         url = server.start()
@@ -241,7 +241,7 @@ def main() -> None:
     e = result["exact_map"]
     print(
         f"exact map of the whole grid (FE+LT grafted, so its cells are also left out one by one): "
-        f"{e['seconds']:.1f} s for {e['rows']} single cells and {e['left_out']} leave-one-out rows, on {session.threads} thread(s)"
+        f"{e['seconds']:.1f} s for {e['rows']} single cells and {e['left_out']} leave-one-out rows, on {session.lock.threads} thread(s)"
     )
     result["load_average_after"] = os.getloadavg()[0]
     args.out.parent.mkdir(parents=True, exist_ok=True)

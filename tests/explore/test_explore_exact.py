@@ -16,9 +16,9 @@ import tiny_world
 from exp_fixtures import RefGraft
 from explore_fixtures import DONORS, LLAMA_GROUPS, open_world_session
 from weightgraft.explore import analyses
+from weightgraft.explore.explore_error import ExploreError
 from weightgraft.explore.grid import Cells
 from weightgraft.explore.server import ServerThread
-from weightgraft.explore.session import ExploreError
 
 PROMPT = tiny_world.make_prompts()[2]  # paper_3: FE, R, M and LT all present
 

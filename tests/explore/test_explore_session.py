@@ -18,8 +18,8 @@ from weightgraft.experiments.conditions import ConditionSpec, resolve_condition
 from weightgraft.experiments.models import load_model
 from weightgraft.explore import analyses
 from weightgraft.explore.compare import Pin
+from weightgraft.explore.explore_error import ExploreError
 from weightgraft.explore.grid import Cells, GridError
-from weightgraft.explore.session import ExploreError
 
 PROMPT = tiny_world.make_prompts()[2]  # paper_3: FE, R, M and LT all present
 

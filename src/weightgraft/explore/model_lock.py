@@ -4,7 +4,8 @@ request (many passes) that gives up once a newer one of its kind has come."""
 from __future__ import annotations
 
 import threading
-from contextlib import contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager, contextmanager
 
 import torch
 
@@ -29,15 +30,18 @@ class ModelLock:
                 torch.set_num_threads(self.threads)
             yield
 
-    def latest_only(self, kind: str):
+    def latest_only(self, kind: str, lock: Callable[[], AbstractContextManager] | None = None):
         """The model lock for one pass of a long request of `kind`; it gives up once a newer request
-        of that kind has come (the page wants only the newest). Clicks get the lock between passes."""
+        of that kind has come (the page wants only the newest). Clicks get the lock between passes.
+        `lock`: how a pass takes the lock (default `running`; the session passes its own, which
+        every model call of the session goes through)."""
         with self._lock:
             ticket = self._tickets[kind] = self._tickets.get(kind, 0) + 1
+        take = lock or self.running
 
         @contextmanager
         def running():
-            with self.running():
+            with take():
                 if self._tickets[kind] != ticket:
                     raise ExploreError(f"this {kind} request was replaced by a newer one")
                 yield
