@@ -131,8 +131,16 @@ def browser_session(url: str, clicks: int, seed: int) -> tuple[list[float], list
     until the answer is drawn (rendered), until the next frame is painted, and each part."""
     from playwright.sync_api import sync_playwright
 
-    args = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-            "--disable-background-networking", "--disable-component-update", "--disable-sync"]  # fmt: skip
+    args = [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+    ]
     rng = random.Random(seed)
     rendered, painted, parts = [], [], {k: [] for k in PARTS}
     with sync_playwright() as playwright:

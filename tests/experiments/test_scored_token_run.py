@@ -188,7 +188,7 @@ def test_training_evaluation_scores_the_same_token(world):
 
 
 def test_localize_examples_end_on_the_whitespace_token_in_the_last_tokens_role():
-    from weightgraft.attribution.localize import encode_role_examples
+    from weightgraft.attribution.role_examples import encode_role_examples
 
     tokenizer = _tokenizer()
     for prompt, example in zip(_prompts(), encode_role_examples(tokenizer, _prompts())):

@@ -28,7 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from weightgraft.attribution.agreement import cell_agreement
-from weightgraft.attribution.localize import LocalizeResult, encode_role_examples, localize
+from weightgraft.attribution.localize import LocalizeResult, localize
+from weightgraft.attribution.role_examples import encode_role_examples
 from weightgraft.data.encode import check_context
 from weightgraft.data.io import load_eval_prompts
 from weightgraft.engine.grafter import Grafter

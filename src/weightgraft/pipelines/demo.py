@@ -95,11 +95,15 @@ def finer_entries(b2a_model: str, cap: int | None) -> list[dict]:
     from the one-direction model's config (the plan checks them again against the model)."""
     text = AutoConfig.from_pretrained(b2a_model, trust_remote_code=False).get_text_config()
     return [
-        {"preset": "finer_heads_o", "max_examples": cap, "num_layers": text.num_hidden_layers,
-         "num_heads": text.num_attention_heads},
+        {
+            "preset": "finer_heads_o",
+            "max_examples": cap,
+            "num_layers": text.num_hidden_layers,
+            "num_heads": text.num_attention_heads,
+        },
         {"preset": "finer_rank", "max_examples": cap, "hidden_size": text.hidden_size},
         {"preset": "finer_dose", "max_examples": cap},
-    ]  # fmt: skip
+    ]
 
 
 def run_demo(
