@@ -74,7 +74,7 @@ def moe_world(root: Path, arch: str = "mixtral") -> tuple[dict[str, str], Path]:
 
 
 def open_moe_session(root: Path, arch: str = "mixtral"):
-    from weightgraft.explore.launch import open_session
+    from weightgraft.explore.open_session import open_session
 
     paths, data = moe_world(root, arch)
     return open_session(paths["pre"], {"sft": paths["sft"]}, data)
