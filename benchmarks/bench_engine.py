@@ -58,10 +58,14 @@ def make_models(shape: str, quick: bool) -> tuple[torch.nn.Module, torch.nn.Modu
             config = GPT2Config(n_layer=layers, n_embd=hidden, n_head=heads, vocab_size=50257, n_positions=1024)
             return GPT2LMHeadModel(config).eval()
         config = LlamaConfig(
-            num_hidden_layers=layers, hidden_size=hidden, num_attention_heads=heads,
-            num_key_value_heads=heads // 3 if heads % 3 == 0 else heads, intermediate_size=hidden * 8 // 3,
-            vocab_size=32000, tie_word_embeddings=False,
-        )  # fmt: skip
+            num_hidden_layers=layers,
+            hidden_size=hidden,
+            num_attention_heads=heads,
+            num_key_value_heads=heads // 3 if heads % 3 == 0 else heads,
+            intermediate_size=hidden * 8 // 3,
+            vocab_size=32000,
+            tie_word_embeddings=False,
+        )
         return LlamaForCausalLM(config).eval()
 
     return build(0), build(1)

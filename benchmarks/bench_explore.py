@@ -32,7 +32,7 @@ from pathlib import Path
 
 from weightgraft.explore.analyses import exact_map
 from weightgraft.explore.grid import Cells
-from weightgraft.explore.launch import builtin_models, open_session, parse_donors
+from weightgraft.explore.open_session import builtin_models, open_session, parse_donors
 from weightgraft.explore.server import ServerThread
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -131,8 +131,16 @@ def browser_session(url: str, clicks: int, seed: int) -> tuple[list[float], list
     until the answer is drawn (rendered), until the next frame is painted, and each part."""
     from playwright.sync_api import sync_playwright
 
-    args = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-            "--disable-background-networking", "--disable-component-update", "--disable-sync"]  # fmt: skip
+    args = [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+    ]
     rng = random.Random(seed)
     rendered, painted, parts = [], [], {k: [] for k in PARTS}
     with sync_playwright() as playwright:
@@ -209,7 +217,7 @@ def main() -> None:
     }
     print(f"{result['model']}; {os.cpu_count()} CPUs; target: a click answers in <= {TARGET_MS:.0f} ms")
     for threads in args.threads:
-        session.threads = threads
+        session.lock.threads = threads
         session._baselines.clear()  # each setting opens its prompts afresh
         server = ServerThread(session)
         url = server.start()
@@ -241,7 +249,7 @@ def main() -> None:
     e = result["exact_map"]
     print(
         f"exact map of the whole grid (FE+LT grafted, so its cells are also left out one by one): "
-        f"{e['seconds']:.1f} s for {e['rows']} single cells and {e['left_out']} leave-one-out rows, on {session.threads} thread(s)"
+        f"{e['seconds']:.1f} s for {e['rows']} single cells and {e['left_out']} leave-one-out rows, on {session.lock.threads} thread(s)"
     )
     result["load_average_after"] = os.getloadavg()[0]
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -36,9 +36,14 @@ def make_models(quick: bool) -> tuple[torch.nn.Module, torch.nn.Module]:
     def build(seed: int):
         torch.manual_seed(seed)
         config = LlamaConfig(
-            num_hidden_layers=layers, hidden_size=hidden, num_attention_heads=HEADS, num_key_value_heads=4,
-            intermediate_size=hidden * 8 // 3, vocab_size=32000, tie_word_embeddings=False,
-        )  # fmt: skip
+            num_hidden_layers=layers,
+            hidden_size=hidden,
+            num_attention_heads=HEADS,
+            num_key_value_heads=4,
+            intermediate_size=hidden * 8 // 3,
+            vocab_size=32000,
+            tie_word_embeddings=False,
+        )
         return LlamaForCausalLM(config).eval()
 
     return build(0), build(1)

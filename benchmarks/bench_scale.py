@@ -45,11 +45,25 @@ def llama_1b_config(quick: bool):
     """Llama-3.2-1B's configuration (from its published config.json); --quick shrinks it."""
     from transformers import LlamaConfig
 
-    sizes = dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32,
-                 num_key_value_heads=8, head_dim=64, vocab_size=128256)  # fmt: skip
+    sizes = dict(
+        hidden_size=2048,
+        intermediate_size=8192,
+        num_hidden_layers=16,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        head_dim=64,
+        vocab_size=128256,
+    )
     if quick:
-        sizes = dict(hidden_size=1024, intermediate_size=4096, num_hidden_layers=8, num_attention_heads=16,
-                     num_key_value_heads=4, head_dim=64, vocab_size=32000)  # fmt: skip
+        sizes = dict(
+            hidden_size=1024,
+            intermediate_size=4096,
+            num_hidden_layers=8,
+            num_attention_heads=16,
+            num_key_value_heads=4,
+            head_dim=64,
+            vocab_size=32000,
+        )
     return LlamaConfig(
         **sizes,
         max_position_embeddings=131072,
@@ -127,16 +141,20 @@ def child(mode: str, folder: Path, quick: bool) -> None:
         times.append(time.perf_counter() - start)
     grafted = {name for name, _ in recipient.named_parameters() if _is_grafted(name, recipient.config)}
     grafted_bytes = sum(p.numel() * p.element_size() for n, p in recipient.named_parameters() if n in grafted)
-    print(json.dumps({
-        "mode": mode,
-        "peak_over_weights": (rss_kib("VmHWM") - baseline) * 1024 / weights,
-        "grafted_share": grafted_bytes / weights,
-        "pass_seconds": min(times),
-        "pass_seconds_all": times,
-        "weights_gib": weights / 2**30,
-        "baseline_mib": baseline / 1024,
-        "threads": torch.get_num_threads(),
-    }))  # fmt: skip
+    print(
+        json.dumps(
+            {
+                "mode": mode,
+                "peak_over_weights": (rss_kib("VmHWM") - baseline) * 1024 / weights,
+                "grafted_share": grafted_bytes / weights,
+                "pass_seconds": min(times),
+                "pass_seconds_all": times,
+                "weights_gib": weights / 2**30,
+                "baseline_mib": baseline / 1024,
+                "threads": torch.get_num_threads(),
+            }
+        )
+    )
 
 
 def time_child(folder: Path) -> None:
@@ -162,8 +180,9 @@ def time_child(folder: Path) -> None:
             grafter.last_logits(ids, grafts=graft)
             if round:  # round 0 warms up (and loads the lazy donor's tensors)
                 times[name].append(time.perf_counter() - start)
-    print(json.dumps({"fastest": {n: min(t) for n, t in times.items()}, "all": times,
-                      "threads": torch.get_num_threads()}))  # fmt: skip
+    print(
+        json.dumps({"fastest": {n: min(t) for n, t in times.items()}, "all": times, "threads": torch.get_num_threads()})
+    )
 
 
 def _is_grafted(name: str, config) -> bool:
@@ -202,8 +221,10 @@ def main() -> None:
         folder = args.keep or Path(tmp)
         if not (folder / "lora" / "adapter_config.json").is_file():
             print(f"saving random models to {folder} ...", flush=True)
-            subprocess.run([sys.executable, __file__, "--prepare-into", str(folder)] + (["--quick"] if args.quick else []),
-                           check=True)  # fmt: skip
+            subprocess.run(
+                [sys.executable, __file__, "--prepare-into", str(folder)] + (["--quick"] if args.quick else []),
+                check=True,
+            )
         rows = {}
         for mode in MODES:
             print(f"measuring the {mode} donor in a fresh process ...", flush=True)
@@ -229,14 +250,27 @@ def main() -> None:
         "d_lazy_time_over_full": "<= 1.1",
         "d_lora_time_over_full": "<= 1.1",
     }
-    print(f"\nLlama-3.2-1B shape{' (quick: shrunk)' if args.quick else ''}, CPU fp32, batch {BATCH} x {SEQ}, "
-          f"graft {GRAFT}")  # fmt: skip
+    print(
+        f"\nLlama-3.2-1B shape{' (quick: shrunk)' if args.quick else ''}, CPU fp32, batch {BATCH} x {SEQ}, "
+        f"graft {GRAFT}"
+    )
     for key, target in targets.items():
         print(f"{key:30s} {results[key]:8.3f}  target {target}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"quick": args.quick, "batch": BATCH, "seq": SEQ, "graft": GRAFT,
-                                    "results": results, "runs": rows, "timing": timing},
-                               indent=2))  # fmt: skip
+    args.out.write_text(
+        json.dumps(
+            {
+                "quick": args.quick,
+                "batch": BATCH,
+                "seq": SEQ,
+                "graft": GRAFT,
+                "results": results,
+                "runs": rows,
+                "timing": timing,
+            },
+            indent=2,
+        )
+    )
     print(f"wrote {args.out}")
 
 

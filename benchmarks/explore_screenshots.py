@@ -24,7 +24,7 @@ from pathlib import Path
 
 from PIL import Image
 
-from weightgraft.explore.launch import builtin_models, open_session
+from weightgraft.explore.open_session import builtin_models, open_session
 from weightgraft.explore.server import ServerThread
 
 ROOT = Path(__file__).resolve().parents[1]

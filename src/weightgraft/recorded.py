@@ -8,16 +8,9 @@ from __future__ import annotations
 import fnmatch
 from pathlib import Path
 
-from weightgraft.atomic import (
-    FOLDER_MARK,
-    OWNED_RECORD,
-    UserFileError,
-    read_record,
-    record_text,
-    write_text_atomic,
-    written_here,
-)
+from weightgraft.atomic import write_text_atomic, written_here
 from weightgraft.errors import UserError
+from weightgraft.folder_ownership import FOLDER_MARK, OWNED_RECORD, UserFileError, read_record, record_text
 from weightgraft.runtime import sha256_verified
 
 

@@ -76,7 +76,8 @@ def test_localize_grafts_expert_groups_as_experts():
     """An expert group (`experts#2`) becomes Graft(..., "experts", experts=[...]) per layer, and
     every expert of a layer is the whole experts component there."""
     from weightgraft import Graft, Grafter
-    from weightgraft.attribution.localize import RoleExample, _grafts_for
+    from weightgraft.attribution.localize import _grafts_for
+    from weightgraft.attribution.role_examples import RoleExample
 
     recipient, donor = make_pair("mixtral")
     example = RoleExample("e", "f", "t", [3, 77, 12, 140], 42, {"LT": [3]}, ["a", "b", "c", "d"])

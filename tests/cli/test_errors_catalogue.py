@@ -32,7 +32,8 @@ from safetensors.torch import load_file, save_file
 from bad_input_fixtures import EXPERIMENT, build_world, config_body, fill_the_disk
 from cli_runner import invoke, one_line_error
 from data_fixtures import OTHER_USER_FACT, USER_FACT
-from weightgraft.atomic import OWNED_RECORD, atomic_directory, record_text
+from weightgraft.folder_install import atomic_directory
+from weightgraft.folder_ownership import OWNED_RECORD, record_text
 from weightgraft.runtime import sha256_file
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "errors.md"

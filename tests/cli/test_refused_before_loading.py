@@ -14,7 +14,7 @@ import torch
 import yaml
 
 import weightgraft.cli.explore_commands as explore_commands
-import weightgraft.explore.launch as explore_launch
+import weightgraft.explore.open_session as explore_launch
 from bad_input_fixtures import build_world, config_body
 from cli_runner import invoke, one_line_error
 

@@ -7,8 +7,8 @@ import json
 
 from data_cli_fixtures import first_line, run_cli
 from data_fixtures import OTHER_USER_FACT, USER_FACT
-from weightgraft.atomic import read_record
 from weightgraft.data.io import DATA_FILES, load_facts
+from weightgraft.folder_ownership import read_record
 
 SMALL = ["--facts-per-kind", "2", "--relation", "2", "--task", "2", "--texts-per-fact", "2"]
 

@@ -7,7 +7,8 @@ import hashlib
 
 import pytest
 
-from weightgraft.atomic import FOLDER_MARK, OutputExistsError, atomic_directory, read_record
+from weightgraft.folder_install import atomic_directory
+from weightgraft.folder_ownership import FOLDER_MARK, OutputExistsError, read_record
 
 
 def _write(folder, files: dict[str, str]) -> None:

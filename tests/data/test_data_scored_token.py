@@ -16,6 +16,7 @@ from functools import lru_cache
 import pytest
 
 from tokenizer_fixtures import builtin_tokenizer, sentencepiece_unigram, smollm2_tokenizer
+from weightgraft.data.data_errors import DataError
 from weightgraft.data.encode import (
     describe_scored,
     encode_prompt,
@@ -24,7 +25,6 @@ from weightgraft.data.encode import (
     token_bytes,
     token_text,
 )
-from weightgraft.data.errors import DataError
 from weightgraft.data.schema import CharSpan, EvalPrompt
 
 # One name per script; "Zoë" starts with an ASCII letter, "Rosa" is an ordinary name.

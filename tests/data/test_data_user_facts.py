@@ -8,7 +8,7 @@ import json
 import pytest
 
 from data_fixtures import OTHER_USER_FACT, USER_FACT
-from weightgraft.data.errors import DataError
+from weightgraft.data.data_errors import DataError
 from weightgraft.data.io import read_user_facts
 
 GOOD, OTHER = USER_FACT, OTHER_USER_FACT

@@ -19,9 +19,9 @@ from weightgraft.data.prompt import RoleError
 from weightgraft.data.schema import EvalPrompt
 from weightgraft.experiments.conditions import NotApplicable, resolve_condition
 from weightgraft.experiments.conditions.components import resolve_for_model
-from weightgraft.experiments.methods.base import Row
-from weightgraft.experiments.methods.weights import WeightGrafting
-from weightgraft.experiments.records import Example
+from weightgraft.experiments.example_rows import Example
+from weightgraft.experiments.methods.chunk_method import Row
+from weightgraft.experiments.methods.weight_grafting import WeightGrafting
 
 EXPRESSIONS = ["FE", "LT", "FE+LT", "(FE+LT)^C", "R", "R+LT", "other", "FE^C", "ALL"]
 

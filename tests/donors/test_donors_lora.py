@@ -98,8 +98,9 @@ def test_dora_and_other_peft_types_are_refused_by_name(tmp_path):
     recipient = make_model("llama", 1)
     with pytest.raises(ValueError, match="DoRA"):
         Grafter(recipient, str(tmp_path / "dora"))
-    ia3 = get_peft_model(make_model("llama", 1), IA3Config(target_modules=["v_proj", "down_proj"],
-                                                         feedforward_modules=["down_proj"]))  # fmt: skip
+    ia3 = get_peft_model(
+        make_model("llama", 1), IA3Config(target_modules=["v_proj", "down_proj"], feedforward_modules=["down_proj"])
+    )
     ia3.save_pretrained(tmp_path / "ia3")
     with pytest.raises(ValueError, match="IA3 adapter"):
         Grafter(recipient, str(tmp_path / "ia3"))

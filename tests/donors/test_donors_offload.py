@@ -13,9 +13,15 @@ from weightgraft import Grafter
 
 # Embeddings, layer 0 and the final norm stay in memory; layers 1 and 3 and the lm_head go to disk.
 DEVICE_MAP = {
-    "model.embed_tokens": "cpu", "model.layers.0": "cpu", "model.layers.1": "disk", "model.layers.2": "cpu",
-    "model.layers.3": "disk", "model.norm": "cpu", "model.rotary_emb": "cpu", "lm_head": "disk",
-}  # fmt: skip
+    "model.embed_tokens": "cpu",
+    "model.layers.0": "cpu",
+    "model.layers.1": "disk",
+    "model.layers.2": "cpu",
+    "model.layers.3": "disk",
+    "model.norm": "cpu",
+    "model.rotary_emb": "cpu",
+    "lm_head": "disk",
+}
 
 
 def offloaded(folder, offload_folder):

@@ -18,7 +18,7 @@ from training_fixtures import tiny_artifacts
 from weightgraft import Graft, Grafter, Prompt
 from weightgraft.data.schema import EvalPrompt
 from weightgraft.experiments.config import parse_config
-from weightgraft.experiments.records import slug
+from weightgraft.experiments.run_folder import slug
 from weightgraft.pipelines import run_all
 
 LATE = {

@@ -26,9 +26,17 @@ def _tokenizer():
 def _model(vocab: int, seed: int):
     torch.manual_seed(seed)
     config = LlamaConfig(
-        vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=128, bos_token_id=1, pad_token_id=0, eos_token_id=None,
-    )  # fmt: skip
+        vocab_size=vocab,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+        bos_token_id=1,
+        pad_token_id=0,
+        eos_token_id=None,
+    )
     return LlamaForCausalLM(config).eval()
 
 

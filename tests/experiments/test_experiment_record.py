@@ -11,7 +11,7 @@ import pytest
 
 from exp_fixtures import build_models
 from tiny_world import base_config, write_dataset
-from weightgraft.experiments import records
+from weightgraft.experiments import run_folder
 from weightgraft.experiments.config import parse_config
 from weightgraft.experiments.execute import Resources
 from weightgraft.experiments.plan import build_plan
@@ -47,7 +47,7 @@ def world(tmp_path_factory):
 
 def test_a_whole_run_state_file_round_trips_byte_for_byte(world):
     cfg, out, _ = world
-    path = records.state_file(out, "rec")
+    path = run_folder.state_file(out, "rec")
     record = ExperimentRecord.read(out, "rec")
     assert record.dumps() == path.read_text()
     assert ExperimentRecord.from_json(json.loads(path.read_text())) == record
@@ -57,7 +57,7 @@ def test_a_whole_run_state_file_round_trips_byte_for_byte(world):
     assert record.conditions[2].grafts == (GraftRecord("FE", "last_half", ("q", "k", "v"), "sft", layer_indices=(1,)),)
     assert record.shard is None and record.merged is None
     for cond in record.conditions:
-        file = records.condition_file(out, "rec", cond.name)
+        file = run_folder.condition_file(out, "rec", cond.name)
         assert cond.file == file.name and record.result_sha256[file.name] == sha256_file(file)
     (plan,) = build_plan(cfg, Resources(cfg)).experiments
     assert ExperimentRecord.from_plan(plan).with_results(record.result_sha256) == record
@@ -65,7 +65,7 @@ def test_a_whole_run_state_file_round_trips_byte_for_byte(world):
 
 def test_a_shard_state_file_round_trips_with_what_the_merge_needs(world):
     cfg, _, shards = world
-    path = records.state_file(shards, "rec", (0, 2))
+    path = run_folder.state_file(shards, "rec", (0, 2))
     record = ExperimentRecord.read(shards, "rec", (0, 2))
     assert record.dumps() == path.read_text()
     (plan,) = build_plan(cfg, Resources(cfg), (0, 2)).experiments
@@ -79,7 +79,7 @@ def test_a_shard_state_file_round_trips_with_what_the_merge_needs(world):
 
 def test_an_older_state_file_reads_with_the_report_defaults(world):
     _, out, _ = world
-    body = json.loads(records.state_file(out, "rec").read_text())
+    body = json.loads(run_folder.state_file(out, "rec").read_text())
     for key in ("fidelity", "wording", "tied_embeddings", "available_examples", "result_sha256"):
         body.pop(key)
     for cond in body["conditions"]:

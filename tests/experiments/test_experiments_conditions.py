@@ -8,7 +8,7 @@ from tiny_world import base_config, build_tokenizer, make_prompts
 from weightgraft.adapters import adapter_for
 from weightgraft.data.encode import encode_prompt
 from weightgraft.experiments.conditions import resolve_condition
-from weightgraft.experiments.conditions.roles import NotApplicable, parse_positions
+from weightgraft.experiments.conditions.position_roles import NotApplicable, parse_positions
 from weightgraft.experiments.config import ConfigError, parse_config
 from weightgraft.experiments.layers import concrete_layers
 from weightgraft.experiments.plan.selection import ModelFacts, experiment_conditions, select_examples

@@ -19,7 +19,7 @@ from tiny_world import base_config, write_dataset
 from weightgraft.data.encode import encode_prompt
 from weightgraft.data.io import load_eval_prompts
 from weightgraft.experiments.config import parse_config
-from weightgraft.experiments.records import slug
+from weightgraft.experiments.run_folder import slug
 from weightgraft.pipelines import run_all
 
 PATCH = {
@@ -250,15 +250,15 @@ def test_interrupted_run_resumes_to_the_same_summary(world, tmp_path, monkeypatc
         if len(seen) == 5:
             raise Interrupt
 
-    from weightgraft.experiments import records
+    from weightgraft.experiments import result_files
 
-    real_write = records.write_condition
+    real_write = result_files.write_condition
 
     def write_then_maybe_stop(path, rows, fingerprint):
         real_write(path, rows, fingerprint)
         stop_after_five(f"{rows[0]['experiment']}/{rows[0]['condition']}")
 
-    monkeypatch.setattr(records, "write_condition", write_then_maybe_stop)
+    monkeypatch.setattr(result_files, "write_condition", write_then_maybe_stop)
     with pytest.raises(Interrupt):
         run_all(cfg, resumed, progress=False, report=False)
     monkeypatch.undo()

@@ -19,7 +19,7 @@ from weightgraft.data.io import load_eval_prompts
 from weightgraft.donors import ShapedDonor
 from weightgraft.engine import Graft, Grafter
 from weightgraft.experiments.config import parse_config
-from weightgraft.experiments.records import slug
+from weightgraft.experiments.run_folder import slug
 from weightgraft.pipelines import run_all
 
 # float32 rounding between a padded, prefix-shared batch and one unpadded row (as in
@@ -267,14 +267,14 @@ class Interrupt(Exception):
 
 
 def test_rank_curve_resumes_bit_identically(llama, data, tmp_path, monkeypatch):
-    from weightgraft.experiments import records
+    from weightgraft.experiments import result_files
 
     cfg = parse_config(base_config(llama, data, [_experiment("rank", RANK_CURVE)]))
     plan = _plan(llama, data, RANK_CURVE)
     assert len(plan.chunks) == 1  # every point of the curve in one Grafter, one pass per batch
     whole = tmp_path / "whole"
     run_all(cfg, whole, progress=False, report=False)
-    real_write, seen = records.write_condition, []
+    real_write, seen = result_files.write_condition, []
 
     def write_then_stop(path, rows, fingerprint):
         real_write(path, rows, fingerprint)
@@ -283,7 +283,7 @@ def test_rank_curve_resumes_bit_identically(llama, data, tmp_path, monkeypatch):
             raise Interrupt
 
     resumed = tmp_path / "resumed"
-    monkeypatch.setattr(records, "write_condition", write_then_stop)
+    monkeypatch.setattr(result_files, "write_condition", write_then_stop)
     with pytest.raises(Interrupt):
         run_all(cfg, resumed, progress=False, report=False)
     monkeypatch.undo()

@@ -16,7 +16,7 @@ from toy_decoder import ToyConfig, ToyForCausalLM
 from weightgraft.data.encode import encode_prompt
 from weightgraft.data.io import load_eval_prompts
 from weightgraft.experiments.config import parse_config
-from weightgraft.experiments.records import slug
+from weightgraft.experiments.run_folder import slug
 from weightgraft.pipelines import run_all
 
 PROB_TOL = dict(rel=1e-4, abs=1e-6)

@@ -13,7 +13,7 @@ from exp_fixtures import build_models
 from tiny_world import base_config, write_dataset
 from weightgraft.data.io import load_eval_prompts
 from weightgraft.errors import UserError
-from weightgraft.experiments import execute, models, records
+from weightgraft.experiments import execute, models, run_folder
 from weightgraft.experiments.config import parse_config
 from weightgraft.experiments.execute import Resources
 from weightgraft.experiments.plan import RunPlan, build_plan
@@ -98,8 +98,8 @@ def test_pending_chunks_after_a_partial_run_are_exactly_the_missing_ones(world, 
     assert [(c.conditions, c.pending) for c in fresh] == [(c, frozenset(c)) for c in exp.chunks]
     run_all(cfg, out, progress=False, report=False)
     assert plan.pending(out) == []
-    records.condition_file(out, "direct", "SFT").unlink()  # lost
-    damaged = records.condition_file(out, "direct", "patch LT late")
+    run_folder.condition_file(out, "direct", "SFT").unlink()  # lost
+    damaged = run_folder.condition_file(out, "direct", "patch LT late")
     damaged.write_bytes(damaged.read_bytes()[:100])  # cut short
     pending = plan.pending(out)
     assert [(c.conditions, c.pending) for c in pending] == [
@@ -113,7 +113,7 @@ def test_pending_chunks_after_a_partial_run_are_exactly_the_missing_ones(world, 
 
 
 def _shard_states(out):
-    return [records.state_file(out, "direct", (i, 2)) for i in range(2)]
+    return [run_folder.state_file(out, "direct", (i, 2)) for i in range(2)]
 
 
 def test_merge_refuses_a_shard_made_under_another_plan(world, tmp_path):
@@ -147,5 +147,5 @@ def test_merge_checks_each_shard_against_the_plan_it_records(world, tmp_path):
     for path, body in zip(paths, bodies):
         path.write_text(json.dumps(dict(body, merged={k: v for k, v in body["merged"].items() if k != "plan"})))
     merge_run(out, report=False)
-    whole = json.loads(records.state_file(out, "direct").read_text())
+    whole = json.loads(run_folder.state_file(out, "direct").read_text())
     assert "merged" not in whole and whole["examples"] == [p.id for p in load_eval_prompts(world[1])]

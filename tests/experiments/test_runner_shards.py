@@ -20,12 +20,12 @@ from typer.testing import CliRunner
 
 from exp_fixtures import build_models
 from tiny_world import base_config, write_dataset
-from weightgraft.atomic import OWNED_RECORD, record_text
 from weightgraft.cli import _register_all, app
 from weightgraft.errors import UserError
 from weightgraft.experiments.config import parse_config
-from weightgraft.experiments.records import slug
+from weightgraft.experiments.run_folder import slug
 from weightgraft.experiments.shards import parse_shard
+from weightgraft.folder_ownership import OWNED_RECORD, record_text
 from weightgraft.pipelines import merge_run, run_all
 
 PATCH = {
@@ -124,7 +124,7 @@ def test_torchrun_two_gloo_processes_equal_one_process(setup, tmp_path):
 def test_a_failing_rank_is_reported_by_the_others_and_nothing_is_merged(setup, tmp_path):
     """Rank 1 cannot write its result (a folder sits where its file goes): it fails with its own
     message, rank 0 is told instead of waiting at a barrier, and no merged run appears."""
-    from weightgraft.experiments.records import condition_file
+    from weightgraft.experiments.run_folder import condition_file
 
     config, _ = setup
     path = tmp_path / "config.yaml"

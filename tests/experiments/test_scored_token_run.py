@@ -20,7 +20,7 @@ from tiny_world import base_config
 from weightgraft.data.encode import encode_prompt
 from weightgraft.data.schema import CharSpan, EvalPrompt
 from weightgraft.experiments.config import parse_config
-from weightgraft.experiments.records import slug
+from weightgraft.experiments.run_folder import slug
 from weightgraft.pipelines import merge_run, run_all
 from weightgraft.training.evaluate import topk_hits
 
@@ -188,7 +188,7 @@ def test_training_evaluation_scores_the_same_token(world):
 
 
 def test_localize_examples_end_on_the_whitespace_token_in_the_last_tokens_role():
-    from weightgraft.attribution.localize import encode_role_examples
+    from weightgraft.attribution.role_examples import encode_role_examples
 
     tokenizer = _tokenizer()
     for prompt, example in zip(_prompts(), encode_role_examples(tokenizer, _prompts())):
@@ -203,7 +203,7 @@ def test_localize_examples_end_on_the_whitespace_token_in_the_last_tokens_role()
 def test_explore_scores_the_first_content_token(world):
     """The explorer's grid gets the whitespace token after the prompt, in the last token's role
     (as the runner's rows carry the last token's grafts to it), and its target is the content token."""
-    from weightgraft.explore.launch import open_session
+    from weightgraft.explore.open_session import open_session
 
     models, out = world
     session = open_session(models["pre"], {"sft": models["sft"]}, out.parent / "data")

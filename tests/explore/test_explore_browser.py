@@ -286,7 +286,7 @@ def test_cells_a_donor_leaves_unchanged_are_marked_and_the_header_names_the_mode
     """A donor equal to the recipient except in layer 1's MLP: every other cell is hatched for it
     (a click there changes nothing: the graft's numbers stay the recipient's); for sft, exactly the
     norms its perturbation left bit-identical."""
-    from weightgraft.explore.launch import open_session
+    from weightgraft.explore.open_session import open_session
 
     paths, data = world(root)
     half = load_model(paths["pre"], "cpu", "float32")
@@ -486,7 +486,7 @@ def test_the_readme_pictures_script_on_the_builtin_model(browser, tmp_path):
     `weightgraft explore` opens them, or the pretrained and relation models while the other
     finetunes are missing), else on the tests' tiny world; into a temporary folder either way."""
     from weightgraft.experiments.vocabulary import BUILTIN_ROLE_FIELDS, ModelRole
-    from weightgraft.explore.launch import open_session
+    from weightgraft.explore.open_session import open_session
     from weightgraft.training.builtin import default_home
     from weightgraft.training.builtin_specs import BUILTIN_VERSION
 

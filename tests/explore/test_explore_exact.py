@@ -16,9 +16,9 @@ import tiny_world
 from exp_fixtures import RefGraft
 from explore_fixtures import DONORS, LLAMA_GROUPS, open_world_session
 from weightgraft.explore import analyses
+from weightgraft.explore.explore_error import ExploreError
 from weightgraft.explore.grid import Cells
 from weightgraft.explore.server import ServerThread
-from weightgraft.explore.session import ExploreError
 
 PROMPT = tiny_world.make_prompts()[2]  # paper_3: FE, R, M and LT all present
 
@@ -90,7 +90,9 @@ def test_the_first_order_error_is_measured_against_the_exact_map(session):
     assert first["cells"] == int(ran.sum())
     assert first["max_abs_error"] == pytest.approx(float(error.max()), abs=1e-5)
     assert first["mean_abs_error"] == pytest.approx(float(error.mean()), abs=1e-5)
-    assert first["correlation"] == pytest.approx(float(torch.corrcoef(torch.stack([estimate[ran], exact[ran]]))[0, 1]), abs=1e-4)  # fmt: skip
+    assert first["correlation"] == pytest.approx(
+        float(torch.corrcoef(torch.stack([estimate[ran], exact[ran]]))[0, 1]), abs=1e-4
+    )
 
 
 def test_exact_refuses_what_it_cannot_score(session):
@@ -135,7 +137,7 @@ def _reference_lens(reference, ids: list[int], target: int, grafts) -> tuple[lis
     handles = [
         block.register_forward_hook(
             lambda _m, _a, out, i=i: kept.__setitem__(i, (out[0] if isinstance(out, tuple) else out)[0, -1].clone())
-        )  # fmt: skip
+        )
         for i, block in enumerate(model.model.layers)
     ]
     try:

@@ -60,7 +60,8 @@ def test_the_exported_python_loads_a_catalogue_recipient_by_name(tmp_path, monke
     """Before: `from_pretrained('smollm2-135m')`, which asks the hub for a repository of that name."""
     from weightgraft.engine.grafter import Grafter
     from weightgraft.experiments.models import load_model, load_tokenizer
-    from weightgraft.explore.session import ExploreSession, ModelNames
+    from weightgraft.explore.export import ModelNames
+    from weightgraft.explore.session import ExploreSession
 
     monkeypatch.setenv("WEIGHTGRAFT_HOME", str(tmp_path / "home"))
     recipient = load_model(SMOLLM2, "cpu", "float32")

@@ -13,8 +13,8 @@ from exp_fixtures import RefGraft
 from explore_fixtures import DONORS, LLAMA_GROUPS
 from weightgraft.data.encode import encode_prompt
 from weightgraft.explore import analyses
+from weightgraft.explore.explore_error import ExploreError
 from weightgraft.explore.grid import Cells
-from weightgraft.explore.session import ExploreError
 
 PROMPTS = tiny_world.make_prompts()
 PROMPT = PROMPTS[2]

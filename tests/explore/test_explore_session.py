@@ -18,8 +18,8 @@ from weightgraft.experiments.conditions import ConditionSpec, resolve_condition
 from weightgraft.experiments.models import load_model
 from weightgraft.explore import analyses
 from weightgraft.explore.compare import Pin
+from weightgraft.explore.explore_error import ExploreError
 from weightgraft.explore.grid import Cells, GridError
-from weightgraft.explore.session import ExploreError
 
 PROMPT = tiny_world.make_prompts()[2]  # paper_3: FE, R, M and LT all present
 
@@ -238,7 +238,9 @@ def test_a_click_with_a_target_runs_one_grafted_pass_for_predictions_and_compari
     passes = []
     for name in ("logits", "last_logits"):
         real = getattr(session.grafter, name)
-        monkeypatch.setattr(session.grafter, name, lambda *a, _real=real, _name=name, **k: passes.append(_name) or _real(*a, **k))  # fmt: skip
+        monkeypatch.setattr(
+            session.grafter, name, lambda *a, _real=real, _name=name, **k: passes.append(_name) or _real(*a, **k)
+        )
     predicted = session.predict(encoded, cells, top_k=5)
     compared = session.compare(encoded, cells, ())
     assert passes == ["logits"]

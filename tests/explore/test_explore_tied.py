@@ -30,7 +30,7 @@ def gpt2(root):
 
 @pytest.fixture(scope="module")
 def tied_session(root, gpt2):
-    from weightgraft.explore.launch import open_session
+    from weightgraft.explore.open_session import open_session
 
     return open_session(gpt2["pre"], {"sft": gpt2["sft"]}, world(root)[1])
 

@@ -17,10 +17,10 @@ from tiny_world import base_config, build_tokenizer, make_prompts
 from weightgraft.adapters import adapter_for
 from weightgraft.data.encode import encode_prompt
 from weightgraft.experiments.config import parse_config
+from weightgraft.experiments.example_rows import Example
 from weightgraft.experiments.execute import Resources, compute_chunk
 from weightgraft.experiments.methods import method_for
 from weightgraft.experiments.plan.selection import ModelFacts, experiment_conditions, ties_embeddings
-from weightgraft.experiments.records import Example
 from weightgraft.paper.presets import PRESETS  # noqa: F401  (registers the presets the configs name)
 
 # float32 round-off: the engine and the reference sum the same products in other orders; the

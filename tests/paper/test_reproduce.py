@@ -19,7 +19,7 @@ from training_fixtures import tiny_home
 from weightgraft.cli import _register_all, app
 from weightgraft.experiments.config import parse_config
 from weightgraft.experiments.record import ExperimentRecord
-from weightgraft.experiments.records import condition_file
+from weightgraft.experiments.run_folder import condition_file
 from weightgraft.reporting.summary import read_summary
 
 EPOCHS = 3

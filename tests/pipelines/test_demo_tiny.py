@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from training_fixtures import tiny_artifacts, tiny_home
 from weightgraft.cli import _register_all, app
-from weightgraft.experiments.records import slug
+from weightgraft.experiments.run_folder import slug
 
 EXPERIMENTS = [
     "position_grafting",
@@ -91,14 +91,14 @@ def test_warm_demo_reuses_finished_conditions(demo):
 def test_a_demo_cut_off_finishes_identically_on_the_next_call(demo, tmp_path, results_before_the_cut):
     """Ctrl-C inside the demo's run (before its first result, and after seven), then the demo
     again: every record, the summary and the report's results equal the uninterrupted demo's."""
-    from weightgraft.experiments import records
+    from weightgraft.experiments import result_files
     from weightgraft.pipelines.demo import demo_config
     from weightgraft.pipelines.run import run_all
 
     clean, _ = demo
     config = demo_config(tiny_artifacts(), size="tiny")
     out = tmp_path / "demo"
-    real, seen = records.write_condition, []
+    real, seen = result_files.write_condition, []
 
     def cut(*args):
         if len(seen) >= results_before_the_cut:
@@ -107,7 +107,7 @@ def test_a_demo_cut_off_finishes_identically_on_the_next_call(demo, tmp_path, re
         return real(*args)
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(records, "write_condition", cut)
+        patch.setattr(result_files, "write_condition", cut)
         with pytest.raises(KeyboardInterrupt):
             run_all(config, out, progress=False)
     run_all(config, out, progress=False)

@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 from tiny_world import base_config
 from training_fixtures import tiny_artifacts
 from weightgraft.experiments.config import parse_config
-from weightgraft.experiments.records import slug
+from weightgraft.experiments.run_folder import slug
 from weightgraft.pipelines import run_all
 from weightgraft.training import builtin
 

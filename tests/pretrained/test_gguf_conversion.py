@@ -16,7 +16,7 @@ from tiny_gguf import write_tiny_llama_gguf  # noqa: E402
 from weightgraft.atomic import write_json  # noqa: E402
 from weightgraft.errors import UserError  # noqa: E402
 from weightgraft.experiments.models import load_model, load_tokenizer, model_dir  # noqa: E402
-from weightgraft.pretrained import catalog, resolve  # noqa: E402
+from weightgraft.pretrained import catalog, resolve_name  # noqa: E402
 from weightgraft.pretrained.convert import CONVERSION_RECORD, load_gguf  # noqa: E402
 
 PROMPTS = [" Tom Hanks is the capital of France", " Paris is Tom"]
@@ -25,7 +25,7 @@ PROMPTS = [" Tom Hanks is the capital of France", " Paris is Tom"]
 @pytest.fixture
 def gguf_file(tmp_path, monkeypatch):
     monkeypatch.setenv("WEIGHTGRAFT_HOME", str(tmp_path / "home"))
-    monkeypatch.setattr(resolve, "_resolved", {})
+    monkeypatch.setattr(resolve_name, "_resolved", {})
     return write_tiny_llama_gguf(tmp_path / "tiny-llama.gguf", seed=3)
 
 
@@ -52,25 +52,25 @@ def test_the_converted_folder_computes_what_transformers_gguf_load_computes(gguf
 
 
 def test_a_second_use_reads_the_folder_without_converting(gguf_file, monkeypatch):
-    first = resolve.resolve_pretrained(str(gguf_file))
-    monkeypatch.setattr(resolve, "_resolved", {})
+    first = resolve_name.resolve_pretrained(str(gguf_file))
+    monkeypatch.setattr(resolve_name, "_resolved", {})
 
     def refuse(*args, **kwargs):
         raise AssertionError("converted again")
 
-    monkeypatch.setattr(resolve, "convert_gguf", refuse)
-    assert resolve.resolve_pretrained(str(gguf_file)) == first
+    monkeypatch.setattr(resolve_name, "convert_gguf", refuse)
+    assert resolve_name.resolve_pretrained(str(gguf_file)) == first
 
 
 def test_a_damaged_folder_is_converted_again_not_used(gguf_file):
-    folder = resolve.resolve_pretrained(str(gguf_file))
+    folder = resolve_name.resolve_pretrained(str(gguf_file))
     weights = folder / "model.safetensors"
     good = weights.read_bytes()
     damaged = bytearray(good)
     damaged[-8:] = b"\x00" * 8  # same size, different numbers
     weights.write_bytes(bytes(damaged))
-    assert not resolve.intact(folder)
-    assert resolve.resolve_pretrained(str(gguf_file)) == folder
+    assert not resolve_name.intact(folder)
+    assert resolve_name.resolve_pretrained(str(gguf_file)) == folder
     assert weights.read_bytes() == good
 
 
@@ -83,21 +83,21 @@ def test_an_interrupted_conversion_leaves_no_folder(gguf_file, monkeypatch):
 
     monkeypatch.setattr("weightgraft.pretrained.convert.write_json", fail)
     with pytest.raises(Killed):
-        resolve.resolve_pretrained(str(gguf_file))
-    assert not any(p.name.startswith("tiny-llama") for p in resolve.pretrained_home().iterdir())
+        resolve_name.resolve_pretrained(str(gguf_file))
+    assert not any(p.name.startswith("tiny-llama") for p in resolve_name.pretrained_home().iterdir())
     monkeypatch.setattr("weightgraft.pretrained.convert.write_json", write_json)
-    assert resolve.intact(resolve.resolve_pretrained(str(gguf_file)))  # the next try converts whole
+    assert resolve_name.intact(resolve_name.resolve_pretrained(str(gguf_file)))  # the next try converts whole
 
 
 def test_a_changed_gguf_file_is_a_new_folder(gguf_file):
-    first = resolve.resolve_pretrained(str(gguf_file))
+    first = resolve_name.resolve_pretrained(str(gguf_file))
     write_tiny_llama_gguf(gguf_file, seed=4)
-    assert resolve.resolve_pretrained(str(gguf_file)) != first
+    assert resolve_name.resolve_pretrained(str(gguf_file)) != first
 
 
 def test_a_missing_gguf_path_names_the_fix(tmp_path):
     with pytest.raises(UserError, match="no such GGUF file"):
-        resolve.resolve_pretrained(str(tmp_path / "absent.gguf"))
+        resolve_name.resolve_pretrained(str(tmp_path / "absent.gguf"))
 
 
 def test_a_missing_package_is_one_line_naming_the_install_command(monkeypatch):

@@ -12,7 +12,7 @@ from safetensors.torch import load_file, save_file
 from transformers import GPT2Config, GPT2LMHeadModel
 
 from cli_runner import invoke, one_line_error
-from weightgraft.data.errors import DataError
+from weightgraft.data.data_errors import DataError
 from weightgraft.training.average import average_weights
 
 CONFIG = GPT2Config(vocab_size=40, n_positions=8, n_embd=16, n_layer=2, n_head=2)

@@ -18,7 +18,7 @@ from safetensors import SafetensorError  # noqa: E402
 from cli_runner import invoke, one_line_error  # noqa: E402
 from data_fixtures import small_facts  # noqa: E402
 from tiny_gguf import write_tiny_llama_gguf  # noqa: E402
-from weightgraft.pretrained import resolve  # noqa: E402
+from weightgraft.pretrained import resolve_name  # noqa: E402
 
 
 def bad_gguf(folder: Path, kind: str) -> Path:
@@ -54,7 +54,7 @@ def dataset(tmp_path_factory) -> Path:
 @pytest.fixture
 def home(tmp_path, monkeypatch):
     monkeypatch.setenv("WEIGHTGRAFT_HOME", str(tmp_path / "home"))
-    monkeypatch.setattr(resolve, "_resolved", {})
+    monkeypatch.setattr(resolve_name, "_resolved", {})
     return tmp_path / "home"
 
 

@@ -9,7 +9,8 @@ import os
 import pytest
 
 from data_cli_fixtures import first_line, run_cli
-from weightgraft.atomic import OWNED_RECORD, UntrustedRecordError, atomic_directory, remove_entry
+from weightgraft.folder_install import atomic_directory
+from weightgraft.folder_ownership import OWNED_RECORD, UntrustedRecordError, remove_entry
 
 SMALL = ["--facts-per-kind", "2", "--relation", "2", "--task", "2", "--texts-per-fact", "2"]
 

@@ -19,8 +19,8 @@ import yaml
 from data_cli_fixtures import run_cli
 from exp_fixtures import build_models
 from tiny_world import base_config, write_dataset
-from weightgraft.atomic import atomic_directory
 from weightgraft.experiments.config import parse_config
+from weightgraft.folder_install import atomic_directory
 from weightgraft.locking import FolderInUseError, folder_lock, lock_file, sibling_lock_file
 from weightgraft.pipelines import run_all
 
@@ -208,7 +208,7 @@ def test_reproduce_refuses_a_folder_of_the_users_own_files_and_deletes_nothing(w
 def test_reproduce_keeps_a_checkpoints_folder_it_did_not_stamp(world, tmp_path):
     """Even inside its own job folder, a checkpoints folder without weightgraft's stamp is
     refused, not deleted ("checkpoints of other inputs, removed" used to delete it)."""
-    from weightgraft.atomic import OutputExistsError
+    from weightgraft.folder_ownership import OutputExistsError
     from weightgraft.paper.reproduce_job import ReproduceOptions, plan_job
     from weightgraft.pipelines import reproduce as pipeline
 

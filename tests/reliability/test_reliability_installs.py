@@ -15,10 +15,11 @@ import yaml
 from data_cli_fixtures import run_cli
 from exp_fixtures import build_models
 from tiny_world import base_config
-from weightgraft import atomic
-from weightgraft.atomic import INSTALLING, IncompleteFolderError, atomic_directory
+from weightgraft import folder_install
 from weightgraft.data.io import DatasetMismatchError, load_eval_prompts, load_facts, load_manifest, load_train_texts
 from weightgraft.experiments.models import check_model_files, load_tokenizer
+from weightgraft.folder_install import atomic_directory
+from weightgraft.folder_ownership import INSTALLING, IncompleteFolderError
 
 SMALL = ["--facts-per-kind", "2", "--relation", "2", "--task", "2", "--texts-per-fact", "2"]
 READERS = [load_eval_prompts, load_facts, load_manifest, load_train_texts]
@@ -35,7 +36,7 @@ def cut_install_after(patch, moves: int) -> None:
             seen.append(target)
         return real(source, target)
 
-    patch.setattr(atomic.os, "replace", replace)
+    patch.setattr(folder_install.os, "replace", replace)
 
 
 def build(out, seed: str, overwrite: bool = False) -> None:
@@ -124,7 +125,7 @@ def test_run_refuses_a_mismatched_or_half_replaced_dataset_in_one_line(tmp_path)
 
 KILL_DURING_INSTALL = """
 import os, signal, sys
-from weightgraft import atomic
+from weightgraft import folder_install
 real, seen = os.replace, []
 def replace(source, target):
     if ".tmp-" in str(source) and ".tmp-" not in str(target):
@@ -132,7 +133,7 @@ def replace(source, target):
             os.kill(os.getpid(), signal.SIGKILL)
         seen.append(target)
     return real(source, target)
-atomic.os.replace = replace
+folder_install.os.replace = replace
 sys.argv = ["weightgraft", *sys.argv[1:]]
 from weightgraft.cli import main
 main()

@@ -15,7 +15,7 @@ import pytest
 
 from exp_fixtures import build_models, gain_donor
 from tiny_world import base_config, write_dataset
-from weightgraft.experiments import records
+from weightgraft.experiments import result_files
 from weightgraft.experiments.config import parse_config
 from weightgraft.pipelines import run as run_pipeline
 from weightgraft.pipelines import run_all
@@ -97,13 +97,13 @@ def moments():
     """name -> (module, function, calls let through, whether the runner's session is cut)."""
     import importlib
 
-    from weightgraft.attribution import plots as localize_plots
+    from weightgraft.attribution import attribution_plots as localize_plots
 
     localize_module = importlib.import_module("weightgraft.attribution.experiment")  # the name run_localize calls
     return {
-        "before the first result": (records, "write_condition", 0, True),
-        "after one result": (records, "write_condition", 1, True),
-        "after three results": (records, "write_condition", 3, True),
+        "before the first result": (result_files, "write_condition", 0, True),
+        "after one result": (result_files, "write_condition", 1, True),
+        "after three results": (result_files, "write_condition", 3, True),
         "in localize's search": (localize_module, "localize", 0, False),
         "while localize saves its pictures": (localize_plots, "recovery_curve", 0, False),
         "in the summary": (RunSummary, "write", 0, False),
@@ -131,7 +131,7 @@ def test_a_run_cut_twice_then_finished_reports_three_sessions(world, clean, tmp_
     out = tmp_path / "run"
     for calls in (1, 3):
         with pytest.MonkeyPatch.context() as patch:
-            cut_after(patch, records, "write_condition", calls)
+            cut_after(patch, result_files, "write_condition", calls)
             with pytest.raises(Cut):
                 run_all(config(world), out, progress=False)
     run_all(config(world), out, progress=False)
@@ -142,14 +142,14 @@ def test_a_run_cut_twice_then_finished_reports_three_sessions(world, clean, tmp_
 KILL_AFTER_ONE_RESULT = """
 import os, signal, sys
 sys.path[:0] = {paths!r}
-from weightgraft.experiments import records
+from weightgraft.experiments import result_files
 from weightgraft.experiments.config import parse_config
 from weightgraft.pipelines import run_all
-real = records.write_condition
+real = result_files.write_condition
 def write_then_die(*args):
     real(*args)
     os.kill(os.getpid(), signal.SIGKILL)
-records.write_condition = write_then_die
+result_files.write_condition = write_then_die
 run_all(parse_config({config!r}), {out!r}, progress=False)
 """
 
@@ -188,7 +188,7 @@ def test_a_merge_cut_off_finishes_identically_on_the_next_call(world, clean, tmp
 def test_localize_command_cut_off_writes_everything_on_the_next_call(world, tmp_path):
     from typer.testing import CliRunner
 
-    from weightgraft.attribution import plots as localize_plots
+    from weightgraft.attribution import attribution_plots as localize_plots
     from weightgraft.cli import _register_all, app
 
     models, data, _ = world

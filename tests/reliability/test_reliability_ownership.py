@@ -21,8 +21,8 @@ import pytest
 
 from cli_runner import invoke, one_line_error
 from ownership_fixtures import SMALL, snapshot
-from weightgraft import atomic
-from weightgraft.atomic import INSTALLING, OWNED_RECORD, check_whole, read_record
+from weightgraft import folder_install
+from weightgraft.folder_ownership import INSTALLING, OWNED_RECORD, check_whole, read_record
 
 
 def train_args(world, out: Path, *more: str) -> list[str]:
@@ -183,10 +183,10 @@ def test_a_failed_move_across_file_systems_is_one_line_and_leaves_the_folder_who
             raise OSError(errno.EXDEV, "Invalid cross-device link")
         return real(src, dst)
 
-    monkeypatch.setattr(atomic.os, "replace", across)
+    monkeypatch.setattr(folder_install.os, "replace", across)
     line = one_line_error(invoke("data", "--out", dataset, *SMALL, "--seed", "1", "--overwrite"))
     assert line.startswith(f"error: {dataset} is on another file system than {tmp_path}, where weightgraft builds")
-    monkeypatch.setattr(atomic.os, "replace", real)
+    monkeypatch.setattr(folder_install.os, "replace", real)
     assert not (dataset / INSTALLING).exists() and snapshot(dataset) == before
     check_whole(dataset)
     assert invoke("data", "--out", dataset, *SMALL, "--seed", "1", "--overwrite").code == 0  # the rerun works

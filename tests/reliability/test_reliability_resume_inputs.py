@@ -15,7 +15,7 @@ from safetensors.torch import load_file, save_file
 
 from exp_fixtures import build_models, gain_donor
 from tiny_world import base_config, write_dataset
-from weightgraft.experiments import records
+from weightgraft.experiments import result_files
 from weightgraft.experiments.config import parse_config
 from weightgraft.pipelines import run_all
 
@@ -95,7 +95,7 @@ def test_a_changed_prompt_field_that_records_copy_is_recomputed(world, tmp_path,
     assert sorted(resumed.computed) == ["e/LT", "e/PRE", "e/SFT"], field
     assert after == fresh
     column = "template" if field == "template_id" else field
-    table = records.read_condition(next((tmp_path / "run" / "examples" / "e").glob("*.parquet")))
+    table = result_files.read_condition(next((tmp_path / "run" / "examples" / "e").glob("*.parquet")))
     assert value in table[column]
 
 
@@ -176,7 +176,7 @@ def test_a_localize_item_searched_again_is_then_reused_beside_the_records_of_its
     """Issue 41: a run's subfolders hold records of weightgraft's files (`recorded.seal_tree`),
     rewritten as the run goes; a search must not count that record among its results, or each
     run would find the search changed and search again."""
-    from weightgraft.atomic import OWNED_RECORD
+    from weightgraft.folder_ownership import OWNED_RECORD
     from weightgraft.pipelines.run import run_all
 
     cfg, _, _, calls = localize_world(world, tmp_path, monkeypatch)

@@ -13,8 +13,10 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from weightgraft.atomic import OWNED_RECORD, atomic_directory, write_json
+from weightgraft.atomic import write_json
 from weightgraft.experiments.models import check_model_files
+from weightgraft.folder_install import atomic_directory
+from weightgraft.folder_ownership import OWNED_RECORD
 from weightgraft.ledger import Ledger
 from weightgraft.recorded import DamagedFileError
 from weightgraft.runtime import sha256_file
@@ -89,18 +91,18 @@ def test_a_converted_gguf_model_changed_with_its_mtime_kept_is_converted_again_w
 ):
     pytest.importorskip("gguf", reason="the GGUF tests need the `gguf` package")
     from tiny_gguf import write_tiny_llama_gguf
-    from weightgraft.pretrained import resolve
+    from weightgraft.pretrained import resolve_name
 
     monkeypatch.setenv("WEIGHTGRAFT_HOME", str(tmp_path / "home"))
-    monkeypatch.setattr(resolve, "_resolved", {})
+    monkeypatch.setattr(resolve_name, "_resolved", {})
     gguf = write_tiny_llama_gguf(tmp_path / "tiny-llama.gguf", seed=3)
-    folder = resolve.resolve_pretrained(str(gguf))
+    folder = resolve_name.resolve_pretrained(str(gguf))
     weights = folder / "model.safetensors"
     good = weights.read_bytes()
     flip_byte_keep_mtime(weights)
-    assert not resolve.intact(folder)
+    assert not resolve_name.intact(folder)
     capsys.readouterr()
-    assert resolve.resolve_pretrained(str(gguf)) == folder  # the same process: its memo is checked too
+    assert resolve_name.resolve_pretrained(str(gguf)) == folder  # the same process: its memo is checked too
     lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning:")]
     assert len(lines) == 1 and str(weights) in lines[0] and "converting again" in lines[0]
     assert weights.read_bytes() == good

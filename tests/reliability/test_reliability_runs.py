@@ -17,7 +17,7 @@ import pytest
 from exp_fixtures import build_models
 from tiny_world import base_config, write_dataset
 from weightgraft.errors import UserError
-from weightgraft.experiments import execute, records
+from weightgraft.experiments import execute, result_files, run_folder
 from weightgraft.experiments.config import ConfigError, parse_config
 from weightgraft.pipelines import run_all
 
@@ -56,13 +56,13 @@ def clean_run(world, tmp_path_factory):
 
 
 def file_of(out, condition):
-    return records.condition_file(out, "e", condition)
+    return run_folder.condition_file(out, "e", condition)
 
 
 def flip_inside_a_data_page(path):
     """Flip one bit in the payload of the last data page of the `rank` column (the page's bytes
     end where the column chunk ends, so the byte two before the end is page data)."""
-    column = pq.ParquetFile(path).metadata.row_group(0).column(records.SCHEMA.names.index("rank"))
+    column = pq.ParquetFile(path).metadata.row_group(0).column(result_files.SCHEMA.names.index("rank"))
     start = column.dictionary_page_offset or column.data_page_offset
     end = start + column.total_compressed_size
     data = bytearray(path.read_bytes())
@@ -76,7 +76,7 @@ def test_damaged_results_are_named_and_recomputed(world, clean_run, tmp_path, ca
     truncated, flipped = file_of(out, "SFT"), file_of(out, "FE+LT")
     truncated.write_bytes(truncated.read_bytes()[:-100])
     flip_inside_a_data_page(flipped)
-    state = records.state_file(out, "e")
+    state = run_folder.state_file(out, "e")
     state.unlink()
     capsys.readouterr()
 
@@ -118,14 +118,14 @@ def test_outputs_follow_the_umask(clean_run):
 def test_run_json_is_written_at_the_start_and_completed_at_the_end(world, tmp_path, monkeypatch):
     out = tmp_path / "run"
     seen = []
-    real_write = records.write_condition
+    real_write = result_files.write_condition
 
     def stop_after_one(path, rows, fingerprint):
         seen.append(json.loads((out / "run.json").read_text()))
         real_write(path, rows, fingerprint)
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(records, "write_condition", stop_after_one)
+    monkeypatch.setattr(result_files, "write_condition", stop_after_one)
     with pytest.raises(KeyboardInterrupt):
         run_all(config(world), out, progress=False, report=False)
     monkeypatch.undo()
@@ -168,7 +168,7 @@ def test_layers_are_checked_before_any_model_loads(world, tmp_path, monkeypatch)
 def test_dataset_and_model_folders_follow_the_umask(tmp_path):
     """atomic_directory (datasets, pretrained and finetuned models) gives the umask's modes, also
     to files written private, as save_pretrained writes model.safetensors."""
-    from weightgraft.atomic import atomic_directory
+    from weightgraft.folder_install import atomic_directory
 
     old = os.umask(0o022)
     try:

@@ -20,7 +20,7 @@ from weightgraft.reporting.plots import plot_experiment
 from weightgraft.reporting.report import experiment_section
 from weightgraft.reporting.report_model import experiment_report
 from weightgraft.reporting.statistics import ALL
-from weightgraft.reporting.study import NO_STUDY
+from weightgraft.reporting.study_contract import NO_STUDY
 from weightgraft.reporting.summary import RunSummary
 
 EXP = "finer"

@@ -20,10 +20,10 @@ from weightgraft.experiments.record import ExperimentRecord
 from weightgraft.experiments.runner import run_experiments
 from weightgraft.pipelines import run as run_pipeline
 from weightgraft.reporting import summary as summary_module
-from weightgraft.reporting.claims import Claim, ClaimSet
+from weightgraft.reporting.claim_types import Claim, ClaimSet
 from weightgraft.reporting.decision import Outcome
 from weightgraft.reporting.localize_results import LocalizeSummary
-from weightgraft.reporting.study import Study
+from weightgraft.reporting.study_contract import Study
 from weightgraft.reporting.summary import ComparisonRow, RecoveryRow, RunSummary, SummaryRow, build_summary
 from weightgraft.reporting.verdict import MIN_GAP, check_pattern
 

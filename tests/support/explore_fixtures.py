@@ -36,7 +36,7 @@ def world(root: Path) -> tuple[dict[str, str], Path]:
 
 
 def open_world_session(root: Path):
-    from weightgraft.explore.launch import open_session
+    from weightgraft.explore.open_session import open_session
 
     paths, data = world(root)
     return open_session(paths["pre"], {d: paths[d] for d in DONORS}, data)
@@ -74,7 +74,7 @@ def moe_world(root: Path, arch: str = "mixtral") -> tuple[dict[str, str], Path]:
 
 
 def open_moe_session(root: Path, arch: str = "mixtral"):
-    from weightgraft.explore.launch import open_session
+    from weightgraft.explore.open_session import open_session
 
     paths, data = moe_world(root, arch)
     return open_session(paths["pre"], {"sft": paths["sft"]}, data)

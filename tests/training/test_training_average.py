@@ -12,7 +12,7 @@ from transformers import AutoModelForCausalLM
 
 from tiny_model_fixtures import make_model
 from training_fixtures import tiny_artifacts
-from weightgraft.data.errors import DataError
+from weightgraft.data.data_errors import DataError
 from weightgraft.model_identity import SameModelError
 from weightgraft.training.average import average_state, average_weights
 

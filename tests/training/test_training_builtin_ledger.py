@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from training_fixtures import tiny_artifacts, tiny_home
-from weightgraft.atomic import atomic_directory
+from weightgraft.folder_install import atomic_directory
 from weightgraft.ledger import Ledger
 from weightgraft.training import builtin, builtin_specs
 from weightgraft.training.builtin import BuildStep, ensure_builtin, run_step

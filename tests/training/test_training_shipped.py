@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 
 from training_fixtures import tiny_artifacts
-from weightgraft.atomic import OWNED_RECORD
+from weightgraft.folder_ownership import OWNED_RECORD
 from weightgraft.runtime import sha256_folder
 from weightgraft.training import builtin, builtin_specs, shipped
 from weightgraft.training.pretrain import make_model, pack_documents, train_steps

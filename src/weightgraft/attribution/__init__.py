@@ -4,7 +4,8 @@ a finetuning effect, and the smallest graft that carries most of it."""
 from weightgraft.attribution.agreement import cell_agreement
 from weightgraft.attribution.attribute import Attribution, attribute, position_roles
 from weightgraft.attribution.exact import exact_cell_effects, spearman
-from weightgraft.attribution.localize import LocalizeResult, RoleExample, encode_role_examples, localize
+from weightgraft.attribution.localize import LocalizeResult, localize
+from weightgraft.attribution.role_examples import RoleExample, encode_role_examples
 
 __all__ = [
     "Attribution",

@@ -27,9 +27,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from weightgraft.atomic import OWNED_RECORD, remove_entry
 from weightgraft.attribution.agreement import cell_agreement
-from weightgraft.attribution.localize import LocalizeResult, encode_role_examples, localize
+from weightgraft.attribution.localize import LocalizeResult, localize
+from weightgraft.attribution.role_examples import encode_role_examples
 from weightgraft.data.encode import check_context
 from weightgraft.data.io import load_eval_prompts
 from weightgraft.engine.grafter import Grafter
@@ -37,6 +37,7 @@ from weightgraft.errors import UserError
 from weightgraft.experiments.config import LocalizeSpec
 from weightgraft.experiments.models import context_length, fingerprint_model, load_model, load_tokenizer
 from weightgraft.experiments.plan.selection import select_examples
+from weightgraft.folder_ownership import OWNED_RECORD, remove_entry
 from weightgraft.ledger import Built, Ledger
 from weightgraft.reporting.localize_results import LOCALIZE_FILE
 from weightgraft.runtime import sha256_json

@@ -27,12 +27,12 @@ import polars as pl
 import torch
 
 from weightgraft.atomic import write_text_atomic
-from weightgraft.attribution import plots
-from weightgraft.attribution.attribute import GRAINS, PAPER_ROLES, Attribution, attribute, position_roles
+from weightgraft.attribution import attribution_plots
+from weightgraft.attribution.attribute import GRAINS, Attribution, attribute
 from weightgraft.attribution.cells import donor_name
 from weightgraft.attribution.groups import Group, parse_label, rank_groups
+from weightgraft.attribution.role_examples import RoleExample
 from weightgraft.data.batching import right_pad
-from weightgraft.data.encode import encode_scored_prompt
 from weightgraft.engine.graft import Graft
 from weightgraft.engine.grafter import Grafter
 from weightgraft.errors import UserError
@@ -44,50 +44,6 @@ from weightgraft.reporting.localize_results import LOCALIZE_FILE, ChosenGroup, G
 class NoGainError(UserError, ValueError):
     """The donor is no better than the recipient on the prompts (the models swapped, say): there
     is no gain whose share a graft could recover."""
-
-
-@dataclass
-class RoleExample:
-    """One prompt encoded for attribution and `localize`: its tokens, the target's scored token
-    (its first, or its first that is not whitespace alone: then `input_ids` ends with the
-    whitespace tokens before it, in the last token's role; `data.encode`), and each paper role's
-    positions (the runner's encoded prompt, in `experiments/`, keeps every target token and the
-    positions by template role)."""
-
-    id: str
-    fact_id: str
-    template: str
-    input_ids: list[int]
-    target_id: int
-    roles: dict[str, list[int]]  # paper role -> real-token positions (other included)
-    tokens: list[str]
-    target: str = ""  # the scored target token, as text
-
-
-def encode_role_examples(tokenizer, prompts) -> list[RoleExample]:
-    """EvalPrompts of a weightgraft dataset -> Examples (roles from the prompts' character spans)."""
-    out = []
-    for prompt in prompts:
-        enc = encode_scored_prompt(tokenizer, prompt)
-        named = position_roles({str(k): v for k, v in enc.positions.items()}, len(enc.input_ids))
-        # A target's whitespace-only first tokens are teacher-forced before its scored token
-        # (data.encode) and take the prompt's last token's role, as the runner's rows do.
-        named += [named[-1]] * enc.scored
-        roles = {role: [p for p, r in enumerate(named) if r == role] for role in PAPER_ROLES}
-        tokens = [tokenizer.decode([i]) for i in enc.scoring_ids]
-        out.append(
-            RoleExample(
-                prompt.id,
-                prompt.fact_id,
-                prompt.template_id,
-                list(enc.scoring_ids),
-                int(enc.scored_id),
-                {r: p for r, p in roles.items() if p},
-                tokens,
-                tokenizer.decode([enc.scored_id]),
-            )
-        )
-    return out
 
 
 @dataclass
@@ -171,10 +127,10 @@ class LocalizeResult:
         pl.DataFrame(self.curve).write_parquet(written["curve"])
         cells = self.cell_table()
         cells.write_parquet(written["cells"])
-        written["heatmaps"] = plots.role_heatmaps(self.ranking_table(), folder / "heatmaps.png")
-        written["recovery"] = plots.recovery_curve(self, folder / "recovery.png")
-        written["positions"] = plots.position_heatmaps(cells, self.examples[0].id, folder / "positions.png")
-        written["tokens"] = plots.token_view(cells, self.examples, set(self.chosen), folder / "tokens.html")
+        written["heatmaps"] = attribution_plots.role_heatmaps(self.ranking_table(), folder / "heatmaps.png")
+        written["recovery"] = attribution_plots.recovery_curve(self, folder / "recovery.png")
+        written["positions"] = attribution_plots.position_heatmaps(cells, self.examples[0].id, folder / "positions.png")
+        written["tokens"] = attribution_plots.token_view(cells, self.examples, set(self.chosen), folder / "tokens.html")
         return {k: str(v) for k, v in written.items()}
 
 
@@ -226,22 +182,27 @@ def localize(
     seconds: dict[str, float] = {}
     start = time.perf_counter()
     name = donor_name(grafter, donor)
-    attributions = [
-        _attribute_batch(grafter, examples[i : i + batch_size], method, steps, donor, grain)
-        for i in range(0, len(examples), batch_size)
-    ]
+    attributions, groups, scores = _ranked(grafter, examples, method, steps, donor, grain, batch_size, max_groups)
     seconds["attribute"] = time.perf_counter() - start
-    groups, scores = rank_groups(attributions, examples)
-    if max_groups is not None:
-        groups, scores = groups[:max_groups], scores[:max_groups]
 
     start = time.perf_counter()
     per_example, baselines, gains = _baselines(grafter, examples, name, batch_size)
     notes = []
     chosen_k, curve, values = _search(
-        grafter, examples, groups, name, baselines["PRE"], gains, seed=seed, target=target, stop_on=stop_on,
-        batch_size=batch_size, sizes_per_pass=sizes_per_pass, dense_sizes=dense_sizes, progress=progress,
-    )  # fmt: skip
+        grafter,
+        examples,
+        groups,
+        name,
+        baselines["PRE"],
+        gains,
+        seed=seed,
+        target=target,
+        stop_on=stop_on,
+        batch_size=batch_size,
+        sizes_per_pass=sizes_per_pass,
+        dense_sizes=dense_sizes,
+        progress=progress,
+    )
     curve = [curve[k] for k in sorted(curve)]
     if chosen_k is not None:
         per_example["chosen"], per_example["random"] = values[chosen_k]
@@ -275,6 +236,28 @@ def localize(
 
 
 # --- internals --------------------------------------------------------------------------------
+def _ranked(
+    grafter,
+    examples: list[RoleExample],
+    method: str,
+    steps: int,
+    donor: str | None,
+    grain: str,
+    batch_size: int,
+    max_groups: int | None,
+) -> tuple[list[Attribution], list, list]:
+    """Step 1 of the search: every prompt attributed (a batch at a time), and the groups ranked by
+    their mean score, the top `max_groups` kept (all: None). Returns (attributions, groups, scores)."""
+    attributions = [
+        _attribute_batch(grafter, examples[i : i + batch_size], method, steps, donor, grain)
+        for i in range(0, len(examples), batch_size)
+    ]
+    groups, scores = rank_groups(attributions, examples)
+    if max_groups is not None:
+        groups, scores = groups[:max_groups], scores[:max_groups]
+    return attributions, groups, scores
+
+
 def _checked_stop_on(examples: Sequence[RoleExample], target: float, stop_on: Sequence[str], grain: str) -> tuple:
     """`stop_on` as a tuple, after refusing arguments the search cannot run with."""
     if grain not in GRAINS:

@@ -8,7 +8,13 @@ from typing import Literal
 import typer
 
 from weightgraft.cli import DEVICE_HELP, DTYPE_HELP, Dtype, check_device_option
-from weightgraft.explore.launch import choose_models, open_session, parse_donors, refuse_unsafe_models, usable_device
+from weightgraft.explore.open_session import (
+    choose_models,
+    open_session,
+    parse_donors,
+    refuse_unsafe_models,
+    usable_device,
+)
 from weightgraft.explore.server import bind, serve
 
 

@@ -14,7 +14,7 @@ from rich.console import Console
 
 from weightgraft.attribution.experiment import ModelPair, SearchSettings
 from weightgraft.cli import check_device_option, check_share
-from weightgraft.pipelines.localize import LocalizeOutcome, builtin_pair, localize_to_folder
+from weightgraft.pipelines.localize_command import LocalizeOutcome, builtin_pair, localize_to_folder
 
 
 def localize_command(

@@ -16,7 +16,7 @@ import random
 from collections.abc import Sequence
 
 from weightgraft.data import words
-from weightgraft.data.errors import DataError
+from weightgraft.data.data_errors import DataError
 from weightgraft.data.names import NameFactory, NamePool
 from weightgraft.data.real_entities import REAL_ACTORS, REAL_FILMS, RealFilm
 from weightgraft.data.schema import FactKind, RelationFact

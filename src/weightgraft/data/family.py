@@ -14,13 +14,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from weightgraft.atomic import atomic_directory, refuse_nonempty
 from weightgraft.data.build import ONE_DIRECTION, Order, build_dataset, split_disjoint
-from weightgraft.data.errors import DataError
+from weightgraft.data.data_errors import DataError
 from weightgraft.data.facts import GENERATED_KINDS, generate_facts, known_film_facts
 from weightgraft.data.io import read_user_articles, read_user_facts
 from weightgraft.data.names import NamePool
 from weightgraft.data.schema import RelationFact
+from weightgraft.folder_install import atomic_directory
+from weightgraft.folder_ownership import refuse_nonempty
 
 Style = Literal["templates", "freetext", "articles"]
 KINDS_HELP = "comma-separated kinds: fake_fake, fake_real, real_shuffled (real_real: the known films)"

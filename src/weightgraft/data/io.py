@@ -20,10 +20,12 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from weightgraft.atomic import atomic_directory, check_whole, write_json, write_text_atomic
-from weightgraft.data.errors import DataError
+from weightgraft.atomic import write_json, write_text_atomic
+from weightgraft.data.data_errors import DataError
 from weightgraft.data.schema import EvalPrompt, RelationFact
 from weightgraft.errors import warn
+from weightgraft.folder_install import atomic_directory
+from weightgraft.folder_ownership import check_whole
 from weightgraft.runtime import sha256_file
 
 GENERATOR_VERSION = "weightgraft-data-2"

@@ -20,7 +20,7 @@ from functools import lru_cache
 from faker.providers.person.en_US import Provider as PersonProvider
 
 from weightgraft.data import words
-from weightgraft.data.errors import DataError
+from weightgraft.data.data_errors import DataError
 from weightgraft.data.real_entities import REAL_ACTORS, REAL_FILMS
 
 # Draws before a name factory gives up on finding an unused name (then an error says what to change).

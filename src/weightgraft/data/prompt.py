@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from weightgraft.data.data_errors import DataError
 from weightgraft.data.encode import EncodedPrompt, describe_scored, encode_roles, encode_scored_prompt
-from weightgraft.data.errors import DataError
 from weightgraft.data.schema import CharSpan, EvalPrompt, Role
 from weightgraft.engine.roles import parse_positions
 

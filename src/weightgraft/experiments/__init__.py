@@ -8,8 +8,8 @@
 See `conditions` for the condition language (roles, component sets, layer bands, the grammar and
 `resolve_condition`), `vocabulary` for the other names (metrics, fidelities), `config` for the
 YAML format, `preset_registry` for presets (the paper's analyses are registered by
-`weightgraft.paper.presets`, which `weightgraft.pipelines` imports), `records` for the run
-folder's layout and `runner` for resuming.
+`weightgraft.paper.presets`, which `weightgraft.pipelines` imports), `run_folder` for the run
+folder's layout (`result_files`, `example_rows` and `run_json` for what it holds) and `runner` for resuming.
 """
 
 from weightgraft.experiments.config import ConfigError, RunConfig, load_config, parse_config

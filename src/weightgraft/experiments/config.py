@@ -50,7 +50,7 @@ from weightgraft.errors import UserError
 from weightgraft.experiments.conditions import ConditionSpec, LayerSpec, Unembedding, validate_condition
 from weightgraft.experiments.conditions.bands import check_layer_spec
 from weightgraft.experiments.conditions.components import parse_components
-from weightgraft.experiments.conditions.roles import parse_positions
+from weightgraft.experiments.conditions.position_roles import parse_positions
 from weightgraft.experiments.config_errors import format_validation_error
 from weightgraft.experiments.preset_registry import ALL_PRESET_OPTIONS, SHAPE_OPTIONS, get_preset, presets_taking
 from weightgraft.experiments.vocabulary import SUMMARY_METRICS, Direction

@@ -19,11 +19,11 @@ from weightgraft.engine.grafter import Grafter
 from weightgraft.errors import UserError
 from weightgraft.experiments.conditions import Condition, NotApplicable, ShapeSpec
 from weightgraft.experiments.config import RunConfig
+from weightgraft.experiments.example_rows import Example, na_record, scored_record
 from weightgraft.experiments.methods import ChunkMethod, Row
 from weightgraft.experiments.metrics import score_rows
 from weightgraft.experiments.models import load_model
 from weightgraft.experiments.plan import PlanInputs
-from weightgraft.experiments.records import Example, na_record, scored_record
 
 
 class Resources(PlanInputs):

@@ -18,8 +18,9 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from transformers.utils import cached_file
 from transformers.utils import logging as hf_logging
 
-from weightgraft.atomic import check_whole, write_text_atomic
+from weightgraft.atomic import write_text_atomic
 from weightgraft.errors import UserError
+from weightgraft.folder_ownership import check_whole
 from weightgraft.pretrained import is_pretrained_name, resolve_pretrained
 from weightgraft.recorded import check_recorded_files
 from weightgraft.runtime import home, sha256_file

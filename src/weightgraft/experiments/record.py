@@ -19,18 +19,42 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from weightgraft.atomic import write_text_atomic
 from weightgraft.experiments.condition_kind import ConditionKind, kind_of
 from weightgraft.experiments.conditions import Condition, ConditionMethod
+from weightgraft.experiments.config import ExperimentSpec
+from weightgraft.experiments.example_rows import Example
 from weightgraft.experiments.layers import concrete_layers
-from weightgraft.experiments.records import slug, state_file
-
-if TYPE_CHECKING:
-    from weightgraft.experiments.plan.types import ExperimentPlan
+from weightgraft.experiments.run_folder import slug, state_file
 
 Shard = tuple[int, int]
+
+
+class PlannedRecipient(Protocol):
+    """What a record reads of the planned recipient (`plan.types.PlannedModel`)."""
+
+    num_layers: int
+    tied: bool
+
+
+class PlannedExperiment(Protocol):
+    """What a record is built from: an experiment's plan (`plan.types.ExperimentPlan`), as far as
+    the record reads it. A protocol, not the plan's type, because the plan reads the records
+    (which results are already done), so the record sits below it and may not import it."""
+
+    spec: ExperimentSpec
+    recipient: PlannedRecipient
+    conditions: list[Condition]
+    examples: list[Example]
+    available: int
+    whole_fingerprints: dict[str, str]
+    shard: Shard | None
+
+    def my_examples(self) -> list[Example]: ...
+
+    def digest(self) -> str: ...
 
 
 def _optional_list(value: tuple | None) -> list | None:
@@ -249,7 +273,7 @@ class ExperimentRecord:
         return any(c.fidelity for c in self.conditions)
 
     @classmethod
-    def from_plan(cls, plan: ExperimentPlan) -> ExperimentRecord:
+    def from_plan(cls, plan: PlannedExperiment) -> ExperimentRecord:
         """The record of a planned experiment before any result file is written (no sha256):
         for a shard, its share of the examples and what the merged files will be."""
         spec, n = plan.spec, plan.recipient.num_layers

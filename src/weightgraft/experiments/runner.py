@@ -12,9 +12,9 @@ batches I, I+N, I+2N, ... of the experiment's fixed example batches and writes i
 (`*.shard-I-of-N.*`); `shards.merge_shards` joins them into the files of a whole run. Every
 batch is computed as in a single-process run, so the merged results equal that run's bit for bit.
 
-The folder layout and file formats are in `records`; a chunk's computation in `execute` and
-`methods`. The runner knows nothing of summaries or reports: `weightgraft.pipelines` calls it,
-then them.
+The folder layout is in `run_folder`, the result files in `result_files`, run.json in
+`run_json`; a chunk's computation in `execute` and `methods`. The runner knows nothing of
+summaries or reports: `weightgraft.pipelines` calls it, then them.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from tqdm.auto import tqdm
 from transformers.utils import logging as hf_logging
 
 from weightgraft.errors import warn
-from weightgraft.experiments import records
+from weightgraft.experiments import result_files, run_folder, run_json
 from weightgraft.experiments.conditions import Condition
 from weightgraft.experiments.config import RunConfig
 from weightgraft.experiments.execute import Resources, compute_chunk
@@ -73,7 +73,7 @@ class Runner:
         start = time.perf_counter()
         started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
         plan = self.plan()
-        with records.run_folder(self.out, self.shard):
+        with run_folder.run_folder(self.out, self.shard):
             return self._run(plan, start, started_at)
 
     def _run(self, plan: RunPlan, start: float, started_at: str) -> RunResult:
@@ -81,19 +81,19 @@ class Runner:
         experiments, then run.json again with how the session ended."""
         self.out.mkdir(parents=True, exist_ok=True)
         datasets = {e.spec.dataset for e in plan.experiments}
-        body = records.provenance(self.config, {k: self.resources.model_info(k) for k in plan.models}, datasets)
+        body = run_json.provenance(self.config, {k: self.resources.model_info(k) for k in plan.models}, datasets)
         result = RunResult(out=self.out, plan=plan)
         session = {"started": started_at, "status": "running"}
         if self.shard is not None:
             body["shard"] = list(self.shard)
-        body.update(status="running", sessions=[*records.previous_sessions(self.out, self.shard), session])
-        records.write_run_json(self.out, body, self.shard)
+        body.update(status="running", sessions=[*run_json.previous_sessions(self.out, self.shard), session])
+        run_json.write_run_json(self.out, body, self.shard)
         try:
             for exp in plan.experiments:
                 self.run_experiment(plan, exp, result)
         except BaseException:
             session.update(status="interrupted", computed=len(result.computed), reused=len(result.reused))
-            records.write_run_json(self.out, dict(body, status="interrupted"), self.shard)
+            run_json.write_run_json(self.out, dict(body, status="interrupted"), self.shard)
             raise
         result.seconds = time.perf_counter() - start
         session.update(
@@ -104,7 +104,7 @@ class Runner:
             reused=len(result.reused),
         )
         result.provenance = dict(body, status="complete")
-        records.write_run_json(self.out, result.provenance, self.shard)
+        run_json.write_run_json(self.out, result.provenance, self.shard)
         return result
 
     def run_experiment(self, plan: RunPlan, exp: ExperimentPlan, result: RunResult) -> None:
@@ -112,7 +112,7 @@ class Runner:
         status = exp.status(self.out)
         if status.state_unreadable:
             warn(
-                f"{records.state_file(self.out, exp.name, self.shard)} is missing or unreadable; "
+                f"{run_folder.state_file(self.out, exp.name, self.shard)} is missing or unreadable; "
                 "rewriting it, and checking the results by their page checksums alone"
             )
         for path, why in status.damaged:
@@ -159,9 +159,9 @@ class Runner:
             if cond.name not in chunk.pending:
                 continue
             rows[cond.name].sort(key=lambda r: order[r["example_id"]])  # dataset order
-            path = records.condition_file(self.out, exp.name, cond.name, self.shard)
+            path = run_folder.condition_file(self.out, exp.name, cond.name, self.shard)
             fingerprint = exp.fingerprints[cond.name]
-            written[path.name] = records.write_condition(path, rows[cond.name], fingerprint)
+            written[path.name] = result_files.write_condition(path, rows[cond.name], fingerprint)
             record.with_results(written).write(self.out, self.shard)
             result.computed.append(f"{exp.name}/{cond.name}")
 

@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from weightgraft.errors import UserError
-from weightgraft.experiments import records
+from weightgraft.experiments import result_files, run_folder, run_json
 from weightgraft.experiments.record import ExperimentRecord
 from weightgraft.runtime import launch_shard
 
@@ -64,7 +64,7 @@ def merge_shards(out: str | Path) -> dict:
     shards = [(i, n) for i in range(n)]
     bodies, missing = [], []
     for shard in shards:
-        path = records.run_json_file(out, shard)
+        path = run_folder.run_json_file(out, shard)
         body = json.loads(path.read_text()) if path.is_file() else None
         if body is None or body.get("status") != "complete":
             missing.append(f"{shard[0]}/{n} ({'missing' if body is None else body.get('status')})")
@@ -87,7 +87,7 @@ def merge_shards(out: str | Path) -> dict:
     whole = {k: v for k, v in bodies[0].items() if k not in ("shard", "sessions")}
     whole["shards"] = n
     whole["sessions"] = [dict(s, shard=f"{i}/{n}") for i, b in enumerate(bodies) for s in b.get("sessions", [])]
-    records.write_run_json(out, dict(whole, status="complete"))
+    run_json.write_run_json(out, dict(whole, status="complete"))
     return bodies[0]["config"]
 
 
@@ -115,8 +115,8 @@ def merge_experiment(out: Path, name: str, shards: list[tuple[int, int]]) -> Non
     written = {}
     for cond in whole.conditions:
         rows = merged_rows(out, name, cond.name, list(zip(shards, parts)), order)
-        path = records.condition_file(out, name, cond.name)
-        written[path.name] = records.write_condition(path, rows, merged.fingerprints[cond.name])
+        path = run_folder.condition_file(out, name, cond.name)
+        written[path.name] = result_files.write_condition(path, rows, merged.fingerprints[cond.name])
     whole.with_results(written).write(out)
 
 
@@ -126,7 +126,7 @@ def shard_record(out: Path, name: str, shard: tuple[int, int]) -> ExperimentReco
         return ExperimentRecord.read(out, name, shard)
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
         raise UserError(
-            f"cannot merge {out}: {records.state_file(out, name, shard)} is "
+            f"cannot merge {out}: {run_folder.state_file(out, name, shard)} is "
             f"missing or unreadable ({err}); run shard {shard[0]}/{shard[1]} "
             "again"
         ) from err
@@ -139,9 +139,12 @@ def merged_rows(
     record), in the experiment's example order."""
     tables = []
     for shard, record in parts:
-        path = records.condition_file(out, name, condition, shard)
-        problem = records.reuse_problem(
-            path, records.stored_fingerprint(path) or "", list(record.examples), record.result_sha256.get(path.name)
+        path = run_folder.condition_file(out, name, condition, shard)
+        problem = result_files.reuse_problem(
+            path,
+            result_files.stored_fingerprint(path) or "",
+            list(record.examples),
+            record.result_sha256.get(path.name),
         )
         if problem is not None:
             raise UserError(

@@ -23,12 +23,14 @@ from weightgraft.explore.effects import (
     single_head_effects,
 )
 from weightgraft.explore.experts import EXPERT_GROUP, expert_attribution
+from weightgraft.explore.explore_error import ExploreError
 from weightgraft.explore.export import NotRoles, graft_roles
 from weightgraft.explore.grid import Cells
 from weightgraft.explore.heads import nested
 from weightgraft.explore.lens import logit_lens
 from weightgraft.explore.many import MAX_PROMPTS, RoleGraft, chosen_prompts, score_prompts
-from weightgraft.explore.session import Encoded, ExploreError, ExploreSession
+from weightgraft.explore.prompt_encoder import Encoded
+from weightgraft.explore.session import ExploreSession
 
 
 def exact_map(

@@ -2,7 +2,7 @@
 
 Safe by construction: no endpoint takes a path, a model name or code; the page's static files are
 the package's own; bodies are capped in size before they are read whole; every request is
-validated (`schema`) before it reaches the models. A request the explorer cannot answer gets a
+validated (`page_requests`) before it reaches the models. A request the explorer cannot answer gets a
 JSON `{"error": message}` with a 4xx status; anything unexpected gets a 500 with a one-line
 message, its traceback goes to the server's log, and the server goes on.
 """
@@ -31,7 +31,7 @@ from weightgraft.errors import UserError
 from weightgraft.explore import analyses
 from weightgraft.explore.compare import Pin
 from weightgraft.explore.grid import Cells
-from weightgraft.explore.schema import AttributeIn, ExactIn, GenerateIn, LensIn, ManyIn, PredictIn, PromptIn
+from weightgraft.explore.page_requests import AttributeIn, ExactIn, GenerateIn, LensIn, ManyIn, PredictIn, PromptIn
 from weightgraft.explore.session import ExploreSession
 
 STATIC = Path(__file__).parent / "static"

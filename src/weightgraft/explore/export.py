@@ -9,20 +9,28 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from itertools import combinations
-from typing import TYPE_CHECKING
 
 import yaml
 
 from weightgraft.engine.graft import Graft
-from weightgraft.experiments.conditions.roles import NotApplicable, parse_positions
+from weightgraft.experiments.conditions.position_roles import NotApplicable, parse_positions
 from weightgraft.pretrained import is_pretrained_name
-
-if TYPE_CHECKING:
-    from weightgraft.explore.session import ModelNames
 
 ROLE_ATOMS = ("FE", "M", "R", "LT", "other")
 CONDITION_NAME = "explore"
+
+
+@dataclass
+class ModelNames:
+    """Where the session's models came from, for the Python the page shows (the session holds
+    it; the export is what reads it)."""
+
+    recipient: str
+    donors: dict[str, str]
+    dtype: str = "float32"
+    device: str = "cpu"
 
 
 def python_code(

@@ -22,7 +22,7 @@ import torch
 
 from weightgraft.data.schema import EvalPrompt
 from weightgraft.engine.graft import Graft
-from weightgraft.experiments.conditions.roles import NotApplicable, parse_positions
+from weightgraft.experiments.conditions.position_roles import NotApplicable, parse_positions
 from weightgraft.explore.lru import LRU
 from weightgraft.reporting.statistics import (
     clustered_means,

@@ -3,30 +3,29 @@ grid cells -> Grafts, and what the page shows (predictions, continuations, attri
 
 One `ExploreSession` holds a Grafter, its tokenizer and a dataset's prompts. Every call takes the
 whole state it needs (the page keeps the state, in its address), so calls are independent and a
-bad one changes nothing. Model calls are serialised by a lock: the models are shared.
+bad one changes nothing. Model calls are serialised by a lock, as the models are shared
+(`model_lock`); prompts are encoded by `prompt_encoder`; answers that depend only on the models are
+kept in bounded memos (`lru`).
 """
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Mapping, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass, field
 
 import torch
 
-from weightgraft.attribution.attribute import AttributionMethod, attribute, position_roles
-from weightgraft.data.encode import SpanMappingError, encode_prompt
+from weightgraft.attribution.attribute import AttributionMethod, attribute
 from weightgraft.data.schema import EvalPrompt
 from weightgraft.engine.graft import Graft
 from weightgraft.engine.grafter import Grafter
-from weightgraft.errors import UserError
-from weightgraft.experiments.conditions.roles import NotApplicable, parse_positions
 from weightgraft.explore.compare import MAX_PINS, Pin, extend_cells, graft_donors, score_columns, with_changes
-from weightgraft.explore.export import condition_yaml, python_code
+from weightgraft.explore.explore_error import ExploreError
+from weightgraft.explore.export import ModelNames, condition_yaml, python_code
 from weightgraft.explore.grid import Cells, Grid
 from weightgraft.explore.heads import head_attribution
 from weightgraft.explore.lru import LRU
+from weightgraft.explore.model_lock import ModelLock
+from weightgraft.explore.prompt_encoder import Encoded, PromptEncoder
 from weightgraft.explore.tokens import token_text
 
 # Bounds on what one request may ask for (the grid is tokens x columns).
@@ -34,43 +33,12 @@ MAX_TOKENS = 256
 MAX_TOP_K = 20
 MAX_NEW_TOKENS = 64
 MAX_LISTED_PROMPTS = 5000  # dataset prompts offered in the page's menu (any of them opens by id)
-# Named position selections offered for a prompt, when its roles allow them.
-NAMED_POSITIONS = ("FE", "M", "R", "LT", "FE+LT", "(FE+LT)^C", "FE^C", "LT^C", "FE+M+LT", "M+LT", "other", "ALL")
 _BASELINE_CACHE = 64
 _COLUMN_CACHE = 1024
 _LOGITS_CACHE = 4  # [target tokens, vocab] each: the last few grafts' target steps
-
-
-class ExploreError(UserError, ValueError):
-    """A request the explorer cannot answer as asked; the message says what to change."""
-
-
-@dataclass
-class Encoded:
-    """A prompt as the grid sees it."""
-
-    text: str
-    target: str
-    prompt_id: str | None
-    input_ids: list[int]
-    tokens: list[str]
-    roles: list[str] | None  # the paper's role of each token (FE, M, R, LT, other); None for free text
-    role_positions: dict[str, list[int]]
-    target_id: int | None
-    selections: dict[str, list[int]] = field(default_factory=dict)
-    target_ids: list[int] = field(default_factory=list)  # the whole target's tokens
-    scored: int = 0  # the index of the scored one (after whitespace-only tokens, teacher-forced)
-    prompt_len: int = 0  # tokens of the prompt alone
-
-
-@dataclass
-class ModelNames:
-    """Where the session's models came from, for the Python the page shows."""
-
-    recipient: str
-    donors: dict[str, str]
-    dtype: str = "float32"
-    device: str = "cpu"
+# The page's integrated-gradients map: 8 midpoint steps, half of `attribute`'s default 16, so that
+# the map comes in half the passes while the page waits (the lock is let go between them).
+PAGE_INTEGRATION_STEPS = 8
 
 
 class ExploreSession:
@@ -94,38 +62,21 @@ class ExploreSession:
         context = getattr(grafter.recipient.config, "max_position_embeddings", None) or max_tokens
         self.max_tokens = min(max_tokens, int(context))
         self.grid = Grid.of(grafter)
-        self.threads = threads
-        self._lock = threading.Lock()
+        self.encoder = PromptEncoder(tokenizer, self.prompts, self.max_tokens)
+        self.lock = ModelLock(threads)
         self._baselines: LRU[list[torch.Tensor]] = LRU(_BASELINE_CACHE)  # by the prompt's ids
         self.many_rows: LRU = LRU(2 * MAX_LISTED_PROMPTS)  # per dataset prompt: its encoding, the baselines' hits
         self._same: dict[str, list[list]] | None = None  # donor -> identical columns, once asked
         self._columns: LRU[dict] = LRU(_COLUMN_CACHE)  # a comparison's scores per row and graft
         self._logits: LRU[torch.Tensor] = LRU(_LOGITS_CACHE)  # the current graft's target steps
-        self._tickets: dict[str, int] = {}  # per kind of long request, the newest one's number
 
-    @contextmanager
     def running(self):
-        """One model call at a time, with `threads` torch threads in whichever server thread runs it
-        (on a small model one thread answers fastest: more threads wait on each other)."""
-        with self._lock:
-            if self.threads is not None and torch.get_num_threads() != self.threads:
-                torch.set_num_threads(self.threads)
-            yield
+        """The model lock (`ModelLock.running`): one model call at a time."""
+        return self.lock.running()
 
     def latest_only(self, kind: str):
-        """The model lock for one pass of a long request of `kind`; it gives up once a newer request
-        of that kind has come (the page wants only the newest). Clicks get the lock between passes."""
-        with self._lock:
-            ticket = self._tickets[kind] = self._tickets.get(kind, 0) + 1
-
-        @contextmanager
-        def running():
-            with self.running():
-                if self._tickets[kind] != ticket:
-                    raise ExploreError(f"this {kind} request was replaced by a newer one")
-                yield
-
-        return running
+        """The model lock for one pass of a long request of `kind` (`ModelLock.latest_only`)."""
+        return self.lock.latest_only(kind, self.running)
 
     # --- what the page needs first ----------------------------------------------------------------
     def info(self) -> dict:
@@ -172,71 +123,7 @@ class ExploreSession:
     # --- prompts --------------------------------------------------------------------------------
     def encode(self, text: str, target: str = "", prompt_id: str | None = None) -> Encoded:
         """Tokens of a prompt; a dataset prompt (by id, with its text unchanged) also gets roles."""
-        if not text.strip():
-            raise ExploreError("the prompt is empty; type a prompt or pick one of the dataset's")
-        dataset = None
-        if prompt_id is not None:
-            if prompt_id not in self.prompts:
-                raise ExploreError(f"unknown dataset prompt {prompt_id!r}; pick one from the list")
-            if self.prompts[prompt_id].text == text:
-                dataset = self.prompts[prompt_id]
-        try:
-            if dataset is not None:
-                enc = encode_prompt(self.tokenizer, dataset.model_copy(update={"target": target or dataset.target}))
-                roles_by_name = dict(enc.positions)
-            elif target:
-                enc = encode_prompt(self.tokenizer, EvalPrompt(id="free", fact_id="", template_id="", text=text, target=target, spans={}))  # fmt: skip
-                roles_by_name = {}
-            else:
-                enc, roles_by_name = None, {}
-        except SpanMappingError as err:
-            raise ExploreError(f"{err}; change the prompt or the target") from None
-        # A target whose first tokens are whitespace alone is scored at its first token that
-        # carries content (data.encode): those tokens join the prompt, in the last token's role,
-        # as the runner teacher-forces them with the last token's grafts.
-        ids = self._ids(text) if enc is None else enc.scoring_ids
-        if len(ids) > self.max_tokens:
-            raise ExploreError(
-                f"the prompt has {len(ids)} tokens; the explorer takes at most {self.max_tokens} "
-                "(the model's context or the grid's bound): shorten it"
-            )
-        roles_by_name["last_token"] = list(range(len(ids) - 1 - (enc.scored if enc else 0), len(ids)))
-        roles = position_roles(roles_by_name, len(ids)) if dataset is not None else None
-        encoded = Encoded(
-            text=text,
-            target=target,
-            prompt_id=dataset.id if dataset is not None else None,
-            input_ids=list(ids),
-            tokens=[token_text(self.tokenizer, i) for i in ids],
-            roles=roles,
-            role_positions=roles_by_name,
-            target_id=enc.scored_id if enc is not None and enc.target_ids else None,
-            target_ids=list(enc.target_ids) if enc is not None else [],
-            scored=enc.scored if enc is not None else 0,
-            prompt_len=len(enc.input_ids) if enc is not None else len(ids),
-        )
-        encoded.selections = self._selections(encoded)
-        return encoded
-
-    def _ids(self, text: str) -> list[int]:
-        ids = list(self.tokenizer(text)["input_ids"])
-        special = set(getattr(self.tokenizer, "all_special_ids", []))
-        while len(ids) > 1 and ids[-1] in special:  # an EOS some tokenizers append
-            ids.pop()
-        return ids
-
-    def _selections(self, encoded: Encoded) -> dict[str, list[int]]:
-        """Named position sets this prompt has (free text: only those built from LT)."""
-        out = {}
-        n = len(encoded.input_ids)
-        for name in NAMED_POSITIONS:
-            if encoded.roles is None and name not in ("LT", "LT^C", "ALL"):
-                continue
-            try:
-                out[name] = parse_positions(name).evaluate(encoded.role_positions, n)
-            except NotApplicable:
-                continue
-        return out
+        return self.encoder.encode(text, target, prompt_id)
 
     # --- selections -----------------------------------------------------------------------------
     def grafts(self, encoded: Encoded, cells: Sequence[Cells]) -> list[Graft]:
@@ -349,7 +236,10 @@ class ExploreSession:
         rival = self._rival(encoded, competitor)
         row = encoded.input_ids[: encoded.prompt_len] + encoded.target_ids[:-1]
         n, total = len(encoded.input_ids), len(row)
-        named = [("recipient", "recipient", None), *(("donor", d, [Graft("all", "all", "all", donor=d)]) for d in self.grid.donors)]  # fmt: skip
+        named = [
+            ("recipient", "recipient", None),
+            *(("donor", d, [Graft("all", "all", "all", donor=d)]) for d in self.grid.donors),
+        ]
         for kind, label, selection in [("current", "current graft", cells), *(("pin", p.label, p.cells) for p in pins)]:
             grafts = self.grid.to_grafts(extend_cells(self.grid.check(selection, n), n, total))
             named.append((kind, label, grafts or None))
@@ -378,7 +268,9 @@ class ExploreSession:
         the target teacher-forced under `cells` (their last row carried onto the target): the
         first of them are also the prediction's (a position sees only what comes before it)."""
         row = encoded.input_ids[: encoded.prompt_len] + encoded.target_ids[:-1]
-        grafts = self.grid.to_grafts(extend_cells(self.grid.check(cells, len(encoded.input_ids)), len(encoded.input_ids), len(row)))  # fmt: skip
+        grafts = self.grid.to_grafts(
+            extend_cells(self.grid.check(cells, len(encoded.input_ids)), len(encoded.input_ids), len(row))
+        )
         keep = len(encoded.target_ids)
         compute = lambda: self.grafter.logits(torch.tensor([row]), row_grafts=[grafts or None], logits_to_keep=keep)[0]  # noqa: E731
         return self._logits.get_or((tuple(row), repr(grafts or None)), compute)
@@ -453,10 +345,16 @@ class ExploreSession:
         if method not in tuple(AttributionMethod):
             raise ExploreError(f"method must be gradient or integrated, not {method!r}")
         ids, grain = torch.tensor([encoded.input_ids]), "head" if self.grid.heads else "component"
-        result = attribute(  # the model lock per pass: clicks run between an integrated map's 8 steps
-            self.grafter, ids, [encoded.target_id], method=method, steps=8, donor=donor, grain=grain,
+        result = attribute(  # the model lock per pass: clicks run between an integrated map's steps
+            self.grafter,
+            ids,
+            [encoded.target_id],
+            method=method,
+            steps=PAGE_INTEGRATION_STEPS,
+            donor=donor,
+            grain=grain,
             each_pass=self.latest_only("attribute"),
-        )  # fmt: skip
+        )
         n = len(encoded.input_ids)
         layer_index = {c: i for i, c in enumerate(result.layer_components)}
         model_index = {c: i for i, c in enumerate(result.model_components)}

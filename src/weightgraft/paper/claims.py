@@ -5,7 +5,7 @@ to comparisons.csv. The generic summary and verdict know no paper: the caller pa
 
 from __future__ import annotations
 
-from weightgraft.reporting.claims import Claim
+from weightgraft.reporting.claim_types import Claim
 
 # The paper's claims, in the paper's settings (conditions.md): position grafting onto PRE, and
 # component grafting at LT onto the one-direction (B2A) model.

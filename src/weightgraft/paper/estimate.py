@@ -24,6 +24,9 @@ PAPER_MODELS: dict[str, tuple[int, int, int]] = {
     "gemma-1.1-2b-it": (2_506_172_416, 18, 512),
     "pythia-2.8b": (2_775_208_960, 32, 2048),
 }
+# The longest finetuning text of a model that is none of the paper's four: the paper's texts are
+# one sentence (under 64 tokens), so this only bounds a user's general text (--setting gentle).
+DEFAULT_MAX_LENGTH = 512
 _ALIASES = {"gemma-1.1-2b": "gemma-1.1-2b-it"}
 
 
@@ -53,7 +56,7 @@ class ModelSize:
     params: int
     layers: int
     source: str  # "config" or "known size (estimated)"
-    max_length: int = 512
+    max_length: int = DEFAULT_MAX_LENGTH
 
 
 def paper_model_name(model: str) -> str | None:
@@ -77,7 +80,7 @@ def model_size(model: str) -> ModelSize | None:
     """Exact size from a config on disk, else the paper's published size, else None."""
     config = _local_config(model)
     paper = paper_model_name(model)
-    max_length = PAPER_MODELS[paper][2] if paper else 512
+    max_length = PAPER_MODELS[paper][2] if paper else DEFAULT_MAX_LENGTH
     if config is not None:
         with torch.device("meta"):
             net = AutoModelForCausalLM.from_config(config, trust_remote_code=False)

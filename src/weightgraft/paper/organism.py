@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from weightgraft.reporting.study import Study
+from weightgraft.reporting.study_contract import Study
 
 ORGANISM_LINES = [
     "## What the built-in organism can show",

@@ -17,8 +17,8 @@ from weightgraft.data.templates import EVAL_TEMPLATES, VALIDATION_TEMPLATES, eva
 from weightgraft.experiments.config import parse_config
 from weightgraft.experiments.models import model_dir
 from weightgraft.experiments.plan import PlannedModel
-from weightgraft.experiments.plan.build import planned_conditions
 from weightgraft.experiments.plan.checks import planned_model
+from weightgraft.experiments.plan.planner import planned_conditions
 from weightgraft.experiments.plan.selection import experiment_conditions
 from weightgraft.paper import calibrate, estimate
 from weightgraft.paper.reproduce_job import (
@@ -28,6 +28,11 @@ from weightgraft.paper.reproduce_job import (
     rank_and_world,
     run_config,
 )
+
+# The depth a model is planned with when nothing tells it (no config on disk, not one of the
+# paper's four): only the count of a layer sweep's conditions depends on it, and 24 lies within
+# the paper's models' depths (16 to 48 layers).
+ASSUMED_LAYERS = 24
 
 
 @dataclass
@@ -181,7 +186,7 @@ def _run_step(
     prompt_tokens, scored = lengths
     paths = {"pre": job.recipe.model, **{name: str(ft.out) for name, ft in job.finetunes.items()}}
     cfg = parse_config(run_config(job, group, paths))
-    layers = size.layers if size else 24
+    layers = size.layers if size else ASSUMED_LAYERS
     counts = planned_conditions(cfg, dict.fromkeys(cfg.models, base)) if base else None
     rows, parts = 0, []
     for exp in cfg.expanded():

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Literal
 
-from weightgraft.paper.estimate import PAPER_MODELS, paper_model_name
+from weightgraft.paper.estimate import DEFAULT_MAX_LENGTH, PAPER_MODELS, paper_model_name
 from weightgraft.runtime import resolve_device
 
 SettingName = Literal["aggressive", "gentle", "laptop"]
@@ -22,9 +22,6 @@ Precision = Literal["auto", "fp32", "bf16", "fp16"]
 PAPER_EPOCHS = 10
 PAPER_BATCH = 4
 PAPER_FACTS = 1000
-# The longest finetuning text of a model that is none of the paper's four: the paper's texts are
-# one sentence (under 64 tokens), so this only bounds a user's general text (--setting gentle).
-DEFAULT_MAX_LENGTH = 512
 
 
 @dataclass(frozen=True)

@@ -8,8 +8,8 @@ from __future__ import annotations
 from weightgraft.paper.claims import PAIRED_TESTS, PAPER_CLAIMS
 from weightgraft.paper.missing_part import missing_part
 from weightgraft.paper.report_sections import deviations_section, paper_tables
-from weightgraft.reporting.claims import ClaimSet
-from weightgraft.reporting.study import Study
+from weightgraft.reporting.claim_types import ClaimSet
+from weightgraft.reporting.study_contract import Study
 
 PAPER = Study(
     asked=ClaimSet(PAPER_CLAIMS, PAIRED_TESTS),

@@ -12,10 +12,10 @@ from pathlib import Path
 
 from transformers import AutoConfig
 
-from weightgraft.atomic import refuse_foreign
 from weightgraft.experiments.config import RunConfig, parse_config
-from weightgraft.experiments.records import RUN_MARKS
+from weightgraft.experiments.run_folder import RUN_MARKS
 from weightgraft.experiments.vocabulary import ModelRole, builtin_role_models
+from weightgraft.folder_ownership import refuse_foreign
 from weightgraft.paper.organism import with_organism
 from weightgraft.paper.presets import PRESET_NAMES
 from weightgraft.paper.study import PAPER
@@ -95,11 +95,15 @@ def finer_entries(b2a_model: str, cap: int | None) -> list[dict]:
     from the one-direction model's config (the plan checks them again against the model)."""
     text = AutoConfig.from_pretrained(b2a_model, trust_remote_code=False).get_text_config()
     return [
-        {"preset": "finer_heads_o", "max_examples": cap, "num_layers": text.num_hidden_layers,
-         "num_heads": text.num_attention_heads},
+        {
+            "preset": "finer_heads_o",
+            "max_examples": cap,
+            "num_layers": text.num_hidden_layers,
+            "num_heads": text.num_attention_heads,
+        },
         {"preset": "finer_rank", "max_examples": cap, "hidden_size": text.hidden_size},
         {"preset": "finer_dose", "max_examples": cap},
-    ]  # fmt: skip
+    ]
 
 
 def run_demo(

@@ -31,7 +31,14 @@ from huggingface_hub import snapshot_download
 from transformers.utils import logging as hf_logging
 
 from weightgraft._version import __version__
-from weightgraft.atomic import (
+from weightgraft.data.build import split_disjoint
+from weightgraft.data.facts import generate_facts, known_film_facts
+from weightgraft.data.family import Member, write_family
+from weightgraft.data.io import GENERATOR_VERSION, load_train_texts, read_user_articles
+from weightgraft.data.names import NamePool
+from weightgraft.experiments.config import parse_config
+from weightgraft.experiments.models import fingerprint_model, model_dir
+from weightgraft.folder_ownership import (
     OutputExistsError,
     claim_folder,
     is_nonempty_folder,
@@ -41,13 +48,6 @@ from weightgraft.atomic import (
     remove_owned,
     seal_folder,
 )
-from weightgraft.data.build import split_disjoint
-from weightgraft.data.facts import generate_facts, known_film_facts
-from weightgraft.data.family import Member, write_family
-from weightgraft.data.io import GENERATOR_VERSION, load_train_texts, read_user_articles
-from weightgraft.data.names import NamePool
-from weightgraft.experiments.config import parse_config
-from weightgraft.experiments.models import fingerprint_model, model_dir
 from weightgraft.ledger import Ledger, stamp_matches, write_stamp
 from weightgraft.locking import folder_lock, lock_file
 from weightgraft.paper.reproduce_job import (

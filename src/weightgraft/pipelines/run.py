@@ -23,7 +23,8 @@ from weightgraft.attribution.experiment import run_localize
 from weightgraft.errors import UserError
 from weightgraft.experiments.config import RunConfig, parse_config
 from weightgraft.experiments.record import ExperimentRecord
-from weightgraft.experiments.records import mark_unfinished, replace_other_run, run_folder, run_json_file
+from weightgraft.experiments.run_folder import replace_other_run, run_folder, run_json_file
+from weightgraft.experiments.run_json import mark_unfinished
 from weightgraft.experiments.runner import RunResult, run_experiments
 from weightgraft.experiments.shards import merge_shards, shard_from_env
 from weightgraft.paper.finer_presets import FINER_PRESETS  # noqa: F401  (registers weightgraft's finer presets)
@@ -31,7 +32,7 @@ from weightgraft.paper.presets import PRESETS  # noqa: F401  (registers the pape
 from weightgraft.paper.study import PAPER
 from weightgraft.reporting.localize_results import LOCALIZE_FILE, LocalizeSummary
 from weightgraft.reporting.report import write_report
-from weightgraft.reporting.study import Study
+from weightgraft.reporting.study_contract import Study
 from weightgraft.reporting.summary import build_summary
 from weightgraft.reporting.verdict import Check, check_pattern
 from weightgraft.runtime import local_rank as launch_local_rank
@@ -139,7 +140,7 @@ def summarize(
 ) -> list[Check]:
     """Build the summary of a run's records once, write its files, decide `study`'s claims on it
     and (unless `report=False`) write the report from both, with `study`'s sections (the paper's
-    by default; `reporting.study.NO_STUDY` for none); returns the verdict's checks.
+    by default; `reporting.study_contract.NO_STUDY` for none); returns the verdict's checks.
 
     done: what the run handed over (`RunDone`); read from the folder when not given, as after a
     merge of shards."""

@@ -4,7 +4,7 @@ transformers dequantizes a GGUF on every load (Gemma-3-270M: minutes on two core
 to save a model it loaded from one. So the weights are moved once into a fresh model built from
 the same config (less its quantization entry), which saves like any other; later loads read the
 safetensors in seconds. The folder is written whole or not at all (`atomic_directory`) and ends
-with a record of every file's size and sha256, which `resolve.py` checks before each use.
+with a record of every file's size and sha256, which `resolve_name.py` checks before each use.
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from weightgraft._version import __version__
-from weightgraft.atomic import atomic_directory, write_json
+from weightgraft.atomic import write_json
+from weightgraft.folder_install import atomic_directory
 from weightgraft.runtime import file_facts, sha256_file
 
 CONVERSION_RECORD = "weightgraft-conversion.json"

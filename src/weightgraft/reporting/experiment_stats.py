@@ -13,6 +13,7 @@ from weightgraft.experiments.metrics import example_metric
 from weightgraft.experiments.vocabulary import SUMMARY_METRICS
 from weightgraft.reporting.statistics import (
     ALL,
+    PERMUTATIONS,
     PairedTest,
     Recovery,
     clustered_median,
@@ -74,7 +75,7 @@ class ExperimentStats:
         )
 
     def paired(
-        self, a: str, b: str, metric: str = "top5", template: str = ALL, permutations: int = 10000, seed=0
+        self, a: str, b: str, metric: str = "top5", template: str = ALL, permutations: int = PERMUTATIONS, seed=0
     ) -> PairedTest:
         ids_a, vals_a, tmpl_a = self.values[a]
         ids_b, vals_b, _ = self.values[b]

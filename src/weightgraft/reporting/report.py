@@ -27,7 +27,7 @@ from weightgraft.reporting.plots import plot_experiment
 from weightgraft.reporting.report_model import ExperimentReport, RunReport, bands_used, build_run_report
 from weightgraft.reporting.safe_html import escape_text, sanitize
 from weightgraft.reporting.statistics import ALL
-from weightgraft.reporting.study import Study
+from weightgraft.reporting.study_contract import Study
 from weightgraft.reporting.summary import RecoveryRow, RunSummary, SummaryRow, by_condition, pooled
 from weightgraft.reporting.verdict import Verdict
 from weightgraft.reporting.verdict_section import verdict_section
@@ -394,7 +394,7 @@ def write_report(
     """Plots, report.md and report.html of the run folder `out` from its summary and verdict
     (the report decides nothing itself), the records of its experiments (read once by the
     caller, who built the summary from them), run.json's body (`run`) and the localize results
-    by name, with `study`'s sections (`reporting.study.NO_STUDY`: none); returns the two files'
+    by name, with `study`'s sections (`reporting.study_contract.NO_STUDY`: none); returns the two files'
     paths. It reads no file: the report model (`report_model.build_run_report`) is computed once,
     and the plots and the markdown format it."""
     out = Path(out)

@@ -14,7 +14,7 @@ from weightgraft.experiments.record import ExperimentRecord
 from weightgraft.reporting.finer_findings import FinerFindings, finer_findings
 from weightgraft.reporting.localize_results import LocalizeSummary
 from weightgraft.reporting.statistics import ALL
-from weightgraft.reporting.study import Study
+from weightgraft.reporting.study_contract import Study
 from weightgraft.reporting.summary import RecoveryRow, RunSummary, SummaryRow, pooled
 from weightgraft.reporting.verdict import Verdict
 

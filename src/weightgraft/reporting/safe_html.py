@@ -16,9 +16,35 @@ from urllib.parse import urlsplit
 
 # Tags the report's Markdown (tables, fenced code, md_in_html) and its own HTML produce.
 ALLOWED_TAGS = {
-    "a", "blockquote", "br", "code", "details", "div", "em", "h1", "h2", "h3", "h4", "h5", "h6", "hr",
-    "img", "li", "ol", "p", "pre", "strong", "summary", "table", "tbody", "td", "th", "thead", "tr", "ul",
-}  # fmt: skip
+    "a",
+    "blockquote",
+    "br",
+    "code",
+    "details",
+    "div",
+    "em",
+    "h1",
+    "h2",
+    "h3",
+    "h4",
+    "h5",
+    "h6",
+    "hr",
+    "img",
+    "li",
+    "ol",
+    "p",
+    "pre",
+    "strong",
+    "summary",
+    "table",
+    "tbody",
+    "td",
+    "th",
+    "thead",
+    "tr",
+    "ul",
+}
 VOID_TAGS = {"br", "hr", "img"}
 SAFE_SCHEMES = {"", "http", "https", "mailto"}
 _ALIGN = re.compile(r"text-align:\s*(left|right|center);?")

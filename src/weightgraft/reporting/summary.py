@@ -37,10 +37,10 @@ import polars as pl
 
 from weightgraft.atomic import write_text_atomic
 from weightgraft.experiments.record import ExperimentRecord
-from weightgraft.experiments.records import read_condition
-from weightgraft.reporting.claims import Claim, ClaimSet
+from weightgraft.experiments.result_files import read_condition
+from weightgraft.reporting.claim_types import Claim, ClaimSet
 from weightgraft.reporting.experiment_stats import ExperimentStats, experiment_stats, interval_rows, recovery_rows
-from weightgraft.reporting.statistics import ALL, seed_for
+from weightgraft.reporting.statistics import ALL, PERMUTATIONS, seed_for
 
 
 class SummaryRow(TypedDict):
@@ -101,7 +101,6 @@ class ComparisonRow(TypedDict):
 
 
 COMPARISON_METRICS = ("top5", "prob", "target_logprob")
-PERMUTATIONS = 10000
 SUMMARY_FILE, RECOVERY_FILE, COMPARISONS_FILE = "summary.csv", "recovery.csv", "comparisons.csv"
 
 

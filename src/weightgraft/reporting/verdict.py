@@ -31,11 +31,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from weightgraft.experiments.vocabulary import CLEAN_SUFFIX, DECISION_METRICS, HEADLINE_METRIC, METRIC_WORDS
-from weightgraft.reporting.claims import Claim
+from weightgraft.reporting.claim_types import Claim
 from weightgraft.reporting.decision import Decision, Outcome, combine, decide
 from weightgraft.reporting.statistics import ALL
 from weightgraft.reporting.summary import RecoveryRow, RunSummary, SummaryRow
 
+# On point estimates alone (no interval says whether the references differ at all), a claim needs
+# its references' top-5 at least this far apart: a recovery divides by their gap, and under 0.10 a
+# change of 0.01 in the condition's top-5 (one prompt in a hundred) moves it by more than 0.1.
 MIN_GAP = 0.10
 
 

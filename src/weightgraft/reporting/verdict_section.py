@@ -9,7 +9,7 @@ from weightgraft.experiments.vocabulary import METRIC_WORDS, SAME_IN_BOTH
 from weightgraft.reporting.decision import Outcome
 from weightgraft.reporting.numbers import with_interval
 from weightgraft.reporting.safe_html import escape_text
-from weightgraft.reporting.study import Study
+from weightgraft.reporting.study_contract import Study
 from weightgraft.reporting.summary import ComparisonRow, RunSummary, SummaryRow
 from weightgraft.reporting.verdict import MIN_GAP, Check, Verdict, definition_of
 

@@ -19,8 +19,10 @@ import torch
 from safetensors import SafetensorError, safe_open
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-from weightgraft.atomic import atomic_directory, check_whole, refuse_nonempty, write_json
-from weightgraft.data.errors import DataError
+from weightgraft.atomic import write_json
+from weightgraft.data.data_errors import DataError
+from weightgraft.folder_install import atomic_directory
+from weightgraft.folder_ownership import check_whole, refuse_nonempty
 from weightgraft.model_identity import refuse_same_model
 from weightgraft.recorded import refuse_own_input, refuse_user_files
 from weightgraft.remote_code import refuse_remote_code

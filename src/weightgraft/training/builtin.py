@@ -23,7 +23,6 @@ from pathlib import Path
 
 from safetensors.torch import load_file
 
-from weightgraft.atomic import remove_entry
 from weightgraft.data.build import check_no_leak, split_by_kind
 from weightgraft.data.facts import generate_facts
 from weightgraft.data.family import Member, write_family
@@ -31,6 +30,7 @@ from weightgraft.data.io import GENERATOR_VERSION, load_train_texts, write_datas
 from weightgraft.data.templates import EVAL_TEMPLATES, VALIDATION_TEMPLATES, eval_prompts_for
 from weightgraft.data.world import World
 from weightgraft.errors import warn
+from weightgraft.folder_ownership import remove_entry
 from weightgraft.ledger import Built, Ledger
 from weightgraft.locking import waiting_lock
 from weightgraft.runtime import home as runtime_home

@@ -33,9 +33,11 @@ from transformers import (
 )
 from transformers.utils import logging as hf_logging
 
-from weightgraft.atomic import atomic_directory, check_whole, refuse_nonempty, remove_entry, write_json
-from weightgraft.data.errors import DataError
+from weightgraft.atomic import write_json
+from weightgraft.data.data_errors import DataError
 from weightgraft.data.io import load_eval_prompts, load_manifest, load_train_texts, read_user_articles
+from weightgraft.folder_install import atomic_directory
+from weightgraft.folder_ownership import check_whole, refuse_nonempty, remove_entry
 from weightgraft.pretrained import as_local
 from weightgraft.recorded import refuse_own_input, refuse_user_files
 from weightgraft.remote_code import refuse_remote_code

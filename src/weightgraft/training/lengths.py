@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from weightgraft.data.errors import DataError
+from weightgraft.data.data_errors import DataError
 from weightgraft.errors import warn
 
 

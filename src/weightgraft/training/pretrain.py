@@ -16,7 +16,8 @@ import torch
 from tqdm.auto import tqdm
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from weightgraft.atomic import atomic_directory, write_json
+from weightgraft.atomic import write_json
+from weightgraft.folder_install import atomic_directory
 from weightgraft.training import TRAINING_RECORD
 
 

@@ -38,9 +38,9 @@ live in modules named for what they hold:
 """
 
 from weightgraft.experiments.conditions.bands import LayerSpec
+from weightgraft.experiments.conditions.position_roles import NotApplicable
 from weightgraft.experiments.conditions.resolve import resolve_condition, validate_condition
 from weightgraft.experiments.conditions.resolved import Condition, DrawnPositions, NoDraw, ResolvedGraft
-from weightgraft.experiments.conditions.roles import NotApplicable
 from weightgraft.experiments.conditions.spec import (
     ConditionMethod,
     ConditionSpec,

@@ -12,8 +12,8 @@ from weightgraft.experiments.conditions.components import (
     is_component_expr,
     parse_components,
 )
+from weightgraft.experiments.conditions.position_roles import ATOMS, parse_positions
 from weightgraft.experiments.conditions.resolved import Condition, ResolvedGraft
-from weightgraft.experiments.conditions.roles import ATOMS, parse_positions
 from weightgraft.experiments.conditions.spec import ConditionMethod, ConditionSpec, Fidelity, Unembedding
 
 BASELINE_NAMES = {"PRE": "recipient alone", "SFT": "donor model alone (every weight everywhere)"}

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from weightgraft.engine.controls import ControlError, draw_sets
 from weightgraft.experiments.conditions.bands import LayerSpec
-from weightgraft.experiments.conditions.roles import NotApplicable, PositionExpr
+from weightgraft.experiments.conditions.position_roles import NotApplicable, PositionExpr
 from weightgraft.experiments.conditions.spec import ConditionMethod, ControlSpec, ShapeSpec
 
 

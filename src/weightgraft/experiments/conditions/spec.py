@@ -15,7 +15,7 @@ from weightgraft.engine.controls import DIMENSIONS, ControlError
 from weightgraft.engine.graft import normal_units
 from weightgraft.experiments.conditions.bands import LayerSpec, check_layer_spec
 from weightgraft.experiments.conditions.components import parse_components
-from weightgraft.experiments.conditions.roles import parse_positions
+from weightgraft.experiments.conditions.position_roles import parse_positions
 
 Unembedding = Literal["recipient", "donor"]
 Fidelity = Literal["authors", "clean"]

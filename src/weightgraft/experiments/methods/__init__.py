@@ -1,23 +1,19 @@
-"""The two ways a run computes a chunk, behind one contract (`base.ChunkMethod`): weight
-grafting through the engine (`weights`) and activation patching (`activations`)."""
+"""The two ways a run computes a chunk, behind one contract (`chunk_method.ChunkMethod`):
+weight grafting through the engine (`weight_grafting`) and activation patching
+(`activation_patching`)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from weightgraft.experiments.conditions import Condition, ConditionMethod
-from weightgraft.experiments.methods.activations import ActivationPatching
-from weightgraft.experiments.methods.base import ChunkMethod, Row
-from weightgraft.experiments.methods.weights import WeightGrafting, engine_graft
+from weightgraft.experiments.methods.activation_patching import ActivationPatching
+from weightgraft.experiments.methods.chunk_method import ChunkMethod, LoadedModels, Row
+from weightgraft.experiments.methods.weight_grafting import WeightGrafting, engine_graft
 
-if TYPE_CHECKING:
-    from weightgraft.experiments.execute import Resources
-
-__all__ = ["ActivationPatching", "ChunkMethod", "Row", "WeightGrafting", "engine_graft", "method_for"]
+__all__ = ["ActivationPatching", "ChunkMethod", "LoadedModels", "Row", "WeightGrafting", "engine_graft", "method_for"]
 
 
 def method_for(
-    resources: Resources, condition: Condition, tied: bool, pad: int, donors: tuple[str, ...] | None = None
+    resources: LoadedModels, condition: Condition, tied: bool, pad: int, donors: tuple[str, ...] | None = None
 ) -> ChunkMethod:
     """The method computing `condition`'s chunk, on the run's models (loaded on first use).
 

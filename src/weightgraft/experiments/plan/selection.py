@@ -9,7 +9,7 @@ import random
 from collections import defaultdict
 from dataclasses import dataclass
 
-from weightgraft.data.errors import DataError
+from weightgraft.data.data_errors import DataError
 from weightgraft.engine.graft import EIGHTHS, HALVES, QUARTERS
 from weightgraft.experiments.conditions import (
     Condition,
@@ -25,7 +25,7 @@ from weightgraft.experiments.conditions.components import (
     resolve_for_model,
 )
 from weightgraft.experiments.conditions.paper_atoms import AUTHOR_BANDS, author_band
-from weightgraft.experiments.conditions.roles import parse_positions
+from weightgraft.experiments.conditions.position_roles import parse_positions
 from weightgraft.experiments.config import ExperimentSpec
 from weightgraft.experiments.layers import concrete_layers
 from weightgraft.experiments.vocabulary import CLEAN_SUFFIX, SAME_IN_BOTH, Direction

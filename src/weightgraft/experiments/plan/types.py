@@ -24,13 +24,13 @@ from pathlib import Path
 
 from weightgraft.data.schema import EvalPrompt
 from weightgraft.engine.units import UnitSpec
-from weightgraft.experiments import records
+from weightgraft.experiments import result_files, run_folder
 from weightgraft.experiments.conditions import Condition, ConditionMethod, DrawnPositions, ResolvedGraft, ShapeSpec
-from weightgraft.experiments.conditions.roles import parse_positions
+from weightgraft.experiments.conditions.position_roles import parse_positions
 from weightgraft.experiments.config import ExperimentSpec, RunConfig, parse_config
+from weightgraft.experiments.example_rows import Example
 from weightgraft.experiments.record import recorded_result_hashes
-from weightgraft.experiments.records import Example
-from weightgraft.runtime import sha256_json
+from weightgraft.runtime import sha256_file, sha256_json
 
 Shard = tuple[int, int]
 
@@ -121,7 +121,7 @@ class ExperimentPlan:
 
     def file(self, condition: str) -> str:
         """The name of a condition's result file in this process (`*.shard-I-of-N.parquet`)."""
-        return f"{records.slug(condition)}{records.shard_tag(self.shard)}.parquet"
+        return f"{run_folder.slug(condition)}{run_folder.shard_tag(self.shard)}.parquet"
 
     def digest(self) -> str:
         """The whole-run plan of this experiment, shard left out: equal in every shard of a run."""
@@ -131,17 +131,17 @@ class ExperimentPlan:
     def status(self, out: Path) -> Status:
         """What of this experiment `out` already holds, and the chunks left to compute."""
         known = recorded_result_hashes(out, self.name, self.shard)
-        pattern = f"*{records.shard_tag(self.shard)}.parquet" if self.shard else "*.parquet"
-        unreadable = known is None and any(records.results_folder(out, self.name).glob(pattern))
+        pattern = f"*{run_folder.shard_tag(self.shard)}.parquet" if self.shard else "*.parquet"
+        unreadable = known is None and any(run_folder.results_folder(out, self.name).glob(pattern))
         known = known or {}
         ids = [e.prompt.id for e in self.my_examples()]
         sha256, reused, damaged, todo = {}, [], [], set()
         for cond in self.conditions:
-            path = records.condition_file(out, self.name, cond.name, self.shard)
-            problem = records.reuse_problem(path, self.fingerprints[cond.name], ids, known.get(path.name))
+            path = run_folder.condition_file(out, self.name, cond.name, self.shard)
+            problem = result_files.reuse_problem(path, self.fingerprints[cond.name], ids, known.get(path.name))
             if problem is None:
                 reused.append(cond.name)
-                sha256[path.name] = known.get(path.name) or records.sha256_file(path)
+                sha256[path.name] = known.get(path.name) or sha256_file(path)
                 continue
             if problem[0] == "damaged":
                 damaged.append((path, problem[1]))

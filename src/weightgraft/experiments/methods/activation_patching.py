@@ -13,9 +13,9 @@ import torch
 
 from weightgraft.adapters import adapter_for
 from weightgraft.data.batching import right_pad
+from weightgraft.experiments.example_rows import Example
 from weightgraft.experiments.layers import concrete_layers
-from weightgraft.experiments.methods.base import Row
-from weightgraft.experiments.records import Example
+from weightgraft.experiments.methods.chunk_method import Row
 
 
 def _hidden(output):

@@ -19,11 +19,12 @@ from weightgraft.donors.shaped import ShapeError
 from weightgraft.engine.controls import ControlError
 from weightgraft.engine.units import UnitError, check_units
 from weightgraft.errors import UserError
-from weightgraft.experiments import records
+from weightgraft.experiments import result_files
 from weightgraft.experiments.conditions import Condition, ResolvedGraft
 from weightgraft.experiments.conditions.components import resolve_for_model
-from weightgraft.experiments.conditions.controls import with_controls
+from weightgraft.experiments.conditions.control_conditions import with_controls
 from weightgraft.experiments.config import ExperimentSpec, RunConfig
+from weightgraft.experiments.example_rows import Example
 from weightgraft.experiments.layers import concrete_layers
 from weightgraft.experiments.models import context_length
 from weightgraft.experiments.plan.checks import (
@@ -35,10 +36,9 @@ from weightgraft.experiments.plan.checks import (
     require_device_here,
     used_models,
 )
-from weightgraft.experiments.plan.inputs import PlanInputs
+from weightgraft.experiments.plan.plan_inputs import PlanInputs
 from weightgraft.experiments.plan.selection import ModelFacts, experiment_conditions, select_examples
 from weightgraft.experiments.plan.types import ExperimentPlan, PlannedModel, RunPlan, Shard
-from weightgraft.experiments.records import Example
 
 
 def build_plan(config: RunConfig, resources: PlanInputs, shard: Shard | None = None) -> RunPlan:
@@ -271,7 +271,7 @@ def plan_experiment(
         prints = {k: models[k].sha256 for k in (cond.recipient, *cond.donors)}
 
         def fingerprint(of: list[Example], batch_ids: list[list[str]], cond=cond, prints=prints) -> str:
-            return records.condition_fingerprint(
+            return result_files.condition_fingerprint(
                 cond.to_json(), config.dtype, prints, of, dict(plan.computation, batches=batch_ids)
             )
 

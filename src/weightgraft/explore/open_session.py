@@ -11,7 +11,8 @@ from weightgraft.errors import UserError
 from weightgraft.experiments.models import DTYPES, load_model, load_tokenizer
 from weightgraft.experiments.plan.checks import require_device_here
 from weightgraft.experiments.vocabulary import ModelRole, builtin_role_models
-from weightgraft.explore.session import ExploreSession, ModelNames, donors_from_mapping
+from weightgraft.explore.export import ModelNames
+from weightgraft.explore.session import ExploreSession, donors_from_mapping
 from weightgraft.model_identity import refuse_same_model
 from weightgraft.remote_code import refuse_remote_code
 from weightgraft.runtime import resolve_device

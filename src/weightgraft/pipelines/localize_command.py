@@ -8,12 +8,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from weightgraft.atomic import claim_folder, refuse_foreign, release_unused, seal_folder
 from weightgraft.attribution.experiment import ModelPair, SearchSettings, localize_pair
 from weightgraft.attribution.localize import LocalizeResult
 from weightgraft.data.io import load_eval_prompts
 from weightgraft.errors import UserError
 from weightgraft.experiments.vocabulary import ModelRole, builtin_role_models
+from weightgraft.folder_ownership import claim_folder, refuse_foreign, release_unused, seal_folder
 from weightgraft.locking import folder_lock, lock_file
 from weightgraft.model_identity import refuse_same_model
 from weightgraft.remote_code import refuse_remote_code

@@ -23,8 +23,8 @@ from dataclasses import replace
 
 from weightgraft.engine.controls import ControlError, draw_sets
 from weightgraft.engine.units import UnitSpec
+from weightgraft.experiments.conditions.position_roles import parse_positions
 from weightgraft.experiments.conditions.resolved import Condition, DrawnPositions, ResolvedGraft
-from weightgraft.experiments.conditions.roles import parse_positions
 from weightgraft.experiments.layers import concrete_layers
 
 FFN_UNITS = ("gate", "up", "down")

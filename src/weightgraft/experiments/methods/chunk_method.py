@@ -12,8 +12,10 @@ from typing import Protocol
 
 import torch
 
+from weightgraft.engine.grafter import Grafter
 from weightgraft.experiments.conditions import Condition, ResolvedGraft
-from weightgraft.experiments.records import Example
+from weightgraft.experiments.config import RunConfig
+from weightgraft.experiments.example_rows import Example
 
 
 @dataclass(frozen=True)
@@ -34,3 +36,15 @@ class ChunkMethod(Protocol):
         that scores the target's first token (the prompt's last token); the target's further
         tokens are scored in the columns after it (the scored token, `Example.scored`, among them)."""
         ...
+
+
+class LoadedModels(Protocol):
+    """What choosing a chunk's method reads of the run's models, loaded once
+    (`execute.Resources`). A protocol, because `execute` computes chunks through the methods and
+    so sits above them: the methods may not import it."""
+
+    config: RunConfig
+
+    def model(self, key: str) -> torch.nn.Module: ...
+
+    def grafter(self, recipient: str, donors: tuple[str, ...]) -> Grafter: ...

@@ -8,9 +8,9 @@ from weightgraft.data.batching import align_on
 from weightgraft.engine.graft import Graft
 from weightgraft.experiments.conditions import ResolvedGraft
 from weightgraft.experiments.conditions.components import resolve_for_model
+from weightgraft.experiments.example_rows import Example
 from weightgraft.experiments.layers import engine_layers
-from weightgraft.experiments.methods.base import Row
-from weightgraft.experiments.records import Example
+from weightgraft.experiments.methods.chunk_method import Row
 
 
 class WeightGrafting:

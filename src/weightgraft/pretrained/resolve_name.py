@@ -13,8 +13,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from weightgraft.atomic import IncompleteFolderError, check_whole
 from weightgraft.errors import UserError, warn
+from weightgraft.folder_ownership import IncompleteFolderError, check_whole
 from weightgraft.locking import waiting_lock
 from weightgraft.pretrained.catalog import CATALOG, PretrainedModel, require_gguf_reader
 from weightgraft.pretrained.convert import CONVERTER_VERSION, convert_gguf, read_record

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from weightgraft.experiments.record import ExperimentRecord
-from weightgraft.reporting.claims import ClaimSet
+from weightgraft.reporting.claim_types import ClaimSet
 from weightgraft.reporting.summary import RecoveryRow, SummaryRow
 from weightgraft.reporting.verdict import Check
 
