@@ -146,6 +146,7 @@ class _Encoded:
     def __init__(self, input_ids: list[int], target_ids: list[int]):
         self.input_ids, self.target_ids, self.scored = input_ids, target_ids, 0
         self.scored_id = target_ids[0]
+        self.unit = 1  # the scored unit: one token (random ids split no character)
 
 
 class _RandomPrompt:
