@@ -87,7 +87,7 @@ def activation_names(grafter: Grafter) -> dict[str, tuple[str, str, torch.Tensor
     kind: "pre" (the module's input), "post" (its output) or "z" (o's input per head), the
     output columns of a fused part or None)."""
     adapter, layers = grafter.adapter, grafter.adapter.layers
-    by_key = {grafter.keys[k]: (path, cols) for k, (path, cols) in grafter._key_target.items()}
+    by_key = {grafter.keys[k]: (path, cols) for k, (path, cols) in grafter.index.key_target.items()}
     out: dict[str, tuple[str, str, torch.Tensor | None]] = {}
     for comp in ("embed", "pos_embed"):
         if (None, comp) in by_key:

@@ -17,6 +17,7 @@ from weightgraft.donors.placement import execution_device
 from weightgraft.engine.compat import check_compatible
 from weightgraft.engine.decoding import cache_argument, check_generation_settings, eos_id_set, next_token
 from weightgraft.engine.graft import Graft, Key, as_graft_list
+from weightgraft.engine.graft_index import GraftIndex
 from weightgraft.engine.graft_masks import (
     GraftMasks,
     mask_classes,
@@ -31,7 +32,7 @@ from weightgraft.engine.layer_memo import LayerMemo, remembered
 from weightgraft.engine.layer_sharing import BEFORE_THE_LAYERS, LayerGroups, SharedLayers, plan_layer_groups
 from weightgraft.engine.named_donors import named_donors
 from weightgraft.engine.sharing import plan_segments
-from weightgraft.engine.splice_plan import module_targets, plan_splices
+from weightgraft.engine.splice_plan import plan_splices
 from weightgraft.engine.units import UnitColumns, UnitSpec, check_units, unit_columns, unit_specs
 from weightgraft.engine.views import GrafterViews
 
@@ -98,26 +99,18 @@ class Grafter(GrafterViews):
                 f"{' ...' if len(uncovered) > 8 else ''}; extend the adapter so that 'all' means every parameter"
             )
         self.num_layers = len(self.adapter.decoder_layers(recipient))
-        self.keys: list[Key] = [(None, c) for c in self.adapter.model_level] + [
-            (layer, c) for layer in range(self.num_layers) for c in self.adapter.per_layer
-        ]
-        self._key_index = {key: i for i, key in enumerate(self.keys)}
-        # Per hooked module, the keys it serves; per key, its output's module (a chain's last) and
-        # every module it grafts (a chain's, in order).
-        self._targets, self._key_target, self._key_paths = module_targets(
-            self.adapter, self.keys, recipient.config, self.device
-        )
-        self._history = history_keys(self.adapter, self._targets)  # engine.history
+        # Every (layer, component) key, the modules each is computed by, their layers (graft_index).
+        self.index = GraftIndex.build(self.adapter, self.num_layers, recipient.config, self.device)
+        self.keys: list[Key] = self.index.keys
+        self._history = history_keys(self.adapter, self.index.targets)  # engine.history
         self._units: dict[str, UnitSpec] | None = None
         self._unit_columns: dict[tuple[int, frozenset, str], UnitColumns] = {}
-        self._lm_head_path = self.adapter.model_level.get("lm_head", "")
         self._cache_name = cache_argument(recipient)  # read once, not on every pass
         self._layer_memo: LayerMemo | None = None  # remember_layers()
         # For layer sharing: the masks (all donors') of what acts before layer 0, and of each layer.
         every = [(d * len(self.keys) + k, key) for d in range(len(self.donors)) for k, key in enumerate(self.keys)]
         self._keys_before = [i for i, (layer, comp) in every if layer is None and comp in BEFORE_THE_LAYERS]
         self._keys_of_layer = [[i for i, (layer, _) in every if layer == n] for n in range(self.num_layers)]
-        self._path_layer = {path: self.keys[served[0][0]][0] for path, served in self._targets.items()}
         self._seq_dims, self._call_forms = module_layouts(self.adapter, self.num_layers)
         # Per Graft object, the keys it covers (and with which units); gone with their Graft.
         self._graft_keys: weakref.WeakKeyDictionary[Graft, torch.Tensor] = weakref.WeakKeyDictionary()
@@ -149,8 +142,8 @@ class Grafter(GrafterViews):
         Every component for a full or lazy donor; an adapter's target modules for an adapter."""
         changed = set()
         for source in self.donors.values():
-            paths = source.changed_paths() if hasattr(source, "changed_paths") else set(self._targets)
-            changed |= {self.keys[k][1] for path in paths for k, _ in self._targets.get(path, [])}
+            paths = source.changed_paths() if hasattr(source, "changed_paths") else set(self.index.targets)
+            changed |= {self.keys[k][1] for path in paths for k, _ in self.index.targets.get(path, [])}
         return [c for c in self.components if c in changed]
 
     def identical_keys(self, donor: str) -> list[tuple[int | None, str]]:
@@ -159,7 +152,7 @@ class Grafter(GrafterViews):
         is identical (never a false "identical"). Reads every donor module once (lazy donors too)."""
         source = self.donors[donor]
         same, differ = set(), set()
-        for path, served in self._targets.items():
+        for path, served in self.index.targets.items():
             mine = dict(self.recipient.get_submodule(path).named_parameters())
             theirs = dict(source.module(path).named_parameters())
             equal = mine.keys() == theirs.keys() and all(
@@ -173,7 +166,7 @@ class Grafter(GrafterViews):
         for graft in as_graft_list(grafts):
             source = self.donors[self.donor_names[self._donor_index(graft)]]
             keys = set(self._keys_of(graft).nonzero().flatten().tolist())
-            for path, served in self._targets.items():
+            for path, served in self.index.targets.items():
                 if any(k in keys for k, _ in served):
                     source.module(path)
 
@@ -276,7 +269,7 @@ class Grafter(GrafterViews):
         if selected is None:
             keys = graft.keys(self.adapter, self.num_layers)
             selected = torch.zeros(len(self.keys), dtype=torch.bool)
-            selected[[self._key_index[k] for k in keys]] = True
+            selected[[self.index.key_index[k] for k in keys]] = True
             self._graft_keys[graft] = selected
             self._graft_units[graft] = self._units_of(graft, sorted({c for _, c in keys}))
         return selected
@@ -296,12 +289,12 @@ class Grafter(GrafterViews):
         """(output columns, input columns, experts) of a key's module at `path` (default: its last)
         that `units` of the key cover; a per-channel module before a chain's last gives its output
         columns the last module reads as those units' inputs."""
-        path = path or self._key_target[key][0]
+        path = path or self.index.key_target[key][0]
         found = self._unit_columns.get((key, units, path))
         if found is None:
             spec = self.units[self.keys[key][1]]
-            if path == self._key_target[key][0]:
-                found = unit_columns(spec, self._key_target[key][1], units, self.device)
+            if path == self.index.key_target[key][0]:
+                found = unit_columns(spec, self.index.key_target[key][1], units, self.device)
             else:
                 found = (spec.columns(units).to(self.device), None, None)
             self._unit_columns[(key, units, path)] = found
@@ -365,12 +358,12 @@ class Grafter(GrafterViews):
         sources = list(self.donors.values())
         donor_modules: dict[str, dict[int, nn.Module]] = {}
         base = len(sources) * num_keys
-        for path, served in self._targets.items():
+        for path, served in self.index.targets.items():
             used = [d for d in range(len(sources)) if any(grafted.classes[d * num_keys + k] >= 0 for k, _ in served)]
             used += [
                 d
                 for i, (d, k, _) in enumerate(grafted.partials)
-                if grafted.classes[base + i] >= 0 and path in self._key_paths[k] and d not in used
+                if grafted.classes[base + i] >= 0 and path in self.index.key_paths[k] and d not in used
             ]
             if used:
                 donor_modules[path] = {d: sources[d].module(path) for d in used}
@@ -395,11 +388,7 @@ class Grafter(GrafterViews):
     ) -> dict[str, list[Splice]]:
         """This chunk's splices per hooked module (`splice_plan.plan_splices`), on this Grafter's
         modules and donors."""
-        return plan_splices(
-            chunk, paths, keep, groups, num_keys=len(self.keys), num_donors=len(self.donors), targets=self._targets,
-            key_paths=self._key_paths, path_layer=self._path_layer, lm_head_path=self._lm_head_path,
-            partial_columns=self._partial_columns,
-        )  # fmt: skip
+        return plan_splices(chunk, paths, keep, groups, self.index, len(self.donors), self._partial_columns)
 
     def _pass(
         self, hooks: SpliceHooks, ids, mask, chunk: GraftMasks, cache, keep: int, splices=None, shared=None, groups=()
@@ -454,10 +443,15 @@ class Grafter(GrafterViews):
                 # (transformers has no "none") are computed and dropped.
                 wanted = seg.end - max(seg.start, first_kept)
                 logits, cache = self._pass(
-                    hooks, ids[seg.rows, seg.start : seg.end], mask[seg.rows, : seg.end],
-                    grafted.chunk(seg.rows, seg.start, seg.end), cache, max(wanted, 1) if keep else 0,
-                    shared=shared, groups=layer_groups(seg.rows, seg.end),
-                )  # fmt: skip
+                    hooks,
+                    ids[seg.rows, seg.start : seg.end],
+                    mask[seg.rows, : seg.end],
+                    grafted.chunk(seg.rows, seg.start, seg.end),
+                    cache,
+                    max(wanted, 1) if keep else 0,
+                    shared=shared,
+                    groups=layer_groups(seg.rows, seg.end),
+                )
                 if wanted > 0:
                     pieces.append(logits[seg.row_to_history])
             return torch.cat(pieces, dim=1)

@@ -7,40 +7,10 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from weightgraft.adapters.base import Adapter, Part, chain_of, module_path
+from weightgraft.engine.graft_index import GraftIndex
 from weightgraft.engine.graft_masks import GraftMasks
 from weightgraft.engine.hooks import Splice
 from weightgraft.engine.layer_sharing import LayerGroups
-
-# For each hooked module path: the keys it serves, with their output columns for fused parts.
-Targets = dict[str, list[tuple[int, torch.Tensor | None]]]
-
-
-def module_targets(
-    adapter: Adapter, keys: list[tuple[int | None, str]], config, device: torch.device
-) -> tuple[Targets, dict[int, tuple[str, torch.Tensor | None]], dict[int, tuple[str, ...]]]:
-    """For each module to hook, the keys it serves with their output columns for fused parts;
-    for each key, its output's module and columns (a chain's last) and all its modules' paths
-    (a chain is served by each of its modules, in data-flow order)."""
-    targets: Targets = {}
-    key_target: dict[int, tuple[str, torch.Tensor | None]] = {}
-    key_paths: dict[int, tuple[str, ...]] = {}
-    splits = {path: rule(config) for path, rule in adapter.splits.items()}
-    for index, (layer, comp) in enumerate(keys):
-        if layer is None:
-            served = [(path, None) for path in chain_of(adapter.model_level[comp])]
-        else:
-            served = [
-                (
-                    f"{adapter.layers}.{layer}.{module_path(ref)}",
-                    splits[ref.module][ref.part].to(device) if isinstance(ref, Part) else None,
-                )
-                for ref in chain_of(adapter.per_layer[comp])
-            ]
-        for path, columns in served:
-            targets.setdefault(path, []).append((index, columns))
-        key_target[index], key_paths[index] = served[-1], tuple(path for path, _ in served)
-    return targets, key_target, key_paths
 
 
 def plan_splices(
@@ -48,13 +18,8 @@ def plan_splices(
     paths: list[str],
     keep: int,
     groups: Sequence[LayerGroups],
-    *,
-    num_keys: int,
+    index: GraftIndex,
     num_donors: int,
-    targets: Targets,
-    key_paths: dict[int, tuple[str, ...]],
-    path_layer: dict[str, int | None],
-    lm_head_path: str,
     partial_columns: Callable[[int, frozenset, str], tuple[torch.Tensor | None, ...]],
 ) -> dict[str, list[Splice]]:
     """Per hooked module, this chunk's splices: for each donor, the output rows (and columns)
@@ -63,7 +28,11 @@ def plan_splices(
 
     The bookkeeping happens here, once per chunk, so that the hooks only index: row indices
     are computed once per class of equal masks (usually a handful), not once per module.
+    `index`: the Grafter's keys and modules; `partial_columns(key, units, path)`: the columns of
+    a head, neuron or expert graft in a module.
     """
+    num_keys, targets, key_paths, path_layer = len(index.keys), index.targets, index.key_paths, index.path_layer
+    lm_head_path = index.lm_head_path
     batch, seq = chunk.masks.shape[1:]
     found: dict[tuple, torch.Tensor] = {}
 
