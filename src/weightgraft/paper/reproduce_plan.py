@@ -21,7 +21,10 @@ from weightgraft.experiments.plan.build import planned_conditions
 from weightgraft.experiments.plan.checks import planned_model
 from weightgraft.experiments.plan.selection import experiment_conditions
 from weightgraft.paper import calibrate, estimate
+from weightgraft.paper.neutral_prompts import NEUTRAL_PROMPTS
 from weightgraft.paper.reproduce_job import (
+    REPLAY_SAMPLES,
+    REPLAY_TOKENS,
     TEXTS_PER_DIRECTION,
     Job,
     finetune_config,
@@ -107,6 +110,9 @@ def plan_steps(job: Job) -> tuple[list[PlannedStep], dict]:
         )
     ]
     total = 0.0
+    if recipe.replay:
+        steps.append(_replay_step(measured))
+        total += steps[-1].seconds or 0.0
     for name, ft in job.finetunes.items():
         data = job.sets[ft.dataset]
         texts = texts_by_finetune[name]
@@ -144,6 +150,24 @@ def plan_steps(job: Job) -> tuple[list[PlannedStep], dict]:
         "measured": measured,
     }
     return steps, facts
+
+
+# Seconds of one decoding forward (a prompt's samples, one new token each, with the cache) in
+# forwards of a token of the measured batch: at a batch of 3 a forward is mostly overhead.
+REPLAY_FORWARD_TOKENS = 8.0
+
+
+def _replay_step(measured) -> PlannedStep:
+    """The self-replay step: each neutral prompt continued `REPLAY_TOKENS` tokens, its
+    `REPLAY_SAMPLES` samples in one batch (one forward per new token)."""
+    forwards = len(NEUTRAL_PROMPTS) * REPLAY_TOKENS
+    texts = len(NEUTRAL_PROMPTS) * REPLAY_SAMPLES
+    seconds = None
+    if measured:
+        seconds = measured.forward_seconds(forwards, REPLAY_FORWARD_TOKENS)
+        seconds += forwards * REPLAY_SAMPLES * measured.unembed_seconds
+    what = f"the pretrained model continues {len(NEUTRAL_PROMPTS)} neutral prompts: {texts} texts of {REPLAY_TOKENS} tokens"
+    return PlannedStep("replay", what, forwards, texts * REPLAY_TOKENS, seconds)
 
 
 def _finetune_texts(job: Job, ft, config) -> int:
@@ -239,8 +263,8 @@ def describe_plan(job: Job) -> str:
     lines.append(
         f"finetuning {recipe.setting}: lr {config.lr:g}, weight decay {config.weight_decay:g}, "
         f"batch {config.batch_size}, {config.epochs} epochs, {config.precision}, "
-        f"max length {config.max_length}, general text share {config.mix_ratio:g}; "
-        "a checkpoint every epoch"
+        f"max length {config.max_length}, general text share {config.mix_ratio:g}"
+        f"{' (self-replay)' if recipe.replay else ''}; a checkpoint every epoch"
     )
     lines.append(
         f"runs       dtype {recipe.dtype}, examples per experiment "
