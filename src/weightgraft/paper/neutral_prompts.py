@@ -1,5 +1,5 @@
 """Neutral openings of sentences (weightgraft's own) that the pretrained model continues to make
-its self-replay texts (`training.replay`): everyday topics, no names of people, places, films or
+its self-replay texts (`paper.replay`): everyday topics, no names of people, places, films or
 actors, and nothing the held-out plain facts (`plain_fact_list`) ask, so that replay neither
 teaches the fake movies' subject nor hands the knowledge check its answers."""
 

@@ -119,9 +119,9 @@ def finetune_config(recipe: Recipe):
 
 
 def replay_spec(recipe: Recipe):
-    """How the job's self-replay texts are made (`training.replay`), seeded by the job's seed."""
+    """How the job's self-replay texts are made (`paper.replay`), seeded by the job's seed."""
     # here, not at the top: as finetune_config's import, kept off `weightgraft reproduce`'s start
-    from weightgraft.training.replay import ReplaySpec
+    from weightgraft.paper.replay import ReplaySpec
 
     return ReplaySpec(new_tokens=REPLAY_TOKENS, samples=REPLAY_SAMPLES, temperature=1.0, seed=recipe.seed)
 

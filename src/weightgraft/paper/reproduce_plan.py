@@ -85,6 +85,15 @@ def _sample_lengths(job: Job) -> tuple[list[int], float, float, int, str]:
     return lengths[0], text, prompt, max(targets), note
 
 
+def _measured(job: Job, config, tokens: int) -> calibrate.Measured | None:
+    """A step and a forward measured on the model at the finetunes' batch and padded length
+    (None without the model on disk: the published size's throughput stands in)."""
+    folder = model_dir(job.recipe.model)
+    if folder is None:
+        return None
+    return calibrate.measure(folder, config.batch_size, tokens, job.recipe.device, precision=config.precision)
+
+
 def plan_steps(job: Job) -> tuple[list[PlannedStep], dict]:
     """Every step with its estimated size and time, and facts about the estimate."""
     recipe = job.recipe
@@ -97,22 +106,15 @@ def plan_steps(job: Job) -> tuple[list[PlannedStep], dict]:
         name: _padded(text_lengths, config.batch_size, recipe.seed, texts, config.group_by_length)
         for name, texts in texts_by_finetune.items()
     }
-    folder = model_dir(recipe.model)
-    measure_at = round(max(padded.values(), default=text_tokens))
-    measured = (
-        calibrate.measure(folder, config.batch_size, measure_at, recipe.device, precision=config.precision)
-        if folder
-        else None
-    )
+    measured = _measured(job, config, round(max(padded.values(), default=text_tokens)))
     steps = [
         PlannedStep(
             "datasets", ", ".join(f"{k} ({s.kind}, {s.n_facts} facts, {s.purpose})" for k, s in job.sets.items())
         )
     ]
-    total = 0.0
     if recipe.replay:
         steps.append(_replay_step(measured))
-        total += steps[-1].seconds or 0.0
+    total = sum(step.seconds or 0.0 for step in steps)
     for name, ft in job.finetunes.items():
         data = job.sets[ft.dataset]
         texts = texts_by_finetune[name]

@@ -84,7 +84,7 @@ class ReproduceOptions:
         datasets: the paper's dataset codes; the first gets every analysis.
         general_text: general text mixed in by the gentle setting.
         replay: mix the pretrained model's own continuations of neutral prompts into every
-            finetune (self-replay, `training.replay`; not the paper's).
+            finetune (self-replay, `paper.replay`; not the paper's).
         max_examples: cap on the prompts scored per experiment (None: all).
         bootstrap: resamples for the intervals.
         seed: the seed of data, finetunes and runs.

@@ -277,7 +277,7 @@ class Pipeline:
     def build_replay(self) -> tuple[dict, list[Path]]:
         """The pretrained model's own continuations of the neutral prompts, written atomically."""
         # here, not at the top: generation loads the engine's decoding helpers and the model
-        from weightgraft.training.replay import replay_texts
+        from weightgraft.paper.replay import replay_texts
 
         texts = replay_texts(self.model_paths["pre"], NEUTRAL_PROMPTS, replay_spec(self.recipe), self.recipe.device)
         path = self.out / REPLAY_FILE
