@@ -154,9 +154,11 @@ def plan_steps(job: Job) -> tuple[list[PlannedStep], dict]:
     return steps, facts
 
 
-# Seconds of one decoding forward (a prompt's samples, one new token each, with the cache) in
-# forwards of a token of the measured batch: at a batch of 3 a forward is mostly overhead.
-REPLAY_FORWARD_TOKENS = 8.0
+# Seconds of one decoding forward (a prompt's samples, one new token each, with the cache; one
+# thread) in the measured batched forward's seconds per token: at a batch of 3 a forward is mostly
+# overhead. SmolLM2 on the loaded 2-core machine: 0.10 s a decoding forward (model load included),
+# 4.4 ms a batched token, 0.56 ms an unembedded position: (0.10 - 3 x 0.00056) / 0.0044 = 22.
+REPLAY_FORWARD_TOKENS = 22.0
 
 
 def _replay_step(measured) -> PlannedStep:
