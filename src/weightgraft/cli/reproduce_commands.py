@@ -69,6 +69,13 @@ def reproduce_command(
         help="Run the layer sweeps (weightgraft's own analysis, not the paper's; most of a job's "
         "scored rows). Default: the setting's (off in laptop, on otherwise).",
     ),
+    replay: bool = typer.Option(
+        False,
+        "--replay/--no-replay",
+        help="Self-replay: mix the pretrained model's own continuations of ~100 neutral prompts (made "
+        "once per job, offline) into every finetune as general text, at a share of 0.25 where the "
+        "setting mixes in none (not the paper's; the report names it).",
+    ),
     bootstrap: int = typer.Option(1000, min=1, help="Bootstrap resamples for the intervals."),
     seed: int = typer.Option(0),
     dry_run: bool = typer.Option(
@@ -98,6 +105,7 @@ def reproduce_command(
         general_text=general_text,
         max_examples=max_examples,
         layer_sweeps=layer_sweeps,
+        replay=replay,
         bootstrap=bootstrap,
         seed=seed,
     )

@@ -46,6 +46,10 @@ MAIN_PRESETS = (
 )
 SWEEPS = "layer_sweeps"  # weightgraft's own analysis: optional where the setting says so
 HYBRID_PRESETS = ("hybrid",)
+# Self-replay (--replay): continuations of this many tokens, this many per neutral prompt (~300
+# texts of ~40 tokens: about as long as a fact's sentences), sampled at temperature 1.
+REPLAY_TOKENS = 32
+REPLAY_SAMPLES = 3
 OTHER_PRESETS = ("position_grafting",)
 
 
@@ -112,6 +116,14 @@ def finetune_config(recipe: Recipe):
         labelled_logits_only=True,  # the same loss, without the padding's unembedding
         group_by_length=recipe.group_by_length,
     )
+
+
+def replay_spec(recipe: Recipe):
+    """How the job's self-replay texts are made (`paper.replay`), seeded by the job's seed."""
+    # here, not at the top: as finetune_config's import, kept off `weightgraft reproduce`'s start
+    from weightgraft.paper.replay import ReplaySpec
+
+    return ReplaySpec(new_tokens=REPLAY_TOKENS, samples=REPLAY_SAMPLES, temperature=1.0, seed=recipe.seed)
 
 
 def _precision_note(recipe: Recipe) -> str | None:

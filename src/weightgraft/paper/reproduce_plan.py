@@ -21,7 +21,10 @@ from weightgraft.experiments.plan.checks import planned_model
 from weightgraft.experiments.plan.planner import planned_conditions
 from weightgraft.experiments.plan.selection import experiment_conditions
 from weightgraft.paper import calibrate, estimate
+from weightgraft.paper.neutral_prompts import NEUTRAL_PROMPTS
 from weightgraft.paper.reproduce_job import (
+    REPLAY_SAMPLES,
+    REPLAY_TOKENS,
     TEXTS_PER_DIRECTION,
     Job,
     finetune_config,
@@ -87,6 +90,15 @@ def _sample_lengths(job: Job) -> tuple[list[int], float, float, int, str]:
     return lengths[0], text, prompt, max(targets), note
 
 
+def _measured(job: Job, config, tokens: int) -> calibrate.Measured | None:
+    """A step and a forward measured on the model at the finetunes' batch and padded length
+    (None without the model on disk: the published size's throughput stands in)."""
+    folder = model_dir(job.recipe.model)
+    if folder is None:
+        return None
+    return calibrate.measure(folder, config.batch_size, tokens, job.recipe.device, precision=config.precision)
+
+
 def plan_steps(job: Job) -> tuple[list[PlannedStep], dict]:
     """Every step with its estimated size and time, and facts about the estimate."""
     recipe = job.recipe
@@ -99,19 +111,15 @@ def plan_steps(job: Job) -> tuple[list[PlannedStep], dict]:
         name: _padded(text_lengths, config.batch_size, recipe.seed, texts, config.group_by_length)
         for name, texts in texts_by_finetune.items()
     }
-    folder = model_dir(recipe.model)
-    measure_at = round(max(padded.values(), default=text_tokens))
-    measured = (
-        calibrate.measure(folder, config.batch_size, measure_at, recipe.device, precision=config.precision)
-        if folder
-        else None
-    )
+    measured = _measured(job, config, round(max(padded.values(), default=text_tokens)))
     steps = [
         PlannedStep(
             "datasets", ", ".join(f"{k} ({s.kind}, {s.n_facts} facts, {s.purpose})" for k, s in job.sets.items())
         )
     ]
-    total = 0.0
+    if recipe.replay:
+        steps.append(_replay_step(measured))
+    total = sum(step.seconds or 0.0 for step in steps)
     for name, ft in job.finetunes.items():
         data = job.sets[ft.dataset]
         texts = texts_by_finetune[name]
@@ -149,6 +157,26 @@ def plan_steps(job: Job) -> tuple[list[PlannedStep], dict]:
         "measured": measured,
     }
     return steps, facts
+
+
+# Seconds of one decoding forward (a prompt's samples, one new token each, with the cache; one
+# thread) in the measured batched forward's seconds per token: at a batch of 3 a forward is mostly
+# overhead. SmolLM2 on the loaded 2-core machine: 0.10 s a decoding forward (model load included),
+# 4.4 ms a batched token, 0.56 ms an unembedded position: (0.10 - 3 x 0.00056) / 0.0044 = 22.
+REPLAY_FORWARD_TOKENS = 22.0
+
+
+def _replay_step(measured) -> PlannedStep:
+    """The self-replay step: each neutral prompt continued `REPLAY_TOKENS` tokens, its
+    `REPLAY_SAMPLES` samples in one batch (one forward per new token)."""
+    forwards = len(NEUTRAL_PROMPTS) * REPLAY_TOKENS
+    texts = len(NEUTRAL_PROMPTS) * REPLAY_SAMPLES
+    seconds = None
+    if measured:
+        seconds = measured.forward_seconds(forwards, REPLAY_FORWARD_TOKENS)
+        seconds += forwards * REPLAY_SAMPLES * measured.unembed_seconds
+    what = f"the pretrained model continues {len(NEUTRAL_PROMPTS)} neutral prompts: {texts} texts of {REPLAY_TOKENS} tokens"
+    return PlannedStep("replay", what, forwards, texts * REPLAY_TOKENS, seconds)
 
 
 def _finetune_texts(job: Job, ft, config) -> int:
@@ -244,8 +272,8 @@ def describe_plan(job: Job) -> str:
     lines.append(
         f"finetuning {recipe.setting}: lr {config.lr:g}, weight decay {config.weight_decay:g}, "
         f"batch {config.batch_size}, {config.epochs} epochs, {config.precision}, "
-        f"max length {config.max_length}, general text share {config.mix_ratio:g}; "
-        "a checkpoint every epoch"
+        f"max length {config.max_length}, general text share {config.mix_ratio:g}"
+        f"{' (self-replay)' if recipe.replay else ''}; a checkpoint every epoch"
     )
     lines.append(
         f"runs       dtype {recipe.dtype}, examples per experiment "

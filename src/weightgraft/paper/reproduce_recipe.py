@@ -22,6 +22,10 @@ Precision = Literal["auto", "fp32", "bf16", "fp16"]
 PAPER_EPOCHS = 10
 PAPER_BATCH = 4
 PAPER_FACTS = 1000
+# Self-replay (--replay): the share of the training texts that are the pretrained model's own
+# continuations of neutral prompts, where the setting mixes in no general text of its own (where it
+# does, the replay texts join its general text at the setting's share). Not the paper's.
+REPLAY_SHARE = 0.25
 
 
 @dataclass(frozen=True)
@@ -76,6 +80,8 @@ class ReproduceOptions:
         setting: aggressive, gentle or laptop (`SETTINGS`).
         datasets: the paper's dataset codes; the first gets every analysis.
         general_text: general text mixed in by the gentle setting.
+        replay: mix the pretrained model's own continuations of neutral prompts into every
+            finetune (self-replay, `paper.replay`; not the paper's).
         max_examples: cap on the prompts scored per experiment (None: all).
         bootstrap: resamples for the intervals.
         seed: the seed of data, finetunes and runs.
@@ -97,6 +103,7 @@ class ReproduceOptions:
     seed: int = 0
     batch_size: int | None = None
     layer_sweeps: bool | None = None
+    replay: bool = False
 
 
 @dataclass(frozen=True)
@@ -123,6 +130,7 @@ class Recipe:
     max_examples: int | None
     bootstrap: int
     seed: int
+    replay: bool = False  # self-replay texts join the general text (mix_ratio: their share)
 
     def record(self) -> dict:
         """The recipe as JSON values, for the job's provenance."""
@@ -153,7 +161,7 @@ def resolve_recipe(options: ReproduceOptions, setting: Setting) -> Recipe:
         batch_size=_given(options.batch_size, setting.batch_size),
         lr=_given(options.lr, setting.lr),
         weight_decay=setting.weight_decay,
-        mix_ratio=setting.mix_ratio,
+        mix_ratio=setting.mix_ratio or (REPLAY_SHARE if options.replay else 0.0),
         group_by_length=setting.group_by_length,
         layer_sweeps=_given(options.layer_sweeps, setting.layer_sweeps),
         max_length=PAPER_MODELS[name][2] if name else DEFAULT_MAX_LENGTH,
@@ -162,4 +170,5 @@ def resolve_recipe(options: ReproduceOptions, setting: Setting) -> Recipe:
         max_examples=options.max_examples,
         bootstrap=options.bootstrap,
         seed=options.seed,
+        replay=options.replay,
     )

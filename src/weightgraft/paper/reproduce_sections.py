@@ -111,6 +111,15 @@ def deviations_section(job: Job, steps: dict) -> list[str]:
             "- Batches group texts of similar length (transformers' length-grouped sampler, for "
             "speed; the paper: random batches)."
         )
+    replay = steps.get("replay")
+    if recipe.replay and replay is not None:
+        lines.append(
+            f"- Self-replay: {replay['outputs']['texts']} continuations of neutral prompts by the pretrained "
+            "model itself mixed into every finetune as general text"
+            + (" (beside --general-text's)" if recipe.general_text else "")
+            + f": general text is {recipe.mix_ratio:g} of the training texts (weightgraft's lever "
+            "against forgetting; the paper has none)."
+        )
     if recipe.max_examples is not None:
         lines.append(f"- At most {recipe.max_examples} prompts scored per experiment (the paper: all).")
     if not lines[2:]:

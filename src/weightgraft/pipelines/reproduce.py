@@ -13,6 +13,7 @@ writes the report, and the other ranks stop after the last finetune.
 Layout of DIR:
   provenance.json           steps with their input hashes, outputs, times; one entry per invocation
   data/<set>/               dataset directories (manifest.json hashes every file)
+  replay.jsonl              self-replay texts (--replay): the pretrained model's own continuations
   models/<finetune>/        finetuned models (safetensors + training_config.json)
   checkpoints/<finetune>/   Trainer checkpoints while a finetune runs (removed when it is done)
   runs/<group>/             one run folder per group of presets (summary.csv, report.md)
@@ -47,9 +48,11 @@ from weightgraft.folder_ownership import (
     remove_entry,
     remove_owned,
     seal_folder,
+    write_text_atomic,
 )
 from weightgraft.ledger import Ledger, stamp_matches, write_stamp
 from weightgraft.locking import folder_lock, lock_file
+from weightgraft.paper.neutral_prompts import NEUTRAL_PROMPTS
 from weightgraft.paper.reproduce_job import (
     DATASET_KINDS,
     FinetuneJob,
@@ -58,6 +61,7 @@ from weightgraft.paper.reproduce_job import (
     RunGroup,
     finetune_config,
     rank_and_world,
+    replay_spec,
     run_config,
 )
 from weightgraft.paper.reproduce_plan import describe_plan
@@ -69,6 +73,7 @@ from weightgraft.training import TRAINING_RECORD
 # A finetune's checkpoints folder holds this stamp: the sha256 of the inputs they were made from
 # (`ledger.stamp_matches`); checkpoints of other inputs are removed, never resumed from.
 CHECKPOINT_STAMP = "inputs_sha256.txt"
+REPLAY_FILE = "replay.jsonl"  # the self-replay texts, one {"text": ...} a line
 
 
 @dataclass
@@ -118,7 +123,8 @@ class Pipeline:
         self.ledger.save()  # at once: a folder with provenance.json is this job's, even if killed now
         self.model_paths: dict[str, str] = {}
         self.fingerprints: dict[str, str] = {}
-        self.total = 2 + len(job.finetunes) + len(job.runs)
+        self.total = 2 + len(job.finetunes) + len(job.runs) + int(self.recipe.replay)
+        self.replay_file: Path | None = None  # set by the replay step when --replay is on
         self.index = 0
 
     def say(self, text: str) -> None:
@@ -175,15 +181,14 @@ class Pipeline:
     # ---- steps --------------------------------------------------------------------------------
     def run(self) -> ReproduceResult:
         start = time.time()
-        pre = _local_model(self.recipe.model)
-        self.model_paths["pre"] = pre
-        self.fingerprints["pre"] = fingerprint_model(pre)
-        self.ledger.body["base_model"] = {"model": self.recipe.model, "path": pre, "sha256": self.fingerprints["pre"]}
+        self.find_base_model()
         data_inputs = self.data_inputs()
         if self.is_main:
             data = self.step("datasets", data_inputs, self.build_datasets)
         else:
             data = self.wait_for("datasets", data_inputs)
+        if self.recipe.replay:
+            self.make_replay()
         for ft in self.job.finetunes.values():
             self.run_finetune(ft, data)
         report = None
@@ -200,6 +205,13 @@ class Pipeline:
             time.time() - start,
             report,
         )
+
+    def find_base_model(self) -> None:
+        """The pretrained model's local folder and fingerprint (every later step's input)."""
+        pre = _local_model(self.recipe.model)
+        self.model_paths["pre"] = pre
+        self.fingerprints["pre"] = fingerprint_model(pre)
+        self.ledger.body["base_model"] = {"model": self.recipe.model, "path": pre, "sha256": self.fingerprints["pre"]}
 
     def data_inputs(self) -> dict:
         return {
@@ -244,13 +256,44 @@ class Pipeline:
             paths.append(spec.directory / "manifest.json")
         return outputs, paths
 
+    def replay_inputs(self) -> dict:
+        """What the replay texts are made from: the pretrained model, the prompts and the spec
+        (a changed model, prompt or spec makes them again)."""
+        return {
+            "base_model": self.fingerprints["pre"],
+            "prompts_sha256": sha256_json(list(NEUTRAL_PROMPTS)),
+            "spec": replay_spec(self.recipe).record(),
+        }
+
+    def make_replay(self) -> None:
+        """The self-replay step (rank 0 makes it, the other ranks wait for its record)."""
+        inputs = self.replay_inputs()
+        if self.is_main:
+            outputs = self.step("replay", inputs, self.build_replay)
+        else:
+            outputs = self.wait_for("replay", inputs)
+        self.replay_file = Path(self.here(outputs["path"]))
+
+    def build_replay(self) -> tuple[dict, list[Path]]:
+        """The pretrained model's own continuations of the neutral prompts, written atomically."""
+        # here, not at the top: generation loads the engine's decoding helpers and the model
+        from weightgraft.paper.replay import replay_texts
+
+        texts = replay_texts(self.model_paths["pre"], NEUTRAL_PROMPTS, replay_spec(self.recipe), self.recipe.device)
+        path = self.out / REPLAY_FILE
+        write_text_atomic(path, "".join(json.dumps({"text": text}) + "\n" for text in texts))
+        return {"path": str(path), "texts": len(texts), "texts_sha256": sha256_json(texts)}, [path]
+
     def general_texts(self) -> tuple[list[str] | None, str | None]:
-        path = self.recipe.general_text
-        if path is None:
-            return None, None
-        path = Path(path)
-        texts = load_train_texts(path) if path.is_dir() else read_user_articles(path)
-        return texts, sha256_json(texts)
+        """The general text mixed into the finetunes: the user's (--general-text), then the
+        self-replay texts (--replay); with its sha256, a finetune's input."""
+        texts: list[str] = []
+        if self.recipe.general_text is not None:
+            path = Path(self.recipe.general_text)
+            texts += load_train_texts(path) if path.is_dir() else read_user_articles(path)
+        if self.replay_file is not None:
+            texts += read_user_articles(self.replay_file)
+        return (texts, sha256_json(texts)) if texts else (None, None)
 
     def run_finetune(self, ft: FinetuneJob, data: dict) -> None:
         """One finetune as a ledger step (every rank trains; rank 0 records)."""
@@ -359,7 +402,7 @@ class Pipeline:
 
 
 # Every entry a reproduce job writes at the top of its folder: its record lists those present.
-REPRODUCE_ENTRIES = ("provenance.json", "report.md", "data", "models", "checkpoints", "runs")
+REPRODUCE_ENTRIES = ("provenance.json", "report.md", "data", REPLAY_FILE, "models", "checkpoints", "runs")
 
 
 def refuse_unstamped_checkpoints(ft: FinetuneJob) -> None:

@@ -1,0 +1,76 @@
+"""Self-replay texts (`paper.replay`) on the tiny built-in model: the cached decoding against a
+plain loop that runs the whole text every step, the same texts for a seed, and the neutral
+prompts kept off what the held-out plain facts ask."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+from training_fixtures import tiny_home
+from weightgraft.experiments.models import load_model, load_tokenizer
+from weightgraft.paper.neutral_prompts import NEUTRAL_PROMPTS
+from weightgraft.paper.plain_fact_list import CAPITALS, CONTINENTS, LANGUAGES, plain_fact_candidates
+from weightgraft.paper.replay import ReplaySpec, replay_texts
+from weightgraft.training.builtin import ensure_builtin
+
+PROMPTS = NEUTRAL_PROMPTS[:4]
+
+
+@pytest.fixture(scope="module")
+def tiny_model() -> Path:
+    return ensure_builtin("tiny", home=tiny_home(), progress=False, finetunes=False).pretrained
+
+
+def _greedy_without_cache(model: Path, prompt: str, new_tokens: int) -> str:
+    """The reference: the whole text through the model at every step, its most likely next token."""
+    tokenizer, net = load_tokenizer(str(model)), load_model(str(model), "cpu", "float32")
+    ids = tokenizer(prompt)["input_ids"]
+    with torch.no_grad():
+        for _ in range(new_tokens):
+            token = int(net(input_ids=torch.tensor([ids]), use_cache=False).logits[0, -1].argmax())
+            if token in (tokenizer.eos_token_id, tokenizer.pad_token_id):
+                break
+            ids.append(token)
+    return tokenizer.decode(ids, skip_special_tokens=True).strip()
+
+
+def test_greedy_replay_is_the_models_most_likely_continuation(tiny_model):
+    spec = ReplaySpec(new_tokens=10, samples=3, temperature=0.0)
+    texts = replay_texts(str(tiny_model), PROMPTS, spec)
+    assert len(texts) == len(PROMPTS)  # greedy: one continuation per prompt
+    assert texts == [_greedy_without_cache(tiny_model, prompt, 10) for prompt in PROMPTS]
+    assert all(len(text) > len(prompt) for text, prompt in zip(texts, PROMPTS, strict=True))
+
+
+def test_sampled_replay_is_the_same_for_a_seed_and_another_for_another(tiny_model):
+    spec = ReplaySpec(new_tokens=12, samples=3, temperature=1.0, seed=5)
+    texts = replay_texts(str(tiny_model), PROMPTS, spec)
+    assert len(texts) == 3 * len(PROMPTS)
+    assert texts == replay_texts(str(tiny_model), PROMPTS, spec)
+    for index, prompt in enumerate(PROMPTS):  # each prompt's samples, in order, begin with it
+        assert all(text.startswith(prompt) for text in texts[3 * index : 3 * index + 3])
+    assert len(set(texts)) > len(PROMPTS)  # samples of one prompt differ
+    other = replay_texts(str(tiny_model), PROMPTS, ReplaySpec(new_tokens=12, samples=3, temperature=1.0, seed=6))
+    assert other != texts
+    # a prompt's samples depend on the seed and its index only, not on the prompts before it
+    alone = replay_texts(str(tiny_model), PROMPTS[:1], spec)
+    assert alone == texts[:3]
+
+
+def test_a_bad_spec_is_refused(tiny_model):
+    with pytest.raises(ValueError, match="new_tokens >= 1"):
+        replay_texts(str(tiny_model), PROMPTS, ReplaySpec(new_tokens=0))
+
+
+def test_the_neutral_prompts_are_many_distinct_and_name_nothing_the_plain_facts_ask():
+    assert 95 <= len(NEUTRAL_PROMPTS) == len(set(NEUTRAL_PROMPTS))
+    names = {w for pair in (*CAPITALS, *LANGUAGES, *CONTINENTS) for w in pair}
+    names |= {answer.strip() for _, answer in plain_fact_candidates()}
+    words = {w for prompt in NEUTRAL_PROMPTS for w in re.findall(r"[A-Za-z]+", prompt)}
+    assert not {n for n in names if n in words and n[0].isupper()}
+    # openings of sentences: no prompt is a whole sentence already
+    assert not [p for p in NEUTRAL_PROMPTS if p.rstrip().endswith((".", "!", "?"))]
