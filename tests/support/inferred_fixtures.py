@@ -120,45 +120,35 @@ def _learned_positions_table(kind: str) -> tuple[dict, dict, str]:
     return layer, model, f"{base}.layers.{{i}}."
 
 
+# Each MoE kind's router, experts and shared-expert modules; the rest of its block is Llama's.
+# GraniteMoeSharedDecoderLayer: input_layernorm -> self_attn -> + ; post_attention_layernorm ->
+#   block_sparse_moe (router, experts) + shared_mlp (input_linear, output_linear) -> +
+# Llama4TextDecoderLayer: input_layernorm -> self_attn -> + ; post_attention_layernorm ->
+#   feed_forward (router, experts on the tokens repeated per expert, shared_expert) -> +
+MOE_PATHS = {
+    "granitemoeshared": ("block_sparse_moe.router", "block_sparse_moe.experts", "shared_mlp"),
+    "llama4_text": ("feed_forward.router", "feed_forward.experts", "feed_forward.shared_expert"),
+}
+
+
 def _moe_table(kind: str) -> tuple[dict, dict, str]:
-    if kind == "granitemoeshared":
-        # GraniteMoeSharedDecoderLayer: input_layernorm -> self_attn -> + ; post_attention_layernorm ->
-        # block_sparse_moe (router, experts) + shared_mlp (input_linear, output_linear) -> +
-        layer = {
-            "q": [("self_attn.q_proj", None)],
-            "k": [("self_attn.k_proj", None)],
-            "v": [("self_attn.v_proj", None)],
-            "o": [("self_attn.o_proj", None)],
-            "ln1": [("input_layernorm", None)],
-            "ln2": [("post_attention_layernorm", None)],
-            "router": [("block_sparse_moe.router", None)],
-            "experts": [("block_sparse_moe.experts", None)],
-            "shared_expert": [("shared_mlp", None)],
-        }
-        model = {
-            "embed": [("model.embed_tokens", None)],
-            "ln_final": [("model.norm", None)],
-            "lm_head": [("lm_head", None)],
-        }
-        return layer, model, "model.layers.{i}."
-    if kind == "llama4_text":
-        # Llama4TextDecoderLayer: input_layernorm -> self_attn -> + ; post_attention_layernorm ->
-        # feed_forward (router, experts on the tokens repeated per expert, shared_expert) -> +
-        layer = {
-            "q": [("self_attn.q_proj", None)],
-            "k": [("self_attn.k_proj", None)],
-            "v": [("self_attn.v_proj", None)],
-            "o": [("self_attn.o_proj", None)],
-            "ln1": [("input_layernorm", None)],
-            "ln2": [("post_attention_layernorm", None)],
-            "router": [("feed_forward.router", None)],
-            "experts": [("feed_forward.experts", None)],
-            "shared_expert": [("feed_forward.shared_expert", None)],
-        }
-        model = {
-            "embed": [("model.embed_tokens", None)],
-            "ln_final": [("model.norm", None)],
-            "lm_head": [("lm_head", None)],
-        }
-        return layer, model, "model.layers.{i}."
-    raise KeyError(f"no hand-written reference table for {kind!r}")
+    if kind not in MOE_PATHS:
+        raise KeyError(f"no hand-written reference table for {kind!r}")
+    router, experts, shared = MOE_PATHS[kind]
+    layer = {
+        "q": [("self_attn.q_proj", None)],
+        "k": [("self_attn.k_proj", None)],
+        "v": [("self_attn.v_proj", None)],
+        "o": [("self_attn.o_proj", None)],
+        "ln1": [("input_layernorm", None)],
+        "ln2": [("post_attention_layernorm", None)],
+        "router": [(router, None)],
+        "experts": [(experts, None)],
+        "shared_expert": [(shared, None)],
+    }
+    model = {
+        "embed": [("model.embed_tokens", None)],
+        "ln_final": [("model.norm", None)],
+        "lm_head": [("lm_head", None)],
+    }
+    return layer, model, "model.layers.{i}."

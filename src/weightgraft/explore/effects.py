@@ -96,20 +96,10 @@ def single_head_effects(
     """logp(head cell grafted alone from `donor`) - logp(recipient) for every head of O and ATTN
     at `layers` (those the page has split), {group: [position, layer, head]}, NaN at other layers;
     and the rows run."""
-    n, groups = len(ids), [g for g in HEAD_GROUPS if g in grid.layer_groups and g in grid.heads.groups]
-    out = {g: torch.full((n, grid.num_layers, grid.heads.query), float("nan")) for g in groups}
-    cells = []
-    for g, layer in ((g, layer) for g in groups for layer in layers):
-        if (g, layer) in identical:
-            out[g][:, layer] = 0.0
-        else:
-            cells += [(g, layer, h, p) for h in range(grid.heads.query) for p in range(n)]
-    rows: list[list | None] = [None]
-    rows += [grid.to_grafts([Cells(donor, g, layer, (p,), head=h)]) for g, layer, h, p in cells]
-    logprobs = _target_logprobs(grafter, ids, target, rows, running)
-    for (g, layer, h, p), value in zip(cells, logprobs[1:] - logprobs[0]):
-        out[g][p, layer, h] = value
-    return out, len(rows)
+    groups = [g for g in HEAD_GROUPS if g in grid.layer_groups and g in grid.heads.groups]
+    return _single_unit_effects(
+        grafter, grid, ids, target, donor, identical, layers, running, groups, grid.heads.query, "head"
+    )
 
 
 def single_expert_effects(
@@ -125,19 +115,41 @@ def single_expert_effects(
     """logp(expert cell grafted alone from `donor`) - logp(recipient) for every expert of FFN at
     `layers` (those the page has split), [position, layer, expert], NaN at other layers; and the
     rows run. The router stays the recipient's in each (`explore.experts`)."""
+    out, rows = _single_unit_effects(
+        grafter, grid, ids, target, donor, identical, layers, running, [EXPERT_GROUP], grid.experts, "expert"
+    )
+    return out[EXPERT_GROUP], rows
+
+
+def _single_unit_effects(
+    grafter: Grafter,
+    grid: Grid,
+    ids: list[int],
+    target: int,
+    donor: str,
+    identical: set[tuple],
+    layers: Sequence[int],
+    running: Running,
+    groups: Sequence[str],
+    count: int,
+    unit: str,
+) -> tuple[dict[str, torch.Tensor], int]:
+    """Each of `count` units (the `Cells` field `unit`: "head" or "expert") of `groups` at
+    `layers` grafted alone at each position: {group: [position, layer, unit]}, NaN at other
+    layers, 0 where the column is identical in `donor`; and the rows run."""
     n = len(ids)
-    out = torch.full((n, grid.num_layers, grid.experts), float("nan"))
+    out = {g: torch.full((n, grid.num_layers, count), float("nan")) for g in groups}
     cells = []
-    for layer in layers:
-        if (EXPERT_GROUP, layer) in identical:
-            out[:, layer] = 0.0
+    for g, layer in ((g, layer) for g in groups for layer in layers):
+        if (g, layer) in identical:
+            out[g][:, layer] = 0.0
         else:
-            cells += [(layer, e, p) for e in range(grid.experts) for p in range(n)]
+            cells += [(g, layer, u, p) for u in range(count) for p in range(n)]
     rows: list[list | None] = [None]
-    rows += [grid.to_grafts([Cells(donor, EXPERT_GROUP, layer, (p,), expert=e)]) for layer, e, p in cells]
+    rows += [grid.to_grafts([Cells(donor, g, layer, (p,), **{unit: u})]) for g, layer, u, p in cells]
     logprobs = _target_logprobs(grafter, ids, target, rows, running)
-    for (layer, e, p), value in zip(cells, logprobs[1:] - logprobs[0]):
-        out[p, layer, e] = value
+    for (g, layer, u, p), value in zip(cells, logprobs[1:] - logprobs[0]):
+        out[g][p, layer, u] = value
     return out, len(rows)
 
 
