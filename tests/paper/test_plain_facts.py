@@ -3,6 +3,7 @@ at top-1) and scored by another model, against ranks computed here from the mode
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from training_fixtures import tiny_home
 from weightgraft.data.io import load_eval_prompts
 from weightgraft.paper.plain_fact_list import plain_fact_candidates
-from weightgraft.paper.plain_facts import kept_knowledge
+from weightgraft.paper.plain_facts import HeldOutKnowledge, held_out_knowledge, kept_knowledge
 from weightgraft.paper.reproduce_sections import plain_facts_section
 from weightgraft.training.builtin import ensure_builtin
 
@@ -69,8 +70,13 @@ def test_the_held_out_set_is_what_pre_knows_and_the_scores_match_the_logits(mode
 
 def test_the_report_section_prints_each_model_with_its_interval(models):
     candidates = _candidates(models["known"])
-    lines = plain_facts_section({"pre": models["pre"], "damaged": models["damaged"]}, candidates)
+    knowledge = held_out_knowledge({"pre": models["pre"], "damaged": models["damaged"]}, candidates)
+    assert HeldOutKnowledge.from_record(json.loads(json.dumps(knowledge.record()))) == knowledge
+    assert knowledge.candidates == len(candidates) and knowledge.unasked == 0
+    lines = plain_facts_section(knowledge)
     _, scores, _ = kept_knowledge({"pre": models["pre"], "damaged": models["damaged"]}, candidates)
+    assert knowledge.scores == scores
+    assert f"the pretrained model answers {len(knowledge.facts)} at top-1" in " ".join(lines)
     row = next(line for line in lines if line.startswith("| damaged |"))
     d = scores[1]
     assert f"{d.top1:.2f} [{d.top1_interval[0]:.2f}, {d.top1_interval[1]:.2f}]" in row
@@ -81,3 +87,8 @@ def test_the_shipped_candidates_are_plain_and_distinct():
     candidates = plain_fact_candidates()
     assert len(candidates) >= 100 and len(set(candidates)) == len(candidates)
     assert all(answer.startswith(" ") and not prompt.endswith(" ") for prompt, answer in candidates)
+
+
+def test_a_job_without_the_check_says_it_was_not_measured():
+    lines = plain_facts_section(None)
+    assert "Not measured" in lines[-1]

@@ -184,3 +184,22 @@ def test_a_job_cut_in_its_report_step_finishes_it_on_the_next_call(job):
     assert (out / "report.md").read_bytes() == before
     sessions = json.loads((out / "provenance.json").read_text())["sessions"]
     assert "seconds" not in sessions[-2] and sessions[-1]["computed"] == ["report"]
+
+
+def test_the_held_out_check_is_one_step_and_the_report_formats_its_value(job):
+    """The knowledge step scores every model once; the report prints that value (no model loaded
+    by the report), and it equals the check run here on the job's own models."""
+    from weightgraft.paper.plain_fact_list import plain_fact_candidates
+    from weightgraft.paper.plain_facts import held_out_knowledge
+    from weightgraft.paper.reproduce_sections import plain_facts_section
+
+    out, provenance, _, _ = job
+    step = provenance["steps"]["knowledge"]
+    finetunes = sorted(n.removeprefix("finetune:") for n in provenance["steps"] if n.startswith("finetune:"))
+    assert sorted(step["inputs"]["models"]) == sorted(["pre", *finetunes])
+    models = {"pre": provenance["base_model"]["path"]} | {n: str(out / "models" / n) for n in finetunes}
+    order = {"pre": models["pre"]} | {n: models[n] for n in provenance["steps"]["knowledge"]["inputs"]["models"]}
+    here = held_out_knowledge(order, plain_fact_candidates(), seed=0)
+    assert step["outputs"]["known"] == len(here.facts)
+    section = "\n".join(plain_facts_section(here))
+    assert section in (out / "report.md").read_text()

@@ -44,7 +44,7 @@ def test_dry_run_plans_gpt2_xl_from_its_known_size(tmp_path):
     assert "55.0k" in sft and "22000 texts x 10 epochs" in sft
     half = next(line for line in text.splitlines() if "finetune:FMRA_task" in line)
     assert "27.5k" in half  # 500 facts
-    for step in ("run:FMRA ", "run:FMRA_hybrid", "report", "estimated total"):
+    for step in ("knowledge ", "run:FMRA ", "run:FMRA_hybrid", "report", "estimated total"):
         assert step in text
     assert not out.exists()  # a dry run writes nothing
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from pydantic import TypeAdapter
 
 from weightgraft.experiments.models import load_model, load_tokenizer
 from weightgraft.reporting.statistics import draw_fact_counts, interval_of, seed_for
@@ -29,6 +30,28 @@ class Kept:
     top1_interval: tuple[float, float]
     top5: float
     top5_interval: tuple[float, float]
+
+
+@dataclass(frozen=True)
+class HeldOutKnowledge:
+    """The held-out check of one job: how many candidates there were, the facts PRE knows (the
+    set), how many this tokenizer cannot ask, and every model's score on the set (PRE first)."""
+
+    candidates: int
+    facts: list[tuple[str, str]]
+    unasked: int
+    scores: list[Kept]
+
+    def record(self) -> dict:
+        """The check as JSON (a ledger step's outputs), read back by `from_record`."""
+        return _CODEC.dump_python(self, mode="json")
+
+    @classmethod
+    def from_record(cls, body: dict) -> HeldOutKnowledge:
+        return _CODEC.validate_python(body)
+
+
+_CODEC = TypeAdapter(HeldOutKnowledge)
 
 
 def answer_ids(tokenizer, facts: list[tuple[str, str]]) -> list[tuple[list[int], int] | None]:
@@ -96,3 +119,12 @@ def kept_knowledge(
         top5, top5_interval = _share(rank[known] <= 5, counts)
         scores.append(Kept(name, top1, top1_interval, top5, top5_interval))
     return facts, scores, sum(item is None for item in encoded)
+
+
+def held_out_knowledge(
+    models: dict[str, str], candidates: list[tuple[str, str]], device: str = "cpu", seed: int = 0
+) -> HeldOutKnowledge:
+    """`kept_knowledge` as one value (the reproduce job's `knowledge` step computes it once and
+    the report formats it, loading no model)."""
+    facts, scores, unasked = kept_knowledge(models, candidates, device, seed=seed)
+    return HeldOutKnowledge(len(candidates), facts, unasked, scores)

@@ -22,6 +22,7 @@ from weightgraft.experiments.plan.planner import planned_conditions
 from weightgraft.experiments.plan.selection import experiment_conditions
 from weightgraft.paper import calibrate, estimate
 from weightgraft.paper.neutral_prompts import NEUTRAL_PROMPTS
+from weightgraft.paper.plain_fact_list import plain_fact_candidates
 from weightgraft.paper.reproduce_job import (
     REPLAY_SAMPLES,
     REPLAY_TOKENS,
@@ -141,6 +142,8 @@ def plan_steps(job: Job) -> tuple[list[PlannedStep], dict]:
                 seconds,
             )
         )
+    steps.append(_knowledge_step(job, measured, prompt_tokens))
+    total += steps[-1].seconds or 0.0
     base = _base_model(recipe.model)
     for group in job.runs.values():
         step = _run_step(job, group, base, size, (prompt_tokens, scored), recipe.device, measured)
@@ -177,6 +180,25 @@ def _replay_step(measured) -> PlannedStep:
         seconds += forwards * REPLAY_SAMPLES * measured.unembed_seconds
     what = f"the pretrained model continues {len(NEUTRAL_PROMPTS)} neutral prompts: {texts} texts of {REPLAY_TOKENS} tokens"
     return PlannedStep("replay", what, forwards, texts * REPLAY_TOKENS, seconds)
+
+
+# Seconds of one held-out fact's forward (one prompt alone, every position unembedded) in the
+# measured batched forward's seconds per token, beyond its own tokens: at a batch of one a forward
+# is mostly overhead, as a decoding forward is (REPLAY_FORWARD_TOKENS). Fitted below.
+KNOWLEDGE_FORWARD_TOKENS = 22.0
+
+
+def _knowledge_step(job: Job, measured, prompt_tokens: float) -> PlannedStep:
+    """The held-out check: every candidate plain fact asked of the pretrained model and of each
+    finetune, one prompt a forward."""
+    models = 1 + len(job.finetunes)
+    forwards = len(plain_fact_candidates()) * models
+    seconds = None
+    if measured:
+        seconds = measured.forward_seconds(forwards, KNOWLEDGE_FORWARD_TOKENS + prompt_tokens)
+        seconds += forwards * prompt_tokens * measured.unembed_seconds
+    what = f"{len(plain_fact_candidates())} plain facts asked of PRE and {models - 1} finetunes (what each kept)"
+    return PlannedStep("knowledge", what, forwards, None, seconds)
 
 
 def _finetune_texts(job: Job, ft, config) -> int:

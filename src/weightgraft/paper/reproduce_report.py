@@ -16,6 +16,7 @@ from weightgraft.atomic import write_text_atomic
 from weightgraft.experiments.config import parse_config
 from weightgraft.experiments.record import ExperimentRecord
 from weightgraft.paper.estimate import paper_model_name
+from weightgraft.paper.plain_facts import HeldOutKnowledge
 from weightgraft.paper.presets import PRESET_NAMES  # noqa: F401  (registers the presets its configs name)
 from weightgraft.paper.published import ANALYSIS_OF_EXPERIMENT, MODELS, published
 from weightgraft.paper.reproduce_sections import (
@@ -98,13 +99,11 @@ def write_reproduce_report(job, ledger_body: dict) -> Path:
     lines += ["", "Every step's inputs and outputs are in `provenance.json`."]
     lines += [f"\nNote: {note}" for note in job.notes]
     steps = ledger_body["steps"]
-    models = {"pre": ledger_body["base_model"]["path"]}
-    # Paths inside the job's folder are recorded relative to it (an older record's are absolute).
-    models |= {name: str(out / r["outputs"]["path"]) for name, r in steps.items() if name.startswith("finetune:")}
+    knowledge = steps.get("knowledge")
     lines += ["", *finetune_section(job, steps)]
     lines += ["", *claims_section(job, job.recipe.datasets[0], steps)]
-    known = {k.removeprefix("finetune:"): v for k, v in models.items()}
-    lines += ["", *plain_facts_section(known, seed=job.recipe.seed)]
+    held_out = HeldOutKnowledge.from_record(knowledge["outputs"]["result"]) if knowledge else None
+    lines += ["", *plain_facts_section(held_out)]
     lines += ["", *deviations_section(job, steps)]
     for group in job.runs.values():
         summary = read_summary(group.out)

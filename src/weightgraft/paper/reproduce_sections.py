@@ -1,5 +1,5 @@
 """The reproduce report's sections about the job itself: the finetunes' levels, the paper's claims
-decided on this model, what the model knows of the world before and after finetuning, and every
+decided on this model, what the model knew of the world and what each finetune kept (the `knowledge` step's value), and every
 way the job differs from the paper's recipe.
 
 `reproduce_report.py` puts them together with the paper-vs-this-run tables.
@@ -11,8 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from weightgraft.paper.estimate import paper_model_name
-from weightgraft.paper.plain_fact_list import plain_fact_candidates
-from weightgraft.paper.plain_facts import kept_knowledge
+from weightgraft.paper.plain_facts import HeldOutKnowledge
 from weightgraft.paper.reproduce_job import Job
 from weightgraft.paper.reproduce_recipe import PAPER_BATCH, PAPER_EPOCHS, PAPER_FACTS, PAPER_SETTING
 from weightgraft.paper.study import PAPER
@@ -57,27 +56,26 @@ def _interval(value: float, interval: tuple[float, float]) -> str:
     return with_interval(value, *interval)
 
 
-def plain_facts_section(
-    models: dict[str, str], candidates: list[tuple[str, str]] | None = None, device: str = "cpu", seed: int = 0
-) -> list[str]:
-    """PRE's and each finetune's top-1 and top-5 on the held-out plain facts PRE knows (built on
-    the model from `candidates`, default `plain_fact_list`), with 95% intervals over the facts."""
-    candidates = plain_fact_candidates() if candidates is None else candidates
-    facts, scores, unasked = kept_knowledge(models, candidates, device, seed=seed)
+def plain_facts_section(knowledge: HeldOutKnowledge | None) -> list[str]:
+    """PRE's and each finetune's top-1 and top-5 on the held-out plain facts PRE knows, with 95%
+    intervals over the facts (the job's `knowledge` step; None: the step has not run)."""
+    title = "## The model's own knowledge: held-out plain facts"
+    if knowledge is None:
+        return [title, "", "Not measured: the job's `knowledge` step has not run."]
     lines = [
-        "## The model's own knowledge: held-out plain facts",
+        title,
         "",
-        f"Of {len(candidates)} plain facts of the world (weightgraft's own prompts, none about films), the "
-        f"pretrained model answers {len(facts)} at top-1 (the answer's first token)"
-        + (f"; {unasked} cannot be asked of its tokenizer" if unasked else "")
+        f"Of {knowledge.candidates} plain facts of the world (weightgraft's own prompts, none about films), the "
+        f"pretrained model answers {len(knowledge.facts)} at top-1 (the answer's first token)"
+        + (f"; {knowledge.unasked} cannot be asked of its tokenizer" if knowledge.unasked else "")
         + ". Those are the held-out set: PRE's accuracy on it is 1 by construction, and each "
         "finetune's says how much of what the model knew it kept (95% intervals, bootstrap over the facts).",
         "",
     ]
-    if not facts:
+    if not knowledge.facts:
         return [*lines, "None to score: the pretrained model answers none of them at top-1."]
     lines += ["| model | top-1 | top-5 | kept of PRE's |", "|---|---:|---:|---:|"]
-    for score in scores:
+    for score in knowledge.scores:
         kept = f"{score.top1:.0%}"
         top1, top5 = _interval(score.top1, score.top1_interval), _interval(score.top5, score.top5_interval)
         lines.append(f"| {score.model} | {top1} | {top5} | {kept} |")

@@ -1,7 +1,8 @@
 """`weightgraft reproduce`: the paper's whole pipeline on one model, as one resumable job.
 
 datasets -> finetunes (both directions; one direction, B2A; task on half A; relation on half B)
--> every paper preset -> one report with "paper vs this run" tables.
+-> the held-out plain facts each finetune kept -> every paper preset -> one report with "paper vs
+this run" tables.
 
 Every step is recorded in `DIR/provenance.json` with the sha256 of its inputs (data manifests,
 model fingerprints, the step's config); a step whose record matches is never redone (see
@@ -53,6 +54,7 @@ from weightgraft.folder_ownership import (
 from weightgraft.ledger import Ledger, stamp_matches, write_stamp
 from weightgraft.locking import folder_lock, lock_file
 from weightgraft.paper.neutral_prompts import NEUTRAL_PROMPTS
+from weightgraft.paper.plain_fact_list import plain_fact_candidates
 from weightgraft.paper.reproduce_job import (
     DATASET_KINDS,
     FinetuneJob,
@@ -123,7 +125,7 @@ class Pipeline:
         self.ledger.save()  # at once: a folder with provenance.json is this job's, even if killed now
         self.model_paths: dict[str, str] = {}
         self.fingerprints: dict[str, str] = {}
-        self.total = 2 + len(job.finetunes) + len(job.runs) + int(self.recipe.replay)
+        self.total = 3 + len(job.finetunes) + len(job.runs) + int(self.recipe.replay)
         self.replay_file: Path | None = None  # set by the replay step when --replay is on
         self.index = 0
 
@@ -193,6 +195,7 @@ class Pipeline:
             self.run_finetune(ft, data)
         report = None
         if self.is_main:
+            self.check_knowledge()
             for group in self.job.runs.values():
                 self.run_group(group, data)
             report = self.write_report()
@@ -367,6 +370,28 @@ class Pipeline:
             self.say(f"  resumed from {record['resumed_from']}")
         return outputs, [ft.out / "model.safetensors"]
 
+    def knowledge_inputs(self) -> dict:
+        """What the held-out check depends on: every model's fingerprint, the candidates, the seed."""
+        return {
+            "models": {"pre": self.fingerprints["pre"]} | {n: self.fingerprints[n] for n in self.job.finetunes},
+            "candidates_sha256": sha256_json(plain_fact_candidates()),
+            "seed": self.recipe.seed,
+        }
+
+    def check_knowledge(self) -> None:
+        """The held-out plain facts PRE knows, and what each finetune kept of them (rank 0, once;
+        the report formats the value the step recorded)."""
+
+        def build() -> tuple[dict, list[Path]]:
+            # here, not at the top: the check loads every model in turn
+            from weightgraft.paper.plain_facts import held_out_knowledge
+
+            models = {"pre": self.model_paths["pre"]} | {n: self.model_paths[n] for n in self.job.finetunes}
+            result = held_out_knowledge(models, plain_fact_candidates(), self.recipe.device, self.recipe.seed)
+            return {"known": len(result.facts), "result": result.record()}, []
+
+        self.step("knowledge", self.knowledge_inputs(), build)
+
     def run_group(self, group: RunGroup, data: dict) -> None:
         config = run_config(self.job, group, self.model_paths)
         inputs = {
@@ -391,6 +416,7 @@ class Pipeline:
     def write_report(self) -> Path:
         inputs = {
             "runs": {g: self.ledger.record_of(f"run:{g}")["outputs"]["summary_sha256"] for g in self.job.runs},
+            "knowledge": sha256_json(self.ledger.record_of("knowledge")["outputs"]),
             "model": self.recipe.model,
         }
 
