@@ -18,8 +18,8 @@ from torch import nn
 
 from weightgraft.adapters.base import Adapter, Part, model_level_paths
 from weightgraft.adapters.block_roles import BlockInference
-from weightgraft.adapters.check import AdapterError, check_adapter
 from weightgraft.adapters.coverage import uncovered_parameters
+from weightgraft.adapters.fit import AdapterError, check_fit
 from weightgraft.adapters.latent_roles import history_modules
 from weightgraft.adapters.model_forms import model_call_forms
 from weightgraft.adapters.probe import BlockProbe, first_tensor, primary_input
@@ -85,7 +85,7 @@ def _infer(model: nn.Module) -> Adapter:
             f"canonical component; {ADVICE}"
         )
     try:
-        check_adapter(model, adapter)
+        check_fit(model, adapter)
     except AdapterError as error:
         raise AdapterError(f"the adapter inferred for {model_type!r} fails its check: {error}") from None
     return adapter

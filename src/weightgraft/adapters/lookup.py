@@ -15,7 +15,7 @@ from torch import nn
 from transformers import AutoModelForCausalLM, PretrainedConfig
 
 from weightgraft.adapters.base import Adapter, model_type_of, registered_adapter, registered_adapters
-from weightgraft.adapters.check import AdapterError
+from weightgraft.adapters.fit import AdapterError
 from weightgraft.adapters.infer import as_alias, infer_adapter, model_fingerprint, same_table
 
 # Adapters inferred in this process, by model_type, for callers that only know the type (a run's

@@ -28,18 +28,15 @@ import fnmatch
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 
 from weightgraft.adapters import adapter_for
 from weightgraft.adapters.base import PER_LAYER
 from weightgraft.engine.graft_masks import GraftMasks
+from weightgraft.engine.grafter_protocol import GraftPasses
 from weightgraft.engine.hooks import SpliceHooks
 from weightgraft.engine.inputs import call_inputs
-
-if TYPE_CHECKING:
-    from weightgraft.engine.grafter import Grafter
 
 
 @dataclass
@@ -54,7 +51,7 @@ class GraftedCall:
 
 
 @contextmanager
-def grafted_call(grafter: Grafter, inputs, grafts, row_grafts, attention_mask) -> Iterator[GraftedCall]:
+def grafted_call(grafter: GraftPasses, inputs, grafts, row_grafts, attention_mask) -> Iterator[GraftedCall]:
     """The grafts' hooks installed on the recipient, every row in full (sharing off), in eval
     mode; `call.hooks.current` still to be set to the splices of the pass."""
     ids, mask, roles = call_inputs(inputs, attention_mask, grafter.device)
@@ -68,7 +65,7 @@ def grafted_call(grafter: Grafter, inputs, grafts, row_grafts, attention_mask) -
         grafter.share_prefixes = sharing
 
 
-def grafted_run(grafter: Grafter, inputs, grafts, row_grafts, attention_mask, **model_kwargs):
+def grafted_run(grafter: GraftPasses, inputs, grafts, row_grafts, attention_mask, **model_kwargs):
     """The recipient's own output object (`CausalLMOutputWithPast`) for the grafted pass."""
     with grafted_call(grafter, inputs, grafts, row_grafts, attention_mask) as call:
         call.hooks.current = grafter._splices(call.grafted, call.hooks.paths, keep=0)
@@ -80,7 +77,7 @@ def grafted_run(grafter: Grafter, inputs, grafts, row_grafts, attention_mask, **
         )
 
 
-def activation_names(grafter: Grafter) -> dict[str, tuple[str, str, torch.Tensor | None]]:
+def activation_names(grafter: GraftPasses) -> dict[str, tuple[str, str, torch.Tensor | None]]:
     """Every name `grafted_cache` knows, in one fixed order (the embeddings; per block its
     `resid_pre`, its components in the vocabulary's order, `resid_post`; the final norm and the
     logits): name -> (module path,
@@ -122,7 +119,7 @@ def chosen_names(known: Sequence[str], names: str | Sequence[str] | None) -> lis
 
 
 def grafted_cache(
-    grafter: Grafter, inputs, grafts, row_grafts, attention_mask, names
+    grafter: GraftPasses, inputs, grafts, row_grafts, attention_mask, names
 ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
     """The activations named by `names` (see the module's docstring) and the logits of one
     grafted pass; every tensor keeps the call's [batch, seq] layout (padding included)."""
@@ -198,7 +195,7 @@ def readout(model, hidden: torch.Tensor) -> torch.Tensor:
 
 
 @torch.no_grad()
-def logit_lens(grafter: Grafter, inputs, grafts, row_grafts, attention_mask) -> torch.Tensor:
+def logit_lens(grafter: GraftPasses, inputs, grafts, row_grafts, attention_mask) -> torch.Tensor:
     """Logits [batch, layers, vocab] read from the residual stream after each block at each row's
     last real token, through the recipient's final norm and unembedding."""
     acts, _ = grafted_cache(grafter, inputs, grafts, row_grafts, attention_mask, "blocks.*.resid_post")

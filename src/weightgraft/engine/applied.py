@@ -12,18 +12,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
 
 import torch
 
 from weightgraft.engine.activations import GraftedCall, grafted_call
-
-if TYPE_CHECKING:
-    from weightgraft.engine.grafter import Grafter
+from weightgraft.engine.grafter_protocol import GraftPasses
 
 
 @contextmanager
-def applied(grafter: Grafter, inputs, grafts, row_grafts, attention_mask) -> Iterator[GraftedCall]:
+def applied(grafter: GraftPasses, inputs, grafts, row_grafts, attention_mask) -> Iterator[GraftedCall]:
     """The grafts on the recipient for forwards over `inputs`' shape (see the module's
     docstring); yields the call's `input_ids`, `attention_mask` and `position_ids` to pass."""
     grad = torch.is_grad_enabled()

@@ -14,16 +14,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 import torch
 
 from weightgraft.engine.graft import Graft, as_graft_list
+from weightgraft.engine.grafter_protocol import GraftPasses
 from weightgraft.engine.inputs import RolePrompt, align_on
 from weightgraft.engine.roles import NotApplicable
-
-if TYPE_CHECKING:
-    from weightgraft.engine.grafter import Grafter
 
 TOP_K = (1, 5, 10, 50, 100)  # the runner's top-k metrics (experiments.vocabulary.SUMMARY_METRICS)
 
@@ -148,7 +145,7 @@ def row_grafts_of(grafts: list[Graft], roles: dict[str, list[int]], prompt_len: 
     return out
 
 
-def score(grafter: Grafter, prompts, targets, grafts, competitors, batch_size: int):
+def score(grafter: GraftPasses, prompts, targets, grafts, competitors, batch_size: int):
     """`Grafter.score`'s work: every (prompt, condition) row, in batches of `batch_size` rows, as a
     polars DataFrame of the runner's record fields (see `Grafter.score`)."""
     import polars as pl
@@ -215,7 +212,7 @@ def enc_target(prompt, enc) -> str:
     return prompt.decode(enc.target_ids)
 
 
-def _score_batch(grafter: Grafter, batch: list, records: list[dict], prompts, rival_ids) -> None:
+def _score_batch(grafter: GraftPasses, batch: list, records: list[dict], prompts, rival_ids) -> None:
     """Score one batch of rows (record index, encoded prompt, row grafts) into their records."""
     seqs = [enc.input_ids + enc.target_ids[:-1] for _, enc, _ in batch]
     ids, mask, column = align_on(seqs, [len(enc.input_ids) - 1 for _, enc, _ in batch], 0)
