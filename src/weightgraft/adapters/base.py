@@ -23,12 +23,11 @@ SplitRule = Callable[[PretrainedConfig], dict[str, torch.Tensor]]
 
 # Canonical names, fixed across architectures so that experiments read the same everywhere.
 MODEL_LEVEL = ("embed", "pos_embed", "ln_final", "lm_head")
-PER_LAYER = (
-    "q", "k", "v", "o", "q_norm", "k_norm",
-    "gate", "up", "down",
-    "ln1", "ln2", "post_attn_norm", "post_mlp_norm",
-    "router", "experts", "shared_expert", "shared_expert_gate", "kv_latent",
-)  # fmt: skip
+_ATTENTION_NAMES = ("q", "k", "v", "o", "q_norm", "k_norm")
+_MLP_NAMES = ("gate", "up", "down")
+_NORM_NAMES = ("ln1", "ln2", "post_attn_norm", "post_mlp_norm")
+_LATER_NAMES = ("router", "experts", "shared_expert", "shared_expert_gate", "kv_latent")  # MoE, multi-latent
+PER_LAYER = _ATTENTION_NAMES + _MLP_NAMES + _NORM_NAMES + _LATER_NAMES
 # A mixture-of-experts block's components: its router, its routed experts (one module holding
 # every expert's weights on a leading axis) and, where the model has one, a shared expert and its
 # gate. The adapter's `mlp_module` is the whole block, so the `mlp` group is all of them.
@@ -196,10 +195,7 @@ class Adapter:
         if not module:  # the block holds these projections itself (OPT's fc1 and fc2): by name
             return tuple(c for c in self.components if c in {"attn": ATTN_PARTS, "mlp": MLP_PARTS}[name])
         prefix = module + "."
-        return tuple(
-            c for c, entry in self.per_layer.items()
-            if module_path(chain_of(entry)[0]).startswith(prefix)
-        )  # fmt: skip
+        return tuple(c for c, entry in self.per_layer.items() if module_path(chain_of(entry)[0]).startswith(prefix))
 
     def call_form(self, local: str) -> str:
         """How the engine calls the per-layer module at `local` (a path inside a block) on rows."""

@@ -20,24 +20,36 @@ from weightgraft.donors import DonorSource
 # Config fields that do not change what an eval-mode forward pass computes: names, provenance,
 # storage dtype (checked per parameter instead), special token ids, initialisation, output and
 # generation switches. Every other field is compared.
-IGNORED_CONFIG_FIELDS = frozenset({
-    "_name_or_path", "name_or_path", "_commit_hash", "transformers_version", "architectures",
-    "model_type",  # compared first, on its own
-    "torch_dtype", "dtype",
-    "id2label", "label2id", "num_labels", "problem_type", "finetuning_task", "task_specific_params",
-    "tokenizer_class", "prefix",
-    "bos_token_id", "eos_token_id", "pad_token_id", "sep_token_id", "decoder_start_token_id",
-    "forced_bos_token_id", "forced_eos_token_id",
-    "initializer_range", "initializer_factor",
-    "use_cache", "return_dict", "output_attentions", "output_hidden_states", "output_scores",
-    "return_dict_in_generate", "torchscript", "chunk_size_feed_forward", "gradient_checkpointing",
-    "_attn_implementation", "attn_implementation",
-    "max_length", "min_length", "do_sample", "early_stopping", "num_beams", "num_beam_groups",
-    "temperature", "top_k", "top_p", "typical_p", "repetition_penalty", "length_penalty",
-    "no_repeat_ngram_size", "encoder_no_repeat_ngram_size", "bad_words_ids", "num_return_sequences",
-    "diversity_penalty", "remove_invalid_values", "exponential_decay_length_penalty",
-    "suppress_tokens", "begin_suppress_tokens",
-})  # fmt: skip
+_NAMING_FIELDS = ("_name_or_path", "name_or_path", "_commit_hash", "transformers_version", "architectures")
+_STORAGE_FIELDS = ("model_type", "torch_dtype", "dtype")  # model_type is compared first, on its own
+_TASK_FIELDS = ("id2label", "label2id", "num_labels", "problem_type", "finetuning_task", "task_specific_params")
+_TOKENIZER_FIELDS = ("tokenizer_class", "prefix")
+_TOKEN_ID_FIELDS = tuple(
+    f"{t}_token_id" for t in ("bos", "eos", "pad", "sep", "decoder_start", "forced_bos", "forced_eos")
+)
+_INIT_FIELDS = ("initializer_range", "initializer_factor")
+_OUTPUT_FIELDS = (
+    ("use_cache", "return_dict", "output_attentions", "output_hidden_states", "output_scores")
+    + ("return_dict_in_generate", "torchscript", "chunk_size_feed_forward", "gradient_checkpointing")
+    + ("_attn_implementation", "attn_implementation")
+)
+_GENERATION_FIELDS = (
+    ("max_length", "min_length", "do_sample", "early_stopping", "num_beams", "num_beam_groups")
+    + ("temperature", "top_k", "top_p", "typical_p", "repetition_penalty", "length_penalty")
+    + ("no_repeat_ngram_size", "encoder_no_repeat_ngram_size", "bad_words_ids", "num_return_sequences")
+    + ("diversity_penalty", "remove_invalid_values", "exponential_decay_length_penalty")
+    + ("suppress_tokens", "begin_suppress_tokens")
+)
+IGNORED_CONFIG_FIELDS = frozenset(
+    _NAMING_FIELDS
+    + _STORAGE_FIELDS
+    + _TASK_FIELDS
+    + _TOKENIZER_FIELDS
+    + _TOKEN_ID_FIELDS
+    + _INIT_FIELDS
+    + _OUTPUT_FIELDS
+    + _GENERATION_FIELDS
+)
 
 
 def _ignored(field: str) -> bool:

@@ -25,11 +25,10 @@ VOCABULARY = MODEL_LEVEL + PER_LAYER + GROUPS
 
 # Bands of the layer stack: name -> (index, number of bands).
 # One name per band (no aliases): halves and quarters by ordinal, eighths by number.
-BANDS: dict[str, tuple[int, int]] = {
-    "first_half": (0, 2), "last_half": (1, 2),
-    "first_quarter": (0, 4), "second_quarter": (1, 4), "third_quarter": (2, 4), "last_quarter": (3, 4),
-    **{f"eighth_{i + 1}": (i, 8) for i in range(8)},
-}  # fmt: skip
+_HALF_BANDS = {"first_half": (0, 2), "last_half": (1, 2)}
+_QUARTER_BANDS = {"first_quarter": (0, 4), "second_quarter": (1, 4), "third_quarter": (2, 4), "last_quarter": (3, 4)}
+_EIGHTH_BANDS = {f"eighth_{i + 1}": (i, 8) for i in range(8)}
+BANDS: dict[str, tuple[int, int]] = _HALF_BANDS | _QUARTER_BANDS | _EIGHTH_BANDS
 HALVES = ["first_half", "last_half"]
 QUARTERS = ["first_quarter", "second_quarter", "third_quarter", "last_quarter"]
 EIGHTHS = [f"eighth_{i + 1}" for i in range(8)]

@@ -77,9 +77,7 @@ def _best_cuts(counts: list[int], overhead: float) -> list[int]:
     ends = candidates[1:] + [seq]
     best: dict[int, tuple[float, int]] = {seq: (0.0, seq)}
     for a in reversed(candidates):
-        best[a] = min(
-            (counts[b - 1] * (b - a) + overhead + best[b][0], b) for b in ends if b > a
-        )  # fmt: skip
+        best[a] = min((counts[b - 1] * (b - a) + overhead + best[b][0], b) for b in ends if b > a)
     cuts, a = [0], 0
     while a < seq:
         a = best[a][1]
