@@ -91,13 +91,13 @@ def test_repeated_requests_run_only_the_grafts_row(root, reference, monkeypatch)
     encoded = session.encode(PROMPT.text, PROMPT.target, PROMPT.id)
     n = len(encoded.input_ids)
     rows_run: list[int] = []
-    last_logits = session.grafter.last_logits
+    logits = session.grafter.logits
 
     def counting(ids, **kwargs):
         rows_run.append(ids.shape[0])
-        return last_logits(ids, **kwargs)
+        return logits(ids, **kwargs)
 
-    monkeypatch.setattr(session.grafter, "last_logits", counting)
+    monkeypatch.setattr(session.grafter, "logits", counting)
     cells = [Cells("sft", "FFN", 1, (n - 1,)), Cells("sft", "FFN", 2, (n - 1,))]
     first = analyses.many_prompts(session, encoded, cells, count=len(PROMPTS))
     assert sum(rows_run) == len(PROMPTS) * (2 + len(DONORS))

@@ -177,17 +177,18 @@ def many_prompts(
 
     def encoded_prompt(prompt) -> tuple:
         e = session.encode(prompt.text, prompt.target, prompt.id)
-        return (prompt, e.input_ids, e.role_positions, e.target_id)
+        return (prompt, e.input_ids, e.role_positions, e.unit_ids)
 
     # Encodings and the recipient's and donors' hits are kept per prompt (session.many_rows): a
     # request on prompts seen before runs only the graft's row of each.
     scored = [session.many_rows.get_or(("encoded", p.id), lambda p=p: encoded_prompt(p)) for p in prompts]
 
-    def last_logits(ids: list[int], rows: list) -> torch.Tensor:
+    def unit_logits(ids: list[int], rows: list, keep: int) -> torch.Tensor:
         with session.running():  # a prompt at a time: clicks get the lock in between
-            return session.grafter.last_logits(torch.tensor([ids]).expand(len(rows), -1), row_grafts=rows)
+            batch = torch.tensor([ids]).expand(len(rows), -1)
+            return session.grafter.logits(batch, row_grafts=rows, logits_to_keep=keep)
 
-    out = score_prompts(last_logits, scored, role_grafts, session.grid.donors, known=session.many_rows)
+    out = score_prompts(unit_logits, scored, role_grafts, session.grid.donors, known=session.many_rows)
     return {
         **out,
         "positions": [g.positions for g in role_grafts],

@@ -3,10 +3,10 @@
 A graft drawn on one prompt names token positions; to ask the same question of other prompts its
 positions are read as the role expression that selects them (FE, LT, (FE+LT)^C, ...: the run
 config's language, `export.graft_roles`), and the layers, components and donors are kept.
-Each prompt is scored as the runner scores it (the target's first token that carries content,
-top-5; but where the tokenizer splits the name's first character over byte tokens, on that
-character's first byte token, where the runner scores the whole character), for the recipient,
-each donor alone and the graft; accuracies get a bootstrap interval
+Each prompt is scored as the runner scores it (top-5 of the target's first token that carries
+content; where the tokenizer splits the name's first character over byte tokens, of that whole
+character: every one of its tokens in the top 5 at its teacher-forced step, the runner's
+`engine.scoring.score_rows`), for the recipient, each donor alone and the graft; accuracies get a bootstrap interval
 that resamples facts (a fact's prompts move together), and each donor's gain recovered by the
 graft the paper's recovery with its interval (`reporting.statistics`).
 """
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -45,10 +45,14 @@ class RoleGraft:
     positions: str
     graft: Graft
 
-    def on(self, role_positions: dict[str, list[int]], n: int) -> Graft:
-        positions = parse_positions(self.positions).evaluate(role_positions, n)
+    def on(self, role_positions: dict[str, list[int]], n: int, forced: int = 0) -> Graft:
+        """The graft on a prompt of `n` tokens followed by `forced` teacher-forced target tokens,
+        which take the prompt's last token's choice (as the runner's `row_grafts_of`)."""
+        positions = list(parse_positions(self.positions).evaluate(role_positions, n))
+        if forced and n - 1 in positions:
+            positions += range(n, n + forced)
         g = self.graft
-        return Graft(positions, g.layers, list(g.components), g.donor, heads=g.heads, experts=g.experts)
+        return replace(g, positions=positions)
 
 
 def chosen_prompts(prompts: Sequence[EvalPrompt], count: int, template: str | None, seed: int) -> list[EvalPrompt]:
@@ -58,9 +62,12 @@ def chosen_prompts(prompts: Sequence[EvalPrompt], count: int, template: str | No
     return [p for i, p in enumerate(pool) if i in picked]
 
 
-def _hits(logits: torch.Tensor, target: int) -> list[float]:
-    """Per row: 1.0 where `target` is in its top-5, else 0.0."""
-    return [float(hit) for hit in (logits.float().topk(TOP_K, dim=-1).indices == target).any(-1)]
+def _hits(logits: torch.Tensor, unit: list[int]) -> list[float]:
+    """Per row of `logits` [rows, len(unit), vocab]: 1.0 where every token of the scored unit is
+    in the top-5 at its step, else 0.0."""
+    top = logits.float().topk(TOP_K, dim=-1).indices
+    found = (top == torch.tensor(unit, device=top.device)[None, :, None]).any(-1).all(-1)
+    return [float(hit) for hit in found]
 
 
 def _interval(index: np.ndarray, values: np.ndarray, counts: np.ndarray) -> tuple[float, np.ndarray, float, float]:
@@ -72,8 +79,8 @@ def _interval(index: np.ndarray, values: np.ndarray, counts: np.ndarray) -> tupl
 
 
 def score_prompts(
-    last_logits: Callable[[list[int], list], torch.Tensor],
-    encoded_prompts: Sequence[tuple[EvalPrompt, list[int], dict[str, list[int]], int]],
+    unit_logits: Callable[[list[int], list, int], torch.Tensor],
+    encoded_prompts: Sequence[tuple[EvalPrompt, list[int], dict[str, list[int]], list[int]]],
     role_grafts: Sequence[RoleGraft],
     donors: Sequence[str],
     seed: int = 0,
@@ -81,8 +88,9 @@ def score_prompts(
 ) -> dict:
     """Top-5 hits of the recipient, each donor alone and the graft on each prompt, summarized.
 
-    `encoded_prompts`: (prompt, scoring ids, role positions, scored token id) each;
-    `last_logits(ids, rows)`: the last position's logits for each row's grafts; `known`: the
+    `encoded_prompts`: (prompt, scoring ids, role positions, the scored unit's token ids) each;
+    `unit_logits(ids, rows, n)`: the last `n` positions' logits [rows, n, vocab] for each row's
+    grafts (the unit's tokens but its last are teacher-forced after the prompt); `known`: the
     recipient's and donors' hits by prompt id, kept from earlier requests (the models do not
     change), so that a request runs only the graft's row of a prompt seen before."""
     names = ["recipient", *donors, "graft"]
@@ -91,15 +99,16 @@ def score_prompts(
     hits: list[list[float]] = []
     facts: list[str] = []
     skipped: dict[str, int] = {}
-    for prompt, ids, roles, target in encoded_prompts:
+    for prompt, ids, roles, unit in encoded_prompts:
+        forced = len(unit) - 1
         try:
-            graft = [g.on(roles, len(ids)) for g in role_grafts]
+            graft = [g.on(roles, len(ids), forced) for g in role_grafts]
         except NotApplicable as err:  # a prompt without a role the graft names
             skipped[str(err)] = skipped.get(str(err), 0) + 1
             continue
         base = known.get(("hits", prompt.id))
         rows = ([None, *everywhere] if base is None else []) + ([graft] if graft else [])
-        row_hits = _hits(last_logits(ids, rows), target) if rows else []
+        row_hits = _hits(unit_logits(ids + unit[:-1], rows, len(unit)), unit) if rows else []
         if base is None:
             base = known.put(("hits", prompt.id), row_hits[: 1 + len(donors)])
         hits.append([*base, row_hits[-1] if graft else base[0]])  # nothing grafted: the recipient's

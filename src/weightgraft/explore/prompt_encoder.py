@@ -36,7 +36,13 @@ class Encoded:
     selections: dict[str, list[int]] = field(default_factory=dict)
     target_ids: list[int] = field(default_factory=list)  # the whole target's tokens
     scored: int = 0  # the index of the scored one (after whitespace-only tokens, teacher-forced)
+    unit: int = 1  # target tokens from the scored one that spell its first character (data.encode)
     prompt_len: int = 0  # tokens of the prompt alone
+
+    @property
+    def unit_ids(self) -> list[int]:
+        """The scored unit's tokens (the first character's, teacher-forced after the prompt)."""
+        return self.target_ids[self.scored : self.scored + self.unit]
 
 
 class PromptEncoder:
@@ -92,6 +98,7 @@ class PromptEncoder:
             target_id=enc.scored_id if enc is not None and enc.target_ids else None,
             target_ids=list(enc.target_ids) if enc is not None else [],
             scored=enc.scored if enc is not None else 0,
+            unit=enc.unit if enc is not None else 1,
             prompt_len=len(enc.input_ids) if enc is not None else len(ids),
         )
         encoded.selections = self.selections(encoded)
