@@ -62,6 +62,28 @@ def test_frozen_final_norm_and_head_stay_put_while_the_layers_move(tmp_path):
     assert json.loads((result.path / "training_config.json").read_text())["freeze_final_norm"]
 
 
+def test_a_lora_finetune_saves_a_plain_model_whose_linears_moved_by_low_rank_deltas(tmp_path):
+    """lora_rank=N: the saved model has the base model's tensor names (merged, no adapter keys);
+    every block linear moved by a delta of rank <= N; embeddings and norms stayed bit for bit."""
+    art = tiny_artifacts()
+    config = FinetuneConfig(epochs=1, lr=5e-3, mix_ratio=0.0, device="cpu", lora_rank=2)
+    result = finetune(art.pretrained, art.relation_data, tmp_path / "lora", config, progress=False)
+    before = load_file(art.pretrained / "model.safetensors")
+    after = load_file(result.path / "model.safetensors")
+    assert set(after) == set(before)
+    linears = [n for n in before if ".layers." in n and n.endswith("_proj.weight")]
+    assert linears
+    for name in linears:
+        delta = (after[name] - before[name]).double()
+        assert delta.abs().max() > 0, name
+        assert torch.linalg.matrix_rank(delta, rtol=1e-4) <= 2, name
+    for name in set(before) - set(linears):
+        assert torch.equal(before[name], after[name]), name
+    assert json.loads((result.path / "training_config.json").read_text())["lora_rank"] == 2
+    with pytest.raises(Exception, match="lora_rank must be 0"):
+        finetune(art.pretrained, art.relation_data, tmp_path / "bad", FinetuneConfig(lora_rank=-1), progress=False)
+
+
 def test_frozen_first_blocks_stay_put_while_the_later_blocks_move(tmp_path):
     """`freeze_layers=2`: blocks 0 and 1 (every tensor of them) equal bit for bit, blocks 2-3 move."""
     art = tiny_artifacts()

@@ -79,6 +79,10 @@ class FinetuneConfig:
     # length-grouped sampler) so that little of a batch is padding.
     labelled_logits_only: bool = False
     group_by_length: bool = False
+    # 0: every weight is trained (the paper's finetune). N > 0: a LoRA of rank N (peft, alpha 2N)
+    # on every linear layer of the blocks is trained instead and merged into the saved model, a
+    # lever against forgetting (`docs/real_models.md`); the saved model is a full model either way.
+    lora_rank: int = 0
 
 
 @dataclass
@@ -207,6 +211,8 @@ def freeze_first_blocks(net, n: int) -> None:
 
 def _check_config(config: FinetuneConfig, general_texts: list[str] | None) -> str:
     """Refuse settings that cannot run, before any load; the device to train on."""
+    if config.lora_rank < 0:
+        raise DataError(f"lora_rank must be 0 (a full finetune) or a LoRA rank > 0, not {config.lora_rank}")
     if not 0.0 <= config.mix_ratio < 1.0:
         raise DataError("mix_ratio must be in [0, 1): the share of general text among training examples")
     if config.mix_ratio > 0 and not general_texts:
@@ -335,6 +341,16 @@ def _training_arguments(
         dataloader_num_workers=0,
         train_sampling_strategy="group_by_length" if config.group_by_length else "random",
     )
+
+
+def _with_lora(net, rank: int):
+    """LoRA adapters of `rank` injected into `net`'s block linears (peft trains them in place, the
+    other weights frozen); the PeftModel that merges them back, or None for a full finetune."""
+    if not rank:
+        return None
+    from peft import LoraConfig, get_peft_model  # here: peft costs ~2 s of start-up
+
+    return get_peft_model(net, LoraConfig(r=rank, lora_alpha=2 * rank, lora_dropout=0.0, target_modules="all-linear"))
 
 
 def _train(trainer: _AccuracyTrainer, net, device: str, resume_from: str | None, checkpoints: bool) -> None:
@@ -468,6 +484,7 @@ def finetune(
     tokenizer = _load_tokenizer(local, trust_remote_code)
     net = _load_model(local, trust_remote_code)
     _freeze(net, config)
+    lora = _with_lora(net, config.lora_rank)
     data = _training_data(tokenizer, net, data_dir, config, general_texts)
     checkpoints = checkpoint_dir is not None
     # Under `accelerate launch` / torchrun every process trains; only rank 0 writes `out_dir`.
@@ -478,6 +495,8 @@ def finetune(
         args = _training_arguments(config, device, output_dir, len(data.dataset), checkpoints, progress)
         trainer = _trainer(net, tokenizer, args, data, config, checkpoints)
         _train(trainer, net, device, resume_from, checkpoints)
+        if lora is not None:  # the adapters' deltas into the weights: a plain model is saved
+            net = lora.merge_and_unload()
         if is_main:
             net.save_pretrained(tmp, safe_serialization=True)
             tokenizer.save_pretrained(tmp)
