@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Annotated, Any, Protocol
 
-from weightgraft import codec
+import weightgraft.codec as codec
 from weightgraft.atomic import write_text_atomic
 from weightgraft.experiments.condition_kind import ConditionKind, kind_of
 from weightgraft.experiments.conditions import Condition, ConditionMethod

@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from weightgraft import codec
+import weightgraft.codec as codec
 from weightgraft.data.schema import EvalPrompt
 from weightgraft.engine.units import UnitSpec
 from weightgraft.experiments import result_files, run_folder
