@@ -3,9 +3,9 @@
 The runner builds it from the experiment's plan (`ExperimentRecord.from_plan`) and writes it
 (`write`) before and after each result file; a merge of shards reads the shards' records and
 writes the whole run's; the summary and the report read it once per experiment (`read`) and
-pass it down. `to_json` is the state file's body exactly (keys in the order the file has them,
-optional keys only when set), so the file's bytes do not depend on whether a record or a dict
-wrote it, and `from_json` reads it back (older files, written before `wording`, `fidelity`,
+pass it down. `to_json` is the state file's body exactly (`codec.dump`: keys in the order the
+fields are declared, optional keys only when set), so the file's bytes do not depend on whether a
+record or a dict wrote it, and `from_json` reads it back (`codec.load`) (older files, written before `wording`, `fidelity`,
 `tied_embeddings`, `available_examples` or a graft's `layer_indices`, read with the defaults
 that the report used for them).
 
@@ -19,8 +19,9 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Annotated, Any, Protocol
 
+import weightgraft.codec as codec
 from weightgraft.atomic import write_text_atomic
 from weightgraft.experiments.condition_kind import ConditionKind, kind_of
 from weightgraft.experiments.conditions import Condition, ConditionMethod
@@ -57,10 +58,6 @@ class PlannedExperiment(Protocol):
     def digest(self) -> str: ...
 
 
-def _optional_list(value: tuple | None) -> list | None:
-    return None if value is None else list(value)
-
-
 @dataclass(frozen=True)
 class GraftRecord:
     """One graft of a condition, as the report shows it.
@@ -80,37 +77,19 @@ class GraftRecord:
     layers: Any
     components: tuple[str, ...]
     donor: str
-    heads: tuple | None = None
-    neurons: tuple | None = None
-    shape: dict | None = None
-    random_positions: dict | None = None
-    layer_indices: tuple[int, ...] | None = None
+    heads: Annotated[tuple | None, codec.OMIT_NONE] = None
+    neurons: Annotated[tuple | None, codec.OMIT_NONE] = None
+    shape: Annotated[dict | None, codec.OMIT_NONE] = None
+    random_positions: Annotated[dict | None, codec.OMIT_NONE] = None
+    layer_indices: Annotated[tuple[int, ...] | None, codec.OMIT_NONE] = None
 
     def to_json(self) -> dict:
         """The graft as the state file holds it (`ResolvedGraft.to_json` and its layer_indices)."""
-        body = {"positions": self.positions, "layers": self.layers, "components": list(self.components)}
-        body["donor"] = self.donor
-        optional = {
-            "heads": _optional_list(self.heads),
-            "neurons": _optional_list(self.neurons),
-            "shape": self.shape,
-            "random_positions": self.random_positions,
-            "layer_indices": _optional_list(self.layer_indices),
-        }
-        return body | {k: v for k, v in optional.items() if v is not None}
+        return codec.dump(self)
 
     @classmethod
     def from_json(cls, body: dict) -> GraftRecord:
-        tuples = {k: tuple(body[k]) for k in ("heads", "neurons", "layer_indices") if k in body}
-        return cls(
-            body["positions"],
-            body["layers"],
-            tuple(body["components"]),
-            body["donor"],
-            shape=body.get("shape"),
-            random_positions=body.get("random_positions"),
-            **tuples,
-        )
+        return codec.load(cls, body)
 
 
 @dataclass(frozen=True)
@@ -138,9 +117,9 @@ class ConditionRecord:
     description: str
     meta: dict
     grafts: tuple[GraftRecord, ...]
+    fidelity: Annotated[str, codec.OMIT_EMPTY] = field(default="", kw_only=True)
     file: str
-    fidelity: str = ""
-    kind: ConditionKind = field(init=False, compare=False, repr=False)
+    kind: Annotated[ConditionKind, codec.COMPUTED] = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "kind", kind_of(self.meta))
@@ -161,37 +140,16 @@ class ConditionRecord:
             dict(cond.meta),
             tuple(grafts),
             f"{slug(cond.name)}.parquet",
-            cond.fidelity,
+            fidelity=cond.fidelity,
         )
 
     def to_json(self) -> dict:
         """The condition as the state file holds it (`Condition.to_json` and its file)."""
-        body = {
-            "name": self.name,
-            "recipient": self.recipient,
-            "donor": self.donor,
-            "method": self.method.value,
-            "description": self.description,
-            "meta": self.meta,
-            "grafts": [g.to_json() for g in self.grafts],
-        }
-        if self.fidelity:
-            body["fidelity"] = self.fidelity
-        return dict(body, file=self.file)
+        return codec.dump(self)
 
     @classmethod
     def from_json(cls, body: dict) -> ConditionRecord:
-        return cls(
-            body["name"],
-            body["recipient"],
-            body["donor"],
-            ConditionMethod(body["method"]),
-            body["description"],
-            dict(body["meta"]),
-            tuple(GraftRecord.from_json(g) for g in body["grafts"]),
-            body["file"],
-            body.get("fidelity", ""),
-        )
+        return codec.load(cls, body)
 
 
 @dataclass(frozen=True)
@@ -206,18 +164,17 @@ class MergedPlan:
 
     examples: tuple[str, ...]
     fingerprints: dict[str, str]
-    plan: str | None = None
+    plan: Annotated[str | None, codec.OMIT_NONE] = None
 
     def to_json(self) -> dict:
-        body = {"examples": list(self.examples), "fingerprints": dict(self.fingerprints)}
-        return body if self.plan is None else dict(body, plan=self.plan)
+        return codec.dump(self)
 
     @classmethod
     def from_json(cls, body: dict) -> MergedPlan:
-        return cls(tuple(body["examples"]), dict(body["fingerprints"]), body.get("plan"))
+        return codec.load(cls, body)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ExperimentRecord:
     """One experiment of a run, as its state file holds it: what the summary and the report read.
 
@@ -243,6 +200,9 @@ class ExperimentRecord:
     is then absent).
     shard: (I, N) of a shard's record; None for a whole run.
     merged: a shard's view of the whole run (None for a whole run).
+
+    The fields are declared in the state file's key order (keyword-only, so that defaults may
+    sit between required fields).
     """
 
     name: str
@@ -254,18 +214,18 @@ class ExperimentRecord:
     headline: tuple[str, ...]
     plot: str
     num_layers: int
-    conditions: tuple[ConditionRecord, ...]
-    examples: tuple[str, ...]
-    templates: tuple[str, ...]
     fidelity: str = ""
     wording: str = "clean"
-    tied_embeddings: bool | None = None
+    tied_embeddings: Annotated[bool | None, codec.OMIT_NONE] = None
+    conditions: tuple[ConditionRecord, ...]
+    examples: tuple[str, ...]
     available_examples: int = 0
+    templates: tuple[str, ...]
     result_sha256: dict[str, str] = field(default_factory=dict)
-    scored_after_whitespace: dict[str, str] = field(default_factory=dict)
-    scored_units: dict[str, int] = field(default_factory=dict)
-    shard: Shard | None = None
-    merged: MergedPlan | None = None
+    scored_after_whitespace: Annotated[dict[str, str], codec.OMIT_EMPTY] = field(default_factory=dict)
+    scored_units: Annotated[dict[str, int], codec.OMIT_EMPTY] = field(default_factory=dict)
+    shard: Annotated[Shard | None, codec.OMIT_NONE] = None
+    merged: Annotated[MergedPlan | None, codec.OMIT_NONE] = None
 
     @property
     def labelled(self) -> bool:
@@ -311,64 +271,12 @@ class ExperimentRecord:
 
     def to_json(self) -> dict:
         """The state file's body, key for key and in its order."""
-        body = {
-            "name": self.name,
-            "title": self.title,
-            "description": self.description,
-            "dataset": self.dataset,
-            "recipient": self.recipient,
-            "donor": self.donor,
-            "headline": list(self.headline),
-            "plot": self.plot,
-            "num_layers": self.num_layers,
-            "fidelity": self.fidelity,
-            "wording": self.wording,
-        }
-        if self.tied_embeddings is not None:
-            body["tied_embeddings"] = self.tied_embeddings
-        body |= {
-            "conditions": [c.to_json() for c in self.conditions],
-            "examples": list(self.examples),
-            "available_examples": self.available_examples,
-            "templates": list(self.templates),
-            "result_sha256": dict(self.result_sha256),
-        }
-        if self.scored_after_whitespace:
-            body["scored_after_whitespace"] = dict(self.scored_after_whitespace)
-        if self.scored_units:
-            body["scored_units"] = dict(self.scored_units)
-        if self.shard is not None:
-            body["shard"] = list(self.shard)
-        if self.merged is not None:
-            body["merged"] = self.merged.to_json()
-        return body
+        return codec.dump(self)
 
     @classmethod
     def from_json(cls, body: dict) -> ExperimentRecord:
         """A state file's body as a record (older files' missing keys take their defaults)."""
-        return cls(
-            name=body["name"],
-            title=body["title"],
-            description=body["description"],
-            dataset=body["dataset"],
-            recipient=body["recipient"],
-            donor=body["donor"],
-            headline=tuple(body["headline"]),
-            plot=body["plot"],
-            num_layers=body["num_layers"],
-            conditions=tuple(ConditionRecord.from_json(c) for c in body["conditions"]),
-            examples=tuple(body["examples"]),
-            templates=tuple(body["templates"]),
-            fidelity=body.get("fidelity", ""),
-            wording=body.get("wording", "clean"),
-            tied_embeddings=body.get("tied_embeddings"),
-            available_examples=body.get("available_examples", 0),
-            result_sha256=dict(body.get("result_sha256", {})),
-            scored_after_whitespace=dict(body.get("scored_after_whitespace") or {}),
-            scored_units={k: int(v) for k, v in (body.get("scored_units") or {}).items()},
-            shard=tuple(body["shard"]) if body.get("shard") else None,
-            merged=MergedPlan.from_json(body["merged"]) if body.get("merged") else None,
-        )
+        return codec.load(cls, body)
 
     def dumps(self) -> str:
         """The state file's text."""

@@ -54,9 +54,8 @@ class ShapeSpec(BaseModel):
         return self.scale == 1.0 and self.rank is None and self.top is None
 
     def to_json(self) -> dict:
-        """The fields that differ from the donor itself, in a fixed order."""
-        body = {} if self.scale == 1.0 else {"scale": float(self.scale)}
-        return body | {k: v for k, v in (("rank", self.rank), ("top", self.top)) if v is not None}
+        """The fields that differ from the donor itself (their defaults), in their declared order."""
+        return self.model_dump(exclude_defaults=True)
 
     def key(self) -> str:
         """`scale=0.5,rank=4`: the suffix of the shaped donor's name (`sft~scale=0.5,rank=4`)."""

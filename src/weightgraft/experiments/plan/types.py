@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import weightgraft.codec as codec
 from weightgraft.data.schema import EvalPrompt
 from weightgraft.engine.units import UnitSpec
 from weightgraft.experiments import result_files, run_folder
@@ -53,7 +54,7 @@ class PlannedModel:
     matrices: dict = field(default_factory=dict)
 
     def to_json(self) -> dict:
-        return dict(self.__dict__, components=list(self.components))
+        return codec.dump(self)
 
     def unit_specs(self) -> dict[str, UnitSpec]:
         """How each head and neuron component divides into units, as the engine reads it."""
@@ -61,7 +62,7 @@ class PlannedModel:
 
     @classmethod
     def from_json(cls, body: dict) -> PlannedModel:
-        return cls(**dict(body, components=tuple(body["components"])))
+        return codec.load(cls, body)
 
 
 @dataclass(frozen=True)
