@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from pydantic import TypeAdapter
 
+from weightgraft.codec import dump, load
 from weightgraft.experiments.models import load_model, load_tokenizer
 from weightgraft.reporting.statistics import draw_fact_counts, interval_of, seed_for
 
@@ -44,14 +44,11 @@ class HeldOutKnowledge:
 
     def record(self) -> dict:
         """The check as JSON (a ledger step's outputs), read back by `from_record`."""
-        return _CODEC.dump_python(self, mode="json")
+        return dump(self)
 
     @classmethod
     def from_record(cls, body: dict) -> HeldOutKnowledge:
-        return _CODEC.validate_python(body)
-
-
-_CODEC = TypeAdapter(HeldOutKnowledge)
+        return load(cls, body)
 
 
 def answer_ids(tokenizer, facts: list[tuple[str, str]]) -> list[tuple[list[int], int] | None]:

@@ -14,7 +14,6 @@ a killed finetune loses at most one epoch. The best epoch is then tracked by Tra
 from __future__ import annotations
 
 import random
-import re
 import tempfile
 import time
 from contextlib import contextmanager
@@ -47,6 +46,7 @@ from weightgraft.training.batches import PadCollator, TextDataset, encode_texts,
 from weightgraft.training.checkpoints import SealCheckpoints, last_complete_checkpoint
 from weightgraft.training.evaluate import topk_accuracy
 from weightgraft.training.lengths import check_lengths
+from weightgraft.training.trainable import freeze_parts, with_lora
 
 Precision = Literal["fp32", "bf16", "fp16"]
 
@@ -179,36 +179,6 @@ def quiet_loading():
             hf_logging.enable_progress_bar()
 
 
-FINAL_NORM_NAMES = ("norm", "ln_f", "final_layer_norm")  # Llama/Gemma/Phi-3/OLMo-2, GPT-2, GPT-NeoX
-
-
-def final_norm(net) -> torch.nn.Module:
-    """The norm applied just before the unembedding, found by the usual Hugging Face names."""
-    for name in FINAL_NORM_NAMES:
-        module = getattr(net.base_model, name, None)
-        if isinstance(module, torch.nn.Module):
-            return module
-    raise DataError(
-        f"no final norm found under the names {list(FINAL_NORM_NAMES)} in {type(net).__name__}; "
-        "finetune without --freeze-final-norm"
-    )
-
-
-BLOCK_NAME = re.compile(r"\.(?:layers|h)\.(\d+)\.")  # Llama/Gemma/NeoX `layers.i.`, GPT-2 `h.i.`
-
-
-def freeze_first_blocks(net, n: int) -> None:
-    """Stop gradients into decoder blocks 0..n-1 (found by their parameter names)."""
-    found = 0
-    for name, parameter in net.named_parameters():
-        match = BLOCK_NAME.search(name)
-        if match and int(match.group(1)) < n:
-            parameter.requires_grad_(False)
-            found += 1
-    if not found:
-        raise DataError(f"no decoder-block parameters named like 'layers.N.' or 'h.N.' in {type(net).__name__}")
-
-
 def _check_config(config: FinetuneConfig, general_texts: list[str] | None) -> str:
     """Refuse settings that cannot run, before any load; the device to train on."""
     if config.lora_rank < 0:
@@ -259,26 +229,6 @@ def _load_model(model: str | Path, trust_remote_code: bool):
             "save_pretrained, or fix config.json"
         )
     return net
-
-
-def _freeze(net, config: FinetuneConfig) -> None:
-    """Keep the parts the config names fixed (embeddings, unembedding, final norm, first blocks)."""
-    if config.freeze_embeddings:
-        net.get_input_embeddings().weight.requires_grad_(False)
-    if config.freeze_unembeddings:
-        out = net.get_output_embeddings()
-        if out is None:
-            raise DataError("this model has no separate output embedding to freeze")
-        out.weight.requires_grad_(False)
-    if config.freeze_final_norm:
-        for parameter in final_norm(net).parameters():
-            parameter.requires_grad_(False)
-    if config.freeze_layers:
-        freeze_first_blocks(net, config.freeze_layers)
-    if config.freeze_embeddings != config.freeze_unembeddings and (
-        net.get_input_embeddings().weight is net.get_output_embeddings().weight
-    ):
-        raise DataError("this model ties embeddings and unembeddings: freeze both or neither")
 
 
 @dataclass
@@ -341,16 +291,6 @@ def _training_arguments(
         dataloader_num_workers=0,
         train_sampling_strategy="group_by_length" if config.group_by_length else "random",
     )
-
-
-def _with_lora(net, rank: int):
-    """LoRA adapters of `rank` injected into `net`'s block linears (peft trains them in place, the
-    other weights frozen); the PeftModel that merges them back, or None for a full finetune."""
-    if not rank:
-        return None
-    from peft import LoraConfig, get_peft_model  # here: peft costs ~2 s of start-up
-
-    return get_peft_model(net, LoraConfig(r=rank, lora_alpha=2 * rank, lora_dropout=0.0, target_modules="all-linear"))
 
 
 def _train(trainer: _AccuracyTrainer, net, device: str, resume_from: str | None, checkpoints: bool) -> None:
@@ -483,8 +423,8 @@ def finetune(
         check_whole(local)  # a model folder whose replacement was cut off mixes two builds
     tokenizer = _load_tokenizer(local, trust_remote_code)
     net = _load_model(local, trust_remote_code)
-    _freeze(net, config)
-    lora = _with_lora(net, config.lora_rank)
+    freeze_parts(net, config)
+    lora = with_lora(net, config.lora_rank)
     data = _training_data(tokenizer, net, data_dir, config, general_texts)
     checkpoints = checkpoint_dir is not None
     # Under `accelerate launch` / torchrun every process trains; only rank 0 writes `out_dir`.
