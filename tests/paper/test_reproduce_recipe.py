@@ -78,3 +78,19 @@ def test_the_reproduce_command_plans_its_job_once(tmp_path, monkeypatch):
     )
     assert result.exit_code == 0, result.output
     assert len(calls) == 2 and calls[1] == plan_job(calls[0]).recipe  # planned once, run on that job
+
+
+def test_a_lora_rank_reaches_the_finetunes_plan_and_deviations_and_a_full_finetune_records_none(tmp_path):
+    """--lora-rank N: the finetune config trains a LoRA of rank N and the report names it; a job
+    without it records the recipe and finetune inputs as before the option (no lora_rank key),
+    so that finished steps of older jobs are still found done."""
+    from weightgraft.paper.reproduce_sections import deviations_section
+
+    lora = plan_job(ReproduceOptions(model="m", out=tmp_path / "l", device="cpu", setting="laptop", lora_rank=8))
+    assert lora.recipe.lora_rank == 8 and finetune_config(lora.recipe).lora_rank == 8
+    assert lora.recipe.record()["lora_rank"] == 8 and finetune_config(lora.recipe).record()["lora_rank"] == 8
+    assert any("LoRA finetunes: adapters of rank 8" in line for line in deviations_section(lora, {}))
+    full = plan_job(ReproduceOptions(model="m", out=tmp_path / "f", device="cpu", setting="laptop"))
+    assert full.recipe.lora_rank == 0
+    assert "lora_rank" not in full.recipe.record() and "lora_rank" not in finetune_config(full.recipe).record()
+    assert not any("LoRA" in line for line in deviations_section(full, {}))

@@ -76,6 +76,12 @@ def reproduce_command(
         "once per job, offline) into every finetune as general text, at a share of 0.25 where the "
         "setting mixes in none (not the paper's; the report names it).",
     ),
+    lora_rank: int | None = typer.Option(
+        None,
+        min=0,
+        help="Train a LoRA of this rank on every block linear instead of every weight, merged into "
+        "each finetuned model (not the paper's; the report names it). Default: the setting's (0: full).",
+    ),
     bootstrap: int = typer.Option(1000, min=1, help="Bootstrap resamples for the intervals."),
     seed: int = typer.Option(0),
     dry_run: bool = typer.Option(
@@ -106,6 +112,7 @@ def reproduce_command(
         max_examples=max_examples,
         layer_sweeps=layer_sweeps,
         replay=replay,
+        lora_rank=lora_rank,
         bootstrap=bootstrap,
         seed=seed,
     )

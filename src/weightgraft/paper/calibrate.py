@@ -71,14 +71,17 @@ def _autocast(precision: str, device: str):
     return torch.autocast(device.split(":")[0], dtype=dtypes[precision])
 
 
-def measure(folder: Path, batch: int, tokens: int, device: str, steps: int = 3, precision: str = "fp32") -> Measured:
+def measure(
+    folder: Path, batch: int, tokens: int, device: str, steps: int = 3, precision: str = "fp32", lora_rank: int = 0
+) -> Measured:
     """Time `steps` AdamW steps (the first, which allocates, is not counted) in the finetune's
-    `precision` (bf16/fp16: under autocast) and a float32 forward of a batch of 64 rows that
+    `precision` (bf16/fp16: under autocast), of the LoRA adapters alone where `lora_rank` is set, and a float32 forward of a batch of 64 rows that
     unembeds each row's last position only (validation and runs are float32), on random token
     ids of the model's vocabulary; and the unembedding of one position alone."""
     # here, not at the top: training.finetune brings transformers' Trainer, measured at 2.4 s
     # more for `weightgraft reproduce`'s start (its --dry-run plan) on a loaded 2-core machine
     from weightgraft.training.finetune import quiet_loading
+    from weightgraft.training.trainable import with_lora
 
     with quiet_loading():
         model = AutoModelForCausalLM.from_pretrained(
@@ -88,8 +91,10 @@ def measure(folder: Path, batch: int, tokens: int, device: str, steps: int = 3, 
     vocab = model.get_input_embeddings().weight.shape[0]
     generator = torch.Generator().manual_seed(0)
     ids = torch.randint(0, vocab, (batch, tokens), generator=generator).to(device)
+    lora = with_lora(model, lora_rank)
+    trained = [p for p in model.parameters() if p.requires_grad]
     # Trainer's default optimizer (adamw_torch_fused) where torch has the fused kernel.
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-6, fused=device.split(":")[0] in ("cpu", "cuda"))
+    optimizer = torch.optim.AdamW(trained, lr=1e-6, fused=device.split(":")[0] in ("cpu", "cuda"))
     times = []
     for _ in range(steps):
         start = time.perf_counter()
@@ -100,6 +105,8 @@ def measure(folder: Path, batch: int, tokens: int, device: str, steps: int = 3, 
         optimizer.zero_grad(set_to_none=True)
         _sync(device)
         times.append(time.perf_counter() - start)
+    if lora is not None:  # the runs and validation use the merged model: a plain forward
+        model = lora.merge_and_unload()
     model.eval()
     rows = torch.randint(0, vocab, (64, tokens), generator=generator).to(device)
     with torch.no_grad():

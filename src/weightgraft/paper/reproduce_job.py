@@ -115,6 +115,7 @@ def finetune_config(recipe: Recipe):
         seed=recipe.seed,
         labelled_logits_only=True,  # the same loss, without the padding's unembedding
         group_by_length=recipe.group_by_length,
+        lora_rank=recipe.lora_rank,
     )
 
 

@@ -97,7 +97,9 @@ def _measured(job: Job, config, tokens: int) -> calibrate.Measured | None:
     folder = model_dir(job.recipe.model)
     if folder is None:
         return None
-    return calibrate.measure(folder, config.batch_size, tokens, job.recipe.device, precision=config.precision)
+    return calibrate.measure(
+        folder, config.batch_size, tokens, job.recipe.device, precision=config.precision, lora_rank=config.lora_rank
+    )
 
 
 def plan_steps(job: Job) -> tuple[list[PlannedStep], dict]:
@@ -295,7 +297,8 @@ def describe_plan(job: Job) -> str:
         f"finetuning {recipe.setting}: lr {config.lr:g}, weight decay {config.weight_decay:g}, "
         f"batch {config.batch_size}, {config.epochs} epochs, {config.precision}, "
         f"max length {config.max_length}, general text share {config.mix_ratio:g}"
-        f"{' (self-replay)' if recipe.replay else ''}; a checkpoint every epoch"
+        f"{' (self-replay)' if recipe.replay else ''}"
+        f"{f', LoRA rank {recipe.lora_rank}' if recipe.lora_rank else ''}; a checkpoint every epoch"
     )
     lines.append(
         f"runs       dtype {recipe.dtype}, examples per experiment "

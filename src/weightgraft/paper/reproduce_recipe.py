@@ -40,6 +40,7 @@ class Setting:
     batch_size: int = PAPER_BATCH
     group_by_length: bool = False  # batches of texts of similar length (the paper: random batches)
     layer_sweeps: bool = True  # weightgraft's own analysis, not the paper's
+    lora_rank: int = 0  # 0: every weight trained (the paper's); N: a merged LoRA of rank N
 
 
 # "aggressive" is the paper's main setting; "gentle" is its less aggressive variant with general
@@ -82,6 +83,8 @@ class ReproduceOptions:
         general_text: general text mixed in by the gentle setting.
         replay: mix the pretrained model's own continuations of neutral prompts into every
             finetune (self-replay, `paper.replay`; not the paper's).
+        lora_rank: train a LoRA of this rank on every block linear instead of every weight,
+            merged into the saved model (not the paper's; None: the setting's).
         max_examples: cap on the prompts scored per experiment (None: all).
         bootstrap: resamples for the intervals.
         seed: the seed of data, finetunes and runs.
@@ -104,6 +107,7 @@ class ReproduceOptions:
     batch_size: int | None = None
     layer_sweeps: bool | None = None
     replay: bool = False
+    lora_rank: int | None = None
 
 
 @dataclass(frozen=True)
@@ -131,10 +135,15 @@ class Recipe:
     bootstrap: int
     seed: int
     replay: bool = False  # self-replay texts join the general text (mix_ratio: their share)
+    lora_rank: int = 0  # 0: a full finetune
 
     def record(self) -> dict:
-        """The recipe as JSON values, for the job's provenance."""
-        return {k: str(v) if isinstance(v, Path) else v for k, v in asdict(self).items()}
+        """The recipe as JSON values, for the job's provenance (a full finetune's leaves
+        `lora_rank` out, as jobs made before the option recorded it)."""
+        body = {k: str(v) if isinstance(v, Path) else v for k, v in asdict(self).items()}
+        if not self.lora_rank:
+            del body["lora_rank"]
+        return body
 
 
 def _given(value, default):
@@ -171,4 +180,5 @@ def resolve_recipe(options: ReproduceOptions, setting: Setting) -> Recipe:
         bootstrap=options.bootstrap,
         seed=options.seed,
         replay=options.replay,
+        lora_rank=_given(options.lora_rank, setting.lora_rank),
     )

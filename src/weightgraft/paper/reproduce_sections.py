@@ -118,6 +118,12 @@ def deviations_section(job: Job, steps: dict) -> list[str]:
             + f": general text is {recipe.mix_ratio:g} of the training texts (weightgraft's lever "
             "against forgetting; the paper has none)."
         )
+    if recipe.lora_rank:
+        lines.append(
+            f"- LoRA finetunes: adapters of rank {recipe.lora_rank} (alpha {2 * recipe.lora_rank}) on every "
+            "linear layer of the blocks, merged into each saved model; embeddings and norms stay the "
+            "pretrained model's (the paper trains every weight; weightgraft's lever against forgetting)."
+        )
     if recipe.max_examples is not None:
         lines.append(f"- At most {recipe.max_examples} prompts scored per experiment (the paper: all).")
     if not lines[2:]:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 from huggingface_hub import snapshot_download
@@ -305,7 +305,7 @@ class Pipeline:
         inputs = {
             "base_model": self.fingerprints["pre"],
             "data": data[ft.dataset]["manifest_sha256"],
-            "config": asdict(config),
+            "config": config.record(),
             "general_text": general_sha if config.mix_ratio else None,
         }
 

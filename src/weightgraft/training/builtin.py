@@ -299,7 +299,7 @@ def builtin_steps(
     ):
         config = replace(spec.finetune, epochs=epochs)
         if seeds == 1:
-            recipe = {"finetune": asdict(config), "data": data.name}
+            recipe = {"finetune": config.record(), "data": data.name}
             steps.append(BuildStep(name, (out,), recipe, after, partial(_finetune, art, config, data, out, progress)))
             continue
         # Each member is a step of its own, so an interrupted build keeps the members it finished.
@@ -307,7 +307,7 @@ def builtin_steps(
         for seed in range(config.seed, config.seed + seeds):
             member = replace(config, seed=seed)
             folder = art.root / "models" / "members" / f"{out.name}-seed{seed}"
-            recipe = {"finetune": asdict(member), "data": data.name}
+            recipe = {"finetune": member.record(), "data": data.name}
             step = partial(_finetune, art, member, data, folder, progress)
             steps.append(BuildStep(f"{name}, seed {seed}", (folder,), recipe, after, step))
             members.append(steps[-1])

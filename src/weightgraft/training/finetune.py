@@ -84,6 +84,15 @@ class FinetuneConfig:
     # lever against forgetting (`docs/real_models.md`); the saved model is a full model either way.
     lora_rank: int = 0
 
+    def record(self) -> dict:
+        """The options as recorded (training_config.json, ledger inputs): a full finetune's
+        record leaves `lora_rank` out, so that records and input hashes made before the option
+        existed still match."""
+        body = asdict(self)
+        if not self.lora_rank:
+            del body["lora_rank"]
+        return body
+
 
 @dataclass
 class FinetuneResult:
@@ -355,7 +364,7 @@ def _training_record(model, data_dir: Path, manifest: dict, config: FinetuneConf
         "data_dir": str(data_dir),
         "data_sha256": manifest.get("sha256"),
         "data_seed": manifest.get("seed"),
-        **asdict(config),
+        **config.record(),
         **run,
     }
 
