@@ -184,10 +184,13 @@ def _replay_step(measured) -> PlannedStep:
     return PlannedStep("replay", what, forwards, texts * REPLAY_TOKENS, seconds)
 
 
-# Seconds of one held-out fact's forward (one prompt alone, every position unembedded) in the
-# measured batched forward's seconds per token, beyond its own tokens: at a batch of one a forward
-# is mostly overhead, as a decoding forward is (REPLAY_FORWARD_TOKENS). Fitted below.
-KNOWLEDGE_FORWARD_TOKENS = 22.0
+# Seconds of one held-out fact's forward (one prompt alone, every position unembedded; each
+# model's load shared out over its forwards) in the measured batched forward's seconds per token,
+# beyond its own tokens: at a batch of one a forward is mostly overhead. Fitted on SmolLM2 on the
+# quiet 2-core machine: 5 models x 198 facts in 61.6 s, with a forward measured at 0.90 ms a token
+# and 0.23 ms an unembedded position, the plan's prompts at 13.8 tokens: 61.6 / 990 = 0.0622 s =
+# (K + 13.8) x 0.90 ms + 13.8 x 0.23 ms, so K = 52.
+KNOWLEDGE_FORWARD_TOKENS = 52.0
 
 
 def _knowledge_step(job: Job, measured, prompt_tokens: float) -> PlannedStep:
