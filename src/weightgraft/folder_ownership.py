@@ -212,9 +212,17 @@ def refuse_mount_point(final: Path) -> None:
         )
 
 
+def is_bookkeeping(name: str) -> bool:
+    """A lock file, or a record that another weightgraft process is writing right now (the
+    temporary file `write_atomic` renames into OWNED_RECORD): neither is anyone's result. Two
+    shards of one run claim their folder side by side, and the other shard's half-written record
+    must not read as a stranger's file."""
+    return name.startswith(LOCK_NAME) or (name.startswith(f".{OWNED_RECORD}.") and name.endswith(".tmp"))
+
+
 def other_entries(folder: Path) -> list[Path]:
-    """The entries of `folder` other than lock files and OWNED_RECORD."""
-    return [p for p in folder.iterdir() if not p.name.startswith(LOCK_NAME) and p.name != OWNED_RECORD]
+    """The entries of `folder` other than bookkeeping (see `is_bookkeeping`) and OWNED_RECORD."""
+    return [p for p in folder.iterdir() if not is_bookkeeping(p.name) and p.name != OWNED_RECORD]
 
 
 def refuse_foreign(folder: str | Path, command: str, marks: tuple[str, ...]) -> None:
@@ -225,7 +233,7 @@ def refuse_foreign(folder: str | Path, command: str, marks: tuple[str, ...]) -> 
     folder, what = Path(os.path.abspath(folder)), f"weightgraft {command}"
     if folder.exists() and not folder.is_dir():
         raise OutputExistsError(f"{folder} is a file, not a folder; choose another --out")
-    if not folder.is_dir() or not [p for p in folder.iterdir() if not p.name.startswith(LOCK_NAME)]:
+    if not folder.is_dir() or not [p for p in folder.iterdir() if not is_bookkeeping(p.name)]:
         return
     record = read_record(folder)
     if record is not None and record.command is not None:

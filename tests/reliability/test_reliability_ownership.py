@@ -248,3 +248,28 @@ def test_a_symlink_in_place_of_a_recorded_subfolder_is_replaced_as_a_link(tmp_pa
     assert snapshot(elsewhere) == kept  # the link was replaced, never followed
     assert not (dataset / INSTALLING).exists()
     check_whole(dataset)
+
+
+def test_a_shard_claims_a_folder_while_the_other_shard_is_writing_its_record(tmp_path):
+    """Two torchrun ranks claim one run folder side by side: the first one's record, caught
+    half-written (the temporary file `write_atomic` renames into place), is not a stranger's
+    file. A user's file of any other name still stops the run before it writes anything."""
+    from weightgraft.experiments.run_folder import run_folder
+    from weightgraft.folder_ownership import OutputExistsError
+    from weightgraft.locking import lock_file
+
+    out = tmp_path / "ranks"
+    out.mkdir()
+    lock_file(out, ".shard-0-of-2").write_text("{}")
+    (out / f".{OWNED_RECORD}.k3x9q1.tmp").write_text("# written by weightgraft run\n")
+    with run_folder(out, (1, 2)):
+        assert read_record(out).command == "run"
+    assert (out / f".{OWNED_RECORD}.k3x9q1.tmp").is_file()  # the other process's, left alone
+
+    stranger = tmp_path / "theirs"
+    stranger.mkdir()
+    (stranger / "notes.tmp").write_text("mine")
+    with pytest.raises(OutputExistsError, match="choose a new or empty folder"):
+        with run_folder(stranger, (1, 2)):
+            pass
+    assert sorted(p.name for p in stranger.iterdir()) == ["notes.tmp"]
