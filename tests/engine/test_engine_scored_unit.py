@@ -9,13 +9,15 @@ tokenizer and SmolLM2's, on names in several scripts: the same scores from a pla
 
 from __future__ import annotations
 
+from dataclasses import asdict
+
 import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from tokenizer_fixtures import builtin_tokenizer, smollm2_tokenizer
 from weightgraft import Graft, Grafter, Prompt
-from weightgraft.engine.scoring import score_rows
+from weightgraft.engine.scoring import TargetScore, score_rows
 
 NAMES = ["李小龍", "山田太郎", "김민수", "Иван Петров", "Αλέξης Τσίπρας", "राहुल शर्मा", "Ümit Yıldız", "Rosa Park"]
 TOKENIZERS = {"builtin": builtin_tokenizer, "smollm2": smollm2_tokenizer}
@@ -34,7 +36,9 @@ def _expected(logits: torch.Tensor, first: int, target: list[int], scored: int, 
     return {"rank": max(ranks), "prob": prob, "target_logprob": whole, "predicted_id": int(steps[0].argmax())}
 
 
-def _check(found: dict, expected: dict) -> None:
+def _check(found: TargetScore | dict, expected: dict) -> None:
+    """`found`: score_rows' TargetScore, or a row of Grafter.score's table (its columns)."""
+    found = asdict(found) if isinstance(found, TargetScore) else found
     assert found["rank"] == expected["rank"]
     assert found["prob"] == pytest.approx(expected["prob"], rel=1e-4, abs=1e-12)
     assert found["target_logprob"] == pytest.approx(expected["target_logprob"], rel=1e-4, abs=1e-5)
@@ -53,11 +57,11 @@ def test_score_rows_scores_a_unit_by_its_worst_rank_and_the_product_of_its_proba
         _check(score, _expected(logits[row], first_steps[row], targets[row], scored[row], units[row]))
     # the same from one [seq, vocab] tensor per row
     ragged = score_rows([logits[r] for r in range(4)], first_steps, targets, scored, units)
-    assert [r["rank"] for r in ragged] == [r["rank"] for r in found]
+    assert [r.rank for r in ragged] == [r.rank for r in found]
     # a unit of one token is the scored token alone, as without units, bit for bit
     alone = score_rows(logits, first_steps, targets, scored)
     assert score_rows(logits, first_steps, targets, scored, [1] * 4) == alone
-    assert [a["rank"] for a in alone] != [f["rank"] for f in found]  # the units change the ranks here
+    assert [a.rank for a in alone] != [f.rank for f in found]  # the units change the ranks here
 
 
 def test_a_unit_outside_its_target_is_refused():

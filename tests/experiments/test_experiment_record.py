@@ -139,3 +139,30 @@ def test_a_run_hands_its_records_to_the_summary_without_reading_them_back(world,
     monkeypatch.undo()
     run_pipeline.summarize(cfg, again, report=False)  # from state/, as after a merge
     assert (rerun / "summary.csv").read_bytes() == (again / "summary.csv").read_bytes()
+
+
+def test_a_result_file_holds_typed_rows_and_writes_again_byte_for_byte(world, tmp_path):
+    """A result file's columns are `ExampleRow`'s fields, in order; its rows read back as
+    ExampleRows (scored ones with every score, the rest with a reason and none) and, written
+    again with the file's fingerprint, give the same file."""
+    from dataclasses import fields
+
+    import pyarrow.parquet as pq
+
+    from weightgraft.experiments import result_files
+    from weightgraft.experiments.example_rows import ExampleRow
+
+    _, out, _ = world
+    assert [f.name for f in fields(ExampleRow)] == result_files.SCHEMA.names
+    record = ExperimentRecord.read(out, "rec")
+    for cond in record.conditions:
+        path = run_folder.condition_file(out, "rec", cond.name)
+        rows = [ExampleRow(**row) for row in pq.read_table(path).to_pylist()]
+        assert len(rows) == len(record.examples) and all(r.condition == cond.name for r in rows)
+        for row in rows:
+            scores = (row.rank, row.prob, row.target_logprob, row.exact_match, row.predicted)
+            assert all(s is not None for s in scores) if row.applicable else all(s is None for s in scores)
+            assert row.applicable or row.note.startswith("not applicable: ")
+        again = tmp_path / path.name
+        result_files.write_condition(again, rows, result_files.stored_fingerprint(path))
+        assert sha256_file(again) == sha256_file(path)

@@ -13,7 +13,7 @@ prompt's last token, as the run configs' conditions give them (`Condition.row_ma
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import asdict, dataclass, replace
 
 import torch
 
@@ -25,13 +25,25 @@ from weightgraft.engine.roles import NotApplicable
 TOP_K = (1, 5, 10, 50, 100)  # the runner's top-k metrics (experiments.vocabulary.SUMMARY_METRICS)
 
 
+@dataclass(frozen=True)
+class TargetScore:
+    """How one row scores its target (see `score_rows` for each measure's definition): what a
+    result file's row, the API's table and the explorer's columns are made from."""
+
+    rank: int
+    prob: float
+    target_logprob: float
+    exact_match: bool
+    predicted_id: int
+
+
 def score_rows(
     logits: torch.Tensor,
     first_steps: list[int],
     targets: list[list[int]],
     scored: list[int] | None = None,
     units: list[int] | None = None,
-) -> list[dict]:
+) -> list[TargetScore]:
     """Scores for each row of `logits` [rows, seq, vocab], or of a list of per-row [seq, vocab]
     tensors; `first_steps[row]` indexes the logits that score the row's first target token (the
     prompt's last token: its length - 1 in a right-padded row); `scored[row]` (default 0) the
@@ -74,13 +86,7 @@ def score_rows(
     total_logp, wrong = total_logp.tolist(), wrong.tolist()
     predicted = steps[firsts].argmax(-1).tolist()
     return [
-        {
-            "rank": int(ranks[i]),
-            "prob": float(probs[i]),
-            "target_logprob": float(total_logp[i]),
-            "exact_match": wrong[i] == 0,
-            "predicted_id": int(predicted[i]),
-        }
+        TargetScore(int(ranks[i]), float(probs[i]), float(total_logp[i]), wrong[i] == 0, int(predicted[i]))
         for i in range(len(targets))
     ]
 
@@ -224,8 +230,8 @@ def _score_batch(grafter: GraftPasses, batch: list, records: list[dict], prompts
     scores = score_rows(logits, [0] * len(batch), targets, scored, units)
     for row, ((index, enc, _), found) in enumerate(zip(batch, scores)):
         record = records[index]
-        record.update({k: found[k] for k in ("rank", "prob", "target_logprob", "exact_match", "predicted_id")})
-        record["predicted"] = prompts[record["prompt"]].decode([found["predicted_id"]])
+        record.update(asdict(found))
+        record["predicted"] = prompts[record["prompt"]].decode([found.predicted_id])
         rival = rival_ids[record["prompt"]]
         if rival is not None:
             step = logits[row, enc.scored].float()

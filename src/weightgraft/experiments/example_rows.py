@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from weightgraft.data.schema import EvalPrompt
+from weightgraft.engine.scoring import TargetScore
+
 
 @dataclass
 class Example:
@@ -14,7 +17,7 @@ class Example:
     from there on rank and prob score (the tokens of a first character split over byte tokens),
     1 for ordinary targets; `note` says so when either differs."""
 
-    prompt: object  # EvalPrompt
+    prompt: EvalPrompt
     input_ids: list[int]
     target_ids: list[int]
     positions: dict[str, list[int]]
@@ -34,7 +37,7 @@ def example_key(e: Example) -> tuple:
 
 
 def prompt_fields(prompt) -> dict:
-    """The fields of a prompt that a record copies (see `base_record`)."""
+    """The fields of a prompt that a result row copies (see `ExampleRow`)."""
     return {
         "template": prompt.template_id,
         "fact_id": prompt.fact_id,
@@ -50,7 +53,64 @@ def fact_kind_of(prompt) -> str:
     return str(getattr(prompt, "fact_kind", None) or "unknown")
 
 
-def base_record(experiment: str, condition: str, ex: Example) -> dict:
+@dataclass(frozen=True)
+class ExampleRow:
+    """One row of a condition's result file (`result_files.SCHEMA` gives the columns' types):
+    the example it scores, and how it scored, or why the condition does not apply to it (then
+    `applicable` is False, `note` gives the reason and the scores are None).
+
+    template, example_id, fact_id, fact_kind, reversed, target: copied from the prompt
+    (`prompt_fields`); n_target_tokens: the target's length in tokens; note: on a scored row,
+    `Example.note` (how its scored token was chosen), else the reason it was not scored;
+    predicted: the text of the token the model ranks first where the target's scored token is.
+    """
+
+    experiment: str
+    condition: str
+    template: str
+    example_id: str
+    fact_id: str
+    fact_kind: str
+    reversed: bool
+    applicable: bool
+    note: str
+    target: str
+    n_target_tokens: int
+    rank: int | None
+    prob: float | None
+    target_logprob: float | None
+    exact_match: bool | None
+    predicted: str | None
+
+    @classmethod
+    def not_applicable(cls, experiment: str, condition: str, ex: Example, reason: str) -> ExampleRow:
+        return cls(
+            **_copied(experiment, condition, ex),
+            applicable=False,
+            note=f"not applicable: {reason}",
+            rank=None,
+            prob=None,
+            target_logprob=None,
+            exact_match=None,
+            predicted=None,
+        )
+
+    @classmethod
+    def scored(cls, experiment: str, condition: str, ex: Example, score: TargetScore, predicted: str) -> ExampleRow:
+        return cls(
+            **_copied(experiment, condition, ex),
+            applicable=True,
+            note=ex.note,
+            rank=score.rank,
+            prob=score.prob,
+            target_logprob=score.target_logprob,
+            exact_match=score.exact_match,
+            predicted=predicted,
+        )
+
+
+def _copied(experiment: str, condition: str, ex: Example) -> dict[str, str | bool | int]:
+    """The fields of a row that name its example (the same in every condition's file)."""
     p = ex.prompt
     return {
         "experiment": experiment,
@@ -63,29 +123,3 @@ def base_record(experiment: str, condition: str, ex: Example) -> dict:
         "target": p.target,
         "n_target_tokens": len(ex.target_ids),
     }
-
-
-def na_record(experiment: str, condition: str, ex: Example, note: str) -> dict:
-    return dict(
-        base_record(experiment, condition, ex),
-        applicable=False,
-        note=f"not applicable: {note}",
-        rank=None,
-        prob=None,
-        target_logprob=None,
-        exact_match=None,
-        predicted=None,
-    )
-
-
-def scored_record(experiment: str, condition: str, ex: Example, score: dict, predicted: str) -> dict:
-    return dict(
-        base_record(experiment, condition, ex),
-        applicable=True,
-        note=ex.note,
-        rank=score["rank"],
-        prob=score["prob"],
-        target_logprob=score["target_logprob"],
-        exact_match=score["exact_match"],
-        predicted=predicted,
-    )

@@ -19,7 +19,7 @@ from weightgraft.engine.grafter import Grafter
 from weightgraft.errors import UserError
 from weightgraft.experiments.conditions import Condition, NotApplicable, ShapeSpec
 from weightgraft.experiments.config import RunConfig
-from weightgraft.experiments.example_rows import Example, na_record, scored_record
+from weightgraft.experiments.example_rows import Example, ExampleRow
 from weightgraft.experiments.methods import ChunkMethod, Row
 from weightgraft.experiments.metrics import score_rows
 from weightgraft.experiments.models import load_model
@@ -83,13 +83,13 @@ class Resources(PlanInputs):
 
 def compute_chunk(
     method: ChunkMethod, experiment: str, chunk: list[Condition], batches: list[list[Example]], decode, bar
-) -> dict[str, list[dict]]:
-    """Per-example records for every condition of the chunk (same recipient, donors and method),
+) -> dict[str, list[ExampleRow]]:
+    """Per-example rows for every condition of the chunk (same recipient, donors and method),
     in the order of the batches' examples.
 
     method: computes the rows' logits (`methods.method_for`); decode: token ids -> text (the
     tokenizer's `decode`, for the predicted token); bar: progress, told each batch's rows."""
-    records: dict[str, list[dict]] = {c.name: [] for c in chunk}
+    records: dict[str, list[ExampleRow]] = {c.name: [] for c in chunk}
     for batch in batches:
         rows = []
         for ei, ex in enumerate(batch):
@@ -98,7 +98,7 @@ def compute_chunk(
                 try:
                     masks = cond.row_masks(ex.positions, len(ex.input_ids), total_len, ex.prompt.id)
                 except NotApplicable as err:
-                    records[cond.name].append(na_record(experiment, cond.name, ex, str(err)))
+                    records[cond.name].append(ExampleRow.not_applicable(experiment, cond.name, ex, str(err)))
                     continue
                 rows.append(Row(ei, cond, masks))
         if rows:
@@ -111,9 +111,9 @@ def compute_chunk(
                 [batch[row.example].unit for row in rows],
             )
             for row, score in zip(rows, scores):
-                predicted = decode([score["predicted_id"]])
+                predicted = decode([score.predicted_id])
                 records[row.condition.name].append(
-                    scored_record(experiment, row.condition.name, batch[row.example], score, predicted)
+                    ExampleRow.scored(experiment, row.condition.name, batch[row.example], score, predicted)
                 )
         bar.update(len(batch) * len(chunk))
     return records

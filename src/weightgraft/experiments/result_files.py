@@ -9,13 +9,14 @@ damaged file is reported by path and recomputed, never trusted.
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from weightgraft.atomic import write_atomic
-from weightgraft.experiments.example_rows import Example, example_key
+from weightgraft.experiments.example_rows import Example, ExampleRow, example_key
 from weightgraft.runtime import sha256_file, sha256_json
 
 SCHEMA = pa.schema(
@@ -63,9 +64,9 @@ def condition_fingerprint(
     )
 
 
-def write_condition(path: Path, rows: list[dict], fingerprint: str) -> str:
+def write_condition(path: Path, rows: list[ExampleRow], fingerprint: str) -> str:
     """Write a result file (with page checksums); returns its sha256 for the state file."""
-    table = pa.Table.from_pylist(rows, schema=SCHEMA)
+    table = pa.Table.from_pylist([asdict(row) for row in rows], schema=SCHEMA)
     table = table.replace_schema_metadata({FINGERPRINT_KEY: fingerprint})
     write_atomic(path, lambda tmp: pq.write_table(table, tmp, write_page_checksum=True))
     return sha256_file(path)

@@ -158,7 +158,7 @@ class Runner:
         for cond in conditions:
             if cond.name not in chunk.pending:
                 continue
-            rows[cond.name].sort(key=lambda r: order[r["example_id"]])  # dataset order
+            rows[cond.name].sort(key=lambda r: order[r.example_id])  # dataset order
             path = run_folder.condition_file(self.out, exp.name, cond.name, self.shard)
             fingerprint = exp.fingerprints[cond.name]
             written[path.name] = result_files.write_condition(path, rows[cond.name], fingerprint)

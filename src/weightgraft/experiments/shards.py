@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 
 from weightgraft.errors import UserError
 from weightgraft.experiments import result_files, run_folder, run_json
+from weightgraft.experiments.example_rows import ExampleRow
 from weightgraft.experiments.record import ExperimentRecord
 from weightgraft.runtime import launch_shard
 
@@ -134,7 +135,7 @@ def shard_record(out: Path, name: str, shard: tuple[int, int]) -> ExperimentReco
 
 def merged_rows(
     out: Path, name: str, condition: str, parts: list[tuple[tuple[int, int], ExperimentRecord]], order: tuple[str, ...]
-) -> list[dict]:
+) -> list[ExampleRow]:
     """A condition's rows from every shard's result file (each checked against its shard's
     record), in the experiment's example order."""
     tables = []
@@ -159,4 +160,4 @@ def merged_rows(
             f"cannot merge {out}: the shards of {name}/{condition} do not "
             "cover the experiment's examples once each; run the shards again"
         )
-    return table.take([position[example] for example in order]).to_pylist()
+    return [ExampleRow(**row) for row in table.take([position[example] for example in order]).to_pylist()]

@@ -52,11 +52,11 @@ def score_columns(
     diff = None if rival_id is None else (step[:, target_ids[scored]] - step[:, rival_id]).tolist()
     return [
         {
-            "prob": s["prob"],
-            "rank": s["rank"],
+            "prob": s.prob,
+            "rank": s.rank,
             "logprob": float(logp[i]),
             "logit_diff": None if diff is None else float(diff[i]),
-            "target_logprob": s["target_logprob"],
+            "target_logprob": s.target_logprob,
         }
         for i, s in enumerate(scores)
     ]
