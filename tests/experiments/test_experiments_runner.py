@@ -256,7 +256,7 @@ def test_interrupted_run_resumes_to_the_same_summary(world, tmp_path, monkeypatc
 
     def write_then_maybe_stop(path, rows, fingerprint):
         real_write(path, rows, fingerprint)
-        stop_after_five(f"{rows[0]['experiment']}/{rows[0]['condition']}")
+        stop_after_five(f"{rows[0].experiment}/{rows[0].condition}")
 
     monkeypatch.setattr(result_files, "write_condition", write_then_maybe_stop)
     with pytest.raises(Interrupt):

@@ -30,7 +30,7 @@ from weightgraft.explore.heads import nested
 from weightgraft.explore.lens import logit_lens
 from weightgraft.explore.many import MAX_PROMPTS, RoleGraft, chosen_prompts, score_prompts
 from weightgraft.explore.prompt_encoder import Encoded
-from weightgraft.explore.session import ExploreSession
+from weightgraft.explore.session import PAGE_INTEGRATION_STEPS, ExploreSession
 
 
 def exact_map(
@@ -117,7 +117,7 @@ def attribution(session: ExploreSession, encoded: Encoded, donor: str, method: s
             ids,
             [encoded.target_id],
             method=method,
-            steps=8,
+            steps=PAGE_INTEGRATION_STEPS,  # the same map as the components', expert by expert
             donor=donor,
             grain="expert",
             each_pass=running,
