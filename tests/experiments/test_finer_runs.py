@@ -278,7 +278,7 @@ def test_rank_curve_resumes_bit_identically(llama, data, tmp_path, monkeypatch):
 
     def write_then_stop(path, rows, fingerprint):
         real_write(path, rows, fingerprint)
-        seen.append(rows[0]["condition"])
+        seen.append(rows[0].condition)
         if len(seen) == 3:
             raise Interrupt
 
