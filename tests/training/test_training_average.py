@@ -133,3 +133,37 @@ def test_average_command_writes_the_mean_and_reports_a_refusal_in_one_line(tmp_p
     refused = CliRunner().invoke(app, ["average", str(art.relation_model), "--out", str(tmp_path / "n")])
     assert refused.exit_code != 0 and "two or more models" in refused.output
     assert "Traceback" not in refused.output
+
+
+def test_weights_interpolate_a_finetune_towards_its_base_model(tmp_path):
+    """`--weights 0.3,0.7` of PRE and a finetune is PRE + 0.7 (SFT - PRE), tensor by tensor; the
+    record keeps the weights; weights of the wrong count or sum, or not numbers, are refused in
+    one line naming the fix, before anything is written."""
+    from typer.testing import CliRunner
+
+    from weightgraft.cli import _register_all, app
+
+    _register_all()
+    art = tiny_artifacts()
+    ok = CliRunner().invoke(
+        app,
+        ["average", str(art.pretrained), str(art.relation_model), "--weights", "0.3,0.7", "--out", str(tmp_path / "m")],
+    )
+    assert ok.exit_code == 0, ok.output
+    assert "the weighted mean (0.3,0.7) of 2 models" in ok.output
+    pre, sft = load_file(art.pretrained / "model.safetensors"), load_file(art.relation_model / "model.safetensors")
+    got = load_file(tmp_path / "m" / "model.safetensors")
+    for name in ("model.layers.0.self_attn.o_proj.weight", "model.layers.3.mlp.down_proj.weight"):
+        update = sft[name].double() - pre[name].double()
+        assert not torch.equal(got[name], pre[name]) and not torch.equal(got[name], sft[name])
+        torch.testing.assert_close(got[name].double(), pre[name].double() + 0.7 * update, rtol=0, atol=1e-6)
+    assert json.loads((tmp_path / "m" / "training_config.json").read_text())["weights"] == [0.3, 0.7]
+    # weights of 1 and 0 give the first model back, bit for bit
+    assert all(torch.equal(v, pre[k]) for k, v in average_state([pre, sft], [1.0, 0.0]).items())
+    for bad, says in (("0.5,0.6", "sum to 1.1, not 1"), ("1", "1 weights for 2 models"), ("a,b", "numbers separated")):
+        refused = CliRunner().invoke(
+            app,
+            ["average", str(art.pretrained), str(art.relation_model), "--weights", bad, "--out", str(tmp_path / "n")],
+        )
+        assert refused.exit_code == 2 and says in refused.output, refused.output
+        assert "Traceback" not in refused.output and not (tmp_path / "n").exists()

@@ -9,6 +9,7 @@ from typing import Literal
 import typer
 
 from weightgraft.cli import check_device_option, check_positive
+from weightgraft.data.data_errors import DataError
 from weightgraft.training.average import average_weights
 from weightgraft.training.builtin import default_home, ensure_builtin, ship_pretrained
 from weightgraft.training.finetune import FinetuneConfig, finetune_from_files
@@ -93,10 +94,25 @@ def average(
     overwrite: bool = typer.Option(
         False, help="Write into a non-empty --out: replaces weightgraft's own files there, keeps all others."
     ),
+    weights: str | None = typer.Option(
+        None,
+        help="One weight per model, comma-separated, summing to 1 (default: uniform). "
+        "PRE and its finetune with 0.3,0.7 keep 70% of the finetune's update.",
+    ),
 ) -> None:
-    """Average the weights of finetunes of one base model (e.g. `train` runs with different --seed)."""
-    path = average_weights(models, out, overwrite=overwrite, trust_remote_code=trust_remote_code)
-    typer.echo(f"saved {path} (the mean of {len(models)} models)")
+    """Average the weights of finetunes of one base model (e.g. `train` runs with different --seed),
+    or interpolate a finetune towards its base model with --weights."""
+    parsed = None if weights is None else _parse_weights(weights)
+    path = average_weights(models, out, overwrite=overwrite, trust_remote_code=trust_remote_code, weights=parsed)
+    what = "the mean" if parsed is None else f"the weighted mean ({weights})"
+    typer.echo(f"saved {path} ({what} of {len(models)} models)")
+
+
+def _parse_weights(text: str) -> list[float]:
+    try:
+        return [float(part) for part in text.split(",")]
+    except ValueError:
+        raise DataError(f"--weights takes numbers separated by commas (e.g. 0.3,0.7), not {text!r}") from None
 
 
 def register(app: typer.Typer) -> None:

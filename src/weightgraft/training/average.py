@@ -31,6 +31,9 @@ from weightgraft.training.finetune import quiet_loading
 
 # Config entries that name where a model came from rather than what it computes.
 _PROVENANCE_KEYS = {"_name_or_path", "transformers_version", "name_or_path"}
+# Config entries that say how a model is run, not what its weights compute: training turns the
+# KV cache off, so a finetune and its base model differ there and may still be mixed.
+_RUNTIME_KEYS = {"use_cache"}
 
 
 def _record(model: Path) -> dict:
@@ -126,15 +129,18 @@ def _same_path(name: str) -> str:
 
 def _config_differences(first, other) -> list[str]:
     a, b = first.to_dict(), other.to_dict()
-    return sorted(k for k in a.keys() | b.keys() if k not in _PROVENANCE_KEYS and a.get(k) != b.get(k))
+    return sorted(k for k in a.keys() | b.keys() if k not in _PROVENANCE_KEYS | _RUNTIME_KEYS and a.get(k) != b.get(k))
 
 
 def _load(model: Path, trust_remote_code: bool):
     return AutoModelForCausalLM.from_pretrained(model, use_safetensors=True, trust_remote_code=trust_remote_code)
 
 
-def average_state(states: Sequence[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
-    """The entry-wise mean of `states` (summed in float64, returned in each tensor's own dtype)."""
+def average_state(
+    states: Sequence[dict[str, torch.Tensor]], weights: Sequence[float] | None = None
+) -> dict[str, torch.Tensor]:
+    """The entry-wise mean of `states`, or with `weights` (one per state, summing to 1) their
+    weighted mean (summed in float64, returned in each tensor's own dtype)."""
     names = list(states[0])
     for state in states[1:]:
         if list(state) != names:
@@ -145,9 +151,30 @@ def average_state(states: Sequence[dict[str, torch.Tensor]]) -> dict[str, torch.
                     f"{name} has shape {tuple(state[name].shape)} in one model and "
                     f"{tuple(states[0][name].shape)} in another; average only finetunes of one base model"
                 )
+    if weights is None:  # the uniform mean as it always was computed (the built-in models' bytes)
+        return {
+            name: (sum(state[name].double() for state in states) / len(states)).to(states[0][name].dtype)
+            for name in names
+        }
+    weights = _checked_weights(weights, len(states))
     return {
-        name: (sum(state[name].double() for state in states) / len(states)).to(states[0][name].dtype) for name in names
+        name: sum(w * state[name].double() for w, state in zip(weights, states)).to(states[0][name].dtype)
+        for name in names
     }
+
+
+def _checked_weights(weights: Sequence[float], count: int) -> list[float]:
+    """One weight per model, summing to 1: a weighted mean, never a silent rescaling. A negative
+    weight is allowed (0.3 PRE + 0.7 SFT interpolates; -0.5 PRE + 1.5 SFT extrapolates)."""
+    weights = [float(w) for w in weights]
+    if len(weights) != count:
+        raise DataError(f"{len(weights)} weights for {count} models; give one weight per model, in their order")
+    if abs(sum(weights) - 1.0) > 1e-6:
+        raise DataError(
+            f"the weights sum to {sum(weights):g}, not 1; give weights that sum to 1 "
+            "(e.g. 0.3,0.7 for 0.3 x the first model + 0.7 x the second)"
+        )
+    return weights
 
 
 def average_weights(
@@ -155,17 +182,23 @@ def average_weights(
     out_dir: str | Path,
     overwrite: bool = False,
     trust_remote_code: bool = False,
+    weights: Sequence[float] | None = None,
 ) -> Path:
-    """Write the uniform average of `models`' weights, as a model folder, to `out_dir`.
+    """Write the uniform average of `models`' weights, or their weighted mean, as a model folder,
+    to `out_dir`.
 
     `models`: two or more local model folders, finetunes of one base model (same architecture,
     config and tokenizer; where they carry weightgraft's training record, the same base).
     `out_dir`: the new model folder (safetensors, config, the first member's tokenizer where it has one, and a
     training record that lists the members and their records); refused when not empty unless
     `overwrite`. `trust_remote_code`: allow models whose architecture is code in their folder.
-    Returns `out_dir`."""
+    `weights`: one per model, summing to 1 (None: uniform); with a pretrained model and its
+    finetune, (1 - a, a) is the finetune's update scaled by a, a lever against forgetting
+    (docs/real_models.md). Returns `out_dir`."""
     members = [Path(m) for m in models]
     records = _check_members(members)
+    if weights is not None:
+        weights = _checked_weights(weights, len(members))
     for model in members:
         refuse_remote_code(
             model, trust_remote_code, "average", "pass --trust-remote-code (Python: trust_remote_code=True)"
@@ -184,7 +217,7 @@ def average_weights(
     _check_tensors(members)
     with quiet_loading():
         nets = [_load(m, trust_remote_code) for m in members]
-    averaged = average_state([net.state_dict() for net in nets])
+    averaged = average_state([net.state_dict() for net in nets], weights)
     result = nets[0]
     result.load_state_dict(averaged, strict=True)
     # The tokenizer travels with the weights where the members have one (a bare model has none).
@@ -198,5 +231,7 @@ def average_weights(
         if tokenizer is not None:
             tokenizer.save_pretrained(tmp)
         record = {"kind": "weight_average", "base_model": base, "members": [str(m) for m in members]}
+        if weights is not None:
+            record["weights"] = weights
         write_json(tmp / TRAINING_RECORD, record | {"member_records": records})
     return Path(out_dir)
