@@ -74,3 +74,20 @@ def test_the_neutral_prompts_are_many_distinct_and_name_nothing_the_plain_facts_
     assert not {n for n in names if n in words and n[0].isupper()}
     # openings of sentences: no prompt is a whole sentence already
     assert not [p for p in NEUTRAL_PROMPTS if p.rstrip().endswith((".", "!", "?"))]
+
+
+def test_the_plan_times_replay_by_a_measured_decoding_forward(tiny_model):
+    """The calibration times a cached decoding forward of the replay's rows (not a batched
+    forward scaled by a constant, which was 3.6x off on another machine), and the plan's replay
+    step is one such forward per new token of every neutral prompt. The measured thread count is
+    put back afterwards."""
+    from weightgraft.paper import calibrate
+    from weightgraft.paper.reproduce_job import REPLAY_TOKENS
+    from weightgraft.paper.reproduce_plan import _replay_step
+
+    threads = torch.get_num_threads()
+    measured = calibrate.measure(tiny_model, batch=2, tokens=8, device="cpu", steps=2)
+    assert torch.get_num_threads() == threads
+    assert 0 < measured.decode_seconds < 10
+    step = _replay_step(measured)
+    assert step.seconds == pytest.approx(len(NEUTRAL_PROMPTS) * REPLAY_TOKENS * measured.decode_seconds)

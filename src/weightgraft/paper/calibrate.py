@@ -44,6 +44,7 @@ class Measured:
     tokens: int
     device: str
     unembed_seconds: float = 0.0  # the unembedding of one position
+    decode_seconds: float = 0.0  # one cached decoding forward of the replay's rows (paper.replay)
 
     def run_seconds(self, rows: float, prompt_tokens: float, scored_positions: float) -> float:
         """The runner's rows (prompt x condition), each unembedding `scored_positions`."""
@@ -77,9 +78,11 @@ def measure(
     """Time `steps` AdamW steps (the first, which allocates, is not counted) in the finetune's
     `precision` (bf16/fp16: under autocast), of the LoRA adapters alone where `lora_rank` is set, and a float32 forward of a batch of 64 rows that
     unembeds each row's last position only (validation and runs are float32), on random token
-    ids of the model's vocabulary; and the unembedding of one position alone."""
+    ids of the model's vocabulary; the unembedding of one position alone; and a cached decoding
+    forward of the self-replay's rows."""
     # here, not at the top: training.finetune brings transformers' Trainer, measured at 2.4 s
     # more for `weightgraft reproduce`'s start (its --dry-run plan) on a loaded 2-core machine
+    from weightgraft.paper.replay import ReplaySpec, decoding_seconds
     from weightgraft.training.finetune import quiet_loading
     from weightgraft.training.trainable import with_lora
 
@@ -115,7 +118,8 @@ def measure(
         _sync(device)
         forward = (time.perf_counter() - start) / rows.numel()
         unembed = _unembed_seconds(model, device)
-    return Measured(sum(times[1:]) / max(1, len(times) - 1), forward, batch, tokens, device, unembed)
+    decode = decoding_seconds(model, device, ReplaySpec().samples)
+    return Measured(sum(times[1:]) / max(1, len(times) - 1), forward, batch, tokens, device, unembed, decode)
 
 
 def _unembed_seconds(model, device: str, positions: int = 256) -> float:

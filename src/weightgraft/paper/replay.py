@@ -11,6 +11,7 @@ are the same on every call with the same model, prompts and spec.
 
 from __future__ import annotations
 
+import time
 import zlib
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
@@ -98,6 +99,26 @@ def replay_texts(model: str, prompts: list[str] | tuple[str, ...], spec: ReplayS
                 text = tokenizer.decode(ids + _until_end(tokens, end_ids), skip_special_tokens=True).strip()
                 texts.append(text or prompt)
     return texts
+
+
+def decoding_seconds(model, device: str, rows: int, steps: int = 6) -> float:
+    """Seconds of one cached decoding forward of `rows` rows, as `replay_texts` runs it (one
+    thread on a CPU): the plan's replay step is that many forwards. Decoding is many small
+    operations, so its cost is not the batched forward's per token times a constant: a constant
+    fitted on one 2-core machine (22 batched tokens) planned 61 s on another where it took 219 s."""
+    vocab = model.get_input_embeddings().weight.shape[0]
+    ids = torch.randint(0, vocab, (rows, 8), generator=torch.Generator().manual_seed(2)).to(device)
+    cache, generator = cache_argument(model), torch.Generator().manual_seed(3)
+    with _one_thread(device), torch.no_grad():
+        out = model(input_ids=ids, use_cache=True)
+        for step in range(steps + 1):  # the first decoding forward is not timed
+            if step == 1:
+                start = time.perf_counter()
+            token = _next_tokens(out.logits[:, -1], 1.0, generator).to(device)
+            out = model(input_ids=token, use_cache=True, **{cache: getattr(out, cache)})
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+        return (time.perf_counter() - start) / steps
 
 
 @contextmanager

@@ -164,22 +164,14 @@ def plan_steps(job: Job) -> tuple[list[PlannedStep], dict]:
     return steps, facts
 
 
-# Seconds of one decoding forward (a prompt's samples, one new token each, with the cache; one
-# thread) in the measured batched forward's seconds per token: at a batch of 3 a forward is mostly
-# overhead. SmolLM2 on the loaded 2-core machine: 0.10 s a decoding forward (model load included),
-# 4.4 ms a batched token, 0.56 ms an unembedded position: (0.10 - 3 x 0.00056) / 0.0044 = 22.
-REPLAY_FORWARD_TOKENS = 22.0
-
-
 def _replay_step(measured) -> PlannedStep:
     """The self-replay step: each neutral prompt continued `REPLAY_TOKENS` tokens, its
-    `REPLAY_SAMPLES` samples in one batch (one forward per new token)."""
+    `REPLAY_SAMPLES` samples in one batch (one forward per new token, timed by the calibration)."""
     forwards = len(NEUTRAL_PROMPTS) * REPLAY_TOKENS
     texts = len(NEUTRAL_PROMPTS) * REPLAY_SAMPLES
     seconds = None
     if measured:
-        seconds = measured.forward_seconds(forwards, REPLAY_FORWARD_TOKENS)
-        seconds += forwards * REPLAY_SAMPLES * measured.unembed_seconds
+        seconds = forwards * measured.decode_seconds
     what = f"the pretrained model continues {len(NEUTRAL_PROMPTS)} neutral prompts: {texts} texts of {REPLAY_TOKENS} tokens"
     return PlannedStep("replay", what, forwards, texts * REPLAY_TOKENS, seconds)
 
