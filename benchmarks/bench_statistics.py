@@ -91,7 +91,7 @@ def cpu(fn) -> float:
 
 def clustered(frame: pl.DataFrame, metrics) -> None:
     stats = experiment_stats(frame, RESAMPLES, [0, 1], name="bench", metrics=metrics)
-    interval_rows(stats)
+    interval_rows(stats, {}, "clean")
     recovery_rows(stats, "PRE", "SFT")
 
 

@@ -129,7 +129,7 @@ def test_every_preset_has_results_and_the_report_compares_with_the_paper(job):
             record = ExperimentRecord.read(out / "runs" / group, name)
             for cond in record.conditions:
                 assert condition_file(out / "runs" / group, name, cond.name).is_file()
-            assert {r["experiment"] for r in summary} >= {name}
+            assert {r.experiment for r in summary} >= {name}
     report = (out / "report.md").read_text()
     for analysis in ("position on FMRA", "components_reversal on FMRA", "components_pre on FMRA", "hybrid on FMRA_B"):
         assert f"Paper vs this run, {analysis}" in report

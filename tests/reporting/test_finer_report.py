@@ -21,7 +21,7 @@ from weightgraft.reporting.report import experiment_section
 from weightgraft.reporting.report_model import experiment_report
 from weightgraft.reporting.statistics import ALL
 from weightgraft.reporting.study_contract import NO_STUDY
-from weightgraft.reporting.summary import RunSummary
+from weightgraft.reporting.summary import RunSummary, SummaryRow
 
 EXP = "finer"
 # condition -> (top5 value, low, high), prob = top5 / 2 with the same relative interval
@@ -49,13 +49,13 @@ def _cond(name: str, meta: dict) -> ConditionRecord:
     return ConditionRecord(name, "b2a", "sft", ConditionMethod.WEIGHTS, f"about {name}", meta, (), f"{name}.parquet")
 
 
-def _rows(values: dict) -> list[dict]:
+def _rows(values: dict) -> list[SummaryRow]:
     rows = []
     for name, (v, lo, hi) in values.items():
         for metric, f in (("top5", 1.0), ("prob", 0.5)):
             for template in (ALL, "t1"):
                 rows.append(
-                    dict(
+                    SummaryRow(
                         experiment=EXP,
                         condition=name,
                         template=template,

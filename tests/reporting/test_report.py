@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 import yaml
@@ -14,7 +15,7 @@ from weightgraft.cli import _register_all, app
 from weightgraft.experiments.models import fingerprint_model
 from weightgraft.paper.claims import PAPER_CLAIMS
 from weightgraft.paper.study import PAPER
-from weightgraft.reporting.summary import RunSummary
+from weightgraft.reporting.summary import RecoveryRow, RunSummary, SummaryRow
 from weightgraft.reporting.verdict import Check, check_pattern
 
 
@@ -132,22 +133,11 @@ def test_run_rejects_bad_config_by_name(tmp_path):
     assert result.exit_code == 2 and "QQ" in result.output
 
 
-def _summary(values: dict) -> list[dict]:
-    rows = []
-    for (exp, cond), value in values.items():
-        rows.append(
-            {
-                "experiment": exp,
-                "condition": cond,
-                "template": "ALL",
-                "metric": "top5",
-                "value": value,
-                "ci_low": value,
-                "ci_high": value,
-                "n": 50,
-            }
-        )
-    return rows
+def _summary(values: dict) -> list[SummaryRow]:
+    return [
+        SummaryRow(exp, cond, "ALL", "ALL", "top5", value, value, value, 50, None, "", "clean")
+        for (exp, cond), value in values.items()
+    ]
 
 
 def test_verdict_thresholds():
@@ -211,8 +201,7 @@ def test_verdict_is_decided_on_the_authors_rows_and_names_a_different_clean_outc
         }
     )
     labels = {"FE+LT": "authors", "FE+LT [clean]": "clean"}
-    for row in summary:
-        row["fidelity"] = labels.get(row["condition"], "authors = clean")
+    summary = [replace(row, fidelity=labels.get(row.condition, "authors = clean")) for row in summary]
     verdict = check_pattern(RunSummary(summary), PAPER_CLAIMS)
     assert verdict.checks[0].outcome == "appears"
     differ = verdict.clean
@@ -225,24 +214,9 @@ def test_verdict_is_decided_on_the_authors_rows_and_names_a_different_clean_outc
 
 
 def _recovery(experiment, condition, base, full, metric, value, low, high, gap=(0.8, 0.7, 0.9)):
-    return {
-        "experiment": experiment,
-        "condition": condition,
-        "template": "ALL",
-        "fact_kind": "ALL",
-        "metric": metric,
-        "base": base,
-        "full": full,
-        "recovery": value,
-        "ci_low": low,
-        "ci_high": high,
-        "gap": gap[0],
-        "gap_low": gap[1],
-        "gap_high": gap[2],
-        "defined": value is not None,
-        "n": 96,
-        "n_facts": 8,
-    }
+    return RecoveryRow(
+        experiment, condition, "ALL", "ALL", metric, base, full, value, low, high, *gap, value is not None, 96, 8
+    )
 
 
 @pytest.mark.parametrize(

@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+from dataclasses import asdict, fields, replace
 from pathlib import Path
 
 import polars as pl
@@ -66,9 +67,7 @@ def plain_means(out: Path) -> dict[str, dict]:
 
 def pooled_row(rows: list, condition: str, metric: str) -> dict:
     return next(
-        r
-        for r in rows
-        if (r["condition"], r["template"], r["fact_kind"], r["metric"]) == (condition, "ALL", "ALL", metric)
+        r for r in rows if (r.condition, r.template, r.fact_kind, r.metric) == (condition, "ALL", "ALL", metric)
     )
 
 
@@ -80,24 +79,24 @@ def test_the_summary_built_from_records_matches_a_plain_computation(run):
     for cond in CONDITIONS:
         for metric in ("top5", "prob"):
             row = pooled_row(summary.rows, cond, metric)
-            assert row["value"] == pytest.approx(means[cond][metric], abs=1e-12)
-            assert row["ci_low"] <= row["value"] + 1e-12 and row["value"] <= row["ci_high"] + 1e-12
-            assert (row["n"], row["n_facts"]) == (means[cond]["n"], means[cond]["n_facts"])
+            assert row.value == pytest.approx(means[cond][metric], abs=1e-12)
+            assert row.ci_low <= row.value + 1e-12 and row.value <= row.ci_high + 1e-12
+            assert (row.n, row.n_facts) == (means[cond]["n"], means[cond]["n_facts"])
     gap = means["SFT"]["top5"] - means["PRE"]["top5"]
     assert gap > 0  # the gain donor gains: the recoveries below are defined numbers
     recovery = next(
         r
         for r in summary.recoveries
-        if (r["condition"], r["template"], r["fact_kind"], r["metric"], r["base"], r["full"])
+        if (r.condition, r.template, r.fact_kind, r.metric, r.base, r.full)
         == ("FE+LT", "ALL", "ALL", "top5", "PRE", "SFT")
     )
-    assert recovery["gap"] == pytest.approx(gap, abs=1e-12)
-    assert recovery["defined"] and recovery["gap_low"] > 0
-    assert recovery["recovery"] == pytest.approx((means["FE+LT"]["top5"] - means["PRE"]["top5"]) / gap, abs=1e-12)
-    compared = {r["metric"]: r for r in summary.comparisons}
+    assert recovery.gap == pytest.approx(gap, abs=1e-12)
+    assert recovery.defined and recovery.gap_low > 0
+    assert recovery.recovery == pytest.approx((means["FE+LT"]["top5"] - means["PRE"]["top5"]) / gap, abs=1e-12)
+    compared = {r.metric: r for r in summary.comparisons}
     assert set(compared) == {"top5", "prob", "target_logprob"}
-    assert {(r["a"], r["b"]) for r in summary.comparisons} == {("FE+LT", "SFT")}
-    assert compared["top5"]["difference"] == pytest.approx(means["FE+LT"]["top5"] - means["SFT"]["top5"], abs=1e-12)
+    assert {(r.a, r.b) for r in summary.comparisons} == {("FE+LT", "SFT")}
+    assert compared["top5"].difference == pytest.approx(means["FE+LT"]["top5"] - means["SFT"]["top5"], abs=1e-12)
 
 
 def test_the_files_are_the_summary_at_six_decimals_and_read_back_to_it(run, tmp_path):
@@ -112,10 +111,10 @@ def test_the_files_are_the_summary_at_six_decimals_and_read_back_to_it(run, tmp_
         with open(tmp_path / name, newline="") as handle:
             reader = csv.DictReader(handle)
             written = list(reader)
-        assert reader.fieldnames == list(row_type.__annotations__)  # one schema per file
+        assert reader.fieldnames == [f.name for f in fields(row_type)]  # one schema per file
         assert len(written) == len(rows) > 0
         for text, row in zip(written, rows):
-            for key, value in row.items():
+            for key, value in asdict(row).items():
                 expected = "" if value is None else f"{value:.6f}" if isinstance(value, float) else str(value)
                 assert text[key] == expected, (name, key)
     again = RunSummary.read(tmp_path)
@@ -125,8 +124,10 @@ def test_the_files_are_the_summary_at_six_decimals_and_read_back_to_it(run, tmp_
         assert (tmp_path / "again" / name).read_bytes() == (tmp_path / name).read_bytes()
 
 
-def rounded(rows: list[dict]) -> list[dict]:
-    return [{k: float(f"{v:.6f}") if isinstance(v, float) else v for k, v in row.items()} for row in rows]
+def rounded(rows: list) -> list:
+    return [
+        replace(row, **{k: float(f"{v:.6f}") for k, v in asdict(row).items() if isinstance(v, float)}) for row in rows
+    ]
 
 
 def test_the_run_decides_and_reports_from_the_summary_without_reading_the_files_back(run, monkeypatch):
@@ -135,7 +136,7 @@ def test_the_run_decides_and_reports_from_the_summary_without_reading_the_files_
     def refuse(*args, **kwargs):
         raise AssertionError("a summary file was read back")
 
-    monkeypatch.setattr(summary_module, "_read_csv", refuse)
+    monkeypatch.setattr(summary_module, "read_rows", refuse)
     checks = run_pipeline.summarize(config, out, report=True, study=Study(asked=ASKED))
     assert [c.name for c in checks] == ["FE+LT half"] and checks[0].by_intervals
     report = (out / "report.md").read_text()
@@ -147,7 +148,7 @@ def test_without_intervals_the_same_rule_decides_the_point_estimate(run):
     config, out = run
     summary = build_summary(out, [ExperimentRecord.read(out, "e")], 0, config.seed, ASKED)
     assert summary.recoveries == [] and summary.comparisons == []
-    assert all(r["ci_low"] == r["value"] == r["ci_high"] for r in summary.rows)
+    assert all(r.ci_low == r.value == r.ci_high for r in summary.rows)
     means = plain_means(out)
     pre, sft, fe_lt = (means[c]["top5"] for c in ("PRE", "SFT", "FE+LT"))
     (check,) = check_pattern(summary, ASKED.claims).checks
@@ -158,7 +159,7 @@ def test_without_intervals_the_same_rule_decides_the_point_estimate(run):
     assert check.outcome == (Outcome.APPEARS if recovery >= 0.5 else Outcome.DOES_NOT_APPEAR)
     assert check.decisions["top5"].low == check.decisions["top5"].high == check.recovery  # the interval [r, r]
     # a gain under MIN_GAP is too little to share out, whatever the recovery
-    flat = [dict(r, value=pre + MIN_GAP / 2) if r["condition"] == "SFT" else r for r in summary.rows]
+    flat = [replace(r, value=pre + MIN_GAP / 2) if r.condition == "SFT" else r for r in summary.rows]
     assert check_pattern(RunSummary(flat), ASKED.claims).checks[0].outcome == Outcome.INCONCLUSIVE
 
 
@@ -166,7 +167,7 @@ def test_a_summary_without_claims_decides_nothing_and_tests_no_pair(run):
     config, out = run
     summary = build_summary(out, [ExperimentRecord.read(out, "e")], config.bootstrap, config.seed)
     assert summary.comparisons == []
-    assert {(r["base"], r["full"]) for r in summary.recoveries} == {("PRE", "SFT")}
+    assert {(r.base, r.full) for r in summary.recoveries} == {("PRE", "SFT")}
     assert check_pattern(summary, ()).checks == []
 
 

@@ -135,15 +135,15 @@ def test_rows_report_prompts_and_facts_and_skip_not_applicable():
         applicable=pl.col("template") == "a", rank=pl.Series(np.arange(FACTS * PROMPTS) % 3 + 1)
     )
     stats = experiment_stats(frame, 200, 0, metrics=["top1", "rank_median"])
-    rows = {(r["template"], r["metric"]): r for r in interval_rows(stats)}
-    assert rows[("a", "top1")]["n"] == FACTS * PROMPTS // 2
-    assert rows[("a", "top1")]["n_facts"] == FACTS
-    assert rows[("b", "top1")]["n"] == 0 and np.isnan(rows[("b", "top1")]["value"])
-    assert np.isnan(rows[("b", "top1")]["ci_low"])
+    rows = {(r.template, r.metric): r for r in interval_rows(stats, {}, "clean")}
+    assert rows[("a", "top1")].n == FACTS * PROMPTS // 2
+    assert rows[("a", "top1")].n_facts == FACTS
+    assert rows[("b", "top1")].n == 0 and rows[("b", "top1")].value is None
+    assert rows[("b", "top1")].ci_low is None
     ranks = np.arange(FACTS * PROMPTS) % 3 + 1
     on_a = ranks[::2]
-    assert rows[(ALL, "top1")]["value"] == pytest.approx((on_a == 1).mean())
-    assert rows[(ALL, "rank_median")]["value"] == np.median(on_a)
+    assert rows[(ALL, "top1")].value == pytest.approx((on_a == 1).mean())
+    assert rows[(ALL, "rank_median")].value == np.median(on_a)
 
 
 def test_percentile_interval_matches_numpy_and_leaves_out_undefined_resamples():
@@ -180,10 +180,10 @@ def test_mean_rank_beside_median_and_mrr_on_a_hand_computed_example():
         }
     )
     stats = experiment_stats(frame, 400, 0, metrics=["rank_mean", "rank_median", "mrr"])
-    rows = {(r["template"], r["metric"]): r for r in interval_rows(stats)}
-    assert rows[(ALL, "rank_mean")]["value"] == 4.0
-    assert rows[(ALL, "rank_median")]["value"] == 2.5
-    assert rows[(ALL, "mrr")]["value"] == pytest.approx((1 + 1 / 3 + 1 / 2 + 1 / 10) / 4, abs=1e-12)
-    assert (rows[(ALL, "rank_mean")]["ci_low"], rows[(ALL, "rank_mean")]["ci_high"]) == (2.0, 6.0)
-    assert rows[("a", "rank_mean")]["value"] == 1.5  # ranks 1 and 2
-    assert rows[("b", "rank_mean")]["value"] == 6.5  # ranks 3 and 10
+    rows = {(r.template, r.metric): r for r in interval_rows(stats, {}, "clean")}
+    assert rows[(ALL, "rank_mean")].value == 4.0
+    assert rows[(ALL, "rank_median")].value == 2.5
+    assert rows[(ALL, "mrr")].value == pytest.approx((1 + 1 / 3 + 1 / 2 + 1 / 10) / 4, abs=1e-12)
+    assert (rows[(ALL, "rank_mean")].ci_low, rows[(ALL, "rank_mean")].ci_high) == (2.0, 6.0)
+    assert rows[("a", "rank_mean")].value == 1.5  # ranks 1 and 2
+    assert rows[("b", "rank_mean")].value == 6.5  # ranks 3 and 10

@@ -4,12 +4,13 @@ likely settle an inconclusive one."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
 from weightgraft.paper.claims import PAPER_CLAIMS
 from weightgraft.reporting.decision import Outcome, combine, decide, facts_to_settle
-from weightgraft.reporting.summary import RunSummary
+from weightgraft.reporting.summary import RecoveryRow, RunSummary
 from weightgraft.reporting.verdict import check_pattern
 
 APPEARS, DOES_NOT_APPEAR = Outcome.APPEARS, Outcome.DOES_NOT_APPEAR
@@ -78,23 +79,24 @@ def test_metrics_agree_or_the_disagreement_is_named():
 
 
 def _recovery_row(condition, low, high, metric, value, ci, n_facts=60, defined=True):
-    return {
-        "experiment": "position_grafting",
-        "condition": condition,
-        "template": "ALL",
-        "metric": metric,
-        "base": low,
-        "full": high,
-        "recovery": value if defined else None,
-        "ci_low": ci[0] if defined else None,
-        "ci_high": ci[1] if defined else None,
-        "gap": 0.9 if defined else 0.01,
-        "gap_low": 0.8 if defined else -0.02,
-        "gap_high": 0.95 if defined else 0.04,
-        "defined": defined,
-        "n": n_facts * 14,
-        "n_facts": n_facts,
-    }
+    return RecoveryRow(
+        experiment="position_grafting",
+        condition=condition,
+        template="ALL",
+        fact_kind="ALL",
+        metric=metric,
+        base=low,
+        full=high,
+        recovery=value if defined else None,
+        ci_low=ci[0] if defined else None,
+        ci_high=ci[1] if defined else None,
+        gap=0.9 if defined else 0.01,
+        gap_low=0.8 if defined else -0.02,
+        gap_high=0.95 if defined else 0.04,
+        defined=defined,
+        n=n_facts * 14,
+        n_facts=n_facts,
+    )
 
 
 def test_verdict_decides_paper_claims_by_recovery_intervals():
@@ -121,8 +123,9 @@ def test_verdict_decides_paper_claims_by_recovery_intervals():
 
 
 def test_verdict_treats_a_negative_reference_gap_as_no_gain():
-    rows = [_recovery_row("FE+LT", "PRE", "SFT", m, 0.9, (0.85, 0.95)) for m in ("top5", "prob")]
-    for row in rows:
-        row.update(gap=-0.3, gap_low=-0.4, gap_high=-0.2)  # SFT clearly below PRE
+    rows = [
+        replace(_recovery_row("FE+LT", "PRE", "SFT", m, 0.9, (0.85, 0.95)), gap=-0.3, gap_low=-0.4, gap_high=-0.2)
+        for m in ("top5", "prob")
+    ]  # SFT clearly below PRE
     check = check_pattern(RunSummary([], rows), PAPER_CLAIMS).checks[0]
     assert check.outcome == INCONCLUSIVE and "is below 0: no gain" in check.sentence

@@ -88,7 +88,7 @@ def test_recovery_is_undefined_without_a_finetuning_gain():
         r = stats.recovery("C", "PRE", "SFT", ALL, "top1")
         rows = recovery_rows(stats, "PRE", "SFT", metrics=["top1"])
     assert not r.defined and np.isnan(r.value) and "undefined" in r.reason
-    assert all(not row["defined"] and np.isnan(row["recovery"]) for row in rows)
+    assert all(not row.defined and row.recovery is None for row in rows)
     # a gap whose interval includes 0 is undefined too, even if the point is not 0
     samples = np.array([-0.05, 0.02, 0.04, 0.06, 0.1])
     assert not recovery(0.5, 0.0, 0.03, samples * 0, samples * 0, samples).defined

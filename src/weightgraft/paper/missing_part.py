@@ -22,32 +22,32 @@ def _row(
     recovery: list[RecoveryRow], experiment: str, condition: str, base: str, full: str, metric: str
 ) -> RecoveryRow | None:
     for r in recovery:
-        if (r["experiment"], r["condition"], r["template"], r.get("fact_kind", ALL), r["base"], r["full"]) == (
+        if (r.experiment, r.condition, r.template, r.fact_kind, r.base, r.full) == (
             experiment,
             condition,
             ALL,
             ALL,
             base,
             full,
-        ) and r["metric"] == metric:
+        ) and r.metric == metric:
             return r
     return None
 
 
 def _share(r: RecoveryRow | None) -> str:
-    if r is None or not r["defined"] or r["recovery"] is None:
+    if r is None or not r.defined or r.recovery is None:
         return "an undefined share"
-    return f"{r['recovery']:.2f} [{r['ci_low']:.2f}, {r['ci_high']:.2f}]"
+    return f"{r.recovery:.2f} [{r.ci_low:.2f}, {r.ci_high:.2f}]"
 
 
 def _gap(r: RecoveryRow | None) -> str:
-    if r is None or r["gap"] is None:
+    if r is None or r.gap is None:
         return "n/a"
-    return f"{r['gap']:+.3f} [{r['gap_low']:+.3f}, {r['gap_high']:+.3f}]"
+    return f"{r.gap:+.3f} [{r.gap_low:+.3f}, {r.gap_high:+.3f}]"
 
 
 def _includes_zero(r: RecoveryRow | None) -> bool:
-    return r is not None and r["gap_low"] is not None and r["gap_low"] <= 0 <= r["gap_high"]
+    return r is not None and r.gap_low is not None and r.gap_low <= 0 <= r.gap_high
 
 
 def no_gain(recovery: list[RecoveryRow], experiment: str, base: str) -> str | None:
@@ -75,14 +75,14 @@ def position_note(check: Check, recovery: list[RecoveryRow]) -> str | None:
         for m in ("top5", "prob")
     }
     with_head, plain = rows[(head, "top5")], rows[(claim.condition, "top5")]
-    if with_head is None or plain is None or not with_head["defined"] or not plain["defined"]:
+    if with_head is None or plain is None or not with_head.defined or not plain.defined:
         return None
     numbers = (
         f"{head} recovers {_share(with_head)} of {claim.high}'s top-5 gain over {claim.low} and "
         f"{_share(rows[(head, 'prob')])} of its probability gain, against {_share(plain)} and "
         f"{_share(rows[(claim.condition, 'prob')])} for {claim.condition}"
     )
-    same = abs(with_head["recovery"] - plain["recovery"]) < 1e-9
+    same = abs(with_head.recovery - plain.recovery) < 1e-9
     if same:
         return (
             f"{numbers}: the two rows are the same, because the donor's unembedding is already used "
@@ -90,13 +90,13 @@ def position_note(check: Check, recovery: list[RecoveryRow]) -> str | None:
             "that left it unchanged), so the missing part is not in the unembedding but at positions "
             f"other than {claim.condition} or in the final norm."
         )
-    if with_head["ci_low"] >= claim.threshold:
+    if with_head.ci_low >= claim.threshold:
         return (
             f"{numbers}: with the donor's unembedding the claim's share is reached, so on this model the "
             "finetuned unembedding carries the rest of the gain."
         )
-    if with_head["ci_high"] < claim.threshold:
-        gained = with_head["recovery"] - plain["recovery"]
+    if with_head.ci_high < claim.threshold:
+        gained = with_head.recovery - plain.recovery
         return (
             f"{numbers}: the donor's unembedding adds {gained:+.2f} of the gain and the rest lies outside "
             f"{claim.condition} and the unembedding (at the other positions, or the final norm)."
@@ -119,7 +119,7 @@ def component_note(check: Check, recovery: list[RecoveryRow]) -> str | None:
     text = f"{claim.high} adds {_gap(ref)} top-5 to {claim.low}"
     if total is not None:
         text += f", where SFT adds {_gap(total)}"
-        if whole is not None and whole["defined"]:
+        if whole is not None and whole.defined:
             text += f" ({claim.high} recovers {_share(whole)} of it)"
     if _includes_zero(ref):
         return (

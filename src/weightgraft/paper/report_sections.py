@@ -99,9 +99,9 @@ def paper_tables(summary: list[dict], record: ExperimentRecord) -> list[str]:
     if analysis is None:
         return []
     ours = {
-        (r["condition"], r["template"]): r
+        (r.condition, r.template): r
         for r in pooled(summary)
-        if r["experiment"] == record.name and r["metric"] == HEADLINE_METRIC
+        if r.experiment == record.name and r.metric == HEADLINE_METRIC
     }
     published_conditions = list(
         dict.fromkeys(r["condition"] for r in published_rows() if r["analysis"] == analysis.name)
@@ -152,12 +152,9 @@ def kind_paper_table(summary: list[dict], record: ExperimentRecord, analysis, or
     authors' definition and, where it differs, the clean one."""
     sentences = [analysis.sentences[t] for t in record.templates if t in analysis.sentences]
     ours = {
-        (r["condition"], r["fact_kind"]): r
+        (r.condition, r.fact_kind): r
         for r in summary
-        if r["experiment"] == record.name
-        and r["metric"] == HEADLINE_METRIC
-        and r["template"] == ALL
-        and r["fact_kind"] != ALL
+        if r.experiment == record.name and r.metric == HEADLINE_METRIC and r.template == ALL and r.fact_kind != ALL
     }
     kinds = [k for k in DATASET_OF_KIND if any(kind == k for _, kind in ours)]
     names, label, twins = split_twins(record)

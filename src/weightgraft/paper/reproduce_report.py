@@ -39,9 +39,9 @@ def paper_vs_run_table(summary: list[dict], record: ExperimentRecord, dataset: s
     row. `paper_model` None: the four published models."""
     analysis = ANALYSIS_OF_EXPERIMENT[record.name]
     ours = {
-        (r["condition"], r["template"]): r["value"]
+        (r.condition, r.template): r.value
         for r in pooled(summary)
-        if r["experiment"] == record.name and r["metric"] == "top5"
+        if r.experiment == record.name and r.metric == "top5"
     }
     names, label, twins = split_twins(record)
     models = [paper_model] if paper_model else list(MODELS)

@@ -26,6 +26,7 @@ from weightgraft.reporting.statistics import (
     recovery,
     recovery_many,
 )
+from weightgraft.reporting.summary_rows import RecoveryRow, SummaryRow, defined
 
 MEDIAN_METRICS = ("rank_median",)
 
@@ -197,26 +198,29 @@ def _stacked_means(counts: np.ndarray, blocks_sums: list, blocks_sizes: list) ->
     return totals, drawn
 
 
-def interval_rows(stats: ExperimentStats) -> list[dict]:
-    """One row per condition x group x metric: value, interval, n prompts, n facts."""
+def interval_rows(stats: ExperimentStats, fidelity: dict[str, str], wording: str) -> list[SummaryRow]:
+    """One row per condition x group x metric: value, interval, n prompts, n facts; each
+    condition's `fidelity` (from its record, "" where it has none) and the experiment's wording."""
     low, high = percentile_interval(stats.samples, stats.level)
     rows = []
     for c, cond in enumerate(stats.conditions):
         for g, (template, kind) in enumerate(stats.groups):
             for m, metric in enumerate(stats.metrics):
                 rows.append(
-                    {
-                        "experiment": stats.experiment,
-                        "condition": cond,
-                        "template": template,
-                        "fact_kind": kind,
-                        "metric": metric,
-                        "value": float(stats.points[c, g, m]),
-                        "ci_low": float(low[c, g, m]),
-                        "ci_high": float(high[c, g, m]),
-                        "n": int(stats.n_prompts[c, g]),
-                        "n_facts": int(stats.n_facts[c, g]),
-                    }
+                    SummaryRow(
+                        experiment=stats.experiment,
+                        condition=cond,
+                        template=template,
+                        fact_kind=kind,
+                        metric=metric,
+                        value=defined(float(stats.points[c, g, m])),
+                        ci_low=defined(float(low[c, g, m])),
+                        ci_high=defined(float(high[c, g, m])),
+                        n=int(stats.n_prompts[c, g]),
+                        n_facts=int(stats.n_facts[c, g]),
+                        fidelity=fidelity.get(cond, ""),
+                        wording=wording,
+                    )
                 )
     return rows
 
@@ -224,7 +228,7 @@ def interval_rows(stats: ExperimentStats) -> list[dict]:
 RECOVERY_METRICS = ("top1", "top5", "prob", "target_logprob")
 
 
-def recovery_rows(stats: ExperimentStats, base: str, full: str, metrics=RECOVERY_METRICS) -> list[dict]:
+def recovery_rows(stats: ExperimentStats, base: str, full: str, metrics=RECOVERY_METRICS) -> list[RecoveryRow]:
     """Recovery (C - base) / (full - base) of every condition, per group and metric: one
     vectorised pass over [resamples, conditions, groups, metrics]."""
     ms = [stats.metrics.index(m) for m in metrics if m in stats.metrics]
@@ -241,23 +245,23 @@ def recovery_rows(stats: ExperimentStats, base: str, full: str, metrics=RECOVERY
             for c, cond in enumerate(stats.conditions):
                 at = (c, g, j)
                 rows.append(
-                    {
-                        "experiment": stats.experiment,
-                        "condition": cond,
-                        "template": template,
-                        "fact_kind": kind,
-                        "metric": stats.metrics[m],
-                        "base": base,
-                        "full": full,
-                        "recovery": float(r["value"][at]),
-                        "ci_low": float(r["low"][at]),
-                        "ci_high": float(r["high"][at]),
-                        "gap": float(r["gap"][at]),
-                        "gap_low": float(r["gap_low"][at]),
-                        "gap_high": float(r["gap_high"][at]),
-                        "defined": bool(r["defined"][at]),
-                        "n": int(stats.n_prompts[c, g]),
-                        "n_facts": int(stats.n_facts[c, g]),
-                    }
+                    RecoveryRow(
+                        experiment=stats.experiment,
+                        condition=cond,
+                        template=template,
+                        fact_kind=kind,
+                        metric=stats.metrics[m],
+                        base=base,
+                        full=full,
+                        recovery=defined(float(r["value"][at])),
+                        ci_low=defined(float(r["low"][at])),
+                        ci_high=defined(float(r["high"][at])),
+                        gap=defined(float(r["gap"][at])),
+                        gap_low=defined(float(r["gap_low"][at])),
+                        gap_high=defined(float(r["gap_high"][at])),
+                        defined=bool(r["defined"][at]),
+                        n=int(stats.n_prompts[c, g]),
+                        n_facts=int(stats.n_facts[c, g]),
+                    )
                 )
     return rows

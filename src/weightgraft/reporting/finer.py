@@ -50,7 +50,7 @@ def estimates(table: dict, name: str, metrics=DECISION_METRICS) -> Estimates:
         if row is None:
             out[metric] = Estimate(name, None, None, None)
         else:
-            out[metric] = Estimate(name, row["value"], row["ci_low"], row["ci_high"], row.get("n_facts"))
+            out[metric] = Estimate(name, row.value, row.ci_low, row.ci_high, row.n_facts)
     return out
 
 

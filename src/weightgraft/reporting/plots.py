@@ -23,15 +23,15 @@ from weightgraft.reporting.summary import by_condition  # noqa: E402
 def _bars(ax, xs, rows, width, label, color):
     """One bar series in a single call (one artist per series keeps drawing fast); n/a rows get
     a marker text instead of a bar."""
-    keep = [(x, r) for x, r in zip(xs, rows) if r is not None and r["value"] is not None]
+    keep = [(x, r) for x, r in zip(xs, rows) if r is not None and r.value is not None]
     for x, r in zip(xs, rows):
-        if r is None or r["value"] is None:
+        if r is None or r.value is None:
             ax.text(x, 0.02, "n/a", ha="center", va="bottom", fontsize=7, rotation=90)
     if not keep:
         return
     x = [k[0] for k in keep]
-    values = [k[1]["value"] for k in keep]
-    err = [[v - k[1]["ci_low"] for v, k in zip(values, keep)], [k[1]["ci_high"] - v for v, k in zip(values, keep)]]
+    values = [k[1].value for k in keep]
+    err = [[v - k[1].ci_low for v, k in zip(values, keep)], [k[1].ci_high - v for v, k in zip(values, keep)]]
     ax.bar(x, values, width, yerr=err, capsize=2, label=label, color=color, error_kw={"elinewidth": 0.8})
 
 
@@ -72,9 +72,9 @@ def paired_chart(summary: list[dict], record: ExperimentRecord, stem: Path) -> l
     )
     for name, style in (("PRE", ":"), ("SFT", "--")):
         row = table.get((name, metric))
-        if row and row["value"] is not None:
-            ax.axhline(row["value"], linestyle=style, color="gray", linewidth=1)
-            ax.text(len(pairs) - 0.5, row["value"], f" {name}", va="center", fontsize=8)
+        if row and row.value is not None:
+            ax.axhline(row.value, linestyle=style, color="gray", linewidth=1)
+            ax.text(len(pairs) - 0.5, row.value, f" {name}", va="center", fontsize=8)
     _finish(fig, ax, pairs, record.title, metric)
     return save_figure(fig, stem)
 
@@ -93,8 +93,8 @@ def heatmaps(summary: list[dict], record: ExperimentRecord, stem: Path) -> list[
         grid = [[float("nan")] * len(bands) for _ in comps]
         for c, kind in cells:
             row = table.get((c.name, metric))
-            if row and row["value"] is not None:
-                grid[comps.index(kind.components)][bands.index(kind.band)] = row["value"]
+            if row and row.value is not None:
+                grid[comps.index(kind.components)][bands.index(kind.band)] = row.value
         image = ax.imshow(grid, vmin=0, vmax=1, cmap="viridis", aspect="auto")
         for i in range(len(comps)):
             for j in range(len(bands)):

@@ -43,8 +43,8 @@ def _cell(row: SummaryRow | None, ci: bool = True) -> str:
     if row is None:
         return "n/a"
     if not ci:
-        return number(row["value"])
-    return with_interval(row["value"], row["ci_low"], row["ci_high"], digits=3, interval_digits=2)
+        return number(row.value)
+    return with_interval(row.value, row.ci_low, row.ci_high, digits=3, interval_digits=2)
 
 
 def experiment_table(summary: list[SummaryRow], record: ExperimentRecord, metrics=None, ci: bool = True) -> str:
@@ -55,18 +55,18 @@ def experiment_table(summary: list[SummaryRow], record: ExperimentRecord, metric
     lines = [f"| condition |{head} n | " + " | ".join(metrics) + " |", f"|---|{rule}---:|" + "---:|" * len(metrics)]
     for cond in record.conditions:
         first = rows.get((cond.name, metrics[0]))
-        n = first["n"] if first else 0
-        if first and first.get("n_facts") is not None:
-            n = f"{n} ({first['n_facts']} facts)"
+        n = first.n if first else 0
+        if first and first.n_facts is not None:
+            n = f"{n} ({first.n_facts} facts)"
         cells = [_cell(rows.get((cond.name, m)), ci) for m in metrics]
         lines.append(f"| {escape_text(cond.name)} |{_definition_cell(record, cond)} {n} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
 def count_cell(row: SummaryRow | None) -> str:
-    if row is None or row["value"] is None:
+    if row is None or row.value is None:
         return "n/a (n=0)"
-    return f"{row['value']:.2f} (n={row['n']})"
+    return f"{row.value:.2f} (n={row.n})"
 
 
 def _definition_head(record: ExperimentRecord) -> tuple[str, str]:
@@ -80,11 +80,7 @@ def _definition_cell(record: ExperimentRecord, cond: ConditionRecord) -> str:
 
 def template_table(summary: list[SummaryRow], record: ExperimentRecord) -> str:
     metric = record.headline[0]
-    rows = {
-        (r["condition"], r["template"]): r
-        for r in pooled(summary)
-        if r["experiment"] == record.name and r["metric"] == metric
-    }
+    rows = {(r.condition, r.template): r for r in pooled(summary) if r.experiment == record.name and r.metric == metric}
     templates = [*record.templates, ALL]
     head, rule = _definition_head(record)
     lines = [
@@ -101,9 +97,9 @@ def fact_kind_table(summary: list[SummaryRow], record: ExperimentRecord) -> str:
     """Headline metric per fact kind (every template pooled); empty when kinds are unknown."""
     metric = record.headline[0]
     rows = {
-        (r["condition"], r["fact_kind"]): r
+        (r.condition, r.fact_kind): r
         for r in summary
-        if r["experiment"] == record.name and r["metric"] == metric and r["template"] == ALL and r["fact_kind"] != ALL
+        if r.experiment == record.name and r.metric == metric and r.template == ALL and r.fact_kind != ALL
     }
     kinds = sorted({k for _, k in rows})
     if not kinds:
@@ -114,9 +110,9 @@ def fact_kind_table(summary: list[SummaryRow], record: ExperimentRecord) -> str:
         f"|---|{rule}" + "---:|" * (len(kinds) + 1),
     ]
     everything = {
-        r["condition"]: r
+        r.condition: r
         for r in pooled(summary)
-        if r["experiment"] == record.name and r["metric"] == metric and r["template"] == ALL
+        if r.experiment == record.name and r.metric == metric and r.template == ALL
     }
     for cond in record.conditions:
         cells = [count_cell(rows.get((cond.name, k))) for k in kinds]
@@ -200,10 +196,10 @@ def recovery_tables(rows: list[RecoveryRow]) -> list[str]:
     """Per reference pair of an experiment: every condition's recovery over all templates (`rows`:
     the experiment's, over every template and fact kind)."""
     lines = []
-    for base, full in dict.fromkeys((r["base"], r["full"]) for r in rows):
-        pair = [r for r in rows if (r["base"], r["full"]) == (base, full)]
-        metrics = list(dict.fromkeys(r["metric"] for r in pair))
-        cells = {(r["condition"], r["metric"]): r for r in pair}
+    for base, full in dict.fromkeys((r.base, r.full) for r in rows):
+        pair = [r for r in rows if (r.base, r.full) == (base, full)]
+        metrics = list(dict.fromkeys(r.metric for r in pair))
+        cells = {(r.condition, r.metric): r for r in pair}
         lines += [
             f'<details markdown="1"><summary>Recovery between {html.escape(base)} and {html.escape(full)}</summary>',
             "",
@@ -214,11 +210,11 @@ def recovery_tables(rows: list[RecoveryRow]) -> list[str]:
             "| condition | " + " | ".join(METRIC_WORDS.get(m, m) for m in metrics) + " |",
             "|---|" + "---:|" * len(metrics),
         ]
-        for cond in dict.fromkeys(r["condition"] for r in pair):
+        for cond in dict.fromkeys(r.condition for r in pair):
             lines.append(
                 f"| {escape_text(cond)} | "
                 + " | ".join(
-                    with_interval(c["recovery"], c["ci_low"], c["ci_high"]) if c["defined"] else "undefined"
+                    with_interval(c.recovery, c.ci_low, c.ci_high) if c.defined else "undefined"
                     for c in (cells[(cond, m)] for m in metrics)
                 )
                 + " |"

@@ -61,9 +61,9 @@ def not_applicable(rows: list[SummaryRow], record: ExperimentRecord) -> dict[str
     metric, out = record.headline[0], {}
     for cond in record.conditions:
         missing = [
-            r["template"]
+            r.template
             for r in rows
-            if r["condition"] == cond.name and r["metric"] == metric and r["template"] != ALL and r["n"] == 0
+            if r.condition == cond.name and r.metric == metric and r.template != ALL and r.n == 0
         ]
         if missing:
             out[cond.name] = missing
@@ -82,11 +82,9 @@ def bands_used(record: ExperimentRecord) -> dict[str, tuple[int, ...]]:
 
 def experiment_report(summary: RunSummary, record: ExperimentRecord) -> ExperimentReport:
     """One experiment's part, from the run's summary and its record."""
-    rows = [r for r in summary.rows if r["experiment"] == record.name]
+    rows = [r for r in summary.rows if r.experiment == record.name]
     recoveries = [
-        r
-        for r in summary.recoveries
-        if r["experiment"] == record.name and r["template"] == ALL and r.get("fact_kind", ALL) == ALL
+        r for r in summary.recoveries if r.experiment == record.name and r.template == ALL and r.fact_kind == ALL
     ]
     return ExperimentReport(
         record,

@@ -26,78 +26,19 @@ resample set per experiment shared by all its conditions: see `weightgraft.repor
 
 from __future__ import annotations
 
-import csv
-import io
-import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TypedDict, get_type_hints
 
 import polars as pl
 
-from weightgraft.atomic import write_text_atomic
 from weightgraft.experiments.record import ExperimentRecord
 from weightgraft.experiments.result_files import read_condition
 from weightgraft.reporting.claim_types import Claim, ClaimSet
 from weightgraft.reporting.experiment_stats import ExperimentStats, experiment_stats, interval_rows, recovery_rows
 from weightgraft.reporting.statistics import ALL, PERMUTATIONS, seed_for
+from weightgraft.reporting.summary_rows import ComparisonRow, RecoveryRow, SummaryRow, defined, read_rows, write_rows
 
-
-class SummaryRow(TypedDict):
-    """A row of summary.csv (the keys in the file's column order)."""
-
-    experiment: str
-    condition: str
-    template: str
-    fact_kind: str
-    metric: str
-    value: float | None  # None: not applicable (n = 0)
-    ci_low: float | None
-    ci_high: float | None
-    n: int
-    n_facts: int | None
-    fidelity: str  # the definition the row was computed in: authors, clean, `authors = clean`, or ""
-    wording: str  # the paper sentences' wording: clean or authors
-
-
-class RecoveryRow(TypedDict):
-    """A row of recovery.csv: (condition - base) / (full - base), with the gap full - base."""
-
-    experiment: str
-    condition: str
-    template: str
-    fact_kind: str
-    metric: str
-    base: str
-    full: str
-    recovery: float | None  # None: undefined (the gap's interval includes 0, or a value is missing)
-    ci_low: float | None
-    ci_high: float | None
-    gap: float | None
-    gap_low: float | None
-    gap_high: float | None
-    defined: bool
-    n: int
-    n_facts: int
-
-
-class ComparisonRow(TypedDict):
-    """A row of comparisons.csv: a paired test of condition a against b over facts."""
-
-    experiment: str
-    a: str
-    b: str
-    template: str
-    metric: str
-    difference: float | None
-    ci_low: float | None
-    ci_high: float | None
-    effect_size: float | None
-    p_value: float | None
-    permutations: int
-    exact: bool
-    n: int
-    n_facts: int
+__all__ = ["ComparisonRow", "RecoveryRow", "RunSummary", "SummaryRow", "build_summary", "by_condition", "pooled"]
 
 
 COMPARISON_METRICS = ("top5", "prob", "target_logprob")
@@ -120,13 +61,13 @@ class RunSummary:
     @property
     def experiments(self) -> list[str]:
         """The experiments summarized, in the run's order."""
-        return list(dict.fromkeys(r["experiment"] for r in self.rows))
+        return list(dict.fromkeys(r.experiment for r in self.rows))
 
     def write(self, out: Path) -> Path:
         """summary.csv, recovery.csv and comparisons.csv in `out`; returns summary.csv's path."""
-        _write_csv(out / RECOVERY_FILE, RecoveryRow, self.recoveries)
-        _write_csv(out / COMPARISONS_FILE, ComparisonRow, self.comparisons)
-        return _write_csv(out / SUMMARY_FILE, SummaryRow, self.rows)
+        write_rows(out / RECOVERY_FILE, RecoveryRow, self.recoveries)
+        write_rows(out / COMPARISONS_FILE, ComparisonRow, self.comparisons)
+        return write_rows(out / SUMMARY_FILE, SummaryRow, self.rows)
 
     @classmethod
     def read(cls, out: Path) -> RunSummary:
@@ -137,15 +78,13 @@ class RunSummary:
 
 def pooled(rows: list[SummaryRow]) -> list[SummaryRow]:
     """Rows over every fact kind (per template, and ALL): what tables and plots show first."""
-    return [r for r in rows if r.get("fact_kind", ALL) == ALL]
+    return [r for r in rows if r.fact_kind == ALL]
 
 
 def by_condition(rows: list[SummaryRow], experiment: str) -> dict[tuple[str, str], SummaryRow]:
     """(condition, metric) -> an experiment's row pooled over every template and fact kind: the
     one number per condition that its table, its plots and its finer sections all show."""
-    return {
-        (r["condition"], r["metric"]): r for r in pooled(rows) if r["experiment"] == experiment and r["template"] == ALL
-    }
+    return {(r.condition, r.metric): r for r in pooled(rows) if r.experiment == experiment and r.template == ALL}
 
 
 # --- built from the records ---------------------------------------------------------------------
@@ -160,24 +99,21 @@ def build_summary(
     name), recoveries against each experiment's references and the reference pairs of
     `asked.claims`, and paired tests of `asked.pairs`. With `resamples` 0 there are no
     intervals: each bound equals the value, and there are no recoveries or comparisons."""
-    rows, recoveries, comparisons = [], [], []
+    rows: list[SummaryRow] = []
+    recoveries: list[RecoveryRow] = []
+    comparisons: list[ComparisonRow] = []
     for record in experiments:
         name = record.name
         stats = experiment_statistics(out, record, resamples, seed)
-        rows += labelled(record, interval_rows(stats))
+        fidelity = {c.name: c.fidelity for c in record.conditions}
+        rows += interval_rows(stats, fidelity, record.wording)
         for base, full in recovery_references(stats, asked.claims):
             recoveries += recovery_rows(stats, base, full)
         comparisons += comparison_rows(stats, [(a, b) for exp, a, b in asked.pairs if exp == name], seed)
     if resamples == 0:  # no intervals: bounds equal values, and the verdict uses point estimates
-        for row in rows:
-            row["ci_low"] = row["ci_high"] = row["value"]
+        rows = [replace(row, ci_low=row.value, ci_high=row.value) for row in rows]
         recoveries, comparisons = [], []
-    return RunSummary(_defined(rows), _defined(recoveries), _defined(comparisons))
-
-
-def _defined(rows: list[dict]) -> list:
-    """The rows with None for every NaN (an undefined value), as the files read back."""
-    return [{k: None if isinstance(v, float) and math.isnan(v) else v for k, v in row.items()} for row in rows]
+    return RunSummary(rows, recoveries, comparisons)
 
 
 def experiment_statistics(out: Path, record: ExperimentRecord, resamples: int, seed: int) -> ExperimentStats:
@@ -207,12 +143,6 @@ def experiment_statistics(out: Path, record: ExperimentRecord, resamples: int, s
     return experiment_stats(frame, resamples, seed_for(seed, name), name=name, templates=list(record.templates))
 
 
-def labelled(record: ExperimentRecord, rows: list[dict]) -> list[dict]:
-    """The rows with each condition's fidelity and the experiment's wording (from its record)."""
-    fidelity = {c.name: c.fidelity for c in record.conditions}
-    return [dict(row, fidelity=fidelity.get(row["condition"], ""), wording=record.wording) for row in rows]
-
-
 def recovery_references(stats: ExperimentStats, claims: tuple[Claim, ...]) -> list[tuple[str, str]]:
     """(base, full) pairs to report recovery against: PRE and SFT when the experiment has both
     (else its first condition, the recipient alone, and SFT), plus the pairs its claims use."""
@@ -229,7 +159,7 @@ def recovery_references(stats: ExperimentStats, claims: tuple[Claim, ...]) -> li
     return pairs
 
 
-def comparison_rows(stats: ExperimentStats, pairs: list[tuple[str, str]], seed: int) -> list[dict]:
+def comparison_rows(stats: ExperimentStats, pairs: list[tuple[str, str]], seed: int) -> list[ComparisonRow]:
     """Paired sign-flip tests over facts of condition a against b (every template)."""
     rows = []
     for a, b in pairs:
@@ -238,67 +168,22 @@ def comparison_rows(stats: ExperimentStats, pairs: list[tuple[str, str]], seed: 
         for metric in COMPARISON_METRICS:
             test = stats.paired(a, b, metric, ALL, PERMUTATIONS, seed_for(seed, f"{stats.experiment}/{a}/{b}/{metric}"))
             rows.append(
-                {
-                    "experiment": stats.experiment,
-                    "a": a,
-                    "b": b,
-                    "template": ALL,
-                    "metric": metric,
-                    "difference": test.difference,
-                    "ci_low": test.low,
-                    "ci_high": test.high,
-                    "effect_size": test.effect_size,
-                    "p_value": test.p_value,
-                    "permutations": test.permutations,
-                    "exact": test.exact,
-                    "n": test.n_prompts,
-                    "n_facts": test.n_facts,
-                }
-            )
-    return rows
-
-
-# --- the files: one schema (the row type) for writing and reading -------------------------------
-
-
-def _fmt(value: object) -> object:
-    """A cell as the file holds it: floats to 6 decimals, None (undefined) empty."""
-    if isinstance(value, float):
-        return "" if math.isnan(value) else f"{value:.6f}"
-    return value
-
-
-def _write_csv(path: Path, row_type: type, rows: list) -> Path:
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=list(row_type.__annotations__), lineterminator="\n")
-    writer.writeheader()
-    for row in rows:
-        writer.writerow({k: _fmt(v) for k, v in row.items()})
-    return write_text_atomic(path, buffer.getvalue())
-
-
-def _parser(kind: object):
-    """How a cell of a column of this annotated type reads back ("" is None where allowed)."""
-    if kind is bool:
-        return lambda text: text == "True"
-    for number in (float, int):
-        if kind is number or kind == (number | None):
-            return lambda text, number=number: number(text) if text != "" else None
-    return str
-
-
-def _read_csv(path: Path, row_type: type, defaults: dict[str, str] | None = None) -> list:
-    """The rows of a file written by `_write_csv` with `row_type`; a column missing from an
-    older file takes its value from `defaults` (None when it has none there)."""
-    parsers = {name: _parser(kind) for name, kind in get_type_hints(row_type).items()}
-    rows = []
-    with path.open(newline="") as handle:
-        for raw in csv.DictReader(handle):
-            rows.append(
-                {
-                    name: parse(raw[name]) if name in raw else (defaults or {}).get(name)
-                    for name, parse in parsers.items()
-                }
+                ComparisonRow(
+                    experiment=stats.experiment,
+                    a=a,
+                    b=b,
+                    template=ALL,
+                    metric=metric,
+                    difference=defined(test.difference),
+                    ci_low=defined(test.low),
+                    ci_high=defined(test.high),
+                    effect_size=defined(test.effect_size),
+                    p_value=defined(test.p_value),
+                    permutations=test.permutations,
+                    exact=test.exact,
+                    n=test.n_prompts,
+                    n_facts=test.n_facts,
+                )
             )
     return rows
 
@@ -306,18 +191,18 @@ def _read_csv(path: Path, row_type: type, defaults: dict[str, str] | None = None
 def read_summary(out: Path) -> list[SummaryRow]:
     """summary.csv's rows (None for not applicable); summaries written before the fact_kind,
     fidelity and wording columns read as ALL, "" and clean."""
-    return _read_csv(out / SUMMARY_FILE, SummaryRow, {"fact_kind": ALL, "fidelity": "", "wording": "clean"})
+    return read_rows(out / SUMMARY_FILE, SummaryRow, {"fact_kind": ALL, "fidelity": "", "wording": "clean"})
 
 
 def read_recovery(out: Path) -> list[RecoveryRow]:
     """recovery.csv's rows (None for undefined), or [] for a run folder without one."""
     if not (out / RECOVERY_FILE).exists():
         return []
-    return _read_csv(out / RECOVERY_FILE, RecoveryRow, {"fact_kind": ALL})
+    return read_rows(out / RECOVERY_FILE, RecoveryRow, {"fact_kind": ALL})
 
 
 def read_comparisons(out: Path) -> list[ComparisonRow]:
     """comparisons.csv's rows, or [] for a run folder without one."""
     if not (out / COMPARISONS_FILE).exists():
         return []
-    return _read_csv(out / COMPARISONS_FILE, ComparisonRow)
+    return read_rows(out / COMPARISONS_FILE, ComparisonRow)

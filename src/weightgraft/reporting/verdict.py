@@ -75,7 +75,7 @@ def summary_row(
 ) -> SummaryRow | None:
     """The summary row of one condition, group and metric, or None when the run has none."""
     for row in rows:
-        if (row["experiment"], row["condition"], row["template"], row["metric"], row.get("fact_kind", ALL)) == (
+        if (row.experiment, row.condition, row.template, row.metric, row.fact_kind) == (
             experiment,
             condition,
             template,
@@ -89,9 +89,9 @@ def summary_row(
 def by_points(claim: Claim, rows: list[SummaryRow]) -> Check | None:
     """The claim on top-5's point estimates: its recovery decided as the interval [r, r]."""
     found = {c: summary_row(rows, claim.experiment, c) for c in (claim.low, claim.high, claim.condition)}
-    if any(r is None or r["value"] is None for r in found.values()):
+    if any(r is None or r.value is None for r in found.values()):
         return None
-    low, high, value = (found[c]["value"] for c in (claim.low, claim.high, claim.condition))
+    low, high, value = (found[c].value for c in (claim.low, claim.high, claim.condition))
     nums = (
         f"(top-5 in `{claim.experiment}`: {claim.low} {low:.2f}, {claim.high} {high:.2f}, "
         f"{claim.condition} {value:.2f})"
@@ -105,9 +105,7 @@ def by_points(claim: Claim, rows: list[SummaryRow]) -> Check | None:
             claim,
         )
     recovery = (value - low) / gap
-    point = decide(
-        recovery, recovery, recovery, claim.threshold, claim.direction, found[claim.condition].get("n_facts") or 0
-    )
+    point = decide(recovery, recovery, recovery, claim.threshold, claim.direction, found[claim.condition].n_facts or 0)
     holds = point.outcome == Outcome.APPEARS
     sign = (">=" if holds else "<") if claim.direction == "at_least" else ("<=" if holds else ">")
     points = f"; {claim.high} - {claim.condition} = {high - value:+.2f} top-5"
@@ -125,9 +123,9 @@ def by_points(claim: Claim, rows: list[SummaryRow]) -> Check | None:
 def _recovery_rows(claim: Claim, recoveries: list[RecoveryRow]) -> dict[str, RecoveryRow]:
     """Metric -> the claim's recovery row over every template and fact kind."""
     return {
-        r["metric"]: r
+        r.metric: r
         for r in recoveries
-        if (r["experiment"], r["condition"], r["template"], r.get("fact_kind", ALL), r["base"], r["full"])
+        if (r.experiment, r.condition, r.template, r.fact_kind, r.base, r.full)
         == (claim.experiment, claim.condition, ALL, ALL, claim.low, claim.high)
     }
 
@@ -136,9 +134,9 @@ def _interval_decision(claim: Claim, r: RecoveryRow) -> Decision:
     """One metric's recovery interval decided; a gap wholly below 0 (the reference is worse)
     has no gain to share out, so its recovery counts as undefined."""
     nan = float("nan")
-    shared = r["defined"] and (r["gap"] or 0) > 0
-    value, low, high = (r["recovery"], r["ci_low"], r["ci_high"]) if shared else (nan, nan, nan)
-    return decide(value, low, high, claim.threshold, claim.direction, r["n_facts"] or 0)
+    shared = r.defined and (r.gap or 0) > 0
+    value, low, high = (r.recovery, r.ci_low, r.ci_high) if shared else (nan, nan, nan)
+    return decide(value, low, high, claim.threshold, claim.direction, r.n_facts or 0)
 
 
 def _interval_words(claim: Claim, d: Decision, r: RecoveryRow, metric: str) -> str:
@@ -146,13 +144,13 @@ def _interval_words(claim: Claim, d: Decision, r: RecoveryRow, metric: str) -> s
     word_metric = METRIC_WORDS.get(metric, metric)
     if d.outcome != Outcome.UNDEFINED:
         text = f"{d.interval()} on {word_metric}"
-    elif None in (r["gap"], r["gap_low"], r["gap_high"]):
+    elif None in (r.gap, r.gap_low, r.gap_high):
         text = f"undefined on {word_metric} (a reference value is missing)"
     else:
-        why = "includes 0" if r["gap_low"] <= 0 <= r["gap_high"] else "is below 0: no gain"
+        why = "includes 0" if r.gap_low <= 0 <= r.gap_high else "is below 0: no gain"
         text = (
-            f"undefined on {word_metric} ({claim.high} - {claim.low} = {r['gap']:.3f} "
-            f"[{r['gap_low']:.3f}, {r['gap_high']:.3f}] {why})"
+            f"undefined on {word_metric} ({claim.high} - {claim.low} = {r.gap:.3f} "
+            f"[{r.gap_low:.3f}, {r.gap_high:.3f}] {why})"
         )
     if d.outcome == Outcome.INCONCLUSIVE:
         text += f"; {d.settle_note()}"
@@ -172,7 +170,7 @@ def by_intervals(claim: Claim, recoveries: list[RecoveryRow]) -> Check | None:
     sentence = (
         f"Recovery of {claim.condition} between {claim.low} (0) and {claim.high} (1): "
         f"{'; '.join(parts)} (claim: {word} {claim.threshold:.2f}; 95% intervals over "
-        f"{first['n_facts']} facts, {first['n']} prompts, in `{claim.experiment}`); "
+        f"{first.n_facts} facts, {first.n} prompts, in `{claim.experiment}`); "
         f"{note}."
     )
     if outcome == Outcome.UNDEFINED:
@@ -193,15 +191,15 @@ def check_claim(claim: Claim, summary: RunSummary) -> Check | None:
 def definition_of(rows: list[SummaryRow], experiment: str, condition: str) -> str:
     """The fidelity label of a condition's rows in the summary ("" when unlabelled)."""
     for row in rows:
-        if row["experiment"] == experiment and row["condition"] == condition:
-            return row.get("fidelity", "") or ""
+        if row.experiment == experiment and row.condition == condition:
+            return row.fidelity or ""
     return ""
 
 
 def clean_claim(claim: Claim, rows: list[SummaryRow]) -> Claim | None:
     """The claim on the clean rows: each of its conditions replaced by its clean twin where the
     run has one; None when none has (the clean definition computes the claim alike)."""
-    present = {r["condition"] for r in rows if r["experiment"] == claim.experiment}
+    present = {r.condition for r in rows if r.experiment == claim.experiment}
     twin = {c: c + CLEAN_SUFFIX for c in (claim.condition, claim.low, claim.high) if c + CLEAN_SUFFIX in present}
     if not twin:
         return None

@@ -53,14 +53,14 @@ def paired_tests_table(comparisons: list[ComparisonRow]) -> list[str]:
         "|---|---|---:|---:|---:|---:|---:|",
     ]
     for r in comparisons:
-        p = r["p_value"]
-        p_text = "n/a" if p is None else (f"{p:.2g}" + (" (exact)" if r["exact"] else ""))
-        d_z = "n/a" if r["effect_size"] is None else f"{r['effect_size']:.2f}"
+        p = r.p_value
+        p_text = "n/a" if p is None else (f"{p:.2g}" + (" (exact)" if r.exact else ""))
+        d_z = "n/a" if r.effect_size is None else f"{r.effect_size:.2f}"
         lines.append(
-            f"| {escape_text(r['a'])} vs {escape_text(r['b'])} (`{r['experiment']}`) | "
-            f"{METRIC_WORDS.get(r['metric'], r['metric'])} | "
-            f"{with_interval(r['difference'], r['ci_low'], r['ci_high'], digits=3, missing='undefined')} | {d_z} | "
-            f"{p_text} | {r['n_facts']} | {r['n']} |"
+            f"| {escape_text(r.a)} vs {escape_text(r.b)} (`{r.experiment}`) | "
+            f"{METRIC_WORDS.get(r.metric, r.metric)} | "
+            f"{with_interval(r.difference, r.ci_low, r.ci_high, digits=3, missing='undefined')} | {d_z} | "
+            f"{p_text} | {r.n_facts} | {r.n} |"
         )
     return lines
 
