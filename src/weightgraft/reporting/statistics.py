@@ -156,11 +156,23 @@ class Recovery:
     reason: str = ""
 
 
-def recovery_many(
-    cond, base, full, cond_samples, base_samples, full_samples, level: float = 0.95
-) -> dict[str, np.ndarray]:
+@dataclass(frozen=True)
+class Recoveries:
+    """`Recovery`'s fields as arrays of one shape, for many conditions at once (NaN where a
+    recovery is not defined)."""
+
+    value: np.ndarray
+    low: np.ndarray
+    high: np.ndarray
+    gap: np.ndarray
+    gap_low: np.ndarray
+    gap_high: np.ndarray
+    defined: np.ndarray
+
+
+def recovery_many(cond, base, full, cond_samples, base_samples, full_samples, level: float = 0.95) -> Recoveries:
     """`recovery` for arrays at once: points broadcast together, samples likewise with the
-    resamples first. Returns value, low, high, gap, gap_low, gap_high and defined arrays."""
+    resamples first."""
     cond, base, full = (np.asarray(x, dtype=float) for x in (cond, base, full))
     gap = full - base
     gap_samples = np.asarray(full_samples, dtype=float) - np.asarray(base_samples, dtype=float)
@@ -176,15 +188,15 @@ def recovery_many(
     nan = np.full(shape, np.nan)
     defined = np.broadcast_to(defined, shape)
     # (+ 0.0 turns a -0.0, e.g. the base's own recovery over a negative gap, into 0.0)
-    return {
-        "value": np.where(defined, value, nan) + 0.0,
-        "low": np.where(defined, low, nan) + 0.0,
-        "high": np.where(defined, high, nan) + 0.0,
-        "gap": np.broadcast_to(gap, shape),
-        "gap_low": np.broadcast_to(gap_low, shape),
-        "gap_high": np.broadcast_to(gap_high, shape),
-        "defined": defined,
-    }
+    return Recoveries(
+        value=np.where(defined, value, nan) + 0.0,
+        low=np.where(defined, low, nan) + 0.0,
+        high=np.where(defined, high, nan) + 0.0,
+        gap=np.broadcast_to(gap, shape),
+        gap_low=np.broadcast_to(gap_low, shape),
+        gap_high=np.broadcast_to(gap_high, shape),
+        defined=defined,
+    )
 
 
 def recovery(
@@ -198,9 +210,9 @@ def recovery(
 ) -> Recovery:
     """(C - base) / (full - base) with a percentile interval over the shared resamples."""
     r = recovery_many(cond, base, full, cond_samples, base_samples, full_samples, level)
-    gap, gap_low, gap_high = float(r["gap"]), float(r["gap_low"]), float(r["gap_high"])
-    if bool(r["defined"]):
-        return Recovery(float(r["value"]), float(r["low"]), float(r["high"]), gap, gap_low, gap_high, True)
+    gap, gap_low, gap_high = float(r.gap), float(r.gap_low), float(r.gap_high)
+    if bool(r.defined):
+        return Recovery(float(r.value), float(r.low), float(r.high), gap, gap_low, gap_high, True)
     nan = float("nan")
     if not (np.isfinite(gap) and np.isfinite(cond)):
         return Recovery(nan, nan, nan, gap, gap_low, gap_high, False, "a value is missing")
