@@ -11,6 +11,7 @@ sentence is built from recovery.csv's rows (intervals over facts), never from a 
 from __future__ import annotations
 
 from weightgraft.reporting.decision import Outcome
+from weightgraft.reporting.numbers import with_interval
 from weightgraft.reporting.statistics import ALL
 from weightgraft.reporting.summary import RecoveryRow
 from weightgraft.reporting.verdict import Check
@@ -37,13 +38,13 @@ def _row(
 def _share(r: RecoveryRow | None) -> str:
     if r is None or not r.defined or r.recovery is None:
         return "an undefined share"
-    return f"{r.recovery:.2f} [{r.ci_low:.2f}, {r.ci_high:.2f}]"
+    return with_interval(r.recovery, r.ci_low, r.ci_high)
 
 
 def _gap(r: RecoveryRow | None) -> str:
-    if r is None or r.gap is None:
+    if r is None:
         return "n/a"
-    return f"{r.gap:+.3f} [{r.gap_low:+.3f}, {r.gap_high:+.3f}]"
+    return with_interval(r.gap, r.gap_low, r.gap_high, digits=3, sign=True)
 
 
 def _includes_zero(r: RecoveryRow | None) -> bool:

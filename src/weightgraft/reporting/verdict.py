@@ -33,6 +33,7 @@ from dataclasses import dataclass, field, replace
 from weightgraft.experiments.vocabulary import CLEAN_SUFFIX, DECISION_METRICS, HEADLINE_METRIC, METRIC_WORDS
 from weightgraft.reporting.claim_types import Claim
 from weightgraft.reporting.decision import Decision, Outcome, combine, decide
+from weightgraft.reporting.numbers import with_interval
 from weightgraft.reporting.statistics import ALL
 from weightgraft.reporting.summary import RecoveryRow, RunSummary, SummaryRow
 
@@ -149,8 +150,8 @@ def _interval_words(claim: Claim, d: Decision, r: RecoveryRow, metric: str) -> s
     else:
         why = "includes 0" if r.gap_low <= 0 <= r.gap_high else "is below 0: no gain"
         text = (
-            f"undefined on {word_metric} ({claim.high} - {claim.low} = {r.gap:.3f} "
-            f"[{r.gap_low:.3f}, {r.gap_high:.3f}] {why})"
+            f"undefined on {word_metric} ({claim.high} - {claim.low} = "
+            f"{with_interval(r.gap, r.gap_low, r.gap_high, digits=3)} {why})"
         )
     if d.outcome == Outcome.INCONCLUSIVE:
         text += f"; {d.settle_note()}"
