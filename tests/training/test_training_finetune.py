@@ -255,11 +255,13 @@ def test_train_out_is_refused_when_occupied_and_overwrite_keeps_the_users_files(
 
 def test_without_progress_training_prints_no_loss_lines_and_keeps_its_history(tmp_path, capfd):
     """Trainer replaces disabled progress bars by a printer of every log dict; `progress=False`
-    must print none of them, while the record still holds each epoch's validation."""
+    must print none of them, nor transformers' bars (saving the model), while the record still
+    holds each epoch's validation."""
     art = tiny_artifacts()
     config = FinetuneConfig(epochs=2, lr=3e-3, mix_ratio=0.0, device="cpu")
     result = finetune(art.pretrained, art.task_data, tmp_path / "quiet", config, progress=False)
     out, err = capfd.readouterr()
     assert "'loss'" not in out + err and "eval_top5_accuracy" not in out + err
+    assert "it/s]" not in out + err and "Writing model shards" not in out + err
     record = json.loads((result.path / "training_config.json").read_text())
     assert len(record["validation_top_k_by_epoch"]) == 2 == len(result.history)

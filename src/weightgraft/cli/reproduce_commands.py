@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Literal
 
 import typer
+from transformers.utils import logging as hf_logging
 
 from weightgraft.cli import check_device_option, check_positive
 from weightgraft.paper.estimate import PAPER_MODELS
@@ -116,6 +117,8 @@ def reproduce_command(
         bootstrap=bootstrap,
         seed=seed,
     )
+    if not progress:  # planning may convert a .gguf model, whose conversion shows transformers' bar
+        hf_logging.disable_progress_bar()
     job = plan_job(options)  # ReproduceError (one line, exit 2) for options that cannot be planned
     if dry_run:
         typer.echo(describe_plan(job))

@@ -461,10 +461,10 @@ def reproduce(job: Job, progress: bool = True, echo=None) -> ReproduceResult:
         refuse_foreign(out, "reproduce", ("provenance.json",))
         for ft in job.finetunes.values():  # before the plan is printed, so the refusal is the one line
             refuse_unstamped_checkpoints(ft)
+    if not progress:  # before the plan, whose calibration loads the model
+        hf_logging.disable_progress_bar()
     if rank == 0:
         (echo or print)(describe_plan(job))
-    if not progress:
-        hf_logging.disable_progress_bar()
     sys.stdout.flush()
     if rank != 0:
         return Pipeline(job, progress=progress, echo=echo).run()

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from pathlib import Path
@@ -45,7 +46,7 @@ from weightgraft.training.builtin_specs import (
     BuiltinSpec,
     Size,
 )
-from weightgraft.training.finetune import FinetuneConfig, finetune
+from weightgraft.training.finetune import FinetuneConfig, finetune, without_bars
 from weightgraft.training.pretrain import make_model, pack_documents, pretrain, save_model, train_steps
 from weightgraft.training.shipped import FIRST_STEPS, find_shipped, state_probe, state_sha256, write_shipped
 from weightgraft.training.tokenizer import train_bpe_tokenizer
@@ -405,10 +406,11 @@ def ensure_builtin(
         art.root.mkdir(parents=True, exist_ok=True)
         ledger = Ledger(art.root / LEDGER_NAME, {"builtin": BUILTIN_VERSION, "size": size}, base=art.root)
         worlds = _WorldOnce(spec)
-        for step in builtin_steps(spec, art, progress, finetunes, shipped):
-            seconds = run_step(ledger, step, worlds, size, progress)
-            if seconds is not None:
-                art.seconds[step.name] = seconds
+        with nullcontext() if progress else without_bars():  # save_pretrained's bar too
+            for step in builtin_steps(spec, art, progress, finetunes, shipped):
+                seconds = run_step(ledger, step, worlds, size, progress)
+                if seconds is not None:
+                    art.seconds[step.name] = seconds
     return art
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import random
 import tempfile
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -184,6 +184,18 @@ def quiet_loading():
         yield
     finally:
         hf_logging.set_verbosity(verbosity)
+        if bars:
+            hf_logging.enable_progress_bar()
+
+
+@contextmanager
+def without_bars():
+    """transformers' progress bars off (restored after): what `progress=False` promises."""
+    bars = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
         if bars:
             hf_logging.enable_progress_bar()
 
@@ -443,12 +455,14 @@ def finetune(
         output_dir = Path(checkpoint_dir) if checkpoints else tmp / "trainer"
         args = _training_arguments(config, device, output_dir, len(data.dataset), checkpoints, progress)
         trainer = _trainer(net, tokenizer, args, data, config, checkpoints)
-        _train(trainer, net, device, resume_from, checkpoints)
+        with nullcontext() if progress else without_bars():  # the Trainer's and save_pretrained's
+            _train(trainer, net, device, resume_from, checkpoints)
         if lora is not None:  # the adapters' deltas into the weights: a plain model is saved
             net = lora.merge_and_unload()
         if is_main:
-            net.save_pretrained(tmp, safe_serialization=True)
-            tokenizer.save_pretrained(tmp)
+            with nullcontext() if progress else without_bars():
+                net.save_pretrained(tmp, safe_serialization=True)
+                tokenizer.save_pretrained(tmp)
             run = _run_record(device, data, trainer, resume_from, time.time() - start)
             write_json(tmp / TRAINING_RECORD, _training_record(model, data_dir, manifest, config, run))
         remove_entry(tmp, "trainer")
