@@ -126,3 +126,18 @@ def test_train_and_a_run_config_take_a_gguf_file_as_the_model(gguf_file, tmp_pat
     assert not torch.equal(tuned["model.layers.0.mlp.up_proj.weight"], converted["model.layers.0.mlp.up_proj.weight"])
     assert json.loads((result.path / "training_config.json").read_text())["base_model"] == str(gguf_file)
     assert check_model_files(str(gguf_file), "models.pre") == model_dir(str(gguf_file))
+
+
+def test_the_readers_bar_follows_transformers_progress_switch(gguf_file, capfd):
+    """transformers' GGUF reader draws its bar with tqdm directly; with transformers' bars off
+    (what --no-progress sets) the conversion draws none, and with them on it still does."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    try:
+        load_gguf(gguf_file)
+    finally:
+        hf_logging.enable_progress_bar()
+    assert "de-quantizing GGUF tensors" not in "".join(capfd.readouterr())
+    load_gguf(gguf_file)
+    assert "de-quantizing GGUF tensors" in "".join(capfd.readouterr())

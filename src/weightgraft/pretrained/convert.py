@@ -11,10 +11,15 @@ from __future__ import annotations
 
 import json
 import time
+from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
+from unittest.mock import patch
 
 import torch
+import transformers.modeling_gguf_pytorch_utils as gguf_utils
 from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers.utils import logging as hf_logging
 
 from weightgraft._version import __version__
 from weightgraft.atomic import write_json
@@ -28,9 +33,23 @@ CONVERTER_VERSION = 1  # bump when the folder's contents would change for the sa
 def load_gguf(gguf: Path):
     """transformers' own load of a GGUF file: (model in float32, eval mode; tokenizer)."""
     folder, name = str(gguf.parent), gguf.name
-    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name, trust_remote_code=False)
-    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32, trust_remote_code=False)
+    with _gguf_bar_as_transformers_bars():
+        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name, trust_remote_code=False)
+        model = AutoModelForCausalLM.from_pretrained(
+            folder, gguf_file=name, dtype=torch.float32, trust_remote_code=False
+        )
     return model.eval(), tokenizer
+
+
+@contextmanager
+def _gguf_bar_as_transformers_bars():
+    """transformers' GGUF reader draws its bar with tqdm directly, past its own progress switch;
+    while that switch is off (a command run with --no-progress), the reader's bar is off too."""
+    if hf_logging.is_progress_bar_enabled():
+        yield
+        return
+    with patch.object(gguf_utils, "tqdm", partial(gguf_utils.tqdm, disable=True)):
+        yield
 
 
 def _serialisable_copy(model):
