@@ -91,3 +91,24 @@ def test_the_plan_times_replay_by_a_measured_decoding_forward(tiny_model):
     assert 0 < measured.decode_seconds < 10
     step = _replay_step(measured)
     assert step.seconds == pytest.approx(len(NEUTRAL_PROMPTS) * REPLAY_TOKENS * measured.decode_seconds)
+
+
+def test_the_calibrated_step_is_the_median_of_the_timed_steps(tiny_model, monkeypatch):
+    """Single CPU steps vary by a factor of almost two; the plan's step is the median of the
+    timed ones (the first, which allocates, untimed), so one slow step does not move the plan."""
+    from types import SimpleNamespace
+
+    from weightgraft.paper import calibrate
+
+    durations = iter([30.0, 1.0, 2.0, 9.0])  # the first untimed; 9 s is the slow outlier
+    clock = {"now": 0.0, "started": False}
+
+    def perf_counter() -> float:
+        if clock["started"]:  # a step's end: its duration has passed
+            clock["now"] += next(durations, 0.001)
+        clock["started"] = not clock["started"]
+        return clock["now"]
+
+    monkeypatch.setattr(calibrate, "time", SimpleNamespace(perf_counter=perf_counter))
+    measured = calibrate.measure(tiny_model, batch=2, tokens=8, device="cpu", steps=4)
+    assert measured.step_seconds == 2.0  # median of 1, 2 and 9; their mean would be 4

@@ -10,6 +10,7 @@ length, and a batched forward of evaluation prompts. A few seconds, once, before
 from __future__ import annotations
 
 import contextlib
+import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,6 +60,13 @@ class Measured:
         return rows * tokens_per_row * self.forward_token_seconds
 
 
+# Optimizer steps the calibration makes (the first, allocating, untimed). On a 2-core EPYC (29 Nov)
+# single steps of SmolLM2 (16 x 40 tokens) ranged 3.65-6.1 s: the mean of two timed steps put the
+# 100-fact plan at 71-79 min (three plans) for a job measured at 61.6 min, the median of six at
+# 62-69 min.
+STEPS = 7
+
+
 def _sync(device: str) -> None:
     if device.startswith("cuda"):
         torch.cuda.synchronize()
@@ -73,9 +81,10 @@ def _autocast(precision: str, device: str):
 
 
 def measure(
-    folder: Path, batch: int, tokens: int, device: str, steps: int = 3, precision: str = "fp32", lora_rank: int = 0
+    folder: Path, batch: int, tokens: int, device: str, steps: int = STEPS, precision: str = "fp32", lora_rank: int = 0
 ) -> Measured:
-    """Time `steps` AdamW steps (the first, which allocates, is not counted) in the finetune's
+    """Time `steps` AdamW steps (the first, which allocates, is not counted; the step is their
+    median) in the finetune's
     `precision` (bf16/fp16: under autocast), of the LoRA adapters alone where `lora_rank` is set, and a float32 forward of a batch of 64 rows that
     unembeds each row's last position only (validation and runs are float32), on random token
     ids of the model's vocabulary; the unembedding of one position alone; and a cached decoding
@@ -119,7 +128,7 @@ def measure(
         forward = (time.perf_counter() - start) / rows.numel()
         unembed = _unembed_seconds(model, device)
     decode = decoding_seconds(model, device, ReplaySpec().samples)
-    return Measured(sum(times[1:]) / max(1, len(times) - 1), forward, batch, tokens, device, unembed, decode)
+    return Measured(statistics.median(times[1:] or times), forward, batch, tokens, device, unembed, decode)
 
 
 def _unembed_seconds(model, device: str, positions: int = 256) -> float:
