@@ -10,7 +10,7 @@ from weightgraft.experiments.record import ExperimentRecord
 from weightgraft.experiments.vocabulary import HEADLINE_METRIC
 from weightgraft.paper.published import ANALYSIS_OF_EXPERIMENT, DATASET_OF_KIND, MODELS, published, published_rows
 from weightgraft.reporting.report import count_cell, split_twins
-from weightgraft.reporting.summary import ALL, pooled
+from weightgraft.reporting.summary import ALL, SummaryRow, pooled
 
 # The clean definitions' differences from the authors' runs (conditions.md): each paper preset
 # computes the authors' rows too (`fidelity: authors` or `both`), so these are choices, not gaps.
@@ -92,7 +92,7 @@ def _setting_words(record: ExperimentRecord) -> str:
     return " ".join(words)
 
 
-def paper_tables(summary: list[dict], record: ExperimentRecord) -> list[str]:
+def paper_tables(summary: list[SummaryRow], record: ExperimentRecord) -> list[str]:
     """`paper vs this model`: per sentence, the four published models' top-5 beside this model's
     row in the authors' definition, and its clean row where the two differ."""
     analysis = ANALYSIS_OF_EXPERIMENT.get(record.name)
@@ -146,7 +146,7 @@ def paper_tables(summary: list[dict], record: ExperimentRecord) -> list[str]:
     return lines + kind_paper_table(summary, record, analysis, order)
 
 
-def kind_paper_table(summary: list[dict], record: ExperimentRecord, analysis, order: list[str]) -> list[str]:
+def kind_paper_table(summary: list[SummaryRow], record: ExperimentRecord, analysis, order: list[str]) -> list[str]:
     """By fact kind: the published datasets of the same kind (mean over the sentences the
     paper reports) beside this model's value for that kind (its sentences pooled), in the
     authors' definition and, where it differs, the clean one."""

@@ -26,14 +26,16 @@ from weightgraft.paper.reproduce_sections import (
     plain_facts_section,
 )
 from weightgraft.reporting.report import split_twins
-from weightgraft.reporting.summary import pooled, read_summary
+from weightgraft.reporting.summary import SummaryRow, pooled, read_summary
 
 
 def _fmt(value) -> str:
     return "–" if value is None else f"{float(value):.2f}"
 
 
-def paper_vs_run_table(summary: list[dict], record: ExperimentRecord, dataset: str, paper_model: str | None) -> str:
+def paper_vs_run_table(
+    summary: list[SummaryRow], record: ExperimentRecord, dataset: str, paper_model: str | None
+) -> str:
     """Markdown: one row per condition; per sentence the published top-5 beside this run's row
     in the authors' definition (every fact kind pooled) and, where the run has one, its clean
     row. `paper_model` None: the four published models."""

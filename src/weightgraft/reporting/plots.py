@@ -17,7 +17,7 @@ from weightgraft.experiments.record import ExperimentRecord  # noqa: E402
 from weightgraft.reporting.figure_files import save_figure  # noqa: E402
 from weightgraft.reporting.finer_findings import FinerFindings  # noqa: E402
 from weightgraft.reporting.finer_plots import finer_plots  # noqa: E402
-from weightgraft.reporting.summary import by_condition  # noqa: E402
+from weightgraft.reporting.summary import SummaryRow, by_condition  # noqa: E402
 
 
 def _bars(ax, xs, rows, width, label, color):
@@ -45,7 +45,7 @@ def _finish(fig, ax, labels, title, ylabel):
     fig.subplots_adjust(bottom=0.32, top=0.9, left=0.08, right=0.97)
 
 
-def bar_chart(summary: list[dict], record: ExperimentRecord, stem: Path) -> list[Path]:
+def bar_chart(summary: list[SummaryRow], record: ExperimentRecord, stem: Path) -> list[Path]:
     """Grouped bars: one group per condition, one bar per headline metric."""
     table = by_condition(summary, record.name)
     names = [c.name for c in record.conditions if isinstance(c.kind, Plain)]
@@ -59,7 +59,7 @@ def bar_chart(summary: list[dict], record: ExperimentRecord, stem: Path) -> list
     return save_figure(fig, stem)
 
 
-def paired_chart(summary: list[dict], record: ExperimentRecord, stem: Path) -> list[Path]:
+def paired_chart(summary: list[SummaryRow], record: ExperimentRecord, stem: Path) -> list[Path]:
     """Weight grafting vs activation patching at the same positions and layers."""
     table = by_condition(summary, record.name)
     metric = record.headline[0]
@@ -79,7 +79,7 @@ def paired_chart(summary: list[dict], record: ExperimentRecord, stem: Path) -> l
     return save_figure(fig, stem)
 
 
-def heatmaps(summary: list[dict], record: ExperimentRecord, stem: Path) -> list[Path]:
+def heatmaps(summary: list[SummaryRow], record: ExperimentRecord, stem: Path) -> list[Path]:
     """One heatmap per swept position: component sets (rows) x layer bands (columns)."""
     table = by_condition(summary, record.name)
     metric = record.headline[0]
@@ -117,7 +117,9 @@ def heatmaps(summary: list[dict], record: ExperimentRecord, stem: Path) -> list[
     return save_figure(fig, stem)
 
 
-def plot_experiment(summary: list[dict], record: ExperimentRecord, findings: FinerFindings, folder: Path) -> list[Path]:
+def plot_experiment(
+    summary: list[SummaryRow], record: ExperimentRecord, findings: FinerFindings, folder: Path
+) -> list[Path]:
     stem = folder / record.name
     if record.plot == "paired":
         return paired_chart(summary, record, stem)

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Sequence
-from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from pathlib import Path
@@ -46,7 +45,7 @@ from weightgraft.training.builtin_specs import (
     BuiltinSpec,
     Size,
 )
-from weightgraft.training.finetune import FinetuneConfig, finetune, without_bars
+from weightgraft.training.finetune import FinetuneConfig, finetune, transformers_bars
 from weightgraft.training.pretrain import make_model, pack_documents, pretrain, save_model, train_steps
 from weightgraft.training.shipped import FIRST_STEPS, find_shipped, state_probe, state_sha256, write_shipped
 from weightgraft.training.tokenizer import train_bpe_tokenizer
@@ -406,7 +405,7 @@ def ensure_builtin(
         art.root.mkdir(parents=True, exist_ok=True)
         ledger = Ledger(art.root / LEDGER_NAME, {"builtin": BUILTIN_VERSION, "size": size}, base=art.root)
         worlds = _WorldOnce(spec)
-        with nullcontext() if progress else without_bars():  # save_pretrained's bar too
+        with transformers_bars(progress):  # save_pretrained's bar too
             for step in builtin_steps(spec, art, progress, finetunes, shipped):
                 seconds = run_step(ledger, step, worlds, size, progress)
                 if seconds is not None:

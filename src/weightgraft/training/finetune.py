@@ -16,7 +16,7 @@ from __future__ import annotations
 import random
 import tempfile
 import time
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -177,26 +177,26 @@ def _resolve_device(device: str) -> str:
 @contextmanager
 def quiet_loading():
     """transformers without its load report and progress bar (restored after)."""
-    verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+    verbosity = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
     try:
-        yield
+        with transformers_bars(False):
+            yield
     finally:
         hf_logging.set_verbosity(verbosity)
-        if bars:
-            hf_logging.enable_progress_bar()
 
 
 @contextmanager
-def without_bars():
-    """transformers' progress bars off (restored after): what `progress=False` promises."""
+def transformers_bars(shown: bool):
+    """transformers' progress bars (the Trainer's, save_pretrained's) on as they were, or off
+    while `shown` is False (restored after): what `progress=False` promises."""
     bars = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()
+    if not shown:
+        hf_logging.disable_progress_bar()
     try:
         yield
     finally:
-        if bars:
+        if bars and not shown:
             hf_logging.enable_progress_bar()
 
 
@@ -450,19 +450,18 @@ def finetune(
     checkpoints = checkpoint_dir is not None
     # Under `accelerate launch` / torchrun every process trains; only rank 0 writes `out_dir`.
     is_main = is_main_process()
-    with atomic_directory(out_dir, overwrite, command="train") if is_main else _scratch_directory() as tmp:
+    folder = atomic_directory(out_dir, overwrite, command="train") if is_main else _scratch_directory()
+    with folder as tmp, transformers_bars(progress):
         resume_from = last_complete_checkpoint(Path(checkpoint_dir)) if checkpoints else None
         output_dir = Path(checkpoint_dir) if checkpoints else tmp / "trainer"
         args = _training_arguments(config, device, output_dir, len(data.dataset), checkpoints, progress)
         trainer = _trainer(net, tokenizer, args, data, config, checkpoints)
-        with nullcontext() if progress else without_bars():  # the Trainer's and save_pretrained's
-            _train(trainer, net, device, resume_from, checkpoints)
+        _train(trainer, net, device, resume_from, checkpoints)
         if lora is not None:  # the adapters' deltas into the weights: a plain model is saved
             net = lora.merge_and_unload()
         if is_main:
-            with nullcontext() if progress else without_bars():
-                net.save_pretrained(tmp, safe_serialization=True)
-                tokenizer.save_pretrained(tmp)
+            net.save_pretrained(tmp, safe_serialization=True)
+            tokenizer.save_pretrained(tmp)
             run = _run_record(device, data, trainer, resume_from, time.time() - start)
             write_json(tmp / TRAINING_RECORD, _training_record(model, data_dir, manifest, config, run))
         remove_entry(tmp, "trainer")
