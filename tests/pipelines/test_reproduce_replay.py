@@ -132,3 +132,51 @@ def test_the_cli_flag_reaches_the_recipe_and_the_plan(tiny_model, tmp_path):
     plain = CliRunner().invoke(app, args)
     assert plain.exit_code == 0, plain.output
     assert " replay " not in plain.output and "general text share 0;" in plain.output
+
+
+def test_general_loss_kl_reaches_the_finetune_the_plan_and_the_report(tiny_model, tmp_path):
+    """`--general-loss kl`: the SFT finetune records it, its ledger inputs differ from the token
+    loss's (a resumed job does not reuse the other finetune), the plan names it and counts PRE's
+    forward over the general rows, the report names it; without general text it is refused."""
+    base = dict(model=str(tiny_model), device="cpu", setting="laptop", facts=4, epochs=1, lr=3e-3, replay=True)
+    job = plan_job(ReproduceOptions(**base, out=tmp_path / "kl", general_loss="kl"))
+    pipeline = _first_steps(job)
+    record = json.loads((job.finetunes[SFT].out / "training_config.json").read_text())
+    assert record["general_loss"] == "kl" and record["n_general_texts"] == 29
+    inputs = pipeline.ledger.record_of(f"finetune:{SFT}")["inputs"]["config"]
+    assert inputs["general_loss"] == "kl"
+    assert "general_loss" not in _job(tiny_model, tmp_path / "tokens").recipe.record()
+    lines = deviations_section(job, pipeline.ledger.body["steps"])
+    assert len([line for line in lines if "KL from a frozen copy" in line]) == 1
+
+    _register_all()
+    args = ["reproduce", "--model", str(tiny_model), "--out", str(tmp_path / "j"), "--device", "cpu"]
+    args += ["--setting", "laptop", "--facts", "4", "--dry-run", "--replay"]
+    plan = CliRunner().invoke(app, [*args, "--general-loss", "kl"])
+    assert plan.exit_code == 0, plan.output
+    assert "general text share 0.25 (self-replay), learned by KL from PRE" in plan.output
+    refused = CliRunner().invoke(app, [*args[:-1], "--general-loss", "kl"])
+    assert refused.exit_code == 2 and "add --replay" in refused.output
+
+
+def test_the_plan_counts_pres_forward_over_the_general_rows(tiny_model, tmp_path, monkeypatch):
+    """With the KL loss, a finetune's plan adds one forward of PRE over the general quarter of
+    every batch's rows at the batch's padded length (read off a plan whose step costs twice as much)."""
+    from dataclasses import replace
+
+    from weightgraft.paper import calibrate, reproduce_plan
+
+    measured = calibrate.Measured(step_seconds=2.0, forward_token_seconds=0.01, batch=16, tokens=40, device="cpu")
+
+    def sft_plan(loss: str, step_seconds: float):
+        monkeypatch.setattr(reproduce_plan, "_measured", lambda *_: replace(measured, step_seconds=step_seconds))
+        options = ReproduceOptions(
+            model=str(tiny_model), out=tmp_path / loss, device="cpu", setting="laptop", facts=4, replay=True
+        )
+        steps, _ = reproduce_plan.plan_steps(plan_job(replace(options, general_loss=loss)))
+        return next(s for s in steps if s.name == f"finetune:{SFT}")
+
+    tokens, kl, dearer = sft_plan("tokens", 2.0), sft_plan("kl", 2.0), sft_plan("tokens", 4.0)
+    padded = (dearer.seconds - tokens.seconds) * 40 / (2.0 * tokens.steps)  # the batches' padded length
+    assert padded > 5
+    assert kl.seconds - tokens.seconds == pytest.approx(tokens.steps * 16 * 0.25 * padded * 0.01)

@@ -77,6 +77,12 @@ def reproduce_command(
         "once per job, offline) into every finetune as general text, at a share of 0.25 where the "
         "setting mixes in none (not the paper's; the report names it).",
     ),
+    general_loss: Literal["tokens", "kl"] = typer.Option(
+        "tokens",
+        help="How general text (--replay, --general-text) is learned: tokens (cross-entropy on its "
+        "tokens) or kl (the pretrained model's whole next-token distribution at each of its positions; "
+        "not the paper's; the report names it).",
+    ),
     lora_rank: int | None = typer.Option(
         None,
         min=0,
@@ -114,6 +120,7 @@ def reproduce_command(
         layer_sweeps=layer_sweeps,
         replay=replay,
         lora_rank=lora_rank,
+        general_loss=general_loss,
         bootstrap=bootstrap,
         seed=seed,
     )

@@ -60,6 +60,11 @@ def train(
     general_text: Path | None = typer.Option(
         None, help='JSONL of general text ({"text": ...}) or a dataset directory whose train.jsonl is general text.'
     ),
+    general_loss: Literal["tokens", "kl"] = typer.Option(
+        "tokens",
+        help="How the general text is learned: tokens (cross-entropy on them) or kl (the pretrained "
+        "model's whole next-token distribution at each of its positions, from a frozen copy of --model).",
+    ),
     device: str = typer.Option("auto", callback=check_device_option, help="auto, cpu, cuda, cuda:N or mps."),
     seed: int = typer.Option(0),
     trust_remote_code: bool = typer.Option(False, help="Run model code from the hub (off by default)."),
@@ -77,6 +82,7 @@ def train(
         freeze_unembeddings=freeze_unembeddings,
         freeze_final_norm=freeze_final_norm,
         mix_ratio=mix_ratio,
+        general_loss=general_loss,
         device=device,
         seed=seed,
     )

@@ -116,6 +116,7 @@ def finetune_config(recipe: Recipe):
         labelled_logits_only=True,  # the same loss, without the padding's unembedding
         group_by_length=recipe.group_by_length,
         lora_rank=recipe.lora_rank,
+        general_loss=recipe.general_loss,
     )
 
 
@@ -180,6 +181,13 @@ def check_options(options: ReproduceOptions) -> None:
             "--setting gentle mixes general text into finetuning: give "
             '--general-text (a JSONL of {"text": ...}, e.g. OpenWebText or IMDB '
             "samples, or a dataset directory)"
+        )
+    if options.general_loss not in ("tokens", "kl"):
+        raise ReproduceError(f"unknown --general-loss {options.general_loss!r}; use tokens or kl")
+    if options.general_loss == "kl" and not (options.replay or options.general_text):
+        raise ReproduceError(
+            "--general-loss kl scores general text, and this job mixes in none: add --replay "
+            "(or --general-text FILE), or leave --general-loss at tokens"
         )
     if options.precision == "fp16" and not resolve_device(options.device).startswith("cuda"):
         raise ReproduceError(

@@ -132,6 +132,9 @@ def plan_steps(job: Job) -> tuple[list[PlannedStep], dict]:
             validation = min(config.max_validation_prompts or 10**9, _validation_prompts(data))
             seconds = measured.finetune_seconds(optimizer_steps, padded[name])
             seconds += config.epochs * measured.forward_seconds(validation, prompt_tokens)
+            if config.general_loss == "kl":  # the frozen PRE's forward over each batch's general rows
+                general_rows = optimizer_steps * config.batch_size * config.mix_ratio
+                seconds += measured.forward_seconds(general_rows, padded[name])
         else:
             seconds = estimate.finetune_seconds(size, optimizer_steps, tokens, recipe.device) if size else None
         total += seconds or 0.0
@@ -293,6 +296,7 @@ def describe_plan(job: Job) -> str:
         f"batch {config.batch_size}, {config.epochs} epochs, {config.precision}, "
         f"max length {config.max_length}, general text share {config.mix_ratio:g}"
         f"{' (self-replay)' if recipe.replay else ''}"
+        f"{', learned by KL from PRE' if recipe.general_loss == 'kl' else ''}"
         f"{f', LoRA rank {recipe.lora_rank}' if recipe.lora_rank else ''}; a checkpoint every epoch"
     )
     lines.append(

@@ -15,6 +15,7 @@ from weightgraft.paper.estimate import DEFAULT_MAX_LENGTH, PAPER_MODELS, paper_m
 from weightgraft.runtime import resolve_device
 
 SettingName = Literal["aggressive", "gentle", "laptop"]
+GeneralLoss = Literal["tokens", "kl"]
 RunDtype = Literal["float32", "bfloat16", "float16"]
 Precision = Literal["auto", "fp32", "bf16", "fp16"]
 
@@ -83,6 +84,9 @@ class ReproduceOptions:
         general_text: general text mixed in by the gentle setting.
         replay: mix the pretrained model's own continuations of neutral prompts into every
             finetune (self-replay, `paper.replay`; not the paper's).
+        general_loss: how the general text is learned: "tokens" (cross-entropy, as the paper's
+            gentle setting) or "kl" (the pretrained model's whole next-token distribution,
+            `training.distill`; not the paper's).
         lora_rank: train a LoRA of this rank on every block linear instead of every weight,
             merged into the saved model (not the paper's; None: the setting's).
         max_examples: cap on the prompts scored per experiment (None: all).
@@ -108,6 +112,7 @@ class ReproduceOptions:
     layer_sweeps: bool | None = None
     replay: bool = False
     lora_rank: int | None = None
+    general_loss: GeneralLoss = "tokens"
 
 
 @dataclass(frozen=True)
@@ -136,13 +141,16 @@ class Recipe:
     seed: int
     replay: bool = False  # self-replay texts join the general text (mix_ratio: their share)
     lora_rank: int = 0  # 0: a full finetune
+    general_loss: GeneralLoss = "tokens"  # "kl": general text teaches PRE's distribution
 
     def record(self) -> dict:
-        """The recipe as JSON values, for the job's provenance (a full finetune's leaves
-        `lora_rank` out, as jobs made before the option recorded it)."""
+        """The recipe as JSON values, for the job's provenance (options at the values they had
+        before they existed are left out, as jobs made before then recorded them)."""
         body = {k: str(v) if isinstance(v, Path) else v for k, v in asdict(self).items()}
         if not self.lora_rank:
             del body["lora_rank"]
+        if self.general_loss == "tokens":
+            del body["general_loss"]
         return body
 
 
@@ -181,4 +189,5 @@ def resolve_recipe(options: ReproduceOptions, setting: Setting) -> Recipe:
         seed=options.seed,
         replay=options.replay,
         lora_rank=_given(options.lora_rank, setting.lora_rank),
+        general_loss=options.general_loss,
     )

@@ -118,6 +118,12 @@ def deviations_section(job: Job, steps: dict) -> list[str]:
             + f": general text is {recipe.mix_ratio:g} of the training texts (weightgraft's lever "
             "against forgetting; the paper has none)."
         )
+    if recipe.general_loss == "kl":
+        lines.append(
+            "- The general text is learned as the pretrained model's whole next-token distribution at "
+            "each of its positions (KL from a frozen copy of it), not as its tokens (weightgraft's "
+            "lever against forgetting; the paper's gentle setting trains on its general text's tokens)."
+        )
     if recipe.lora_rank:
         lines.append(
             f"- LoRA finetunes: adapters of rank {recipe.lora_rank} (alpha {2 * recipe.lora_rank}) on every "

@@ -44,11 +44,13 @@ from weightgraft.runtime import check_device, is_main_process, resolve_device
 from weightgraft.training import TRAINING_RECORD
 from weightgraft.training.batches import PadCollator, TextDataset, encode_texts, labelled_loss
 from weightgraft.training.checkpoints import SealCheckpoints, last_complete_checkpoint
+from weightgraft.training.distill import distilled_loss, frozen_copy
 from weightgraft.training.evaluate import topk_accuracy
 from weightgraft.training.lengths import check_lengths
 from weightgraft.training.trainable import freeze_parts, with_lora
 
 Precision = Literal["fp32", "bf16", "fp16"]
+GeneralLoss = Literal["tokens", "kl"]
 
 
 @dataclass
@@ -83,14 +85,21 @@ class FinetuneConfig:
     # on every linear layer of the blocks is trained instead and merged into the saved model, a
     # lever against forgetting (`docs/real_models.md`); the saved model is a full model either way.
     lora_rank: int = 0
+    # How the general text mixed in is learned. "tokens": cross-entropy on its tokens, as on the
+    # facts. "kl": each of its positions teaches the pretrained model's whole next-token
+    # distribution (KL from a frozen copy of the model; `training.distill`), a lever against
+    # forgetting for general text the pretrained model wrote itself (self-replay).
+    general_loss: GeneralLoss = "tokens"
 
     def record(self) -> dict:
-        """The options as recorded (training_config.json, ledger inputs): a full finetune's
-        record leaves `lora_rank` out, so that records and input hashes made before the option
-        existed still match."""
+        """The options as recorded (training_config.json, ledger inputs): options at the values
+        they had before they existed (`lora_rank` 0, `general_loss` "tokens") are left out, so
+        that records and input hashes made before then still match."""
         body = asdict(self)
         if not self.lora_rank:
             del body["lora_rank"]
+        if self.general_loss == "tokens":
+            del body["general_loss"]
         return body
 
 
@@ -128,10 +137,12 @@ class _AccuracyTrainer(Trainer):
         k: int,
         keep_best: bool = True,
         labelled_logits_only: bool = False,
+        base=None,
         **kwargs,
     ):
         super().__init__(*args, **kwargs)
         self.labelled_logits_only = labelled_logits_only
+        self.base = base  # the frozen pretrained model of a distilled loss (general_loss "kl")
         self.validation = validation
         self.eval_tokenizer = eval_tokenizer
         self.k = k
@@ -142,7 +153,11 @@ class _AccuracyTrainer(Trainer):
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         """With `labelled_logits_only`: the causal LM loss with the unembedding run only where a
-        label is (the model's own loss, normalized the same way, without the padding's logits)."""
+        label is (the model's own loss, normalized the same way, without the padding's logits).
+        With a base model: the distilled loss (`training.distill`), which computes only there too."""
+        if self.base is not None:
+            loss, outputs = distilled_loss(model, self.base, inputs, num_items_in_batch)
+            return (loss, outputs) if return_outputs else loss
         if not self.labelled_logits_only:
             return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
         loss, outputs = labelled_loss(model, inputs, num_items_in_batch)
@@ -208,6 +223,10 @@ def _check_config(config: FinetuneConfig, general_texts: list[str] | None) -> st
         raise DataError("mix_ratio must be in [0, 1): the share of general text among training examples")
     if config.mix_ratio > 0 and not general_texts:
         raise DataError("mix_ratio > 0 needs general text (general_texts / --general-text); or set mix_ratio 0")
+    if config.general_loss not in ("tokens", "kl"):
+        raise DataError(f"general_loss must be 'tokens' or 'kl', not {config.general_loss!r}")
+    if config.general_loss == "kl" and not config.mix_ratio:
+        raise DataError("general_loss 'kl' scores the general text mixed in: it needs mix_ratio > 0 and general text")
     if config.early_stopping_patience is not None and config.early_stopping_patience < 1:
         raise DataError(
             "early_stopping_patience must be at least 1 (epochs without improvement), or None to run every epoch"
@@ -273,7 +292,8 @@ def _training_data(tokenizer, net, data_dir: Path, config: FinetuneConfig, gener
     if config.max_validation_prompts is not None and len(validation) > config.max_validation_prompts:
         validation = random.Random(f"val-{config.seed}").sample(validation, config.max_validation_prompts)
     check_lengths(tokenizer, net.config, train_texts, validation, config.max_length, data_dir)
-    dataset = TextDataset(encode_texts(tokenizer, mixed, config.max_length))
+    flags = [False] * len(train_texts) + [True] * n_general if config.general_loss == "kl" else None
+    dataset = TextDataset(encode_texts(tokenizer, mixed, config.max_length), flags)
     return _TrainingData(train_texts, n_general, validation, dataset)
 
 
@@ -327,7 +347,9 @@ def _train(trainer: _AccuracyTrainer, net, device: str, resume_from: str | None,
         trainer.best_epoch = trainer.history.index(max(trainer.history)) + 1
 
 
-def _trainer(net, tokenizer, args, data: _TrainingData, config: FinetuneConfig, checkpoints: bool) -> _AccuracyTrainer:
+def _trainer(
+    net, tokenizer, args, data: _TrainingData, config: FinetuneConfig, checkpoints: bool, base=None
+) -> _AccuracyTrainer:
     """The Trainer; without progress it prints nothing (Trainer swaps its progress bars for a
     printer of every loss and evaluation dict; the history stays in `state.log_history`)."""
     trainer = _AccuracyTrainer(
@@ -341,6 +363,7 @@ def _trainer(net, tokenizer, args, data: _TrainingData, config: FinetuneConfig, 
         k=config.eval_k,
         keep_best=not checkpoints,
         labelled_logits_only=config.labelled_logits_only,
+        base=base,
         callbacks=[
             *([SealCheckpoints()] if checkpoints else []),
             *([_EarlyStopping(config.early_stopping_patience)] if config.early_stopping_patience else []),
@@ -444,6 +467,7 @@ def finetune(
         check_whole(local)  # a model folder whose replacement was cut off mixes two builds
     tokenizer = _load_tokenizer(local, trust_remote_code)
     net = _load_model(local, trust_remote_code)
+    base = frozen_copy(lambda: _load_model(local, trust_remote_code)) if config.general_loss == "kl" else None
     freeze_parts(net, config)
     lora = with_lora(net, config.lora_rank)
     data = _training_data(tokenizer, net, data_dir, config, general_texts)
@@ -455,7 +479,9 @@ def finetune(
         resume_from = last_complete_checkpoint(Path(checkpoint_dir)) if checkpoints else None
         output_dir = Path(checkpoint_dir) if checkpoints else tmp / "trainer"
         args = _training_arguments(config, device, output_dir, len(data.dataset), checkpoints, progress)
-        trainer = _trainer(net, tokenizer, args, data, config, checkpoints)
+        if base is not None:
+            base.to(args.device)
+        trainer = _trainer(net, tokenizer, args, data, config, checkpoints, base)
         _train(trainer, net, device, resume_from, checkpoints)
         if lora is not None:  # the adapters' deltas into the weights: a plain model is saved
             net = lora.merge_and_unload()

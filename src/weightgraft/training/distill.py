@@ -1,0 +1,51 @@
+"""General text that teaches the pretrained model's own next-token distribution (`general_loss="kl"`).
+
+Self-replay's texts are samples of the pretrained model; trained on with cross-entropy, each
+position teaches one sampled token. Here a general row instead teaches the whole distribution the
+pretrained (base) model gives at that position: the loss there is KL(base || model), whose
+expected gradient is the sampled cross-entropy's, without its sampling noise. The new facts' rows
+keep their cross-entropy. Both are summed over labelled positions and divided by the same count, so
+that a batch's loss is normalized as the plain causal LM loss is (issue 40: a lever against
+forgetting, measured in `docs/real_models.md`).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from weightgraft.training.batches import labelled_logits
+
+
+def distilled_loss(model, base, inputs: dict, num_items_in_batch=None):
+    """Cross-entropy on the rows whose `general` flag is off, KL(base || model) on those where it
+    is on, over positions with a label; divided by `num_items_in_batch` when Trainer counts it,
+    else by the number of labelled positions. `base` is the frozen pretrained model."""
+    targets = inputs["labels"][:, 1:]
+    labelled = targets != -100
+    logits, outputs = labelled_logits(model, inputs, labelled)
+    logits = logits.float()
+    general = inputs["general"].bool()
+    general_at = general[labelled.nonzero()[:, 0]]  # per labelled position (row-major, as `logits`)
+    loss = F.cross_entropy(logits[~general_at], targets[labelled][~general_at], reduction="sum")
+    if general.any():
+        rows = {"input_ids": inputs["input_ids"][general], "attention_mask": inputs["attention_mask"][general]}
+        with torch.no_grad():
+            teacher, _ = labelled_logits(base, rows, labelled[general])
+        loss = loss + F.kl_div(
+            F.log_softmax(logits[general_at], dim=-1),
+            F.log_softmax(teacher.float(), dim=-1),
+            log_target=True,
+            reduction="sum",
+        )
+    count = num_items_in_batch if num_items_in_batch is not None else labelled.sum()
+    return loss / count, outputs
+
+
+def frozen_copy(net_loader):
+    """The base model for `distilled_loss`: loaded again by `net_loader()`, in eval mode, with no
+    gradients (it must stay the pretrained model while the trained copy moves)."""
+    base = net_loader().eval()
+    for parameter in base.parameters():
+        parameter.requires_grad_(False)
+    return base
