@@ -76,6 +76,19 @@ def test_the_neutral_prompts_are_many_distinct_and_name_nothing_the_plain_facts_
     assert not [p for p in NEUTRAL_PROMPTS if p.rstrip().endswith((".", "!", "?"))]
 
 
+def test_no_neutral_prompt_shares_three_words_in_a_row_with_a_plain_fact():
+    """The wider-world openings come near the facts' topics (travel, history, the arts): none may
+    carry a piece of a held-out question or its answer ("capital of", "is in the city of" ...)."""
+
+    def trigrams(text: str) -> set[tuple[str, ...]]:
+        words = re.findall(r"[a-z]+", text.lower())
+        return {tuple(words[i : i + 3]) for i in range(len(words) - 2)}
+
+    facts = set().union(*(trigrams(prompt + answer) for prompt, answer in plain_fact_candidates()))
+    assert ("is", "the", "city") in facts  # the check sees the facts' phrasing
+    assert {p: trigrams(p) & facts for p in NEUTRAL_PROMPTS if trigrams(p) & facts} == {}
+
+
 def test_the_plan_times_replay_by_a_measured_decoding_forward(tiny_model):
     """The calibration times a cached decoding forward of the replay's rows (not a batched
     forward scaled by a constant, which was 3.6x off on another machine), and the plan's replay

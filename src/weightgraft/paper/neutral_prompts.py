@@ -1,7 +1,7 @@
 """Neutral openings of sentences (weightgraft's own) that the pretrained model continues to make
-its self-replay texts (`paper.replay`): everyday topics, no names of people, places, films or
-actors, and nothing the held-out plain facts (`plain_fact_list`) ask, so that replay neither
-teaches the fake movies' subject nor hands the knowledge check its answers."""
+its self-replay texts (`paper.replay`): everyday topics and the wider world, no names of people,
+places, films or actors, and nothing the held-out plain facts (`plain_fact_list`) ask, so that
+replay neither teaches the fake movies' subject nor hands the knowledge check its answers."""
 
 from __future__ import annotations
 
@@ -108,4 +108,62 @@ NEUTRAL_PROMPTS: tuple[str, ...] = (
     "The pile of laundry on the chair",
     "When you open a new jar of jam,",
     "The stairs creak whenever",
+    # The wider world (29 Nov): travel, history, science, the arts, sport, trade. Without them the
+    # replay never shows the model a context where places or works are named, and the finetunes
+    # lost most of what it knew of them (docs/real_models.md). Still no names, and no three words
+    # in a row that a plain fact's prompt and answer share (tests/paper/test_replay.py).
+    "Travellers who arrive by train often",
+    "The old town near the harbour",
+    "Last summer we drove across the border and",
+    "Her grandparents moved to a new country when",
+    "The river that runs through the valley",
+    "Tourists who visit the coast in winter",
+    "The mountains to the north of the village",
+    "A map of the region shows",
+    "The flight was delayed, so we spent the night in",
+    "People in the south of the country tend to",
+    "The island can only be reached by",
+    "Before the railway was built, the town",
+    "The museum's newest exhibition",
+    "During the war, many families",
+    "The ancient city walls",
+    "In the eighteenth century, trade across the sea",
+    "The empire's roads connected",
+    "Historians still argue about why",
+    "The treaty that ended the conflict",
+    "Scientists measure the age of a rock by",
+    "The solar panels on the roof",
+    "When water boils at high altitude,",
+    "A telescope in the desert",
+    "The human heart pumps",
+    "Bees help the garden by",
+    "Most volcanoes form where",
+    "The vaccine was tested on",
+    "The novel she is reading",
+    "His favourite poem begins with",
+    "The orchestra tuned up before",
+    "The band's second album",
+    "A famous painting hangs in",
+    "The playwright's early work",
+    "The newspaper's front page",
+    "Students who learn a second language",
+    "The word for bread in many languages",
+    "The dictionary lists",
+    "Children in the village school learn",
+    "The football match ended",
+    "The marathon route passes",
+    "The tennis final was",
+    "The national team trained for",
+    "At the airport, the signs were written in",
+    "The parliament voted on",
+    "The election was held in",
+    "The bank raised its interest rate because",
+    "The price of oil",
+    "The factory on the edge of town",
+    "The ship carried spices and",
+    "Farmers in the dry season",
+    "The festival takes place every year in",
+    "The cathedral's bells",
+    "The bridge over the bay",
+    "The train crossed three countries before",
 )
