@@ -175,6 +175,18 @@ def test_train_command_mixes_general_text(tmp_path):
     record = json.loads((out / "training_config.json").read_text())
     assert record["n_general_texts"] == record["n_train_texts"]  # a 0.5 share
     assert record["lr"] == 1e-3 and record["base_model"] == str(art.pretrained)
+    assert "general_loss" not in record  # the token loss, recorded as before the option existed
+
+
+def test_train_command_learns_general_text_by_kl_when_asked(tmp_path):
+    art = tiny_artifacts()
+    args = ["train", "--model", str(art.pretrained), "--data", str(art.task_data), "--epochs", "1"]
+    args += ["--general-text", str(art.world_data), "--device", "cpu", "--general-loss", "kl"]
+    result = CliRunner().invoke(_app(), [*args, "--out", str(tmp_path / "kl"), "--mix-ratio", "0.5"])
+    assert result.exit_code == 0, result.output
+    assert json.loads((tmp_path / "kl" / "training_config.json").read_text())["general_loss"] == "kl"
+    refused = CliRunner().invoke(_app(), [*args, "--out", str(tmp_path / "none")])
+    assert refused.exit_code != 0 and "needs mix_ratio > 0" in refused.output
 
 
 def test_data_command_writes_disjoint_sets_and_reports_user_errors(tmp_path):
