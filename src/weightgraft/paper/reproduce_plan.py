@@ -128,13 +128,9 @@ def plan_steps(job: Job) -> tuple[list[PlannedStep], dict]:
         texts = texts_by_finetune[name]
         optimizer_steps = math.ceil(texts / (config.batch_size * world)) * config.epochs
         tokens = round(texts * text_tokens * config.epochs)
-        if measured:  # the measured steps, plus each epoch's validation (top-k on held-out prompts)
+        if measured:
             validation = min(config.max_validation_prompts or 10**9, _validation_prompts(data))
-            seconds = measured.finetune_seconds(optimizer_steps, padded[name])
-            seconds += config.epochs * measured.forward_seconds(validation, prompt_tokens)
-            if config.general_loss == "kl":  # the frozen PRE's forward over each batch's general rows
-                general_rows = optimizer_steps * config.batch_size * config.mix_ratio
-                seconds += measured.forward_seconds(general_rows, padded[name])
+            seconds = _measured_finetune(measured, config, optimizer_steps, padded[name], validation, prompt_tokens)
         else:
             seconds = estimate.finetune_seconds(size, optimizer_steps, tokens, recipe.device) if size else None
         total += seconds or 0.0
@@ -199,6 +195,17 @@ def _knowledge_step(job: Job, measured, prompt_tokens: float) -> PlannedStep:
         seconds += forwards * prompt_tokens * measured.unembed_seconds
     what = f"{len(plain_fact_candidates())} plain facts asked of PRE and {models - 1} finetunes (what each kept)"
     return PlannedStep("knowledge", what, forwards, None, seconds)
+
+
+def _measured_finetune(measured, config, optimizer_steps: int, padded: float, validation: int, prompt_tokens: float):
+    """A finetune's seconds from the measured step: its optimizer steps at the batches' padded
+    length, each epoch's validation (top-k on held-out prompts), and with the KL loss the frozen
+    PRE's forward over each batch's general rows."""
+    seconds = measured.finetune_seconds(optimizer_steps, padded)
+    seconds += config.epochs * measured.forward_seconds(validation, prompt_tokens)
+    if config.general_loss == "kl":
+        seconds += measured.forward_seconds(optimizer_steps * config.batch_size * config.mix_ratio, padded)
+    return seconds
 
 
 def _finetune_texts(job: Job, ft, config) -> int:
