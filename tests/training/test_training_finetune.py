@@ -277,3 +277,38 @@ def test_without_progress_training_prints_no_loss_lines_and_keeps_its_history(tm
     assert "it/s]" not in out + err and "Writing model shards" not in out + err
     record = json.loads((result.path / "training_config.json").read_text())
     assert len(record["validation_top_k_by_epoch"]) == 2 == len(result.history)
+
+
+def test_reloading_the_best_epoch_of_a_tied_model_reports_nothing_missing(tmp_path):
+    """With checkpoints, Trainer reloads the best epoch at the end. A checkpoint of a model whose
+    unembedding is its embedding holds the tensor once, and transformers warned that the other
+    name was missing (SmolLM2's `lm_head.weight`): it is loaded, so nothing is reported, and the
+    saved model still ties the two."""
+    import logging
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from weightgraft.training.finetune import tied_names
+
+    art = tiny_artifacts()
+    tied = tmp_path / "tied"
+    net = AutoModelForCausalLM.from_pretrained(art.pretrained)
+    net.config.tie_word_embeddings = True
+    net.get_output_embeddings().weight = net.get_input_embeddings().weight
+    assert tied_names(net) == {"lm_head.weight"}
+    net.save_pretrained(tied)
+    AutoTokenizer.from_pretrained(art.pretrained).save_pretrained(tied)
+    messages: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: messages.append(record.getMessage())
+    trainer_logger = logging.getLogger("transformers.trainer")
+    trainer_logger.addHandler(handler)
+    try:
+        config = FinetuneConfig(epochs=2, lr=3e-3, mix_ratio=0.0, device="cpu")
+        result = finetune(tied, art.task_data, tmp_path / "out", config, progress=False, checkpoint_dir=tmp_path / "ck")
+    finally:
+        trainer_logger.removeHandler(handler)
+    assert not [m for m in messages if "missing keys" in m]
+    saved = AutoModelForCausalLM.from_pretrained(result.path)
+    assert saved.get_output_embeddings().weight is saved.get_input_embeddings().weight
+    assert len(result.history) == 2

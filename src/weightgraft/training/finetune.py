@@ -163,6 +163,16 @@ class _AccuracyTrainer(Trainer):
         loss, outputs = labelled_loss(model, inputs, num_items_in_batch)
         return (loss, outputs) if return_outputs else loss
 
+    def _issue_warnings_after_load(self, load_result) -> None:
+        """Trainer's report on a reloaded checkpoint (the best epoch, a resume), less the names of
+        tied weights: a checkpoint holds a tied tensor once (SmolLM2's `lm_head.weight` is its
+        embedding), and transformers called the other name missing although it is loaded."""
+        tied = tied_names(self.model)
+        missing = [key for key in load_result.missing_keys if key not in tied]
+        if len(missing) < len(load_result.missing_keys):
+            self.model.tie_weights()
+        super()._issue_warnings_after_load(load_result._replace(missing_keys=missing))
+
     def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval") -> dict:
         accuracy = topk_accuracy(self.model, self.eval_tokenizer, self.validation, self.k)
         self.history.append(accuracy)
@@ -173,6 +183,18 @@ class _AccuracyTrainer(Trainer):
         self.log(metrics)
         self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, metrics)
         return metrics
+
+
+def tied_names(model) -> set[str]:
+    """Names of parameters that are another parameter under a second name (tied weights)."""
+    first: dict[int, str] = {}
+    tied = set()
+    for name, parameter in model.named_parameters(remove_duplicate=False):
+        if id(parameter) in first:
+            tied.add(name)
+        else:
+            first[id(parameter)] = name
+    return tied
 
 
 @contextmanager
