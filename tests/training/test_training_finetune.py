@@ -288,7 +288,7 @@ def test_reloading_the_best_epoch_of_a_tied_model_reports_nothing_missing(tmp_pa
 
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from weightgraft.training.finetune import tied_names
+    from weightgraft.training.trainer import tied_names
 
     art = tiny_artifacts()
     tied = tmp_path / "tied"

@@ -25,9 +25,7 @@ import torch
 from transformers import (
     AutoModelForCausalLM,
     AutoTokenizer,
-    EarlyStoppingCallback,
     PrinterCallback,
-    Trainer,
     TrainingArguments,
 )
 from transformers.utils import logging as hf_logging
@@ -42,12 +40,12 @@ from weightgraft.recorded import refuse_own_input, refuse_user_files
 from weightgraft.remote_code import refuse_remote_code
 from weightgraft.runtime import check_device, is_main_process, resolve_device
 from weightgraft.training import TRAINING_RECORD
-from weightgraft.training.batches import PadCollator, TextDataset, encode_texts, labelled_loss
+from weightgraft.training.batches import PadCollator, TextDataset, encode_texts
 from weightgraft.training.checkpoints import SealCheckpoints, last_complete_checkpoint
-from weightgraft.training.distill import distilled_loss, frozen_copy
-from weightgraft.training.evaluate import topk_accuracy
+from weightgraft.training.distill import frozen_copy
 from weightgraft.training.lengths import check_lengths
 from weightgraft.training.trainable import freeze_parts, with_lora
+from weightgraft.training.trainer import AccuracyTrainer, EarlyStopping
 
 Precision = Literal["fp32", "bf16", "fp16"]
 GeneralLoss = Literal["tokens", "kl"]
@@ -110,91 +108,6 @@ class FinetuneResult:
     best_accuracy: float
     history: list[float] = field(default_factory=list)
     seconds: float = 0.0
-
-
-class _EarlyStopping(EarlyStoppingCallback):
-    """transformers' early stopping, without its warning that the best model will not be loaded
-    at the end: `_AccuracyTrainer` (or, with checkpoints, Trainer itself) keeps the best epoch."""
-
-    def on_train_begin(self, args, state, control, **kwargs):
-        callback_logger = hf_logging.get_logger("transformers.trainer_callback")
-        level = callback_logger.level
-        callback_logger.setLevel(hf_logging.ERROR)
-        try:
-            super().on_train_begin(args, state, control, **kwargs)
-        finally:
-            callback_logger.setLevel(level)
-
-
-class _AccuracyTrainer(Trainer):
-    """Evaluation = validation top-k accuracy; the best weights are kept in memory (on CPU)."""
-
-    def __init__(
-        self,
-        *args,
-        validation,
-        eval_tokenizer,
-        k: int,
-        keep_best: bool = True,
-        labelled_logits_only: bool = False,
-        base=None,
-        **kwargs,
-    ):
-        super().__init__(*args, **kwargs)
-        self.labelled_logits_only = labelled_logits_only
-        self.base = base  # the frozen pretrained model of a distilled loss (general_loss "kl")
-        self.validation = validation
-        self.eval_tokenizer = eval_tokenizer
-        self.k = k
-        self.keep_best = keep_best  # False: Trainer's checkpoints keep the best epoch instead
-        self.history: list[float] = []
-        self.best_state: dict | None = None
-        self.best_epoch = -1
-
-    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        """With `labelled_logits_only`: the causal LM loss with the unembedding run only where a
-        label is (the model's own loss, normalized the same way, without the padding's logits).
-        With a base model: the distilled loss (`training.distill`), which computes only there too."""
-        if self.base is not None:
-            loss, outputs = distilled_loss(model, self.base, inputs, num_items_in_batch)
-            return (loss, outputs) if return_outputs else loss
-        if not self.labelled_logits_only:
-            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
-        loss, outputs = labelled_loss(model, inputs, num_items_in_batch)
-        return (loss, outputs) if return_outputs else loss
-
-    def _issue_warnings_after_load(self, load_result) -> None:
-        """Trainer's report on a reloaded checkpoint (the best epoch, a resume), less the names of
-        tied weights: a checkpoint holds a tied tensor once (SmolLM2's `lm_head.weight` is its
-        embedding), and transformers called the other name missing although it is loaded."""
-        tied = tied_names(self.model)
-        missing = [key for key in load_result.missing_keys if key not in tied]
-        if len(missing) < len(load_result.missing_keys):
-            self.model.tie_weights()
-        super()._issue_warnings_after_load(load_result._replace(missing_keys=missing))
-
-    def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval") -> dict:
-        accuracy = topk_accuracy(self.model, self.eval_tokenizer, self.validation, self.k)
-        self.history.append(accuracy)
-        if self.keep_best and (self.best_state is None or accuracy > max(self.history[:-1], default=-1.0)):
-            self.best_state = {n: t.detach().to("cpu", copy=True) for n, t in self.model.state_dict().items()}
-            self.best_epoch = len(self.history)
-        metrics = {f"{metric_key_prefix}_top{self.k}_accuracy": accuracy}
-        self.log(metrics)
-        self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, metrics)
-        return metrics
-
-
-def tied_names(model) -> set[str]:
-    """Names of parameters that are another parameter under a second name (tied weights)."""
-    first: dict[int, str] = {}
-    tied = set()
-    for name, parameter in model.named_parameters(remove_duplicate=False):
-        if id(parameter) in first:
-            tied.add(name)
-        else:
-            first[id(parameter)] = name
-    return tied
 
 
 @contextmanager
@@ -356,7 +269,7 @@ def _training_arguments(
     )
 
 
-def _train(trainer: _AccuracyTrainer, net, device: str, resume_from: str | None, checkpoints: bool) -> None:
+def _train(trainer: AccuracyTrainer, net, device: str, resume_from: str | None, checkpoints: bool) -> None:
     """Train, then leave the best epoch's weights in `net` and the whole history in `trainer`."""
     if device.startswith("cuda") and device != "cuda":
         torch.cuda.set_device(torch.device(device))
@@ -371,10 +284,10 @@ def _train(trainer: _AccuracyTrainer, net, device: str, resume_from: str | None,
 
 def _trainer(
     net, tokenizer, args, data: _TrainingData, config: FinetuneConfig, checkpoints: bool, base=None
-) -> _AccuracyTrainer:
+) -> AccuracyTrainer:
     """The Trainer; without progress it prints nothing (Trainer swaps its progress bars for a
     printer of every loss and evaluation dict; the history stays in `state.log_history`)."""
-    trainer = _AccuracyTrainer(
+    trainer = AccuracyTrainer(
         model=net,
         args=args,
         train_dataset=data.dataset,
@@ -388,7 +301,7 @@ def _trainer(
         base=base,
         callbacks=[
             *([SealCheckpoints()] if checkpoints else []),
-            *([_EarlyStopping(config.early_stopping_patience)] if config.early_stopping_patience else []),
+            *([EarlyStopping(config.early_stopping_patience)] if config.early_stopping_patience else []),
         ]
         or None,
     )
@@ -398,7 +311,7 @@ def _trainer(
 
 
 def _run_record(
-    device: str, data: _TrainingData, trainer: _AccuracyTrainer, resume_from: str | None, seconds: float
+    device: str, data: _TrainingData, trainer: AccuracyTrainer, resume_from: str | None, seconds: float
 ) -> dict:
     """What one finetune measured, for its training record."""
     return {
