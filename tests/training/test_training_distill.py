@@ -18,7 +18,7 @@ from tiny_model_fixtures import make_model
 from training_fixtures import tiny_artifacts
 from weightgraft.data.data_errors import DataError
 from weightgraft.training.batches import PadCollator, TextDataset
-from weightgraft.training.distill import distilled_loss
+from weightgraft.training.distill import distilled_loss, frozen_copy
 from weightgraft.training.finetune import FinetuneConfig, finetune
 
 
@@ -87,6 +87,19 @@ def test_general_rows_teach_nothing_while_the_model_is_its_base():
     torch.testing.assert_close(got, alone * n_facts / n_all, rtol=1e-5, atol=1e-6)
     for name, grad in alone_grads.items():
         torch.testing.assert_close(grads[name], grad * n_facts / n_all, rtol=1e-4, atol=1e-7, msg=name)
+
+
+def test_the_frozen_copy_stays_the_pretrained_model_while_the_original_trains():
+    net = make_model("llama_tied", seed=5)
+    base = frozen_copy(net)
+    assert base.get_output_embeddings().weight is base.get_input_embeddings().weight  # ties kept
+    assert not any(p.requires_grad for p in base.parameters()) and not base.training
+    assert all(p.requires_grad for p in net.parameters())  # the original still trains
+    before = {n: t.clone() for n, t in base.state_dict().items()}
+    with torch.no_grad():
+        for parameter in net.parameters():
+            parameter.add_(1.0)
+    assert all(torch.equal(t, before[n]) for n, t in base.state_dict().items())
 
 
 def test_a_distilled_finetune_records_its_loss_and_differs_from_the_token_loss(tmp_path):

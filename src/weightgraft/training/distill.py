@@ -11,6 +11,8 @@ forgetting, measured in `docs/real_models.md`).
 
 from __future__ import annotations
 
+import copy
+
 import torch
 import torch.nn.functional as F
 
@@ -42,10 +44,9 @@ def distilled_loss(model, base, inputs: dict, num_items_in_batch=None):
     return loss / count, outputs
 
 
-def frozen_copy(net_loader):
-    """The base model for `distilled_loss`: loaded again by `net_loader()`, in eval mode, with no
-    gradients (it must stay the pretrained model while the trained copy moves)."""
-    base = net_loader().eval()
-    for parameter in base.parameters():
-        parameter.requires_grad_(False)
+def frozen_copy(net):
+    """The base model for `distilled_loss`: a copy of `net` made before it trains (ties kept), in
+    eval mode, with no gradients (it must stay the pretrained model while `net` moves)."""
+    base = copy.deepcopy(net).eval()
+    base.requires_grad_(False)
     return base

@@ -402,7 +402,7 @@ def finetune(
         check_whole(local)  # a model folder whose replacement was cut off mixes two builds
     tokenizer = _load_tokenizer(local, trust_remote_code)
     net = _load_model(local, trust_remote_code)
-    base = frozen_copy(lambda: _load_model(local, trust_remote_code)) if config.general_loss == "kl" else None
+    base = frozen_copy(net) if config.general_loss == "kl" else None  # before any part is frozen or adapted
     freeze_parts(net, config)
     lora = with_lora(net, config.lora_rank)
     data = _training_data(tokenizer, net, data_dir, config, general_texts)
