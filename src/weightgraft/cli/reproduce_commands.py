@@ -13,6 +13,7 @@ from weightgraft.paper.estimate import PAPER_MODELS
 from weightgraft.paper.reproduce_job import ReproduceOptions, plan_job
 from weightgraft.paper.reproduce_plan import describe_plan
 from weightgraft.pipelines.reproduce import reproduce
+from weightgraft.training import GeneralLoss
 
 DATASETS_HELP = (
     "Comma-separated paper dataset codes. FMRA = fake movies, real actors (fact kind "
@@ -77,7 +78,7 @@ def reproduce_command(
         "once per job, offline) into every finetune as general text, at a share of 0.25 where the "
         "setting mixes in none (not the paper's; the report names it).",
     ),
-    general_loss: Literal["tokens", "kl"] = typer.Option(
+    general_loss: GeneralLoss = typer.Option(
         "tokens",
         help="How general text (--replay, --general-text) is learned: tokens (cross-entropy on its "
         "tokens) or kl (the pretrained model's whole next-token distribution at each of its positions; "

@@ -10,6 +10,7 @@ import typer
 
 from weightgraft.cli import check_device_option, check_positive
 from weightgraft.data.data_errors import DataError
+from weightgraft.training import GeneralLoss
 from weightgraft.training.average import average_weights
 from weightgraft.training.builtin import default_home, ensure_builtin, ship_pretrained
 from weightgraft.training.finetune import FinetuneConfig, finetune_from_files
@@ -60,7 +61,7 @@ def train(
     general_text: Path | None = typer.Option(
         None, help='JSONL of general text ({"text": ...}) or a dataset directory whose train.jsonl is general text.'
     ),
-    general_loss: Literal["tokens", "kl"] = typer.Option(
+    general_loss: GeneralLoss = typer.Option(
         "tokens",
         help="How the general text is learned: tokens (cross-entropy on them) or kl (the pretrained "
         "model's whole next-token distribution at each of its positions, from a frozen copy of --model).",

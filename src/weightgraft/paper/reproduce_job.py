@@ -23,6 +23,7 @@ from weightgraft.remote_code import refuse_remote_code
 from weightgraft.runtime import rank as launch_rank
 from weightgraft.runtime import resolve_device
 from weightgraft.runtime import world_size as launch_world_size
+from weightgraft.training import GENERAL_LOSSES
 from weightgraft.training.precision import CPU_NO_BF16_NOTE, cpu_bf16_units
 
 # The paper's dataset codes and weightgraft's fact kinds.
@@ -182,8 +183,8 @@ def check_options(options: ReproduceOptions) -> None:
             '--general-text (a JSONL of {"text": ...}, e.g. OpenWebText or IMDB '
             "samples, or a dataset directory)"
         )
-    if options.general_loss not in ("tokens", "kl"):
-        raise ReproduceError(f"unknown --general-loss {options.general_loss!r}; use tokens or kl")
+    if options.general_loss not in GENERAL_LOSSES:
+        raise ReproduceError(f"unknown --general-loss {options.general_loss!r}; use {' or '.join(GENERAL_LOSSES)}")
     if options.general_loss == "kl" and not (options.replay or options.general_text):
         raise ReproduceError(
             "--general-loss kl scores general text, and this job mixes in none: add --replay "

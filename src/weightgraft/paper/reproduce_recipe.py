@@ -13,9 +13,9 @@ from typing import Literal
 
 from weightgraft.paper.estimate import DEFAULT_MAX_LENGTH, PAPER_MODELS, paper_model_name
 from weightgraft.runtime import resolve_device
+from weightgraft.training import GeneralLoss
 
 SettingName = Literal["aggressive", "gentle", "laptop"]
-GeneralLoss = Literal["tokens", "kl"]
 RunDtype = Literal["float32", "bfloat16", "float16"]
 Precision = Literal["auto", "fp32", "bf16", "fp16"]
 

@@ -39,7 +39,7 @@ from weightgraft.pretrained import as_local
 from weightgraft.recorded import refuse_own_input, refuse_user_files
 from weightgraft.remote_code import refuse_remote_code
 from weightgraft.runtime import check_device, is_main_process, resolve_device
-from weightgraft.training import TRAINING_RECORD
+from weightgraft.training import GENERAL_LOSSES, TRAINING_RECORD, GeneralLoss
 from weightgraft.training.batches import PadCollator, TextDataset, encode_texts
 from weightgraft.training.checkpoints import SealCheckpoints, last_complete_checkpoint
 from weightgraft.training.distill import frozen_copy
@@ -48,7 +48,6 @@ from weightgraft.training.trainable import freeze_parts, with_lora
 from weightgraft.training.trainer import AccuracyTrainer, EarlyStopping
 
 Precision = Literal["fp32", "bf16", "fp16"]
-GeneralLoss = Literal["tokens", "kl"]
 
 
 @dataclass
@@ -158,8 +157,8 @@ def _check_config(config: FinetuneConfig, general_texts: list[str] | None) -> st
         raise DataError("mix_ratio must be in [0, 1): the share of general text among training examples")
     if config.mix_ratio > 0 and not general_texts:
         raise DataError("mix_ratio > 0 needs general text (general_texts / --general-text); or set mix_ratio 0")
-    if config.general_loss not in ("tokens", "kl"):
-        raise DataError(f"general_loss must be 'tokens' or 'kl', not {config.general_loss!r}")
+    if config.general_loss not in GENERAL_LOSSES:
+        raise DataError(f"general_loss must be one of {', '.join(GENERAL_LOSSES)}, not {config.general_loss!r}")
     if config.general_loss == "kl" and not config.mix_ratio:
         raise DataError("general_loss 'kl' scores the general text mixed in: it needs mix_ratio > 0 and general text")
     if config.early_stopping_patience is not None and config.early_stopping_patience < 1:
