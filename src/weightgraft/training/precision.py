@@ -6,9 +6,8 @@ is slower than fp32. So the units are asked for by name: AVX512-BF16 or AMX on x
 capability checks, which read the CPU's feature bits), the bf16 extension on ARM (oneDNN's check,
 which on ARM asks for it). Units are not speed: benchmarks/bench_finetune.py measures what they
 give: on a 2-core Xeon with AVX512-BF16 (no AMX) bf16 autocast ran a step at 0.6x fp32's speed, on
-a 2-core AMD EPYC with it at 1.5x. Speed is not all: on that EPYC, one of four bf16 finetunes of a
-100-fact job learned far less than the same finetune in fp32 (validation top-5 0.79 against 0.99).
-So no setting takes bf16 on CPU by itself (docs/real_models.md); `--precision bf16` asks for it.
+a 2-core AMD EPYC with it at 1.5x, where its finetunes' validation top-5 stayed within fp32's seed
+spread. No setting takes bf16 on CPU by itself yet (docs/real_models.md); `--precision bf16` asks.
 """
 
 from __future__ import annotations
