@@ -1,5 +1,5 @@
 """The laptop setting's levers: the layer sweeps left out unless asked for, in the job, the plan
-and its estimate; bf16 on CPU detected by its units, and not taken by itself (measured slower)."""
+and its estimate; bf16 on CPU detected by its units (its measured choice: test_cpu_precision.py)."""
 
 from __future__ import annotations
 
@@ -40,8 +40,8 @@ def test_bf16_units_are_read_off_the_cpus_flags():
 
 @pytest.mark.parametrize("units", [True, False])
 def test_bf16_on_a_cpu_without_units_is_noted_and_auto_stays_fp32(tmp_path, monkeypatch, units):
-    """bf16 autocast measured slower than fp32 here (benchmarks/bench_finetune.py): no setting
-    takes it by itself; asked for on a CPU without bf16 units, the plan says it is emulated."""
+    """auto stays fp32 where the model is not on disk to time bf16 on (gpt2-xl is not here), with
+    or without units; bf16 asked for on a CPU without bf16 units: the plan says it is emulated."""
     monkeypatch.setattr(reproduce_job, "cpu_bf16_units", lambda: units)
     assert finetune_config(plan_job(_options(tmp_path)).recipe).precision == "fp32"
     assert CPU_NO_BF16_NOTE not in plan_job(_options(tmp_path)).notes

@@ -7,7 +7,7 @@ prints it with its estimated cost; `reproduce_report` writes its paper-vs-this-r
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from transformers import AutoTokenizer
@@ -17,6 +17,7 @@ from weightgraft.data.names import NamePool
 from weightgraft.data.real_entities import REAL_FILMS
 from weightgraft.errors import UserError
 from weightgraft.experiments.models import model_dir
+from weightgraft.paper.cpu_precision import choose_cpu_precision
 from weightgraft.paper.presets import PRESET_NAMES
 from weightgraft.paper.reproduce_recipe import SETTINGS, Recipe, ReproduceOptions, resolve_recipe
 from weightgraft.remote_code import refuse_remote_code
@@ -256,6 +257,10 @@ def plan_job(options: ReproduceOptions) -> Job:
     check_options(options)
     recipe = resolve_recipe(options, SETTINGS[options.setting])
     job = Job(recipe, {}, {}, {}, [])
+    if options.precision == "auto" and recipe.device == "cpu":
+        choice = choose_cpu_precision(recipe.out, model_dir(str(recipe.model)), recipe.batch_size)
+        job.recipe = recipe = replace(recipe, precision=choice.precision)
+        job.notes.append(choice.reason)
     note = _precision_note(recipe)
     if note:
         job.notes.append(note)

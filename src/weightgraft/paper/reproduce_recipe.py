@@ -77,7 +77,8 @@ class ReproduceOptions:
         out: the job folder; an existing one is resumed.
         device: auto, cpu, cuda, cuda:N or mps.
         dtype: dtype of the preset runs.
-        precision: finetuning precision; auto is fp16 on a GPU (the paper's), else fp32.
+        precision: finetuning precision; auto is fp16 on a GPU (the paper's), on a CPU bf16 where
+            a step of the model is measured faster in it (`paper.cpu_precision`), else fp32.
         facts, epochs, batch_size, lr, layer_sweeps: overrides of the setting's values.
         setting: aggressive, gentle or laptop (`SETTINGS`).
         datasets: the paper's dataset codes; the first gets every analysis.
@@ -160,7 +161,8 @@ def _given(value, default):
 
 def resolve_recipe(options: ReproduceOptions, setting: Setting) -> Recipe:
     """The options with every open choice filled from `setting`, the device resolved, and the
-    finetuning precision chosen (auto: fp16 on a GPU as in the paper, fp32 elsewhere)."""
+    finetuning precision chosen (auto: fp16 on a GPU as in the paper, fp32 elsewhere; on a CPU
+    `plan_job` then times bf16 against it, `paper.cpu_precision`)."""
     device = resolve_device(options.device)
     precision = options.precision
     if precision == "auto":
