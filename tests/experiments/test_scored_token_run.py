@@ -8,6 +8,7 @@ and the explorer score its first token."""
 
 from __future__ import annotations
 
+import inspect
 import json
 from functools import lru_cache
 
@@ -185,6 +186,17 @@ def test_training_evaluation_scores_the_same_token(world):
         steps = logits[len(enc.input_ids) + enc.scored - 1 :]
         assert len(steps) == enc.unit
         assert hit == all(t in s.topk(5).indices.tolist() for s, t in zip(steps, enc.unit_ids))
+    assert "logits_to_keep" in inspect.signature(pre.forward).parameters  # the narrowed unembedding ran
+
+    class WholeLogitsOnly(torch.nn.Module):  # a model that cannot be told which columns to unembed
+        def __init__(self, net):
+            super().__init__()
+            self.net = net
+
+        def forward(self, input_ids, attention_mask):
+            return self.net(input_ids=input_ids, attention_mask=attention_mask)
+
+    assert topk_hits(WholeLogitsOnly(pre), tokenizer, prompts, k=5) == hits
 
 
 def test_localize_examples_end_on_the_whitespace_token_in_the_last_tokens_role():

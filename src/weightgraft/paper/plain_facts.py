@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from weightgraft.codec import dump, load
+from weightgraft.data.batching import right_pad
 from weightgraft.experiments.models import load_model, load_tokenizer
 from weightgraft.reporting.statistics import draw_fact_counts, interval_of, seed_for
 
@@ -64,18 +65,26 @@ def answer_ids(tokenizer, facts: list[tuple[str, str]]) -> list[tuple[list[int],
     return out
 
 
-def answer_ranks(model, encoded: list[tuple[list[int], int] | None], device: str = "cpu") -> np.ndarray:
-    """The rank (1 = top-1) of each fact's answer token after its prompt (0 where not asked)."""
-    ranks = []
+def answer_ranks(
+    model, encoded: list[tuple[list[int], int] | None], device: str = "cpu", batch_size: int = 64, pad_id: int = 0
+) -> np.ndarray:
+    """The rank (1 = top-1) of each fact's answer token after its prompt (0 where not asked).
+
+    The prompts run `batch_size` at a time, right-padded (a causal model's logits at a prompt's
+    last token do not see the padding after it), grouped by length so that little is padding:
+    one prompt a forward took 92 s of a 62-minute laptop job for 5 models x 198 facts."""
+    ranks = np.zeros(len(encoded), dtype=np.int64)
+    asked = sorted((i for i, item in enumerate(encoded) if item is not None), key=lambda i: len(encoded[i][0]))
     with torch.no_grad():
-        for item in encoded:
-            if item is None:
-                ranks.append(0)
-                continue
-            ids, target = item
-            logits = model(input_ids=torch.tensor([ids], device=device)).logits[0, -1]
-            ranks.append(int((logits > logits[target]).sum()) + 1)
-    return np.asarray(ranks)
+        for start in range(0, len(asked), batch_size):
+            rows = asked[start : start + batch_size]
+            ids, mask = right_pad([encoded[i][0] for i in rows], pad_id)
+            logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits
+            last = logits[torch.arange(len(rows)), mask.sum(dim=1).to(logits.device) - 1]
+            targets = torch.tensor([encoded[i][1] for i in rows], device=logits.device)
+            above = (last > last.gather(1, targets[:, None])).sum(dim=1) + 1
+            ranks[rows] = above.cpu().numpy()
+    return ranks
 
 
 def _share(hits: np.ndarray, counts: np.ndarray) -> tuple[float, tuple[float, float]]:
@@ -101,11 +110,13 @@ def kept_knowledge(
         (the facts PRE knows, one `Kept` per model in `models`' order, the number of candidates
         this tokenizer cannot ask).
     """
-    encoded = answer_ids(load_tokenizer(models["pre"]), candidates)
+    tokenizer = load_tokenizer(models["pre"])
+    encoded = answer_ids(tokenizer, candidates)
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     ranks = {}
     for name, path in models.items():
         model = load_model(path, device, "float32")
-        ranks[name] = answer_ranks(model, encoded, device)
+        ranks[name] = answer_ranks(model, encoded, device, pad_id=pad_id)
         del model
     known = ranks["pre"] == 1
     facts = [fact for fact, hit in zip(candidates, known, strict=True) if hit]

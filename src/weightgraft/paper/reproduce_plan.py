@@ -175,23 +175,19 @@ def _replay_step(measured) -> PlannedStep:
     return PlannedStep("replay", what, forwards, texts * REPLAY_TOKENS, seconds)
 
 
-# Seconds of one held-out fact's forward (one prompt alone, every position unembedded; each
-# model's load shared out over its forwards) in the measured batched forward's seconds per token,
-# beyond its own tokens: at a batch of one a forward is mostly overhead. Fitted on SmolLM2 on the
-# quiet 2-core machine: 5 models x 198 facts in 61.6 s, with a forward measured at 0.90 ms a token
-# and 0.23 ms an unembedded position, the plan's prompts at 13.8 tokens: 61.6 / 990 = 0.0622 s =
-# (K + 13.8) x 0.90 ms + 13.8 x 0.23 ms, so K = 52.
-KNOWLEDGE_FORWARD_TOKENS = 52.0
-
-
 def _knowledge_step(job: Job, measured, prompt_tokens: float) -> PlannedStep:
     """The held-out check: every candidate plain fact asked of the pretrained model and of each
-    finetune, one prompt a forward."""
+    finetune, 64 prompts a forward (`plain_facts.answer_ranks`), every position unembedded.
+
+    At the measured rates with no constant of its own: on SmolLM2 (2-core EPYC, 29 Nov) 5 models
+    x 198 facts took 18.5-19.8 s where this plans 24.5 s (a forward of 1.31 ms a token, an
+    unembedding of 0.49 ms, prompts of 13.8 tokens); the calibration's 40-token rows cost a
+    little more a token than these 14-token ones. Asked one prompt a forward, they took 92 s."""
     models = 1 + len(job.finetunes)
     forwards = len(plain_fact_candidates()) * models
     seconds = None
     if measured:
-        seconds = measured.forward_seconds(forwards, KNOWLEDGE_FORWARD_TOKENS + prompt_tokens)
+        seconds = measured.forward_seconds(forwards, prompt_tokens)
         seconds += forwards * prompt_tokens * measured.unembed_seconds
     what = f"{len(plain_fact_candidates())} plain facts asked of PRE and {models - 1} finetunes (what each kept)"
     return PlannedStep("knowledge", what, forwards, None, seconds)

@@ -12,6 +12,7 @@ top-k on the scored unit, `engine.scoring.score_rows`).
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 
 import torch
@@ -30,17 +31,31 @@ def topk_hits(model, tokenizer, prompts: Sequence[EvalPrompt], k: int = 5, batch
     device = next(model.parameters()).device
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     encoded = [encode_prompt(tokenizer, p) for p in prompts]
-    hits: list[bool] = []
-    for start in range(0, len(encoded), batch_size):
-        batch = encoded[start : start + batch_size]
+    keeps = _keeps_logits(model)
+    # Batches of prompts of like length: little padding, and few columns to unembed beyond those
+    # a score reads (the vocabulary's matmul is a quarter of a SmolLM2 forward at every column).
+    order = sorted(range(len(encoded)), key=lambda i: len(encoded[i].scoring_ids) + encoded[i].unit)
+    hits = [False] * len(encoded)
+    for start in range(0, len(order), batch_size):
+        rows = order[start : start + batch_size]
+        batch = [encoded[i] for i in rows]
         ids, mask = right_pad([e.scoring_ids + e.unit_ids[:-1] for e in batch], pad_id)
-        logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits
-        for row, e in enumerate(batch):
-            first = len(e.scoring_ids) - 1
+        low = min(len(e.scoring_ids) - 1 for e in batch) if keeps else 0
+        keep = {"logits_to_keep": torch.arange(low, ids.shape[1], device=device)} if keeps else {}
+        logits = model(input_ids=ids.to(device), attention_mask=mask.to(device), **keep).logits
+        for row, (i, e) in enumerate(zip(rows, batch, strict=True)):
+            first = len(e.scoring_ids) - 1 - low
             top = logits[row, first : first + e.unit].topk(k, dim=-1).indices.cpu()
-            hits.append(all(bool((top[j] == t).any()) for j, t in enumerate(e.unit_ids)))
+            hits[i] = all(bool((top[j] == t).any()) for j, t in enumerate(e.unit_ids))
     model.train(was_training)
     return hits
+
+
+def _keeps_logits(model) -> bool:
+    """Does the model's forward take `logits_to_keep` as column indices (most causal LMs of
+    transformers 5; a peft wrapper passes it on to the model it wraps)?"""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return "logits_to_keep" in inspect.signature(base.forward).parameters
 
 
 def topk_accuracy(model, tokenizer, prompts: Sequence[EvalPrompt], k: int = 5, batch_size: int = 64) -> float:
