@@ -7,7 +7,8 @@ capability checks, which read the CPU's feature bits), the bf16 extension on ARM
 which on ARM asks for it). Units are not speed: benchmarks/bench_finetune.py measures what they
 give: on a 2-core Xeon with AVX512-BF16 (no AMX) bf16 autocast ran a step at 0.6x fp32's speed, on
 a 2-core AMD EPYC with it at 1.5x, where its finetunes' validation top-5 stayed within fp32's seed
-spread. No setting takes bf16 on CPU by itself yet (docs/real_models.md); `--precision bf16` asks.
+spread. So `reproduce --precision auto` times a step of the job's model in both before it takes
+bf16 (`paper.cpu_precision`); `--precision bf16` asks for it outright.
 """
 
 from __future__ import annotations
