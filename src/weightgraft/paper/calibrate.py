@@ -81,11 +81,18 @@ def _autocast(precision: str, device: str):
 
 
 def measure(
-    folder: Path, batch: int, tokens: int, device: str, steps: int = STEPS, precision: str = "fp32", lora_rank: int = 0
+    folder: Path,
+    batch: int,
+    tokens: int,
+    device: str,
+    steps: int = STEPS,
+    precision: str = "fp32",
+    lora_rank: int = 0,
+    attention: str | None = None,
 ) -> Measured:
     """Time `steps` AdamW steps (the first, which allocates, is not counted; the step is their
-    median) in the finetune's
-    `precision` (bf16/fp16: under autocast), of the LoRA adapters alone where `lora_rank` is set, and a float32 forward of a batch of 64 rows that
+    median) in the finetune's `precision` (bf16/fp16: under autocast) with its `attention` kernel
+    (None: the model's default), of the LoRA adapters alone where `lora_rank` is set, and a float32 forward of a batch of 64 rows that
     unembeds each row's last position only (validation and runs are float32), on random token
     ids of the model's vocabulary; the unembedding of one position alone; and a cached decoding
     forward of the self-replay's rows."""
@@ -100,6 +107,9 @@ def measure(
             str(folder), dtype=torch.float32, use_safetensors=True, trust_remote_code=False
         )
     model.to(device).train()
+    default_kernel = model.config._attn_implementation
+    if attention:
+        model.set_attn_implementation(attention)
     vocab = model.get_input_embeddings().weight.shape[0]
     generator = torch.Generator().manual_seed(0)
     ids = torch.randint(0, vocab, (batch, tokens), generator=generator).to(device)
@@ -119,6 +129,8 @@ def measure(
         times.append(time.perf_counter() - start)
     if lora is not None:  # the runs and validation use the merged model: a plain forward
         model = lora.merge_and_unload()
+    if attention:  # the runs load the model with its default kernel
+        model.set_attn_implementation(default_kernel)
     model.eval()
     rows = torch.randint(0, vocab, (64, tokens), generator=generator).to(device)
     with torch.no_grad():

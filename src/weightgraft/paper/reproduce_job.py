@@ -17,6 +17,7 @@ from weightgraft.data.names import NamePool
 from weightgraft.data.real_entities import REAL_FILMS
 from weightgraft.errors import UserError
 from weightgraft.experiments.models import model_dir
+from weightgraft.paper.cpu_attention import choose_cpu_attention
 from weightgraft.paper.cpu_precision import choose_cpu_precision
 from weightgraft.paper.presets import PRESET_NAMES
 from weightgraft.paper.reproduce_recipe import SETTINGS, Recipe, ReproduceOptions, resolve_recipe
@@ -119,6 +120,7 @@ def finetune_config(recipe: Recipe):
         group_by_length=recipe.group_by_length,
         lora_rank=recipe.lora_rank,
         general_loss=recipe.general_loss,
+        attention=recipe.attention,
     )
 
 
@@ -261,6 +263,10 @@ def plan_job(options: ReproduceOptions) -> Job:
         choice = choose_cpu_precision(recipe.out, model_dir(str(recipe.model)), recipe.batch_size)
         job.recipe = recipe = replace(recipe, precision=choice.precision)
         job.notes.append(choice.reason)
+    if options.attention == "auto" and recipe.device == "cpu":
+        kernel = choose_cpu_attention(recipe.out, model_dir(str(recipe.model)), recipe.batch_size, recipe.precision)
+        job.recipe = recipe = replace(recipe, attention=kernel.kernel)
+        job.notes.append(kernel.reason)
     note = _precision_note(recipe)
     if note:
         job.notes.append(note)

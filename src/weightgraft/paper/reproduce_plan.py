@@ -98,7 +98,13 @@ def _measured(job: Job, config, tokens: int) -> calibrate.Measured | None:
     if folder is None:
         return None
     return calibrate.measure(
-        folder, config.batch_size, tokens, job.recipe.device, precision=config.precision, lora_rank=config.lora_rank
+        folder,
+        config.batch_size,
+        tokens,
+        job.recipe.device,
+        precision=config.precision,
+        lora_rank=config.lora_rank,
+        attention=config.attention,
     )
 
 
@@ -287,7 +293,7 @@ def describe_plan(job: Job) -> str:
     measured = facts["measured"]
     if measured:
         speed = (
-            f"measured here: an optimizer step ({config.precision}) of {measured.batch} x {measured.tokens} tokens "
+            f"measured here: an optimizer step ({config.precision}{', eager attention' if config.attention == 'eager' else ''}) of {measured.batch} x {measured.tokens} tokens "
             f"{measured.step_seconds:.2f} s, a forward {measured.forward_token_seconds * 1e3:.2f} ms per token, "
             f"an unembedding {measured.unembed_seconds * 1e3:.2f} ms per position"
         )

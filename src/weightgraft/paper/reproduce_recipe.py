@@ -13,7 +13,7 @@ from typing import Literal
 
 from weightgraft.paper.estimate import DEFAULT_MAX_LENGTH, PAPER_MODELS, paper_model_name
 from weightgraft.runtime import resolve_device
-from weightgraft.training import GeneralLoss
+from weightgraft.training import AttentionKernel, GeneralLoss
 
 SettingName = Literal["aggressive", "gentle", "laptop"]
 RunDtype = Literal["float32", "bfloat16", "float16"]
@@ -79,6 +79,9 @@ class ReproduceOptions:
         dtype: dtype of the preset runs.
         precision: finetuning precision; auto is fp16 on a GPU (the paper's), on a CPU bf16 where
             a step of the model is measured faster in it (`paper.cpu_precision`), else fp32.
+        attention: the attention kernel finetunes train with: sdpa, eager, or auto (on a CPU
+            eager where a step of the model is measured faster with it, `paper.cpu_attention`;
+            elsewhere the model's default). The same attention either way: speed, not method.
         facts, epochs, batch_size, lr, layer_sweeps: overrides of the setting's values.
         setting: aggressive, gentle or laptop (`SETTINGS`).
         datasets: the paper's dataset codes; the first gets every analysis.
@@ -114,6 +117,7 @@ class ReproduceOptions:
     replay: bool = False
     lora_rank: int | None = None
     general_loss: GeneralLoss = "tokens"
+    attention: Literal["auto", "sdpa", "eager"] = "auto"
 
 
 @dataclass(frozen=True)
@@ -143,6 +147,7 @@ class Recipe:
     replay: bool = False  # self-replay texts join the general text (mix_ratio: their share)
     lora_rank: int = 0  # 0: a full finetune
     general_loss: GeneralLoss = "tokens"  # "kl": general text teaches PRE's distribution
+    attention: AttentionKernel | None = None  # None: the model's default kernel (sdpa mostly)
 
     def record(self) -> dict:
         """The recipe as JSON values, for the job's provenance (options at the values they had
@@ -152,6 +157,8 @@ class Recipe:
             del body["lora_rank"]
         if self.general_loss == "tokens":
             del body["general_loss"]
+        if self.attention is None:
+            del body["attention"]
         return body
 
 
@@ -192,4 +199,5 @@ def resolve_recipe(options: ReproduceOptions, setting: Setting) -> Recipe:
         replay=options.replay,
         lora_rank=_given(options.lora_rank, setting.lora_rank),
         general_loss=options.general_loss,
+        attention=None if options.attention == "auto" else options.attention,
     )

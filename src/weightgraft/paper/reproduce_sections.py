@@ -104,6 +104,12 @@ def deviations_section(job: Job, steps: dict) -> list[str]:
         lines.append(
             f"- Finetuning precision {', '.join(sorted(precisions))} (the paper: fp16 mixed precision on a GPU)."
         )
+    kernels = {r["inputs"]["config"].get("attention") for name, r in steps.items() if name.startswith("finetune:")}
+    if "eager" in kernels:
+        lines.append(
+            "- Finetunes attend with transformers' eager kernel (matmul and softmax) instead of sdpa, "
+            "for speed on this CPU: the same attention, not a change of method."
+        )
     if recipe.group_by_length:
         lines.append(
             "- Batches group texts of similar length (transformers' length-grouped sampler, for "

@@ -39,7 +39,7 @@ from weightgraft.pretrained import as_local
 from weightgraft.recorded import refuse_own_input, refuse_user_files
 from weightgraft.remote_code import refuse_remote_code
 from weightgraft.runtime import check_device, is_main_process, resolve_device
-from weightgraft.training import GENERAL_LOSSES, TRAINING_RECORD, GeneralLoss
+from weightgraft.training import ATTENTION_KERNELS, GENERAL_LOSSES, TRAINING_RECORD, AttentionKernel, GeneralLoss
 from weightgraft.training.batches import PadCollator, TextDataset, encode_texts
 from weightgraft.training.checkpoints import SealCheckpoints, last_complete_checkpoint
 from weightgraft.training.distill import frozen_copy
@@ -87,16 +87,22 @@ class FinetuneConfig:
     # distribution (KL from a frozen copy of the model; `training.distill`), a lever against
     # forgetting for general text the pretrained model wrote itself (self-replay).
     general_loss: GeneralLoss = "tokens"
+    # Speed, not method: the attention kernel trained with (None: transformers' choice for the
+    # model, sdpa where it has it). Eager computes the same attention; the saved model does not
+    # keep the choice.
+    attention: AttentionKernel | None = None
 
     def record(self) -> dict:
         """The options as recorded (training_config.json, ledger inputs): options at the values
-        they had before they existed (`lora_rank` 0, `general_loss` "tokens") are left out, so
-        that records and input hashes made before then still match."""
+        they had before they existed (`lora_rank` 0, `general_loss` "tokens", `attention` None)
+        are left out, so that records and input hashes made before then still match."""
         body = asdict(self)
         if not self.lora_rank:
             del body["lora_rank"]
         if self.general_loss == "tokens":
             del body["general_loss"]
+        if self.attention is None:
+            del body["attention"]
         return body
 
 
@@ -159,6 +165,11 @@ def _check_config(config: FinetuneConfig, general_texts: list[str] | None) -> st
         raise DataError("mix_ratio > 0 needs general text (general_texts / --general-text); or set mix_ratio 0")
     if config.general_loss not in GENERAL_LOSSES:
         raise DataError(f"general_loss must be one of {', '.join(GENERAL_LOSSES)}, not {config.general_loss!r}")
+    if config.attention is not None and config.attention not in ATTENTION_KERNELS:
+        raise DataError(
+            f"attention must be one of {', '.join(ATTENTION_KERNELS)} (or None: the model's default), "
+            f"not {config.attention!r}"
+        )
     if config.general_loss == "kl" and not config.mix_ratio:
         raise DataError("general_loss 'kl' scores the general text mixed in: it needs mix_ratio > 0 and general text")
     if config.early_stopping_patience is not None and config.early_stopping_patience < 1:
@@ -185,8 +196,10 @@ def _load_tokenizer(model: str | Path, trust_remote_code: bool):
     return tokenizer
 
 
-def _load_model(model: str | Path, trust_remote_code: bool):
-    """The model in float32 from safetensors; refused when its checkpoint lacks tensors."""
+def _load_model(model: str | Path, trust_remote_code: bool, attention: str | None = None):
+    """The model in float32 from safetensors, with `attention`'s kernel where one is named;
+    refused when its checkpoint lacks tensors."""
+    kernel = {"attn_implementation": attention} if attention else {}
     with quiet_loading():  # a refusal below must be the only line printed
         net, info = AutoModelForCausalLM.from_pretrained(
             model,
@@ -194,6 +207,7 @@ def _load_model(model: str | Path, trust_remote_code: bool):
             dtype=torch.float32,
             use_safetensors=True,
             output_loading_info=True,
+            **kernel,
         )
     missing = sorted(info.get("missing_keys") or [])
     if missing:  # they would be trained from random values and saved into the finetune
@@ -400,7 +414,7 @@ def finetune(
     if Path(local).is_dir():
         check_whole(local)  # a model folder whose replacement was cut off mixes two builds
     tokenizer = _load_tokenizer(local, trust_remote_code)
-    net = _load_model(local, trust_remote_code)
+    net = _load_model(local, trust_remote_code, config.attention)
     base = frozen_copy(net) if config.general_loss == "kl" else None  # before any part is frozen or adapted
     freeze_parts(net, config)
     lora = with_lora(net, config.lora_rank)
