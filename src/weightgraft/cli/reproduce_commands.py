@@ -44,7 +44,7 @@ def reproduce_command(
     attention: Literal["auto", "sdpa", "eager"] = typer.Option(
         "auto",
         help="Attention kernel of the finetunes (the same attention, a speed choice): auto (on a CPU eager "
-        "where a step of the model is measured at least 1.1x faster with it, else the model's default), "
+        "where a step of the model is measured at least 1.05x faster with it, else the model's default), "
         "sdpa or eager.",
     ),
     facts: int | None = typer.Option(
