@@ -103,3 +103,17 @@ def test_the_speedup_is_timed_on_the_model(tiny_model):
     """A real timing of the tiny model's step with both kernels: a finite positive ratio."""
     speedup = eager_step_speedup(tiny_model, 4, "fp32", tokens=8)
     assert math.isfinite(speedup) and speedup > 0
+
+
+def test_the_report_names_eager_attention_only_where_a_finetune_trained_with_it(tmp_path):
+    from weightgraft.paper.reproduce_sections import deviations_section
+
+    job = plan_job(ReproduceOptions(model="m", out=tmp_path / "job", device="cpu", setting="laptop", attention="sdpa"))
+
+    def steps(attention):
+        config = {"precision": "bf16"} | ({"attention": attention} if attention else {})
+        return {"finetune:FMRA_sft": {"inputs": {"config": config}}, "datasets": {"inputs": {}}}
+
+    assert any("eager kernel" in line for line in deviations_section(job, steps("eager")))
+    assert not any("eager" in line for line in deviations_section(job, steps(None)))
+    assert not any("eager" in line for line in deviations_section(job, steps("sdpa")))

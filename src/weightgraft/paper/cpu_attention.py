@@ -19,9 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM
 
-from weightgraft.paper.cpu_precision import PROBE_TOKENS
+from weightgraft.paper.cpu_precision import PROBE_TOKENS, probe_setup
 from weightgraft.training import ATTENTION_KERNELS
 
 # eager is taken only where its step beats sdpa's by this factor. Lower than bf16's 1.2x: eager
@@ -57,20 +56,10 @@ def kernel_step_seconds(
     """The median seconds of an AdamW step with each kernel, on the model in `folder` at `batch` x
     `tokens` random tokens (the last rows padded, as a real batch) in `precision`, the two kernels
     alternated on one model (`timed` steps each, after one untimed) so that a slow moment hits both."""
-    # here, not at the top: training.finetune brings transformers' Trainer (slow to import)
-    from weightgraft.training.finetune import quiet_loading
-
-    with quiet_loading():
-        model = AutoModelForCausalLM.from_pretrained(
-            str(folder), dtype=torch.float32, use_safetensors=True, trust_remote_code=False
-        )
-    model.train()
-    vocab = model.get_input_embeddings().weight.shape[0]
-    ids = torch.randint(0, vocab, (batch, tokens), generator=torch.Generator().manual_seed(0))
+    model, ids, optimizer = probe_setup(folder, batch, tokens)
     mask = torch.ones_like(ids)
     mask[batch // 2 :, -(tokens // 8) :] = 0
     labels = ids.masked_fill(mask == 0, -100)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-7, fused=True)
     bf16 = precision == "bf16"
 
     def step(kernel: str) -> float:

@@ -52,9 +52,9 @@ def recorded_precision(out: Path) -> str | None:
     return precision if precision in ("fp32", "bf16") else None
 
 
-def bf16_step_speedup(folder: Path, batch: int, tokens: int = PROBE_TOKENS) -> float:
-    """fp32's median AdamW step over bf16 autocast's, on the model in `folder` at `batch` x
-    `tokens` random tokens, the two precisions alternated so that a slow moment hits both."""
+def probe_setup(folder: Path, batch: int, tokens: int):
+    """What a timed-step probe trains: the model in `folder` (float32, train mode), `batch` x
+    `tokens` seeded random token ids of its vocabulary, and a fused AdamW at a negligible lr."""
     # here, not at the top: training.finetune brings transformers' Trainer (slow to import)
     from weightgraft.training.finetune import quiet_loading
 
@@ -66,6 +66,13 @@ def bf16_step_speedup(folder: Path, batch: int, tokens: int = PROBE_TOKENS) -> f
     vocab = model.get_input_embeddings().weight.shape[0]
     ids = torch.randint(0, vocab, (batch, tokens), generator=torch.Generator().manual_seed(0))
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-7, fused=True)
+    return model, ids, optimizer
+
+
+def bf16_step_speedup(folder: Path, batch: int, tokens: int = PROBE_TOKENS) -> float:
+    """fp32's median AdamW step over bf16 autocast's, on the model in `folder` at `batch` x
+    `tokens` random tokens, the two precisions alternated so that a slow moment hits both."""
+    model, ids, optimizer = probe_setup(folder, batch, tokens)
 
     def step(bf16: bool) -> float:
         start = time.perf_counter()

@@ -82,10 +82,15 @@ def plain_facts_section(knowledge: HeldOutKnowledge | None) -> list[str]:
     return lines
 
 
+def _finetune_settings(steps: dict, key: str) -> set:
+    """The values the job's finetunes recorded for one config option (None where one left it out)."""
+    return {r["inputs"]["config"].get(key) for name, r in steps.items() if name.startswith("finetune:")}
+
+
 def deviations_section(job: Job, steps: dict) -> list[str]:
     """Every way this job differs from the paper's recipe (conditions.md), named."""
     recipe = job.recipe
-    precisions = {r["inputs"]["config"].get("precision") for name, r in steps.items() if name.startswith("finetune:")}
+    precisions = _finetune_settings(steps, "precision")
     lines = ["## Deviations from the paper", ""]
     if paper_model_name(recipe.model) is None:
         lines.append(f"- Model: {recipe.model} is none of the paper's four; the tables show all four beside it.")
@@ -104,8 +109,7 @@ def deviations_section(job: Job, steps: dict) -> list[str]:
         lines.append(
             f"- Finetuning precision {', '.join(sorted(precisions))} (the paper: fp16 mixed precision on a GPU)."
         )
-    kernels = {r["inputs"]["config"].get("attention") for name, r in steps.items() if name.startswith("finetune:")}
-    if "eager" in kernels:
+    if "eager" in _finetune_settings(steps, "attention"):
         lines.append(
             "- Finetunes attend with transformers' eager kernel (matmul and softmax) instead of sdpa, "
             "for speed on this CPU: the same attention, not a change of method."
