@@ -61,6 +61,19 @@ def test_sampled_replay_is_the_same_for_a_seed_and_another_for_another(tiny_mode
     assert alone == texts[:3]
 
 
+def test_the_prompts_batched_together_write_what_they_write_in_smaller_batches(tiny_model, monkeypatch):
+    """Prompts of unequal length share a left-padded batch: the padding, the positions and each
+    prompt's own generator make the texts those of batches of one or two prompts."""
+    from weightgraft.paper import replay
+
+    spec = ReplaySpec(new_tokens=8, samples=2, temperature=1.0, seed=3)
+    together = replay_texts(str(tiny_model), PROMPTS, spec)
+    assert len({len(p.split()) for p in PROMPTS}) > 1  # the batch is padded
+    for size in (1, 3):
+        monkeypatch.setattr(replay, "PROMPTS_PER_BATCH", size)
+        assert replay_texts(str(tiny_model), PROMPTS, spec) == together
+
+
 def test_a_bad_spec_is_refused(tiny_model):
     with pytest.raises(ValueError, match="new_tokens >= 1"):
         replay_texts(str(tiny_model), PROMPTS, ReplaySpec(new_tokens=0))
@@ -90,12 +103,13 @@ def test_no_neutral_prompt_shares_three_words_in_a_row_with_a_plain_fact():
 
 
 def test_the_plan_times_replay_by_a_measured_decoding_forward(tiny_model):
-    """The calibration times a cached decoding forward of the replay's rows (not a batched
-    forward scaled by a constant, which was 3.6x off on another machine), and the plan's replay
-    step is one such forward per new token of every neutral prompt. The measured thread count is
-    put back afterwards."""
+    """The calibration times a cached decoding forward of a batch of the replay's rows (not a
+    batched forward scaled by a constant, which was 3.6x off on another machine), and the plan's
+    replay step is one such forward per new token of every batch of neutral prompts. The thread
+    count is as it was afterwards."""
     from weightgraft.paper import calibrate
     from weightgraft.paper.reproduce_job import REPLAY_TOKENS
+    from weightgraft.paper.replay import PROMPTS_PER_BATCH
     from weightgraft.paper.reproduce_plan import _replay_step
 
     threads = torch.get_num_threads()
@@ -103,7 +117,9 @@ def test_the_plan_times_replay_by_a_measured_decoding_forward(tiny_model):
     assert torch.get_num_threads() == threads
     assert 0 < measured.decode_seconds < 10
     step = _replay_step(measured)
-    assert step.seconds == pytest.approx(len(NEUTRAL_PROMPTS) * REPLAY_TOKENS * measured.decode_seconds)
+    batches = -(-len(NEUTRAL_PROMPTS) // PROMPTS_PER_BATCH)
+    assert batches >= 2  # the prompts fill more than one batch
+    assert step.seconds == pytest.approx(batches * REPLAY_TOKENS * measured.decode_seconds)
 
 
 def test_the_calibrated_step_is_the_median_of_the_timed_steps(tiny_model, monkeypatch):

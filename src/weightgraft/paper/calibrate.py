@@ -98,7 +98,7 @@ def measure(
     forward of the self-replay's rows."""
     # here, not at the top: training.finetune brings transformers' Trainer, measured at 2.4 s
     # more for `weightgraft reproduce`'s start (its --dry-run plan) on a loaded 2-core machine
-    from weightgraft.paper.replay import ReplaySpec, decoding_seconds
+    from weightgraft.paper.replay import PROMPTS_PER_BATCH, ReplaySpec, decoding_seconds
     from weightgraft.training.finetune import quiet_loading
     from weightgraft.training.trainable import with_lora
 
@@ -139,7 +139,7 @@ def measure(
         _sync(device)
         forward = (time.perf_counter() - start) / rows.numel()
         unembed = _unembed_seconds(model, device)
-    decode = decoding_seconds(model, device, ReplaySpec().samples)
+    decode = decoding_seconds(model, device, PROMPTS_PER_BATCH * ReplaySpec().samples)
     return Measured(statistics.median(times[1:] or times), forward, batch, tokens, device, unembed, decode)
 
 

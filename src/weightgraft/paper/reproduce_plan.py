@@ -23,6 +23,7 @@ from weightgraft.experiments.plan.selection import experiment_conditions
 from weightgraft.paper import calibrate, estimate
 from weightgraft.paper.neutral_prompts import NEUTRAL_PROMPTS
 from weightgraft.paper.plain_fact_list import plain_fact_candidates
+from weightgraft.paper.replay import PROMPTS_PER_BATCH
 from weightgraft.paper.reproduce_job import (
     REPLAY_SAMPLES,
     REPLAY_TOKENS,
@@ -170,9 +171,10 @@ def plan_steps(job: Job) -> tuple[list[PlannedStep], dict]:
 
 
 def _replay_step(measured) -> PlannedStep:
-    """The self-replay step: each neutral prompt continued `REPLAY_TOKENS` tokens, its
-    `REPLAY_SAMPLES` samples in one batch (one forward per new token, timed by the calibration)."""
-    forwards = len(NEUTRAL_PROMPTS) * REPLAY_TOKENS
+    """The self-replay step: the neutral prompts continued `REPLAY_TOKENS` tokens,
+    `PROMPTS_PER_BATCH` of them (`REPLAY_SAMPLES` rows each) in one batch, one forward per new
+    token, each timed by the calibration."""
+    forwards = -(-len(NEUTRAL_PROMPTS) // PROMPTS_PER_BATCH) * REPLAY_TOKENS
     texts = len(NEUTRAL_PROMPTS) * REPLAY_SAMPLES
     seconds = None
     if measured:
@@ -306,6 +308,7 @@ def describe_plan(job: Job) -> str:
         f"max length {config.max_length}, general text share {config.mix_ratio:g}"
         f"{' (self-replay)' if recipe.replay else ''}"
         f"{', learned by KL from PRE' if recipe.general_loss == 'kl' else ''}"
+        f"{f' (weight {recipe.general_weight:g})' if recipe.general_weight != 1.0 else ''}"
         f"{f', LoRA rank {recipe.lora_rank}' if recipe.lora_rank else ''}; a checkpoint every epoch"
     )
     lines.append(
