@@ -108,8 +108,8 @@ def test_the_plan_times_replay_by_a_measured_decoding_forward(tiny_model):
     replay step is one such forward per new token of every batch of neutral prompts. The thread
     count is as it was afterwards."""
     from weightgraft.paper import calibrate
-    from weightgraft.paper.reproduce_job import REPLAY_TOKENS
     from weightgraft.paper.replay import PROMPTS_PER_BATCH
+    from weightgraft.paper.reproduce_job import REPLAY_TOKENS
     from weightgraft.paper.reproduce_plan import _replay_step
 
     threads = torch.get_num_threads()
