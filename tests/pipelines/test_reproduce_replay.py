@@ -159,30 +159,6 @@ def test_general_loss_kl_reaches_the_finetune_the_plan_and_the_report(tiny_model
     assert refused.exit_code == 2 and "add --replay" in refused.output
 
 
-def test_general_weight_reaches_the_finetune_config_the_plan_and_the_report(tiny_model, tmp_path):
-    """`--general-weight 4` with the KL loss: recorded by the recipe (left out at 1, as jobs made
-    before it recorded), handed to the finetunes, named in the plan and the deviations; refused
-    without the KL loss it weighs."""
-    from weightgraft.paper.reproduce_job import finetune_config
-
-    base = dict(model=str(tiny_model), device="cpu", setting="laptop", facts=4, replay=True, general_loss="kl")
-    job = plan_job(ReproduceOptions(**base, out=tmp_path / "w", general_weight=4.0))
-    assert job.recipe.record()["general_weight"] == 4.0
-    assert finetune_config(job.recipe).general_weight == 4.0
-    assert "general_weight" not in plan_job(ReproduceOptions(**base, out=tmp_path / "one")).recipe.record()
-    lines = deviations_section(job, {"replay": {"outputs": {"texts": 3}}})
-    assert len([line for line in lines if "weighted 4 beside the facts' loss" in line]) == 1
-
-    _register_all()
-    args = ["reproduce", "--model", str(tiny_model), "--out", str(tmp_path / "j"), "--device", "cpu"]
-    args += ["--setting", "laptop", "--facts", "4", "--dry-run", "--replay", "--general-weight", "4"]
-    plan = CliRunner().invoke(app, [*args, "--general-loss", "kl"])
-    assert plan.exit_code == 0, plan.output
-    assert "learned by KL from PRE (weight 4)" in plan.output
-    refused = CliRunner().invoke(app, args)
-    assert refused.exit_code == 2 and "give it with --general-loss kl" in refused.output
-
-
 def test_the_plan_counts_pres_forward_over_the_general_rows(tiny_model, tmp_path, monkeypatch):
     """With the KL loss, a finetune's plan adds one forward of PRE over the general quarter of
     every batch's rows at the batch's padded length (read off a plan whose step costs twice as much)."""

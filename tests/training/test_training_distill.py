@@ -30,7 +30,7 @@ def _batch(vocab: int) -> dict:
     return PadCollator(pad_id=0)([dataset[i] for i in range(len(dataset))])
 
 
-def _oracle(model, base, batch, weight: float = 1.0) -> torch.Tensor:
+def _oracle(model, base, batch) -> torch.Tensor:
     logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits[:, :-1]
     with torch.no_grad():
         teacher = base(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits[:, :-1]
@@ -43,7 +43,7 @@ def _oracle(model, base, batch, weight: float = 1.0) -> torch.Tensor:
             log_q = torch.log_softmax(logits[row, position].double(), dim=-1)
             if batch["general"][row]:
                 log_p = torch.log_softmax(teacher[row, position].double(), dim=-1)
-                total = total + weight * (log_p.exp() * (log_p - log_q)).sum()
+                total = total + (log_p.exp() * (log_p - log_q)).sum()
             else:
                 total = total - log_q[targets[row, position]]
             count += 1
@@ -70,29 +70,6 @@ def test_the_distilled_loss_equals_the_hand_written_one(arch):
         torch.testing.assert_close(got_grads[name], grad, rtol=1e-4, atol=1e-6, msg=name)
     counted = (batch["labels"][:, 1:] != -100).sum()
     torch.testing.assert_close(distilled_loss(model, base, batch, counted)[0], expected, rtol=1e-5, atol=1e-6)
-
-
-def test_the_general_weight_scales_the_kl_term_alone():
-    """With weight 3 the loss is the facts' cross-entropy plus three times the general rows' KL,
-    over the same count: against the hand-written sum, and not the unweighted loss."""
-    model, base = make_model("llama", seed=5), make_model("llama", seed=6)
-    batch = _batch(model.config.vocab_size)
-    expected, expected_grads = _grads(model, lambda: _oracle(model, base, batch, weight=3.0))
-    got, got_grads = _grads(model, lambda: distilled_loss(model, base, batch, weight=3.0)[0])
-    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
-    for name, grad in expected_grads.items():
-        torch.testing.assert_close(got_grads[name], grad, rtol=1e-4, atol=1e-6, msg=name)
-    assert got > distilled_loss(model, base, batch)[0] + 0.1
-
-
-def test_a_general_weight_is_recorded_and_refused_where_it_means_nothing(tmp_path):
-    assert "general_weight" not in FinetuneConfig(general_loss="kl").record()  # as before the option
-    assert FinetuneConfig(general_loss="kl", general_weight=4.0).record()["general_weight"] == 4.0
-    art = tiny_artifacts()
-    general = ["a mild day at the market"] * 4
-    for config in (FinetuneConfig(general_weight=2.0), FinetuneConfig(general_loss="kl", general_weight=0.0)):
-        with pytest.raises(DataError, match="general_weight weighs general_loss 'kl'"):
-            finetune(art.pretrained, art.relation_data, tmp_path / "x", config, general_texts=general)
 
 
 def test_general_rows_teach_nothing_while_the_model_is_its_base():
@@ -129,27 +106,24 @@ def test_a_distilled_finetune_records_its_loss_and_differs_from_the_token_loss(t
     art = tiny_artifacts()
     general = [f"the weather on day {i} was mild and the market was busy" for i in range(12)]
     base = dict(epochs=1, lr=5e-3, mix_ratio=0.3, device="cpu", max_validation_prompts=10, labelled_logits_only=True)
-    losses = {"tokens": {}, "kl": {"general_loss": "kl"}, "kl4": {"general_loss": "kl", "general_weight": 4.0}}
     runs = {
-        name: finetune(
+        loss: finetune(
             art.pretrained,
             art.relation_data,
-            tmp_path / name,
-            FinetuneConfig(**base, **options),
+            tmp_path / loss,
+            FinetuneConfig(**base, general_loss=loss),
             general_texts=general,
             progress=False,
         )
-        for name, options in losses.items()
+        for loss in ("tokens", "kl")
     }
-    records = {name: json.loads((r.path / "training_config.json").read_text()) for name, r in runs.items()}
+    records = {loss: json.loads((r.path / "training_config.json").read_text()) for loss, r in runs.items()}
     assert records["kl"]["general_loss"] == "kl" and "general_loss" not in records["tokens"]
-    assert records["kl4"]["general_weight"] == 4.0 and "general_weight" not in records["kl"]
     assert records["kl"]["n_general_texts"] == records["tokens"]["n_general_texts"] > 0
     before = load_file(art.pretrained / "model.safetensors")
-    tokens, kl, kl4 = (load_file(r.path / "model.safetensors") for r in runs.values())
+    tokens, kl = (load_file(r.path / "model.safetensors") for r in runs.values())
     assert max((kl[n] - before[n]).abs().max().item() for n in kl) > 1e-3  # it trained
     assert any(not torch.allclose(kl[n], tokens[n], atol=1e-4) for n in kl)  # with another loss
-    assert any(not torch.allclose(kl4[n], kl[n], atol=1e-4) for n in kl)  # the weight reached the trainer
 
 
 def test_a_distilled_loss_without_general_text_is_refused(tmp_path):

@@ -92,11 +92,6 @@ def reproduce_command(
         "tokens) or kl (the pretrained model's whole next-token distribution at each of its positions; "
         "not the paper's; the report names it).",
     ),
-    general_weight: float = typer.Option(
-        1.0,
-        help="With --general-loss kl: the weight of its KL term beside the facts' cross-entropy (1: "
-        "alike; above 1 pulls the finetunes harder towards the pretrained model at no cost in steps).",
-    ),
     lora_rank: int | None = typer.Option(
         None,
         min=0,
@@ -136,7 +131,6 @@ def reproduce_command(
         replay=replay,
         lora_rank=lora_rank,
         general_loss=general_loss,
-        general_weight=general_weight,
         bootstrap=bootstrap,
         seed=seed,
     )

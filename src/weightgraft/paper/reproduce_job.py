@@ -120,7 +120,6 @@ def finetune_config(recipe: Recipe):
         group_by_length=recipe.group_by_length,
         lora_rank=recipe.lora_rank,
         general_loss=recipe.general_loss,
-        general_weight=recipe.general_weight,
         attention=recipe.attention,
     )
 
@@ -193,11 +192,6 @@ def check_options(options: ReproduceOptions) -> None:
         raise ReproduceError(
             "--general-loss kl scores general text, and this job mixes in none: add --replay "
             "(or --general-text FILE), or leave --general-loss at tokens"
-        )
-    if options.general_weight != 1.0 and (options.general_loss != "kl" or not options.general_weight > 0):
-        raise ReproduceError(
-            f"--general-weight weighs the KL term of --general-loss kl: give it with --general-loss kl, "
-            f"and above 0 (got {options.general_weight} with --general-loss {options.general_loss})"
         )
     if options.precision == "fp16" and not resolve_device(options.device).startswith("cuda"):
         raise ReproduceError(

@@ -308,7 +308,6 @@ def describe_plan(job: Job) -> str:
         f"max length {config.max_length}, general text share {config.mix_ratio:g}"
         f"{' (self-replay)' if recipe.replay else ''}"
         f"{', learned by KL from PRE' if recipe.general_loss == 'kl' else ''}"
-        f"{f' (weight {recipe.general_weight:g})' if recipe.general_weight != 1.0 else ''}"
         f"{f', LoRA rank {recipe.lora_rank}' if recipe.lora_rank else ''}; a checkpoint every epoch"
     )
     lines.append(

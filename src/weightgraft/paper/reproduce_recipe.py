@@ -91,8 +91,6 @@ class ReproduceOptions:
         general_loss: how the general text is learned: "tokens" (cross-entropy, as the paper's
             gentle setting) or "kl" (the pretrained model's whole next-token distribution,
             `training.distill`; not the paper's).
-        general_weight: with general_loss "kl", the weight of its KL term beside the facts'
-            cross-entropy (1: alike; above 1 a harder pull towards the pretrained model).
         lora_rank: train a LoRA of this rank on every block linear instead of every weight,
             merged into the saved model (not the paper's; None: the setting's).
         max_examples: cap on the prompts scored per experiment (None: all).
@@ -119,7 +117,6 @@ class ReproduceOptions:
     replay: bool = False
     lora_rank: int | None = None
     general_loss: GeneralLoss = "tokens"
-    general_weight: float = 1.0
     attention: Literal["auto", "sdpa", "eager"] = "auto"
 
 
@@ -150,7 +147,6 @@ class Recipe:
     replay: bool = False  # self-replay texts join the general text (mix_ratio: their share)
     lora_rank: int = 0  # 0: a full finetune
     general_loss: GeneralLoss = "tokens"  # "kl": general text teaches PRE's distribution
-    general_weight: float = 1.0  # the weight of that KL term
     attention: AttentionKernel | None = None  # None: the model's default kernel (sdpa mostly)
 
     def record(self) -> dict:
@@ -161,8 +157,6 @@ class Recipe:
             del body["lora_rank"]
         if self.general_loss == "tokens":
             del body["general_loss"]
-        if self.general_weight == 1.0:
-            del body["general_weight"]
         if self.attention is None:
             del body["attention"]
         return body
@@ -205,6 +199,5 @@ def resolve_recipe(options: ReproduceOptions, setting: Setting) -> Recipe:
         replay=options.replay,
         lora_rank=_given(options.lora_rank, setting.lora_rank),
         general_loss=options.general_loss,
-        general_weight=options.general_weight,
         attention=None if options.attention == "auto" else options.attention,
     )

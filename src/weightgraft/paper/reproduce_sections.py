@@ -131,10 +131,8 @@ def deviations_section(job: Job, steps: dict) -> list[str]:
     if recipe.general_loss == "kl":
         lines.append(
             "- The general text is learned as the pretrained model's whole next-token distribution at "
-            "each of its positions (KL from a frozen copy of it"
-            + (f", weighted {recipe.general_weight:g} beside the facts' loss" if recipe.general_weight != 1.0 else "")
-            + "), not as its tokens (weightgraft's lever against forgetting; the paper's gentle setting "
-            "trains on its general text's tokens)."
+            "each of its positions (KL from a frozen copy of it), not as its tokens (weightgraft's "
+            "lever against forgetting; the paper's gentle setting trains on its general text's tokens)."
         )
     if recipe.lora_rank:
         lines.append(

@@ -19,11 +19,10 @@ import torch.nn.functional as F
 from weightgraft.training.batches import labelled_logits
 
 
-def distilled_loss(model, base, inputs: dict, num_items_in_batch=None, weight: float = 1.0):
+def distilled_loss(model, base, inputs: dict, num_items_in_batch=None):
     """Cross-entropy on the rows whose `general` flag is off, KL(base || model) on those where it
-    is on (times `weight`), over positions with a label; divided by `num_items_in_batch` when
-    Trainer counts it, else by the number of labelled positions. `base` is the frozen pretrained
-    model. A `weight` above 1 pulls harder towards it without more rows (no more steps)."""
+    is on, over positions with a label; divided by `num_items_in_batch` when Trainer counts it,
+    else by the number of labelled positions. `base` is the frozen pretrained model."""
     targets = inputs["labels"][:, 1:]
     labelled = targets != -100
     logits, outputs = labelled_logits(model, inputs, labelled)
@@ -35,7 +34,7 @@ def distilled_loss(model, base, inputs: dict, num_items_in_batch=None, weight: f
         rows = {"input_ids": inputs["input_ids"][general], "attention_mask": inputs["attention_mask"][general]}
         with torch.no_grad():
             teacher, _ = labelled_logits(base, rows, labelled[general])
-        loss = loss + weight * F.kl_div(
+        loss = loss + F.kl_div(
             F.log_softmax(logits[general_at], dim=-1),
             F.log_softmax(teacher.float(), dim=-1),
             log_target=True,

@@ -87,10 +87,6 @@ class FinetuneConfig:
     # distribution (KL from a frozen copy of the model; `training.distill`), a lever against
     # forgetting for general text the pretrained model wrote itself (self-replay).
     general_loss: GeneralLoss = "tokens"
-    # With general_loss "kl": the weight of its KL term beside the facts' cross-entropy (1: both
-    # counted alike). Above 1 it pulls the finetune harder towards the pretrained model at no cost
-    # in steps (a lever against forgetting, measured in `docs/real_models.md`).
-    general_weight: float = 1.0
     # Speed, not method: the attention kernel trained with (None: transformers' choice for the
     # model, sdpa where it has it). Eager computes the same attention; the saved model does not
     # keep the choice.
@@ -98,16 +94,13 @@ class FinetuneConfig:
 
     def record(self) -> dict:
         """The options as recorded (training_config.json, ledger inputs): options at the values
-        they had before they existed (`lora_rank` 0, `general_loss` "tokens", `general_weight` 1,
-        `attention` None)
+        they had before they existed (`lora_rank` 0, `general_loss` "tokens", `attention` None)
         are left out, so that records and input hashes made before then still match."""
         body = asdict(self)
         if not self.lora_rank:
             del body["lora_rank"]
         if self.general_loss == "tokens":
             del body["general_loss"]
-        if self.general_weight == 1.0:
-            del body["general_weight"]
         if self.attention is None:
             del body["attention"]
         return body
@@ -176,11 +169,6 @@ def _check_config(config: FinetuneConfig, general_texts: list[str] | None) -> st
         raise DataError(
             f"attention must be one of {', '.join(ATTENTION_KERNELS)} (or None: the model's default), "
             f"not {config.attention!r}"
-        )
-    if config.general_weight <= 0 or (config.general_weight != 1.0 and config.general_loss != "kl"):
-        raise DataError(
-            f"general_weight weighs general_loss 'kl': it must be > 0, and other than 1 only with "
-            f"general_loss 'kl' (got {config.general_weight} with {config.general_loss!r})"
         )
     if config.general_loss == "kl" and not config.mix_ratio:
         raise DataError("general_loss 'kl' scores the general text mixed in: it needs mix_ratio > 0 and general text")
@@ -324,7 +312,6 @@ def _trainer(
         keep_best=not checkpoints,
         labelled_logits_only=config.labelled_logits_only,
         base=base,
-        general_weight=config.general_weight,
         callbacks=[
             *([SealCheckpoints()] if checkpoints else []),
             *([EarlyStopping(config.early_stopping_patience)] if config.early_stopping_patience else []),

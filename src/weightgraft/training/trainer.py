@@ -38,13 +38,11 @@ class AccuracyTrainer(Trainer):
         keep_best: bool = True,
         labelled_logits_only: bool = False,
         base=None,
-        general_weight: float = 1.0,
         **kwargs,
     ):
         super().__init__(*args, **kwargs)
         self.labelled_logits_only = labelled_logits_only
         self.base = base  # the frozen pretrained model of a distilled loss (general_loss "kl")
-        self.general_weight = general_weight  # its KL term's weight
         self.validation = validation
         self.eval_tokenizer = eval_tokenizer
         self.k = k
@@ -58,7 +56,7 @@ class AccuracyTrainer(Trainer):
         label is (the model's own loss, normalized the same way, without the padding's logits).
         With a base model: the distilled loss (`training.distill`), which computes only there too."""
         if self.base is not None:
-            loss, outputs = distilled_loss(model, self.base, inputs, num_items_in_batch, self.general_weight)
+            loss, outputs = distilled_loss(model, self.base, inputs, num_items_in_batch)
             return (loss, outputs) if return_outputs else loss
         if not self.labelled_logits_only:
             return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
