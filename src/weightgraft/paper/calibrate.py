@@ -139,7 +139,7 @@ def measure(
         _sync(device)
         forward = (time.perf_counter() - start) / rows.numel()
         unembed = _unembed_seconds(model, device)
-    decode = decoding_seconds(model, device, PROMPTS_PER_BATCH * ReplaySpec().samples)
+    decode = decoding_seconds(model, device, PROMPTS_PER_BATCH, ReplaySpec().samples)
     return Measured(statistics.median(times[1:] or times), forward, batch, tokens, device, unembed, decode)
 
 

@@ -51,8 +51,9 @@ def _next_tokens(logits: torch.Tensor, temperature: float, generator: torch.Gene
 
 
 # Prompts decoded together: their rows (`samples` each) go through the model as one left-padded
-# batch, one forward per new token. On SmolLM2 on a loaded 2-core machine 16 prompts (48 rows) took
-# 10.7 s together against 66.5 s one prompt at a time (6.2x): a forward of 3 tokens is mostly overhead.
+# batch, one forward per new token. On SmolLM2 on the quiet 2-core machine 32 prompts took 13.8 s
+# together against 128 s one prompt at a time, with the same texts (`benchmarks/bench_replay.py`):
+# a forward of 3 tokens is mostly overhead.
 PROMPTS_PER_BATCH = 32
 
 
@@ -76,25 +77,29 @@ def continue_prompts(
         last = {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
         out = model(input_ids=batch, attention_mask=mask, position_ids=positions, use_cache=True, **last)
         for _ in range(spec.new_tokens):
-            logits = out.logits[:, -1].float().cpu()
-            token = torch.cat(
-                [
-                    _next_tokens(logits[i * rows : (i + 1) * rows], spec.temperature, generator)
-                    for i, generator in enumerate(generators)
-                ]
-            )
+            token, out, mask, positions = _decoding_step(model, out, mask, positions, generators, rows, spec, cache)
             new.append(token)
-            mask = torch.cat([mask, mask.new_ones(len(token), 1)], dim=1)
-            positions = positions[:, -1:] + 1
-            out = model(
-                input_ids=token.to(device),
-                attention_mask=mask,
-                position_ids=positions,
-                use_cache=True,
-                **{cache: getattr(out, cache)},
-            )
     tokens = torch.cat(new, dim=1).tolist()
     return [tokens[i * rows : (i + 1) * rows] for i in range(len(prompts))]
+
+
+def _decoding_step(model, out, mask, positions, generators, rows: int, spec: ReplaySpec, cache: str):
+    """Each row's next token (a prompt's `rows` rows sampled with its generator) and the forward
+    that reads it: one step of `continue_prompts`, and what `decoding_seconds` times."""
+    logits = out.logits[:, -1].float().cpu()
+    token = torch.cat(
+        [_next_tokens(logits[i * rows : (i + 1) * rows], spec.temperature, g) for i, g in enumerate(generators)]
+    )
+    mask = torch.cat([mask, mask.new_ones(len(token), 1)], dim=1)
+    positions = positions[:, -1:] + 1
+    out = model(
+        input_ids=token.to(mask.device),
+        attention_mask=mask,
+        position_ids=positions,
+        use_cache=True,
+        **{cache: getattr(out, cache)},
+    )
+    return token, out, mask, positions
 
 
 def _until_end(tokens: list[int], end_ids: set[int]) -> list[int]:
@@ -134,32 +139,26 @@ def replay_texts(model: str, prompts: list[str] | tuple[str, ...], spec: ReplayS
     return texts
 
 
-def decoding_seconds(model, device: str, rows: int, steps: int = 6) -> float:
-    """Seconds of one cached decoding forward of `rows` left-padded rows, as `replay_texts` runs
-    it: the plan's replay step is that many forwards. Decoding is many small operations, so its
-    cost is not the batched forward's per token times a constant: a constant fitted on one 2-core
-    machine (22 batched tokens) planned 61 s on another where it took 219 s."""
+def decoding_seconds(model, device: str, prompts: int, samples: int, steps: int = 6) -> float:
+    """Seconds of one decoding step of `prompts` prompts' `samples` rows each, left-padded, as
+    `replay_texts` runs it (the same `_decoding_step`): the plan's replay step is that many steps.
+    Decoding is many small operations, so its cost is not the batched forward's per token times a
+    constant: a constant fitted on one 2-core machine (22 batched tokens) planned 61 s on another
+    where it took 219 s."""
     vocab = model.get_input_embeddings().weight.shape[0]
+    rows = prompts * samples
     ids = torch.randint(0, vocab, (rows, 8), generator=torch.Generator().manual_seed(2)).to(device)
     mask = torch.ones_like(ids)
     mask[::2, :2] = 0  # half the rows padded, as prompts of unequal length are
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
-    cache, generator = cache_argument(model), torch.Generator().manual_seed(3)
+    generators = [torch.Generator().manual_seed(3 + i) for i in range(prompts)]
+    spec, cache = ReplaySpec(samples=samples), cache_argument(model)
     with torch.no_grad():
         out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True)
-        for step in range(steps + 1):  # the first decoding forward is not timed
+        for step in range(steps + 1):  # the first decoding step is not timed
             if step == 1:
                 start = time.perf_counter()
-            token = _next_tokens(out.logits[:, -1], 1.0, generator).to(device)
-            mask = torch.cat([mask, mask.new_ones(rows, 1)], dim=1)
-            positions = positions[:, -1:] + 1
-            out = model(
-                input_ids=token,
-                attention_mask=mask,
-                position_ids=positions,
-                use_cache=True,
-                **{cache: getattr(out, cache)},
-            )
+            _, out, mask, positions = _decoding_step(model, out, mask, positions, generators, samples, spec, cache)
         if device.startswith("cuda"):
             torch.cuda.synchronize()
         return (time.perf_counter() - start) / steps
