@@ -63,7 +63,7 @@ def test_sampled_replay_is_the_same_for_a_seed_and_another_for_another(tiny_mode
 
 def test_the_prompts_batched_together_write_what_they_write_in_smaller_batches(tiny_model, monkeypatch):
     """Prompts of unequal length share a left-padded batch: the padding, the positions and each
-    prompt's own generator make the texts those of batches of one or two prompts."""
+    prompt's own generator make the texts those of batches of one or three prompts."""
     from weightgraft.paper import replay
 
     spec = ReplaySpec(new_tokens=8, samples=2, temperature=1.0, seed=3)

@@ -67,20 +67,26 @@ def continue_prompts(
     width = max(len(ids) for ids in prompts)
     padded = [[0] * (width - len(ids)) + ids for ids in prompts for _ in range(rows)]
     mask = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in prompts for _ in range(rows)])
-    batch, mask = torch.tensor(padded).to(device), mask.to(device)
-    positions = (mask.cumsum(-1) - 1).clamp(min=0)
     cache = cache_argument(model)  # `cache` or, before transformers renamed it, `past_key_values`
     new: list[torch.Tensor] = []
     with torch.no_grad():
-        # the prompts' last position only: on Gemma-3's 262k vocabulary every position's logits of
-        # a batch of 96 rows would be over a gigabyte
-        last = {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
-        out = model(input_ids=batch, attention_mask=mask, position_ids=positions, use_cache=True, **last)
+        out, mask, positions = _prefill(model, torch.tensor(padded).to(device), mask.to(device))
         for _ in range(spec.new_tokens):
             token, out, mask, positions = _decoding_step(model, out, mask, positions, generators, rows, spec, cache)
             new.append(token)
     tokens = torch.cat(new, dim=1).tolist()
     return [tokens[i * rows : (i + 1) * rows] for i in range(len(prompts))]
+
+
+def _prefill(model, ids: torch.Tensor, mask: torch.Tensor):
+    """The left-padded prompts through the model with their cache: its output, the mask and each
+    row's position ids (counted from its first real token). Only the last position is unembedded:
+    on Gemma-3's 262k vocabulary every position's logits of a batch of 96 rows would be over a
+    gigabyte."""
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    last = {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
+    out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, **last)
+    return out, mask, positions
 
 
 def _decoding_step(model, out, mask, positions, generators, rows: int, spec: ReplaySpec, cache: str):
@@ -150,11 +156,10 @@ def decoding_seconds(model, device: str, prompts: int, samples: int, steps: int 
     ids = torch.randint(0, vocab, (rows, 8), generator=torch.Generator().manual_seed(2)).to(device)
     mask = torch.ones_like(ids)
     mask[::2, :2] = 0  # half the rows padded, as prompts of unequal length are
-    positions = (mask.cumsum(-1) - 1).clamp(min=0)
     generators = [torch.Generator().manual_seed(3 + i) for i in range(prompts)]
     spec, cache = ReplaySpec(samples=samples), cache_argument(model)
     with torch.no_grad():
-        out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True)
+        out, mask, positions = _prefill(model, ids, mask)
         for step in range(steps + 1):  # the first decoding step is not timed
             if step == 1:
                 start = time.perf_counter()
