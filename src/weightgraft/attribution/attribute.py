@@ -40,6 +40,7 @@ from weightgraft.adapters.call_forms import experts_count, token_major
 from weightgraft.attribution.cells import CellLayout, cell_layout, donor_source
 from weightgraft.attribution.effect_hooks import EffectHooks
 from weightgraft.engine.grafter import Grafter
+from weightgraft.engine.inputs import last_real_index, position_ids
 
 Metric = Literal["logprob", "prob"] | Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 PAPER_ROLES = ("FE", "M", "R", "LT", "other")
@@ -218,7 +219,7 @@ def attribute(
         if layer is not None and comp in GRAINS[grain]
     }
     score = _metric_fn(metric)
-    last = mask.cumsum(-1).argmax(-1)
+    last = last_real_index(mask)
     was_training = recipient.training
     recipient.eval()
     try:
@@ -308,7 +309,7 @@ def _wide(x: torch.Tensor) -> torch.Tensor:
 
 def _run(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Full logits, called as the engine calls the recipient (positions count real tokens)."""
-    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    positions = position_ids(mask)
     return model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=False).logits
 
 

@@ -36,7 +36,7 @@ from weightgraft.adapters.base import PER_LAYER
 from weightgraft.engine.graft_masks import GraftMasks
 from weightgraft.engine.grafter_protocol import GraftPasses
 from weightgraft.engine.hooks import SpliceHooks
-from weightgraft.engine.inputs import call_inputs
+from weightgraft.engine.inputs import call_inputs, last_real_index, position_ids
 
 
 @dataclass
@@ -56,7 +56,7 @@ def grafted_call(grafter: GraftPasses, inputs, grafts, row_grafts, attention_mas
     mode; `call.hooks.current` still to be set to the splices of the pass."""
     ids, mask, roles = call_inputs(inputs, attention_mask, grafter.device)
     grafted = grafter._graft_masks(grafts, row_grafts, mask, roles)
-    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    positions = position_ids(mask)
     sharing, grafter.share_prefixes = grafter.share_prefixes, False
     try:
         with grafter._running(grafted) as (hooks, _):
@@ -200,7 +200,7 @@ def logit_lens(grafter: GraftPasses, inputs, grafts, row_grafts, attention_mask)
     last real token, through the recipient's final norm and unembedding."""
     acts, _ = grafted_cache(grafter, inputs, grafts, row_grafts, attention_mask, "blocks.*.resid_post")
     _, mask, _ = call_inputs(inputs, attention_mask, grafter.device)
-    last = mask.long().cumsum(-1).argmax(-1)
+    last = last_real_index(mask)
     rows = torch.arange(mask.shape[0], device=mask.device)
     stream = torch.stack([acts[f"blocks.{i}.resid_post"][rows, last] for i in range(grafter.num_layers)], dim=1)
     return readout(grafter.recipient, stream)

@@ -27,7 +27,7 @@ from weightgraft.engine.graft_masks import (
 )
 from weightgraft.engine.history import grafts_history, history_keys, refuse_history_generation
 from weightgraft.engine.hooks import Splice, SpliceHooks, module_layouts
-from weightgraft.engine.inputs import call_inputs
+from weightgraft.engine.inputs import call_inputs, last_real_index, position_ids
 from weightgraft.engine.layer_memo import LayerMemo, remembered
 from weightgraft.engine.layer_sharing import BEFORE_THE_LAYERS, LayerGroups, SharedLayers, plan_layer_groups
 from weightgraft.engine.named_donors import named_donors
@@ -210,7 +210,7 @@ class Grafter(GrafterViews):
         logits = self._forward(ids, mask, grafted, keep=1 if left_aligned else 0)
         if left_aligned:
             return logits[:, -1]
-        last = mask.long().cumsum(-1).argmax(-1)
+        last = last_real_index(mask)
         return logits[torch.arange(ids.shape[0], device=ids.device), last]
 
     @torch.no_grad()
@@ -396,7 +396,7 @@ class Grafter(GrafterViews):
         """One forward over `ids` (the chunk after the cached prefix), grafted by `chunk`; logits
         for the last `keep` positions (0: all). `groups`: the shared rows of the first layers."""
         past = 0 if cache is None else cache.get_seq_length()
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, past : past + ids.shape[1]]
+        positions = position_ids(mask)[:, past : past + ids.shape[1]]
         hooks.current = self._splices(chunk, hooks.paths, keep, groups) if splices is None else splices
         if shared is not None:
             shared.groups = list(groups)

@@ -41,6 +41,17 @@ def prepare_inputs(
     return ids.long(), mask.long()
 
 
+def position_ids(mask: torch.Tensor) -> torch.Tensor:
+    """Each token's position counted from its row's first real token, so that a left-padded row
+    sees the positions it would see alone (padding takes position 0, which its mask hides)."""
+    return (mask.long().cumsum(-1) - 1).clamp(min=0)
+
+
+def last_real_index(mask: torch.Tensor) -> torch.Tensor:
+    """The index of each row's last real token, whichever side the row is padded on."""
+    return mask.long().cumsum(-1).argmax(-1)
+
+
 @runtime_checkable
 class RolePrompt(Protocol):
     """A prompt whose tokens carry roles (`weightgraft.Prompt`): its token ids and, per role

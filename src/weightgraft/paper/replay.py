@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 from weightgraft.engine.decoding import cache_argument
+from weightgraft.engine.inputs import position_ids
 from weightgraft.experiments.models import load_model, load_tokenizer
 
 
@@ -83,7 +84,7 @@ def _prefill(model, ids: torch.Tensor, mask: torch.Tensor):
     row's position ids (counted from its first real token). Only the last position is unembedded:
     on Gemma-3's 262k vocabulary every position's logits of a batch of 96 rows would be over a
     gigabyte."""
-    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    positions = position_ids(mask)
     last = {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
     out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, **last)
     return out, mask, positions
