@@ -74,6 +74,21 @@ def test_the_prompts_batched_together_write_what_they_write_in_smaller_batches(t
         assert replay_texts(str(tiny_model), PROMPTS, spec) == together
 
 
+def test_a_batch_of_n_new_tokens_runs_n_forwards(tiny_model):
+    """The prompts' prefill reads the first token and each sampled token but the last is read
+    once more: N forwards for N new tokens, as the plan counts them (none after the last)."""
+    from weightgraft.paper.replay import continue_prompts
+
+    net, tokenizer = load_model(str(tiny_model), "cpu", "float32"), load_tokenizer(str(tiny_model))
+    calls = []
+    net.register_forward_hook(lambda *_: calls.append(1))
+    spec = ReplaySpec(new_tokens=5, samples=2, temperature=1.0, seed=1)
+    ids = [tokenizer(p)["input_ids"] for p in PROMPTS[:2]]
+    samples = continue_prompts(net, ids, spec, [torch.Generator().manual_seed(i) for i in range(2)], "cpu")
+    assert [[len(t) for t in rows] for rows in samples] == [[5, 5], [5, 5]]
+    assert len(calls) == 5
+
+
 def test_a_bad_spec_is_refused(tiny_model):
     with pytest.raises(ValueError, match="new_tokens >= 1"):
         replay_texts(str(tiny_model), PROMPTS, ReplaySpec(new_tokens=0))

@@ -72,9 +72,10 @@ def continue_prompts(
     new: list[torch.Tensor] = []
     with torch.no_grad():
         out, mask, positions = _prefill(model, torch.tensor(padded).to(device), mask.to(device))
-        for _ in range(spec.new_tokens):
-            token, out, mask, positions = _decoding_step(model, out, mask, positions, generators, rows, spec, cache)
-            new.append(token)
+        for step in range(spec.new_tokens):
+            new.append(_sample(out, generators, rows, spec))
+            if step + 1 < spec.new_tokens:  # the last token is sampled, never read
+                out, mask, positions = _advance(model, out, new[-1], mask, positions, cache)
     tokens = torch.cat(new, dim=1).tolist()
     return [tokens[i * rows : (i + 1) * rows] for i in range(len(prompts))]
 
@@ -90,13 +91,17 @@ def _prefill(model, ids: torch.Tensor, mask: torch.Tensor):
     return out, mask, positions
 
 
-def _decoding_step(model, out, mask, positions, generators, rows: int, spec: ReplaySpec, cache: str):
-    """Each row's next token (a prompt's `rows` rows sampled with its generator) and the forward
-    that reads it: one step of `continue_prompts`, and what `decoding_seconds` times."""
+def _sample(out, generators, rows: int, spec: ReplaySpec) -> torch.Tensor:
+    """[rows, 1]: each row's next token, a prompt's `rows` rows sampled with its generator."""
     logits = out.logits[:, -1].float().cpu()
-    token = torch.cat(
+    return torch.cat(
         [_next_tokens(logits[i * rows : (i + 1) * rows], spec.temperature, g) for i, g in enumerate(generators)]
     )
+
+
+def _advance(model, out, token: torch.Tensor, mask, positions, cache: str):
+    """The forward that reads the sampled tokens through the cache: the model's output, the
+    grown mask and the new tokens' positions."""
     mask = torch.cat([mask, mask.new_ones(len(token), 1)], dim=1)
     positions = positions[:, -1:] + 1
     out = model(
@@ -106,7 +111,7 @@ def _decoding_step(model, out, mask, positions, generators, rows: int, spec: Rep
         use_cache=True,
         **{cache: getattr(out, cache)},
     )
-    return token, out, mask, positions
+    return out, mask, positions
 
 
 def _until_end(tokens: list[int], end_ids: set[int]) -> list[int]:
@@ -148,7 +153,7 @@ def replay_texts(model: str, prompts: list[str] | tuple[str, ...], spec: ReplayS
 
 def decoding_seconds(model, device: str, prompts: int, samples: int, steps: int = 6) -> float:
     """Seconds of one decoding step of `prompts` prompts' `samples` rows each, left-padded, as
-    `replay_texts` runs it (the same `_decoding_step`): the plan's replay step is that many steps.
+    `replay_texts` runs it (the same `_sample` and `_advance`): the plan's replay step is that many steps.
     Decoding is many small operations, so its cost is not the batched forward's per token times a
     constant: a constant fitted on one 2-core machine (22 batched tokens) planned 61 s on another
     where it took 219 s."""
@@ -164,7 +169,8 @@ def decoding_seconds(model, device: str, prompts: int, samples: int, steps: int 
         for step in range(steps + 1):  # the first decoding step is not timed
             if step == 1:
                 start = time.perf_counter()
-            _, out, mask, positions = _decoding_step(model, out, mask, positions, generators, samples, spec, cache)
+            token = _sample(out, generators, samples, spec)
+            out, mask, positions = _advance(model, out, token, mask, positions, cache)
         if device.startswith("cuda"):
             torch.cuda.synchronize()
         return (time.perf_counter() - start) / steps

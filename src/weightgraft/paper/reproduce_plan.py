@@ -173,7 +173,8 @@ def plan_steps(job: Job) -> tuple[list[PlannedStep], dict]:
 def _replay_step(measured) -> PlannedStep:
     """The self-replay step: the neutral prompts continued `REPLAY_TOKENS` tokens,
     `PROMPTS_PER_BATCH` of them (`REPLAY_SAMPLES` rows each) in one batch, one forward per new
-    token, each timed by the calibration."""
+    token (the prompts' prefill reads the first, each sampled token but the last one more), each
+    timed by the calibration as a decoding step."""
     forwards = -(-len(NEUTRAL_PROMPTS) // PROMPTS_PER_BATCH) * REPLAY_TOKENS
     texts = len(NEUTRAL_PROMPTS) * REPLAY_SAMPLES
     seconds = None
