@@ -64,9 +64,15 @@ def test_layer_sweeps_are_off_in_laptop_unless_asked(tmp_path):
     assert "layer_sweeps" not in plan_job(off).runs["FMRA"].presets
 
 
-def test_the_plan_counts_the_sweeps_rows_only_when_they_run(tmp_path, tiny_model):
+def test_the_plan_counts_the_sweeps_rows_only_when_they_run(tmp_path, tiny_model, monkeypatch):
     """The plan (measured on the tiny model) of the laptop setting: the main run's rows without
-    the sweeps, and with them the same rows plus the sweeps' conditions x examples, and more time."""
+    the sweeps, and with them the same rows plus the sweeps' conditions x examples, and more time.
+    Both plans read one measurement: two would differ by the machine's noise (on a loaded machine
+    the plan without the sweeps once came out slower)."""
+    from weightgraft.paper import reproduce_plan
+
+    measure, once = reproduce_plan._measured, {}
+    monkeypatch.setattr(reproduce_plan, "_measured", lambda *a: once.setdefault("m", measure(*a)))
     steps = {}
     for sweeps in (False, True):
         planned, _ = plan_steps(plan_job(_options(tmp_path, tiny_model, facts=6, layer_sweeps=sweeps)))
