@@ -123,29 +123,34 @@ def grafted_cache(
 ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
     """The activations named by `names` (see the module's docstring) and the logits of one
     grafted pass; every tensor keeps the call's [batch, seq] layout (padding included)."""
+    with grafted_call(grafter, inputs, grafts, row_grafts, attention_mask) as call:
+        return _cache_during(grafter, call, names)
+
+
+def _cache_during(grafter: GraftPasses, call: GraftedCall, names) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    """`grafted_cache`'s pass inside an installed `call` (whose mask a caller may still need)."""
     table = activation_names(grafter)
     wanted = chosen_names(list(table), names)
     kept: dict[str, torch.Tensor] = {}
     heads = getattr(grafter.recipient.config, "num_attention_heads", None)
-    with grafted_call(grafter, inputs, grafts, row_grafts, attention_mask) as call:
-        call.hooks.current = grafter._splices(call.grafted, call.hooks.paths, keep=0)
-        handles = []
-        try:
-            for name in wanted:
-                path, kind, cols = table[name]
-                module = grafter.recipient.get_submodule(path)
-                layout = (grafter._seq_dims.get(path, 1), grafter._call_forms.get(path, "rows"), call.input_ids.shape)
-                keep = _keeper(kept, name, kind, cols, layout, heads)
-                if kind == "post":
-                    handles.append(module.register_forward_hook(keep, with_kwargs=True))
-                else:
-                    handles.append(module.register_forward_pre_hook(keep, with_kwargs=True))
-            logits = grafter.recipient(
-                input_ids=call.input_ids, attention_mask=call.attention_mask, position_ids=call.position_ids
-            ).logits
-        finally:
-            for handle in handles:
-                handle.remove()
+    call.hooks.current = grafter._splices(call.grafted, call.hooks.paths, keep=0)
+    handles = []
+    try:
+        for name in wanted:
+            path, kind, cols = table[name]
+            module = grafter.recipient.get_submodule(path)
+            layout = (grafter._seq_dims.get(path, 1), grafter._call_forms.get(path, "rows"), call.input_ids.shape)
+            keep = _keeper(kept, name, kind, cols, layout, heads)
+            if kind == "post":
+                handles.append(module.register_forward_hook(keep, with_kwargs=True))
+            else:
+                handles.append(module.register_forward_pre_hook(keep, with_kwargs=True))
+        logits = grafter.recipient(
+            input_ids=call.input_ids, attention_mask=call.attention_mask, position_ids=call.position_ids
+        ).logits
+    finally:
+        for handle in handles:
+            handle.remove()
     return {name: kept[name] for name in wanted if name in kept}, logits
 
 
@@ -198,8 +203,9 @@ def readout(model, hidden: torch.Tensor) -> torch.Tensor:
 def logit_lens(grafter: GraftPasses, inputs, grafts, row_grafts, attention_mask) -> torch.Tensor:
     """Logits [batch, layers, vocab] read from the residual stream after each block at each row's
     last real token, through the recipient's final norm and unembedding."""
-    acts, _ = grafted_cache(grafter, inputs, grafts, row_grafts, attention_mask, "blocks.*.resid_post")
-    _, mask, _ = call_inputs(inputs, attention_mask, grafter.device)
+    with grafted_call(grafter, inputs, grafts, row_grafts, attention_mask) as call:
+        acts, _ = _cache_during(grafter, call, "blocks.*.resid_post")
+    mask = call.attention_mask
     last = last_real_index(mask)
     rows = torch.arange(mask.shape[0], device=mask.device)
     stream = torch.stack([acts[f"blocks.{i}.resid_post"][rows, last] for i in range(grafter.num_layers)], dim=1)
