@@ -24,15 +24,8 @@ from weightgraft.paper.plain_facts import answer_ids, answer_ranks
 from weightgraft.paper.reproduce_job import plan_job
 from weightgraft.paper.reproduce_recipe import ReproduceOptions
 from weightgraft.pipelines.reproduce import Pipeline
-from weightgraft.training.evaluate import topk_hits
-
-
-def interpolated(pre_state: dict, sft_state: dict, share: float) -> dict:
-    """PRE + share x (SFT - PRE) for every floating tensor (integer buffers are PRE's)."""
-    return {
-        name: pre + share * (sft_state[name] - pre) if pre.is_floating_point() else pre
-        for name, pre in pre_state.items()
-    }
+from weightgraft.training.average import average_state
+from weightgraft.training.evaluate import topk_accuracy
 
 
 def main() -> None:
@@ -79,12 +72,12 @@ def main() -> None:
     known = answer_ranks(model, encoded) == 1
     rows = []
     for share in (float(a) for a in args.alphas.split(",")):
-        model.load_state_dict(interpolated(pre_state, sft_state, share))
+        # PRE + a (SFT - PRE), as `weightgraft average PRE SFT --weights 1-a,a` writes it
+        model.load_state_dict(average_state([pre_state, sft_state], [1 - share, share]))
         ranks = answer_ranks(model, encoded)[known]
-        hits = topk_hits(model, tokenizer, validation, 5)
         row = {
             "a": share,
-            "validation_top5": round(sum(hits) / len(hits), 4),
+            "validation_top5": round(topk_accuracy(model, tokenizer, validation, 5), 4),
             "kept_top1": round(float((ranks == 1).mean()), 3),
             "kept_top5": round(float((ranks <= 5).mean()), 3),
             "held_out_facts": int(known.sum()),
