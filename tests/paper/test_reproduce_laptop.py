@@ -71,8 +71,14 @@ def test_the_plan_counts_the_sweeps_rows_only_when_they_run(tmp_path, tiny_model
     the plan without the sweeps once came out slower)."""
     from weightgraft.paper import reproduce_plan
 
-    measure, once = reproduce_plan._measured, {}
-    monkeypatch.setattr(reproduce_plan, "_measured", lambda *a: once.setdefault("m", measure(*a)))
+    measure, once = reproduce_plan._measured, []
+
+    def measured_once(*args):
+        if not once:
+            once.append(measure(*args))
+        return once[0]
+
+    monkeypatch.setattr(reproduce_plan, "_measured", measured_once)
     steps = {}
     for sweeps in (False, True):
         planned, _ = plan_steps(plan_job(_options(tmp_path, tiny_model, facts=6, layer_sweeps=sweeps)))
