@@ -82,7 +82,7 @@ def reproduce_command(
     replay: bool = typer.Option(
         False,
         "--replay/--no-replay",
-        help="Self-replay: mix the pretrained model's own continuations of ~100 neutral prompts (made "
+        help="Self-replay: mix the pretrained model's own continuations of weightgraft's neutral prompts (made "
         "once per job, offline) into every finetune as general text, at a share of 0.25 where the "
         "setting mixes in none (not the paper's; the report names it).",
     ),
