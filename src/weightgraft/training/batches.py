@@ -53,11 +53,12 @@ def encode_texts(tokenizer, texts: list[str], max_length: int) -> list[list[int]
     return rows
 
 
-def labelled_logits(model, inputs: dict, labelled: torch.Tensor):
-    """[labelled positions, vocab]: the logits predicting each labelled next token, in row-major
-    order, with the unembedding applied to those positions' hidden states only (a pre-hook hands
-    it just them, so whatever the model does after it, such as Gemma's logit soft-capping, still
-    applies); and the model's outputs. `labelled`: [rows, length - 1], True where a label is."""
+def labelled_logits(model, inputs: dict, labelled: torch.Tensor | tuple[torch.Tensor, torch.Tensor]):
+    """[labelled positions, vocab]: the logits predicting each labelled next token, with the
+    unembedding applied to those positions' hidden states only (a pre-hook hands it just them, so
+    whatever the model does after it, such as Gemma's logit soft-capping, still applies); and the
+    model's outputs. `labelled`: [rows, length - 1], True where a label is (row-major order), or
+    (row indices, column indices) of the positions in the order wanted."""
     head = getattr(model, "module", model).get_output_embeddings()
     handle = head.register_forward_pre_hook(lambda _module, args: (args[0][:, :-1][labelled].unsqueeze(0),))
     try:

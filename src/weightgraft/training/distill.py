@@ -22,24 +22,27 @@ from weightgraft.training.batches import labelled_logits
 def distilled_loss(model, base, inputs: dict, num_items_in_batch=None):
     """Cross-entropy on the rows whose `general` flag is off, KL(base || model) on those where it
     is on, over positions with a label; divided by `num_items_in_batch` when Trainer counts it,
-    else by the number of labelled positions. `base` is the frozen pretrained model."""
+    else by the number of labelled positions. `base` is the frozen pretrained model.
+
+    The facts' positions are unembedded first and the general ones after them, so that each loss
+    reads a contiguous block of the logits: boolean masks over [positions, vocab] copied it and
+    scattered its gradient back, which cost a SmolLM2 step about half again its plain time."""
     targets = inputs["labels"][:, 1:]
     labelled = targets != -100
-    logits, outputs = labelled_logits(model, inputs, labelled)
-    logits = logits.float()
     general = inputs["general"].bool()
-    general_at = general[labelled.nonzero()[:, 0]]  # per labelled position (row-major, as `logits`)
-    loss = F.cross_entropy(logits[~general_at], targets[labelled][~general_at], reduction="sum")
-    if general.any():
-        rows = {"input_ids": inputs["input_ids"][general], "attention_mask": inputs["attention_mask"][general]}
+    rows, columns = labelled.nonzero(as_tuple=True)
+    facts_first = torch.sort(general[rows].to(torch.uint8), stable=True).indices
+    rows, columns = rows[facts_first], columns[facts_first]
+    n_general = int(general[rows].sum())
+    logits, outputs = labelled_logits(model, inputs, (rows, columns))
+    fact_logits, general_logits = logits.float().split([len(rows) - n_general, n_general])
+    loss = F.cross_entropy(fact_logits, targets[rows[: len(rows) - n_general], columns[: len(rows) - n_general]], reduction="sum")
+    if n_general:
+        teacher_inputs = {"input_ids": inputs["input_ids"][general], "attention_mask": inputs["attention_mask"][general]}
         with torch.no_grad():
-            teacher, _ = labelled_logits(base, rows, labelled[general])
-        loss = loss + F.kl_div(
-            F.log_softmax(logits[general_at], dim=-1),
-            F.log_softmax(teacher.float(), dim=-1),
-            log_target=True,
-            reduction="sum",
-        )
+            teacher, _ = labelled_logits(base, teacher_inputs, labelled[general])  # row-major, as the block
+            teacher_log_p = F.log_softmax(teacher.float(), dim=-1)
+        loss = loss + F.kl_div(F.log_softmax(general_logits, dim=-1), teacher_log_p, log_target=True, reduction="sum")
     count = num_items_in_batch if num_items_in_batch is not None else labelled.sum()
     return loss / count, outputs
 
