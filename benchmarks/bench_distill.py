@@ -48,7 +48,10 @@ def masked_distilled_loss(model, base, inputs: dict):
     with torch.no_grad():
         teacher, _ = labelled_logits(base, rows, labelled[general])
     loss = loss + F.kl_div(
-        F.log_softmax(logits[general_at], dim=-1), F.log_softmax(teacher.float(), dim=-1), log_target=True, reduction="sum"
+        F.log_softmax(logits[general_at], dim=-1),
+        F.log_softmax(teacher.float(), dim=-1),
+        log_target=True,
+        reduction="sum",
     )
     return loss / labelled.sum()
 

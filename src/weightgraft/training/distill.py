@@ -36,9 +36,14 @@ def distilled_loss(model, base, inputs: dict, num_items_in_batch=None):
     n_general = int(general[rows].sum())
     logits, outputs = labelled_logits(model, inputs, (rows, columns))
     fact_logits, general_logits = logits.float().split([len(rows) - n_general, n_general])
-    loss = F.cross_entropy(fact_logits, targets[rows[: len(rows) - n_general], columns[: len(rows) - n_general]], reduction="sum")
+    loss = F.cross_entropy(
+        fact_logits, targets[rows[: len(rows) - n_general], columns[: len(rows) - n_general]], reduction="sum"
+    )
     if n_general:
-        teacher_inputs = {"input_ids": inputs["input_ids"][general], "attention_mask": inputs["attention_mask"][general]}
+        teacher_inputs = {
+            "input_ids": inputs["input_ids"][general],
+            "attention_mask": inputs["attention_mask"][general],
+        }
         with torch.no_grad():
             teacher, _ = labelled_logits(base, teacher_inputs, labelled[general])  # row-major, as the block
             teacher_log_p = F.log_softmax(teacher.float(), dim=-1)
