@@ -31,14 +31,14 @@ def distilled_loss(model, base, inputs: dict, num_items_in_batch=None):
     labelled = targets != -100
     general = inputs["general"].bool()
     rows, columns = labelled.nonzero(as_tuple=True)
-    facts_first = torch.sort(general[rows].to(torch.uint8), stable=True).indices
+    is_general = general[rows]
+    facts_first = torch.sort(is_general.to(torch.uint8), stable=True).indices
     rows, columns = rows[facts_first], columns[facts_first]
-    n_general = int(general[rows].sum())
+    n_general = int(is_general.sum())
+    n_facts = len(rows) - n_general
     logits, outputs = labelled_logits(model, inputs, (rows, columns))
-    fact_logits, general_logits = logits.float().split([len(rows) - n_general, n_general])
-    loss = F.cross_entropy(
-        fact_logits, targets[rows[: len(rows) - n_general], columns[: len(rows) - n_general]], reduction="sum"
-    )
+    fact_logits, general_logits = logits.float().split([n_facts, n_general])
+    loss = F.cross_entropy(fact_logits, targets[rows, columns][:n_facts], reduction="sum")
     if n_general:
         teacher_inputs = {
             "input_ids": inputs["input_ids"][general],
