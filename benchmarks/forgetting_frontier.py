@@ -8,7 +8,7 @@ issue 40's forgetting tables in docs/real_models.md; it is an experiment, not a 
 minutes a model on two cores), so `make bench` does not run it.
 
 Usage: python benchmarks/forgetting_frontier.py --model gemma3-270m --lr 2.5e-5 --out runs/g025 \
-           [--alphas 1,0.9,0.8,0.7] [--facts 100] [--precision bf16] [--no-replay] [--general-loss kl]
+           [--alphas 1,0.9,0.8,0.7] [--facts 100] [--epochs 3] [--anchor A] [--precision bf16] [--no-replay] [--general-loss kl]
 """
 
 from __future__ import annotations
@@ -35,6 +35,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--alphas", default="1,0.9,0.8,0.7")
     parser.add_argument("--facts", type=int, default=100)
+    parser.add_argument("--epochs", type=int, default=None, help="the setting's (3) unless given")
+    parser.add_argument("--anchor", type=float, default=None, help="the setting's (0: off) unless given")
     parser.add_argument("--precision", default="bf16", choices=["fp32", "bf16", "fp16"])
     parser.add_argument("--no-replay", dest="replay", action="store_false")
     parser.add_argument("--general-loss", default="kl", choices=["tokens", "kl"])
@@ -47,6 +49,8 @@ def main() -> None:
         precision=args.precision,
         attention="eager",
         facts=args.facts,
+        epochs=args.epochs,
+        anchor=args.anchor,
         lr=args.lr,
         setting="laptop",
         replay=args.replay,

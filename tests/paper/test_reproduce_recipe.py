@@ -94,3 +94,18 @@ def test_a_lora_rank_reaches_the_finetunes_plan_and_deviations_and_a_full_finetu
     assert full.recipe.lora_rank == 0
     assert "lora_rank" not in full.recipe.record() and "lora_rank" not in finetune_config(full.recipe).record()
     assert not any("LoRA" in line for line in deviations_section(full, {}))
+
+
+def test_an_anchor_reaches_the_finetunes_plan_and_deviations_and_an_unanchored_job_records_none(tmp_path):
+    """--anchor A: the finetune config pulls towards PRE by A and the report names it; a job without
+    it records the recipe and finetune inputs as before the option (no anchor key)."""
+    from weightgraft.paper.reproduce_sections import deviations_section
+
+    held = plan_job(ReproduceOptions(model="m", out=tmp_path / "a", device="cpu", setting="laptop", anchor=20.0))
+    assert held.recipe.anchor == 20.0 and finetune_config(held.recipe).anchor == 20.0
+    assert held.recipe.record()["anchor"] == 20.0 and finetune_config(held.recipe).record()["anchor"] == 20.0
+    assert any("pulled back towards the pretrained model's by lr x 20" in line for line in deviations_section(held, {}))
+    free = plan_job(ReproduceOptions(model="m", out=tmp_path / "f", device="cpu", setting="laptop"))
+    assert free.recipe.anchor == 0.0
+    assert "anchor" not in free.recipe.record() and "anchor" not in finetune_config(free.recipe).record()
+    assert not any("Anchored" in line for line in deviations_section(free, {}))

@@ -98,6 +98,12 @@ def reproduce_command(
         help="Train a LoRA of this rank on every block linear instead of every weight, merged into "
         "each finetuned model (not the paper's; the report names it). Default: the setting's (0: full).",
     ),
+    anchor: float | None = typer.Option(
+        None,
+        min=0.0,
+        help="After each optimizer step pull every trained weight back towards the pretrained model's "
+        "by lr x ANCHOR of its change (not the paper's; the report names it). Default: the setting's (0: off).",
+    ),
     bootstrap: int = typer.Option(1000, min=1, help="Bootstrap resamples for the intervals."),
     seed: int = typer.Option(0),
     dry_run: bool = typer.Option(
@@ -131,6 +137,7 @@ def reproduce_command(
         replay=replay,
         lora_rank=lora_rank,
         general_loss=general_loss,
+        anchor=anchor,
         bootstrap=bootstrap,
         seed=seed,
     )

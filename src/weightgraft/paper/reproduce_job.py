@@ -121,6 +121,7 @@ def finetune_config(recipe: Recipe):
         lora_rank=recipe.lora_rank,
         general_loss=recipe.general_loss,
         attention=recipe.attention,
+        anchor=recipe.anchor,
     )
 
 

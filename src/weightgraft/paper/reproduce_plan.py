@@ -309,7 +309,8 @@ def describe_plan(job: Job) -> str:
         f"max length {config.max_length}, general text share {config.mix_ratio:g}"
         f"{' (self-replay)' if recipe.replay else ''}"
         f"{', learned by KL from PRE' if recipe.general_loss == 'kl' else ''}"
-        f"{f', LoRA rank {recipe.lora_rank}' if recipe.lora_rank else ''}; a checkpoint every epoch"
+        f"{f', LoRA rank {recipe.lora_rank}' if recipe.lora_rank else ''}"
+        f"{f', anchored to PRE ({recipe.anchor:g})' if recipe.anchor else ''}; a checkpoint every epoch"
     )
     lines.append(
         f"runs       dtype {recipe.dtype}, examples per experiment "

@@ -42,6 +42,7 @@ class Setting:
     group_by_length: bool = False  # batches of texts of similar length (the paper: random batches)
     layer_sweeps: bool = True  # weightgraft's own analysis, not the paper's
     lora_rank: int = 0  # 0: every weight trained (the paper's); N: a merged LoRA of rank N
+    anchor: float = 0.0  # 0: off (the paper's); A: weights pulled towards PRE (`training.anchor`)
 
 
 # "aggressive" is the paper's main setting; "gentle" is its less aggressive variant with general
@@ -93,6 +94,8 @@ class ReproduceOptions:
             `training.distill`; not the paper's).
         lora_rank: train a LoRA of this rank on every block linear instead of every weight,
             merged into the saved model (not the paper's; None: the setting's).
+        anchor: after each optimizer step pull every trained weight back towards PRE's by
+            lr * anchor of its change (`training.anchor`; not the paper's; None: the setting's).
         max_examples: cap on the prompts scored per experiment (None: all).
         bootstrap: resamples for the intervals.
         seed: the seed of data, finetunes and runs.
@@ -118,6 +121,7 @@ class ReproduceOptions:
     lora_rank: int | None = None
     general_loss: GeneralLoss = "tokens"
     attention: Literal["auto", "sdpa", "eager"] = "auto"
+    anchor: float | None = None
 
 
 @dataclass(frozen=True)
@@ -148,6 +152,7 @@ class Recipe:
     lora_rank: int = 0  # 0: a full finetune
     general_loss: GeneralLoss = "tokens"  # "kl": general text teaches PRE's distribution
     attention: AttentionKernel | None = None  # None: the model's default kernel (sdpa mostly)
+    anchor: float = 0.0  # 0: off; A: trained weights pulled towards PRE's (`training.anchor`)
 
     def record(self) -> dict:
         """The recipe as JSON values, for the job's provenance (options at the values they had
@@ -159,6 +164,8 @@ class Recipe:
             del body["general_loss"]
         if self.attention is None:
             del body["attention"]
+        if not self.anchor:
+            del body["anchor"]
         return body
 
 
@@ -200,4 +207,5 @@ def resolve_recipe(options: ReproduceOptions, setting: Setting) -> Recipe:
         lora_rank=_given(options.lora_rank, setting.lora_rank),
         general_loss=options.general_loss,
         attention=None if options.attention == "auto" else options.attention,
+        anchor=_given(options.anchor, setting.anchor),
     )

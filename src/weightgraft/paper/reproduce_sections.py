@@ -140,6 +140,12 @@ def deviations_section(job: Job, steps: dict) -> list[str]:
             "linear layer of the blocks, merged into each saved model; embeddings and norms stay the "
             "pretrained model's (the paper trains every weight; weightgraft's lever against forgetting)."
         )
+    if recipe.anchor:
+        lines.append(
+            f"- Anchored finetunes: after each optimizer step every trained weight is pulled back towards "
+            f"the pretrained model's by lr x {recipe.anchor:g} of its change (weightgraft's lever against "
+            "forgetting; the paper's finetunes decay weights towards zero only)."
+        )
     if recipe.max_examples is not None:
         lines.append(f"- At most {recipe.max_examples} prompts scored per experiment (the paper: all).")
     if not lines[2:]:

@@ -40,6 +40,7 @@ from weightgraft.recorded import refuse_own_input, refuse_user_files
 from weightgraft.remote_code import refuse_remote_code
 from weightgraft.runtime import check_device, is_main_process, resolve_device
 from weightgraft.training import ATTENTION_KERNELS, GENERAL_LOSSES, TRAINING_RECORD, AttentionKernel, GeneralLoss
+from weightgraft.training.anchor import AnchorToStart
 from weightgraft.training.batches import PadCollator, TextDataset, encode_texts
 from weightgraft.training.checkpoints import SealCheckpoints, last_complete_checkpoint
 from weightgraft.training.distill import frozen_copy
@@ -91,10 +92,14 @@ class FinetuneConfig:
     # model, sdpa where it has it). Eager computes the same attention; the saved model does not
     # keep the choice.
     attention: AttentionKernel | None = None
+    # 0: off. A > 0: after each optimizer step every trained weight is pulled back towards its
+    # pretrained value by lr * A of its change (`training.anchor`), a lever against forgetting.
+    anchor: float = 0.0
 
     def record(self) -> dict:
         """The options as recorded (training_config.json, ledger inputs): options at the values
-        they had before they existed (`lora_rank` 0, `general_loss` "tokens", `attention` None)
+        they had before they existed (`lora_rank` 0, `general_loss` "tokens", `attention` None,
+        `anchor` 0)
         are left out, so that records and input hashes made before then still match."""
         body = asdict(self)
         if not self.lora_rank:
@@ -103,6 +108,8 @@ class FinetuneConfig:
             del body["general_loss"]
         if self.attention is None:
             del body["attention"]
+        if not self.anchor:
+            del body["anchor"]
         return body
 
 
@@ -169,6 +176,11 @@ def _check_config(config: FinetuneConfig, general_texts: list[str] | None) -> st
         raise DataError(
             f"attention must be one of {', '.join(ATTENTION_KERNELS)} (or None: the model's default), "
             f"not {config.attention!r}"
+        )
+    if config.anchor < 0 or (config.anchor and config.lora_rank):
+        raise DataError(
+            f"anchor must be 0 (off) or > 0, and a full finetune's (lora_rank 0): not anchor {config.anchor} "
+            f"with lora_rank {config.lora_rank}"
         )
     if config.general_loss == "kl" and not config.mix_ratio:
         raise DataError("general_loss 'kl' scores the general text mixed in: it needs mix_ratio > 0 and general text")
@@ -314,6 +326,7 @@ def _trainer(
         base=base,
         callbacks=[
             *([SealCheckpoints()] if checkpoints else []),
+            *([AnchorToStart(net, config.anchor, base)] if config.anchor else []),
             *([EarlyStopping(config.early_stopping_patience)] if config.early_stopping_patience else []),
         ]
         or None,
