@@ -13,7 +13,7 @@ from pathlib import Path
 from weightgraft.paper.estimate import paper_model_name
 from weightgraft.paper.plain_facts import HeldOutKnowledge
 from weightgraft.paper.reproduce_job import Job
-from weightgraft.paper.reproduce_recipe import PAPER_BATCH, PAPER_EPOCHS, PAPER_FACTS, PAPER_SETTING
+from weightgraft.paper.reproduce_recipe import PAPER_BATCH, PAPER_EPOCHS, PAPER_FACTS, PAPER_SETTING, Recipe
 from weightgraft.paper.study import PAPER
 from weightgraft.reporting.numbers import with_interval
 from weightgraft.reporting.summary import RunSummary
@@ -119,9 +119,20 @@ def deviations_section(job: Job, steps: dict) -> list[str]:
             "- Batches group texts of similar length (transformers' length-grouped sampler, for "
             "speed; the paper: random batches)."
         )
+    lines += _forgetting_levers(recipe, steps)
+    if recipe.max_examples is not None:
+        lines.append(f"- At most {recipe.max_examples} prompts scored per experiment (the paper: all).")
+    if not lines[2:]:
+        lines.append("- None in the recipe: the paper's model-independent settings throughout.")
+    return lines
+
+
+def _forgetting_levers(recipe: Recipe, steps: dict) -> list[str]:
+    """The levers against forgetting this job pulled, each a deviation: the paper pulls none."""
+    levers: list[str] = []
     replay = steps.get("replay")
     if recipe.replay and replay is not None:
-        lines.append(
+        levers.append(
             f"- Self-replay: {replay['outputs']['texts']} continuations of neutral prompts by the pretrained "
             "model itself mixed into every finetune as general text"
             + (" (beside --general-text's)" if recipe.general_text else "")
@@ -129,25 +140,21 @@ def deviations_section(job: Job, steps: dict) -> list[str]:
             "against forgetting; the paper has none)."
         )
     if recipe.general_loss == "kl":
-        lines.append(
+        levers.append(
             "- The general text is learned as the pretrained model's whole next-token distribution at "
             "each of its positions (KL from a frozen copy of it), not as its tokens (weightgraft's "
             "lever against forgetting; the paper's gentle setting trains on its general text's tokens)."
         )
     if recipe.lora_rank:
-        lines.append(
+        levers.append(
             f"- LoRA finetunes: adapters of rank {recipe.lora_rank} (alpha {2 * recipe.lora_rank}) on every "
             "linear layer of the blocks, merged into each saved model; embeddings and norms stay the "
             "pretrained model's (the paper trains every weight; weightgraft's lever against forgetting)."
         )
     if recipe.anchor:
-        lines.append(
+        levers.append(
             f"- Anchored finetunes: after each optimizer step every trained weight is pulled back towards "
             f"the pretrained model's by lr x {recipe.anchor:g} of its change (weightgraft's lever against "
             "forgetting; the paper's finetunes decay weights towards zero only)."
         )
-    if recipe.max_examples is not None:
-        lines.append(f"- At most {recipe.max_examples} prompts scored per experiment (the paper: all).")
-    if not lines[2:]:
-        lines.append("- None in the recipe: the paper's model-independent settings throughout.")
-    return lines
+    return levers
