@@ -1,6 +1,6 @@
 """What a laptop SFT keeps of the pretrained model's knowledge, along its interpolation towards PRE.
 
-Trains one reproduce job's SFT finetune (FMRA_sft: the job's own datasets, self-replay texts and
+Trains one reproduce job's finetune (FMRA_sft unless --finetune names another: the job's own datasets, self-replay texts and
 `finetune_config`, through `pipelines.reproduce.Pipeline`'s steps, so a rerun reuses what is done),
 then scores PRE + a (SFT - PRE) for each a on the validation prompts (top-5, all of them) and on the
 held-out plain facts PRE answers at top-1 (`paper.plain_facts`). This is the measurement behind
@@ -8,7 +8,7 @@ issue 40's forgetting tables in docs/real_models.md; it is an experiment, not a 
 minutes a model on two cores), so `make bench` does not run it.
 
 Usage: python benchmarks/forgetting_frontier.py --model gemma3-270m --lr 2.5e-5 --out runs/g025 \
-           [--alphas 1,0.9,0.8,0.7] [--facts 100] [--epochs 3] [--anchor A] [--precision bf16] [--no-replay] [--general-loss kl]
+           [--finetune FMRA_sft] [--alphas 1,0.9,0.8,0.7] [--facts 100] [--epochs 3] [--anchor A] [--precision bf16] [--no-replay] [--general-loss kl]
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ def main() -> None:
     parser.add_argument("--precision", default="bf16", choices=["fp32", "bf16", "fp16"])
     parser.add_argument("--no-replay", dest="replay", action="store_false")
     parser.add_argument("--general-loss", default="kl", choices=["tokens", "kl"])
+    parser.add_argument("--finetune", default="FMRA_sft", help="which of the job's finetunes (FMRA_sft, FMRA_b2a, ...)")
     args = parser.parse_args()
 
     options = ReproduceOptions(
@@ -62,14 +63,18 @@ def main() -> None:
     data = pipe.step("datasets", pipe.data_inputs(), pipe.build_datasets)
     if args.replay:
         pipe.make_replay()
-    pipe.run_finetune(job.finetunes["FMRA_sft"], data)
-    record = pipe.ledger.record_of("finetune:FMRA_sft")["outputs"]
+    if args.finetune not in job.finetunes:
+        parser.error(f"--finetune {args.finetune!r}: the job's finetunes are {', '.join(job.finetunes)}")
+    finetune = job.finetunes[args.finetune]
+    pipe.run_finetune(finetune, data)
+    record = pipe.ledger.record_of(f"finetune:{args.finetune}")["outputs"]
     print("validation top-5 by epoch", record["validation_top5_by_epoch"], "kept epoch", record["best_epoch"])
 
-    pre_path, sft_path = pipe.model_paths["pre"], pipe.model_paths["FMRA_sft"]
+    pre_path, sft_path = pipe.model_paths["pre"], pipe.model_paths[args.finetune]
     tokenizer = load_tokenizer(pre_path)
     encoded = answer_ids(tokenizer, plain_fact_candidates())
-    validation = load_eval_prompts(Path(pipe.here(data["FMRA"]["path"])), "validation")
+    # the finetune's own validation prompts (B2A's, the task model's half, ...)
+    validation = load_eval_prompts(Path(pipe.here(data[finetune.dataset]["path"])), "validation")
     model = load_model(pre_path, "cpu", "float32")
     pre_state = {name: tensor.clone() for name, tensor in model.state_dict().items()}
     sft_state = load_model(sft_path, "cpu", "float32").state_dict()
