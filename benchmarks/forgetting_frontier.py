@@ -1,9 +1,10 @@
-"""What a laptop SFT keeps of the pretrained model's knowledge, along its interpolation towards PRE.
+"""What a laptop finetune keeps of the pretrained model's knowledge, along its interpolation towards PRE.
 
-Trains one reproduce job's finetune (FMRA_sft unless --finetune names another: the job's own datasets, self-replay texts and
-`finetune_config`, through `pipelines.reproduce.Pipeline`'s steps, so a rerun reuses what is done),
-then scores PRE + a (SFT - PRE) for each a on the validation prompts (top-5, all of them) and on the
-held-out plain facts PRE answers at top-1 (`paper.plain_facts`). This is the measurement behind
+Trains one reproduce job's finetune (FMRA_sft unless --finetune names another; the job's own
+datasets, self-replay texts and `finetune_config`, through `pipelines.reproduce.Pipeline`'s steps,
+so a rerun reuses what is done), then scores PRE + a (FT - PRE) for each a on that finetune's
+validation prompts (top-5, all of them) and on the held-out plain facts PRE answers at top-1
+(`paper.plain_facts`). This is the measurement behind
 issue 40's forgetting tables in docs/real_models.md; it is an experiment, not a timing (tens of
 minutes a model on two cores), so `make bench` does not run it.
 
@@ -58,31 +59,30 @@ def main() -> None:
         general_loss=args.general_loss,
     )
     job = plan_job(options)
+    if args.finetune not in job.finetunes:
+        parser.error(f"--finetune {args.finetune!r}: the job's finetunes are {', '.join(job.finetunes)}")
     pipe = Pipeline(job, progress=True)
     pipe.find_base_model()
     data = pipe.step("datasets", pipe.data_inputs(), pipe.build_datasets)
     if args.replay:
         pipe.make_replay()
-    if args.finetune not in job.finetunes:
-        parser.error(f"--finetune {args.finetune!r}: the job's finetunes are {', '.join(job.finetunes)}")
     finetune = job.finetunes[args.finetune]
     pipe.run_finetune(finetune, data)
     record = pipe.ledger.record_of(f"finetune:{args.finetune}")["outputs"]
     print("validation top-5 by epoch", record["validation_top5_by_epoch"], "kept epoch", record["best_epoch"])
 
-    pre_path, sft_path = pipe.model_paths["pre"], pipe.model_paths[args.finetune]
+    pre_path, tuned_path = pipe.model_paths["pre"], pipe.model_paths[args.finetune]
     tokenizer = load_tokenizer(pre_path)
     encoded = answer_ids(tokenizer, plain_fact_candidates())
-    # the finetune's own validation prompts (B2A's, the task model's half, ...)
     validation = load_eval_prompts(Path(pipe.here(data[finetune.dataset]["path"])), "validation")
     model = load_model(pre_path, "cpu", "float32")
     pre_state = {name: tensor.clone() for name, tensor in model.state_dict().items()}
-    sft_state = load_model(sft_path, "cpu", "float32").state_dict()
+    tuned_state = load_model(tuned_path, "cpu", "float32").state_dict()
     known = answer_ranks(model, encoded) == 1
     rows = []
     for share in (float(a) for a in args.alphas.split(",")):
-        # PRE + a (SFT - PRE), as `weightgraft average PRE SFT --weights 1-a,a` writes it
-        model.load_state_dict(average_state([pre_state, sft_state], [1 - share, share]))
+        # PRE + a (FT - PRE), as `weightgraft average PRE FT --weights 1-a,a` writes it
+        model.load_state_dict(average_state([pre_state, tuned_state], [1 - share, share]))
         ranks = answer_ranks(model, encoded)[known]
         row = {
             "a": share,
